@@ -1,0 +1,28 @@
+"""The run directory: the contract between every part of tailscope.
+
+Writers append Arrow IPC streams (:mod:`.appender`); readers load them back,
+tolerating a truncated last batch (:mod:`.reader`). File names and columns are
+defined once, in :mod:`.schema`, and documented in docs/run-format.md.
+"""
+
+from .appender import Appender, DiskFullError, PeriodicFlusher, FLUSH_INTERVAL_S
+from .manifest import RunWriter, write_json_atomic, new_run_dir
+from .reader import Run, RunDirError, TableRead, load_run, read_json, read_stream
+from . import schema
+
+__all__ = [
+    "Appender",
+    "DiskFullError",
+    "PeriodicFlusher",
+    "FLUSH_INTERVAL_S",
+    "Run",
+    "RunDirError",
+    "RunWriter",
+    "TableRead",
+    "load_run",
+    "new_run_dir",
+    "read_json",
+    "read_stream",
+    "schema",
+    "write_json_atomic",
+]
