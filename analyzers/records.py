@@ -1,0 +1,93 @@
+"""Per-request columns as numpy arrays, with the derived latencies in ms.
+
+Time columns stay int64 epoch ns (float64 would lose ~256 ns of precision at
+today's epoch); nulls are replaced by 0 and tracked by masks. Derived
+durations are float64 ms with NaN where a timestamp is missing.
+
+Definitions (DESIGN.md, decision 3):
+``latency = end − scheduled``, ``service_time = end − sent``,
+``lateness = sent − scheduled``. A request is an *error* when its
+``error_kind`` is set; it is *ok* when it has no error and an ``end_ns``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+NS_PER_MS = 1_000_000.0
+NS_PER_S = 1_000_000_000
+
+
+def int_column(table: pa.Table, name: str) -> tuple[np.ndarray, np.ndarray]:
+    """(values int64 with nulls as 0, present mask) of an integer column."""
+    column = table.column(name)
+    values = pc.fill_null(column, 0).to_numpy().astype(np.int64, copy=False)
+    present = pc.is_valid(column).to_numpy(zero_copy_only=False)
+    return values, present
+
+
+def string_column(table: pa.Table, name: str) -> np.ndarray:
+    """An object array of str (None for null) of a string column."""
+    return table.column(name).to_numpy(zero_copy_only=False)
+
+
+def _duration_ms(later: np.ndarray, earlier: np.ndarray, valid: np.ndarray) -> np.ndarray:
+    out = np.full(len(later), np.nan)
+    out[valid] = (later[valid] - earlier[valid]) / NS_PER_MS
+    return out
+
+
+@dataclass(frozen=True)
+class RequestArrays:
+    """The request table as arrays (length n, one entry per scheduled request)."""
+
+    scheduled_ns: np.ndarray  # int64 epoch ns
+    sent_ns: np.ndarray  # int64 epoch ns (0 when not sent)
+    end_ns: np.ndarray  # int64 epoch ns (0 when missing)
+    has_sent: np.ndarray  # bool
+    has_end: np.ndarray  # bool
+    cls: np.ndarray  # object: class name
+    error_kind: np.ndarray  # object: None or kind
+    error: np.ndarray  # object: None or message
+    trace_id: np.ndarray  # object: 32 hex or None
+    is_error: np.ndarray  # bool
+    is_ok: np.ndarray  # bool: no error and an end time
+    latency_ms: np.ndarray  # float64, end − scheduled, NaN when no end
+    service_ms: np.ndarray  # float64, end − sent
+    lateness_ms: np.ndarray  # float64, sent − scheduled
+
+    @property
+    def n(self) -> int:
+        return len(self.scheduled_ns)
+
+    def subset(self, mask: np.ndarray) -> "RequestArrays":
+        """The requests selected by a boolean mask or index array."""
+        return RequestArrays(**{name: getattr(self, name)[mask] for name in self.__dataclass_fields__})
+
+
+def request_arrays(requests: pa.Table) -> RequestArrays:
+    """Convert a requests table (schema REQUESTS_SCHEMA) to :class:`RequestArrays`. O(n)."""
+    scheduled, _ = int_column(requests, "scheduled_ns")
+    sent, has_sent = int_column(requests, "sent_ns")
+    end, has_end = int_column(requests, "end_ns")
+    is_error = pc.is_valid(requests.column("error_kind")).to_numpy(zero_copy_only=False)
+    return RequestArrays(
+        scheduled_ns=scheduled,
+        sent_ns=sent,
+        end_ns=end,
+        has_sent=has_sent,
+        has_end=has_end,
+        cls=string_column(requests, "cls"),
+        error_kind=string_column(requests, "error_kind"),
+        error=string_column(requests, "error"),
+        trace_id=string_column(requests, "trace_id"),
+        is_error=is_error,
+        is_ok=~is_error & has_end,
+        latency_ms=_duration_ms(end, scheduled, has_end),
+        service_ms=_duration_ms(end, sent, has_end & has_sent),
+        lateness_ms=_duration_ms(sent, scheduled, has_sent),
+    )

@@ -1,0 +1,86 @@
+"""Run summary: counts, rates, latency / service time / lateness percentiles.
+
+Latency percentiles are over *successful* requests (no error, an end time);
+errors are counted separately. Rates use the load period: first scheduled
+send to the last completion (or last scheduled send), in seconds.
+The generator is *limited* when more than 1% of sends left more than 1 ms
+after their scheduled time (perf_analyzer's rule).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+
+from .percentiles import percentile_set
+from .records import NS_PER_S, RequestArrays
+
+#: A send later than this (ms) counts as late.
+LATE_THRESHOLD_MS = 1.0
+#: Share of late sends above which the generator, not the target, is the bottleneck.
+GENERATOR_LIMITED_SHARE = 0.01
+#: Most distinct error messages listed.
+TOP_ERRORS = 10
+
+
+def load_period_ns(req: RequestArrays) -> tuple[int, int] | None:
+    """(start, end) epoch ns of the load: first scheduled send to last end; None if empty."""
+    if req.n == 0:
+        return None
+    start = int(req.scheduled_ns.min())
+    last_end = int(req.end_ns[req.has_end].max()) if req.has_end.any() else start
+    return start, max(last_end, int(req.scheduled_ns.max()))
+
+
+def lateness_summary(req: RequestArrays) -> dict:
+    """Lateness (sent − scheduled) p50/p99 in ms, late share (> 1 ms), generator_limited."""
+    lateness = req.lateness_ms[req.has_sent]
+    if len(lateness) == 0:
+        return {"p50_ms": None, "p99_ms": None, "late_share": 0.0, "generator_limited": False}
+    late_share = float(np.mean(lateness > LATE_THRESHOLD_MS))
+    return {
+        "p50_ms": float(np.quantile(lateness, 0.5, method="inverted_cdf")),
+        "p99_ms": float(np.quantile(lateness, 0.99, method="inverted_cdf")),
+        "late_share": late_share,
+        "generator_limited": late_share > GENERATOR_LIMITED_SHARE,
+    }
+
+
+def error_breakdown(req: RequestArrays) -> tuple[dict, list]:
+    """({kind: count}, [{"message", "count"}] for the most frequent messages)."""
+    kinds = Counter(k for k in req.error_kind[req.is_error])
+    messages = Counter(m if m is not None else "" for m in req.error[req.is_error])
+    top = [{"message": m, "count": c} for m, c in messages.most_common(TOP_ERRORS)]
+    return dict(sorted(kinds.items())), top
+
+
+def summarize(req: RequestArrays, duration_s: float | None = None) -> dict:
+    """Summary of one set of requests. ``duration_s`` defaults to their own load period."""
+    if duration_s is None:
+        period = load_period_ns(req)
+        duration_s = (period[1] - period[0]) / NS_PER_S if period else 0.0
+    errors = int(req.is_error.sum())
+    completed = int(req.is_ok.sum())
+    errors_by_kind, top_errors = error_breakdown(req)
+    per_second = (lambda count: count / duration_s) if duration_s > 0 else (lambda count: None)
+    return {
+        "requests": req.n,
+        "completed": completed,
+        "errors": errors,
+        "error_rate": errors / req.n if req.n else 0.0,
+        "errors_by_kind": errors_by_kind,
+        "top_errors": top_errors,
+        "duration_s": duration_s,
+        "offered_rps": per_second(req.n),
+        "achieved_rps": per_second(completed),
+        "latency_ms": percentile_set(req.latency_ms[req.is_ok]),
+        "service_time_ms": percentile_set(req.service_ms[req.is_ok & req.has_sent]),
+        "lateness_ms": lateness_summary(req),
+    }
+
+
+def summarize_classes(req: RequestArrays, duration_s: float) -> dict:
+    """{class name: summary} over the run's load period (shared ``duration_s``)."""
+    names = sorted({c for c in req.cls if c is not None})
+    return {name: summarize(req.subset(req.cls == name), duration_s) for name in names}

@@ -1,0 +1,69 @@
+"""The request mix: which class each request belongs to, and its body and headers.
+
+No Locust or gevent import. Class choice and bodies are seeded (same seed, same
+sequence of classes and bodies); trace ids come from a separate generator
+seeded from OS entropy, so two runs (or two workers) never share a trace id.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import random
+from dataclasses import dataclass
+
+import numpy as np
+
+from .payloads import PayloadMaker
+from .spec import RequestClass
+from .tracecontext import TRACEPARENT_HEADER, new_traceparent
+
+
+@dataclass
+class PreparedRequest:
+    """One request ready to send: class, method, path, body, headers and trace id."""
+
+    cls: RequestClass
+    body: bytes
+    headers: dict[str, str]
+    trace_id: str
+
+
+class RequestMix:
+    """Draws request classes by weight and prepares their requests.
+
+    Not thread-safe: one mix per event loop.
+    """
+
+    def __init__(self, classes: tuple[RequestClass, ...], seed: int,
+                 trace_rng: random.Random | None = None):
+        if not classes:
+            raise ValueError("a request mix needs at least one class")
+        self.classes = classes
+        streams = np.random.SeedSequence(seed).spawn(len(classes) + 1)
+        self._choice_rng = random.Random(int(streams[0].generate_state(1)[0]))
+        self._makers = [PayloadMaker(c.payload, np.random.default_rng(s))
+                        for c, s in zip(classes, streams[1:])]
+        self._cumulative = list(itertools.accumulate(c.weight for c in classes))
+        self._base_headers = [_base_headers(c, m) for c, m in zip(classes, self._makers)]
+        self._trace_rng = trace_rng if trace_rng is not None else random.Random()
+
+    def draw_class(self) -> int:
+        """Index of one class in ``classes``, with probability weight / sum of weights."""
+        point = self._choice_rng.random() * self._cumulative[-1]
+        return min(bisect.bisect_right(self._cumulative, point), len(self.classes) - 1)
+
+    def prepare(self, index: int) -> PreparedRequest:
+        """Body, headers (with a new sampled ``traceparent``) and trace id for class ``index``."""
+        traceparent, trace_id = new_traceparent(self._trace_rng)
+        headers = dict(self._base_headers[index])
+        headers[TRACEPARENT_HEADER] = traceparent
+        return PreparedRequest(self.classes[index], self._makers[index].make(), headers, trace_id)
+
+
+def _base_headers(cls: RequestClass, maker: PayloadMaker) -> dict[str, str]:
+    """The class's own headers, plus a Content-Type matching its payload when it sets none."""
+    headers = dict(cls.headers)
+    if maker.content_type and not any(k.lower() == "content-type" for k in headers):
+        headers["Content-Type"] = maker.content_type
+    return headers

@@ -1,0 +1,180 @@
+"""Per-request records and the live statistics shown while a run is going.
+
+No Locust or gevent import. :class:`Recorder` appends one row per request, in
+:data:`tailscope.rundir.schema.REQUESTS_SCHEMA` column order, to a sink with
+``append(*values)`` (a :class:`tailscope.rundir.Appender`), and keeps live
+statistics over a recent window with bounded memory: one log-bucketed latency
+histogram (2 % relative precision) per second of the window, plus counters.
+
+Latency is measured from the scheduled send time (``end - scheduled``), so time
+a request spent waiting in the generator counts (no coordinated omission).
+Requests that were never sent (``dropped``) count as errors and late, but have
+no latency and stay out of the percentiles.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+#: A request is "late" when it left the generator more than this after its
+#: scheduled time.
+LATE_THRESHOLD_NS = 1_000_000
+#: Default length of the window for live percentiles, seconds.
+LIVE_WINDOW_S = 10
+
+NS_PER_S = 1_000_000_000
+_HIST_FLOOR_NS = 1_000  # 1 µs: everything below shares the first bucket
+_HIST_GROWTH = 1.02  # bucket upper bound / lower bound
+_HIST_BUCKETS = 1200  # 1 µs * 1.02**1200 ≈ 2e10 µs: beyond any timeout
+_INV_LOG_GROWTH = 1.0 / math.log(_HIST_GROWTH)
+
+
+def latency_bucket(latency_ns: int) -> int:
+    """Histogram bucket of a latency (ns): log-spaced, 2 % wide, clamped to the range."""
+    if latency_ns <= _HIST_FLOOR_NS:
+        return 0
+    index = int(math.log(latency_ns / _HIST_FLOOR_NS) * _INV_LOG_GROWTH)
+    return min(index, _HIST_BUCKETS - 1)
+
+
+def bucket_value_ms(index: int) -> float:
+    """Representative latency of a bucket, ms (geometric middle of its bounds)."""
+    return _HIST_FLOOR_NS * _HIST_GROWTH ** (index + 0.5) / 1e6
+
+
+@dataclass
+class LiveStats:
+    """Statistics over the last ``window_s`` seconds of completed requests."""
+
+    window_s: int
+    count: int  # requests ended in the window (dropped ones included)
+    errors: int
+    rate_last_s: float  # requests ended during the last complete second, per second
+    p50_ms: float | None  # latency from scheduled send; None when no latency in the window
+    p99_ms: float | None
+    late_share: float  # share of requests sent (or dropped) more than 1 ms late
+
+
+class _SecondSlot:
+    """Counters and latency histogram for requests that ended in one epoch second."""
+
+    __slots__ = ("second", "count", "errors", "late", "histogram")
+
+    def __init__(self):
+        self.second = -1
+        self.count = 0
+        self.errors = 0
+        self.late = 0
+        self.histogram = np.zeros(_HIST_BUCKETS, dtype=np.int64)
+
+    def reset(self, second: int) -> None:
+        self.second = second
+        self.count = self.errors = self.late = 0
+        self.histogram[:] = 0
+
+
+class WindowedStats:
+    """Counts, error and lateness shares, and latency percentiles over the last
+    ``window_s`` seconds. Memory: ``window_s + 1`` histograms of 1200 counters."""
+
+    def __init__(self, window_s: int = LIVE_WINDOW_S):
+        if window_s < 1:
+            raise ValueError(f"window_s must be >= 1, got {window_s!r}")
+        self.window_s = window_s
+        self._slots = [_SecondSlot() for _ in range(window_s + 1)]
+
+    def add(self, end_ns: int, latency_ns: int | None, late: bool, error: bool) -> None:
+        """Count one request that ended at ``end_ns`` (epoch ns)."""
+        second = end_ns // NS_PER_S
+        slot = self._slots[second % len(self._slots)]
+        if slot.second != second:
+            if second < slot.second:
+                return  # older than the window: already out of the live view
+            slot.reset(second)
+        slot.count += 1
+        slot.errors += error
+        slot.late += late
+        if latency_ns is not None:
+            slot.histogram[latency_bucket(latency_ns)] += 1
+
+    def snapshot(self, now_ns: int) -> LiveStats:
+        """Statistics for the ``window_s`` seconds up to ``now_ns`` (epoch ns)."""
+        now_s = now_ns // NS_PER_S
+        recent = [s for s in self._slots if now_s - self.window_s < s.second <= now_s]
+        count = sum(s.count for s in recent)
+        late = sum(s.late for s in recent)
+        last_complete = [s.count for s in recent if s.second == now_s - 1]
+        histogram = sum((s.histogram for s in recent), np.zeros(_HIST_BUCKETS, dtype=np.int64))
+        return LiveStats(
+            window_s=self.window_s,
+            count=count,
+            errors=sum(s.errors for s in recent),
+            rate_last_s=float(last_complete[0]) if last_complete else 0.0,
+            p50_ms=_percentile_ms(histogram, 0.50),
+            p99_ms=_percentile_ms(histogram, 0.99),
+            late_share=late / count if count else 0.0,
+        )
+
+
+def _percentile_ms(histogram: np.ndarray, q: float) -> float | None:
+    """The ``q`` quantile (0..1) of a bucket histogram, ms; None when it is empty."""
+    total = int(histogram.sum())
+    if total == 0:
+        return None
+    rank = max(1, math.ceil(q * total))
+    index = int(np.searchsorted(np.cumsum(histogram), rank, side="left"))
+    return bucket_value_ms(index)
+
+
+class Recorder:
+    """Writes one row per request to ``sink`` and keeps run totals and live stats.
+
+    Not thread-safe on its own: call it from one thread (the generator's event
+    loop); the sink may flush from another thread.
+    """
+
+    def __init__(self, sink, *, worker: int = 0, window_s: int = LIVE_WINDOW_S):
+        self.sink = sink
+        self.worker = worker
+        self.live = WindowedStats(window_s)
+        self.recorded = 0  # rows written
+        self.sent = 0  # rows whose request left the generator
+        self.errors = 0  # rows with an error kind
+
+    def record(
+        self,
+        scheduled_ns: int,
+        sent_ns: int | None,
+        end_ns: int,
+        first_byte_ns: int | None,
+        cls: str,
+        status: int,
+        bytes_out: int,
+        bytes_in: int,
+        trace_id: str | None,
+        error_kind: str | None,
+        error: str | None,
+        chunks: int = 0,
+        max_gap_ns: int | None = None,
+    ) -> None:
+        """Append one request's row. Times are epoch ns; ``sent_ns`` is None for
+        a request that was never sent (``error_kind`` ``dropped``)."""
+        self.sink.append(
+            scheduled_ns, sent_ns, end_ns, first_byte_ns, cls, status, bytes_out, bytes_in,
+            trace_id, error_kind, error, chunks, max_gap_ns, self.worker,
+        )
+        self.recorded += 1
+        is_error = error_kind is not None
+        self.errors += is_error
+        if sent_ns is None:
+            self.live.add(end_ns, None, True, is_error)
+            return
+        self.sent += 1
+        self.live.add(end_ns, end_ns - scheduled_ns, sent_ns - scheduled_ns > LATE_THRESHOLD_NS, is_error)
+
+    def snapshot(self, now_ns: int) -> LiveStats:
+        """Live statistics up to ``now_ns`` (epoch ns)."""
+        return self.live.snapshot(now_ns)

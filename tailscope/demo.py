@@ -1,0 +1,26 @@
+"""``tailscope demo``: the reference target, started for one run and stopped after it."""
+
+from __future__ import annotations
+
+import os
+
+from .children import Child, ChildGroup, python_module
+
+
+def launch_reference_target(children: ChildGroup, receiver_port: int, run_dir: str) -> tuple[Child, str]:
+    """Start the reference target on a free loopback port, exporting its spans
+    to the run's receiver. Returns the child and the target's base URL."""
+    env = {
+        "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{receiver_port}",
+        "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
+        # Export spans promptly so the report sees them without a long grace period.
+        "OTEL_BSP_SCHEDULE_DELAY": "200",
+        "OTEL_BSP_MAX_QUEUE_SIZE": "65536",
+    }
+    child = children.start(
+        Child("reference target",
+              python_module("tailscope.target", "--host", "127.0.0.1", "--port", "0"),
+              env=env, log_path=os.path.join(run_dir, "target.log")),
+        wait_listening=True,
+    )
+    return child, f"http://127.0.0.1:{child.port}"

@@ -1,0 +1,141 @@
+"""What the user sees in the terminal: live progress and the end-of-run summary.
+
+On a terminal, progress is a live panel (rich); elsewhere (CI logs) it is one
+plain line every ``PLAIN_PROGRESS_INTERVAL_S`` seconds.
+"""
+
+from __future__ import annotations
+
+import time
+
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+PLAIN_PROGRESS_INTERVAL_S = 5.0
+
+
+class ProgressDisplay:
+    """Receives loadgen ``Progress`` snapshots (about once a second) and shows them."""
+
+    def __init__(self, console: Console, title: str):
+        self.console = console
+        self.title = title
+        self.live: Live | None = None
+        self._last_plain = 0.0
+
+    def __enter__(self) -> "ProgressDisplay":
+        if self.console.is_terminal:
+            self.live = Live(self._table(None), console=self.console, refresh_per_second=4,
+                             transient=False)
+            self.live.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.live is not None:
+            self.live.__exit__(*exc)
+
+    def update(self, progress) -> None:
+        if self.live is not None:
+            self.live.update(self._table(progress))
+            return
+        now = time.monotonic()
+        if now - self._last_plain >= PLAIN_PROGRESS_INTERVAL_S:
+            self._last_plain = now
+            self.console.print(_plain_line(progress), highlight=False)
+
+    def _table(self, progress) -> Table:
+        table = Table(title=self.title, show_header=True, expand=False)
+        for column in ("elapsed", "remaining", "req/s", "P50", "P99", "errors", "in flight", "late >1ms"):
+            table.add_column(column, justify="right")
+        if progress is not None:
+            table.add_row(*_cells(progress))
+        return table
+
+
+def _cells(p) -> list[str]:
+    return [
+        f"{p.elapsed_s:5.0f} s",
+        f"{p.remaining_s:5.0f} s",
+        f"{p.rps:7.1f}",
+        _ms(p.p50_ms),
+        _ms(p.p99_ms),
+        f"{p.errors}",
+        f"{p.in_flight}",
+        f"{100 * p.late_share:.1f}%",
+    ]
+
+
+def _plain_line(p) -> str:
+    c = _cells(p)
+    return (f"[{c[0].strip()} / -{c[1].strip()}] {c[2].strip()} req/s  P50 {c[3]}  P99 {c[4]}  "
+            f"errors {c[5]}  in flight {c[6]}  late {c[7]}")
+
+
+def _ms(value) -> str:
+    return "—" if value is None else f"{value:.1f} ms"
+
+
+def print_summary(console: Console, analysis: dict, paths: dict) -> None:
+    """The end-of-run summary: verdict, headline percentiles, spikes, where the report is."""
+    summary = analysis.get("summary", {})
+    verdict = analysis.get("verdict", {})
+    run = analysis.get("run", {})
+    passed = verdict.get("passed", True)
+    console.rule("tailscope")
+    if run.get("incomplete"):
+        console.print(f"[yellow]{run.get('incomplete_reason', 'incomplete run')}[/]")
+    console.print(
+        f"{summary.get('requests', 0)} requests, {summary.get('errors', 0)} errors "
+        f"({100 * (summary.get('error_rate') or 0):.2f}%), achieved {summary.get('achieved_rps', 0):.1f} "
+        f"of {summary.get('offered_rps', 0):.1f} req/s offered"
+    )
+    table = Table(show_header=True)
+    table.add_column("latency (from scheduled send)")
+    for key in ("p50", "p90", "p95", "p99", "p999", "max"):
+        table.add_column(key.upper(), justify="right")
+    latency = summary.get("latency_ms", {})
+    table.add_row("ms", *[_pct_cell(latency.get(k)) for k in ("p50", "p90", "p95", "p99", "p999", "max")])
+    console.print(table)
+    for warning in analysis.get("warnings", []):
+        console.print(f"[yellow]warning:[/] {warning}", highlight=False)
+    for spike in analysis.get("spikes", []):
+        causes = spike.get("causes") or []
+        top = causes[0] if causes else {"kind": "unexplained", "confidence": 0}
+        console.print(
+            f"spike {_clock(spike.get('start_ns'))}–{_clock(spike.get('end_ns'))}: P99 "
+            f"{spike.get('p99_ms', 0):.0f} ms vs {spike.get('baseline_p99_ms', 0):.0f} ms baseline; "
+            f"top cause [bold]{top.get('kind')}[/] ({100 * (top.get('confidence') or 0):.0f}%)",
+            highlight=False,
+        )
+    for slo in verdict.get("slos", []):
+        mark = "[green]PASS[/]" if slo.get("passed") else "[red]FAIL[/]"
+        console.print(f"  {mark} {slo.get('slo')}  (observed {_observed(slo.get('observed'))})",
+                      highlight=False)
+    console.print("[bold green]PASSED[/]" if passed else "[bold red]FAILED[/]")
+    for name, path in paths.items():
+        console.print(f"{name}: {path}", highlight=False, soft_wrap=True)
+
+
+def _pct_cell(entry) -> str:
+    if entry is None:
+        return "—"
+    if isinstance(entry, dict):
+        value = entry.get("value_ms", entry.get("value"))
+        if value is None:
+            return "—"
+        mark = "" if entry.get("claimed", True) else "*"
+        return f"{value:.1f}{mark}"
+    return f"{entry:.1f}"
+
+
+def _observed(value) -> str:
+    if value is None:
+        return "n/a"
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def _clock(ns) -> str:
+    if ns is None:
+        return "?"
+    return time.strftime("%H:%M:%S", time.gmtime(ns / 1e9))

@@ -1,0 +1,120 @@
+"""Scenario files: valid ones load; every bad one fails with file, line and field."""
+
+import textwrap
+
+import pytest
+
+from tailscope.scenario import ScenarioError, load_scenario, parse_duration_s, parse_scenario
+
+GOOD = textwrap.dedent("""\
+    name: t
+    target: http://127.0.0.1:8000
+    duration: 30s
+    arrival:
+      process: poisson
+      rate: 50
+    classes:
+      - name: short
+        weight: 3
+        path: /v1/infer/text
+        payload:
+          kind: json_text
+          size: {dist: lognormal, median: 100, sigma: 0.5, max: 4000}
+      - name: image
+        path: /v1/infer/image
+        payload: {kind: random_bytes, size: 1024}
+    slo:
+      - p99 < 250ms
+      - error_rate < 1%
+    """)
+
+
+def bad(text_or_edit, **kw):
+    text = text_or_edit if "\n" in text_or_edit else GOOD
+    with pytest.raises(ScenarioError) as info:
+        parse_scenario(text, "bad.yaml", **kw)
+    return info.value
+
+
+def test_good_scenario_loads_with_typed_values():
+    s = parse_scenario(GOOD, "good.yaml")
+    assert s.target == "http://127.0.0.1:8000"
+    assert s.duration_s == 30.0
+    assert s.arrival.process == "poisson" and s.arrival.rate == 50
+    assert [c.name for c in s.classes] == ["short", "image"]
+    assert s.classes[0].payload.size.dist == "lognormal"
+    assert s.classes[1].payload.size.value == 1024
+    assert s.slos == ["p99 < 250ms", "error_rate < 1%"]
+    plan = s.load_plan(duration_s=5)
+    assert plan.duration_s == 5 and plan.target == "http://127.0.0.1:8000"
+
+
+def test_unknown_field_names_file_line_and_field():
+    err = bad(GOOD.replace("    weight: 3\n", "    weight: 3\n    wieght: 4\n"))
+    assert err.file == "bad.yaml" and err.line == 10 and err.field == "classes[0].wieght"
+    assert str(err).startswith("bad.yaml:10: classes[0].wieght: unknown field")
+
+
+def test_wrong_type_is_named():
+    err = bad(GOOD.replace("rate: 50", "rate: fast"))
+    assert (err.line, err.field) == (6, "arrival.rate")
+    assert "expected a number" in err.message
+
+
+def test_bad_rate_is_named():
+    err = bad(GOOD.replace("rate: 50", "rate: -5"))
+    assert (err.line, err.field) == (6, "arrival.rate")
+    assert "positive" in err.message
+
+
+def test_missing_target_is_named():
+    err = bad(GOOD.replace("target: http://127.0.0.1:8000\n", ""))
+    assert err.field == "(top level)" and "target: missing" in err.message and err.line == 1
+
+
+def test_missing_target_given_on_command_line_is_fine():
+    s = parse_scenario(GOOD.replace("target: http://127.0.0.1:8000\n", ""), "x.yaml",
+                       target_override="http://localhost:9000")
+    assert s.target == "http://localhost:9000"
+
+
+def test_bad_slo_is_named():
+    err = bad(GOOD.replace("p99 < 250ms", "p99 < fast"))
+    assert (err.line, err.field) == (18, "slo[0]")
+
+
+def test_bad_weight_and_size_distribution():
+    assert bad(GOOD.replace("weight: 3", "weight: 0")).field == "classes[0].weight"
+    err = bad(GOOD.replace("dist: lognormal", "dist: zipf"))
+    assert err.field == "classes[0].payload.size.dist" and err.line == 13
+
+
+def test_yaml_syntax_error_has_line():
+    err = bad("name: x\narrival: [\n")
+    assert err.field == "(syntax)" and err.line >= 2
+
+
+def test_duplicate_key_is_an_error():
+    err = bad(GOOD.replace("duration: 30s", "duration: 30s\nduration: 40s"))
+    assert err.line == 4 and "duplicate" in err.message
+
+
+def test_unreadable_file(tmp_path):
+    with pytest.raises(ScenarioError) as info:
+        load_scenario(tmp_path / "nope.yaml")
+    assert "cannot read scenario" in str(info.value)
+
+
+@pytest.mark.parametrize("text,seconds", [("60s", 60), ("2m", 120), ("250ms", 0.25), (5, 5), ("1.5h", 5400)])
+def test_durations(text, seconds):
+    assert parse_duration_s(text) == seconds
+
+
+def test_shipped_scenarios_are_valid():
+    from importlib import resources
+
+    files = [f for f in resources.files("tailscope.scenarios").iterdir() if f.name.endswith(".yaml")]
+    assert files
+    for f in files:
+        with resources.as_file(f) as path:
+            load_scenario(path, require_target=False)

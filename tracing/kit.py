@@ -1,0 +1,296 @@
+"""The tailscope instrumentation kit: what a Python inference service imports to be explained.
+
+One call sets up tracing (:func:`setup_tracing`); a middleware opens the SERVER
+span of each request (:class:`TraceContextMiddleware`, :func:`wsgi_middleware`);
+helpers emit the stage spans tailscope's analyzers decompose latency into
+(``preprocess``, ``queue_wait``, ``batch_wait``, ``inference``,
+``postprocess``), the ``batch`` span of a dynamic batcher, queue-depth
+attributes, and GC pauses (:class:`GcPauseReporter`). Span names and
+attributes follow docs/architecture.md ("Span conventions").
+
+All explicit times are epoch nanoseconds (int64), as in OTLP. The kit never
+touches the global tracer provider: the provider is returned and passed on.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any
+
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor, SpanExporter
+from opentelemetry.trace import Link, Span, SpanContext, SpanKind
+
+from tailscope.tracing.gc_events import GC_PAUSE_SPAN, GcPauseReporter
+from tailscope.tracing.kit_http import (
+    INSTRUMENTATION_NAME,
+    SERVER_SPAN_SCOPE_KEY,
+    TRACE_CONTEXT_SCOPE_KEY,
+    TraceContextMiddleware,
+    record_failure,
+    wsgi_middleware,
+)
+
+__all__ = [
+    "BATCH",
+    "BATCH_WAIT",
+    "DEFAULT_OTLP_ENDPOINT",
+    "GC_PAUSE_SPAN",
+    "INFERENCE",
+    "POSTPROCESS",
+    "PREPROCESS",
+    "QUEUE_WAIT",
+    "SERVER_SPAN_SCOPE_KEY",
+    "TRACE_CONTEXT_SCOPE_KEY",
+    "GcPauseReporter",
+    "TraceContextMiddleware",
+    "batch_span",
+    "batch_wait",
+    "get_tracer",
+    "inference",
+    "postprocess",
+    "preprocess",
+    "queue_attributes",
+    "queue_wait",
+    "record_stage",
+    "resolve_traces_endpoint",
+    "set_queue_depth",
+    "setup_tracing",
+    "span_context_of",
+    "stage",
+    "wsgi_middleware",
+]
+
+#: Stage span names (docs/architecture.md, "Span conventions").
+PREPROCESS = "preprocess"
+QUEUE_WAIT = "queue_wait"
+BATCH_WAIT = "batch_wait"
+INFERENCE = "inference"
+POSTPROCESS = "postprocess"
+BATCH = "batch"
+
+#: Where spans go when neither an endpoint nor the OTEL_EXPORTER_OTLP_* variables say otherwise.
+DEFAULT_OTLP_ENDPOINT = "http://127.0.0.1:4318"
+_TRACES_PATH = "/v1/traces"
+
+#: BatchSpanProcessor settings used unless the standard OTEL_BSP_* variables set them:
+#: export at least once a second (the run directory is flushed as often), and
+#: queue enough spans for a few seconds of a few hundred requests/s.
+_BATCH_PROCESSOR_DEFAULTS = {
+    "OTEL_BSP_SCHEDULE_DELAY": ("schedule_delay_millis", 1000),
+    "OTEL_BSP_MAX_QUEUE_SIZE": ("max_queue_size", 16384),
+}
+
+
+# --------------------------------------------------------------------------- setup
+
+
+def resolve_traces_endpoint(endpoint: str | None, environ: Mapping[str, str] = os.environ) -> str:
+    """The full OTLP/HTTP traces URL to export to.
+
+    ``endpoint`` is a base URL (``http://host:4318``) or a full traces URL
+    (ending in ``/v1/traces``). When it is None the standard variables decide:
+    ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` (used as is), then
+    ``OTEL_EXPORTER_OTLP_ENDPOINT`` (base URL), then :data:`DEFAULT_OTLP_ENDPOINT`.
+    """
+    if endpoint is None:
+        traces_endpoint = environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+        if traces_endpoint:
+            return traces_endpoint
+        endpoint = environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or DEFAULT_OTLP_ENDPOINT
+    if endpoint.rstrip("/").endswith(_TRACES_PATH):
+        return endpoint
+    return endpoint.rstrip("/") + _TRACES_PATH
+
+
+def _batch_processor_settings(environ: Mapping[str, str]) -> dict[str, int]:
+    return {kwarg: value for variable, (kwarg, value) in _BATCH_PROCESSOR_DEFAULTS.items() if variable not in environ}
+
+
+def setup_tracing(
+    service_name: str,
+    endpoint: str | None = None,
+    *,
+    resource_attributes: Mapping[str, Any] | None = None,
+    exporter: SpanExporter | None = None,
+) -> TracerProvider:
+    """Create a TracerProvider exporting this process's spans; it is returned, never set globally.
+
+    The resource carries ``service.name`` and ``process.pid`` (plus
+    ``resource_attributes`` and anything in ``OTEL_RESOURCE_ATTRIBUTES``).
+    Without ``exporter``, spans go through a BatchSpanProcessor (exports at
+    least once a second unless ``OTEL_BSP_SCHEDULE_DELAY`` says otherwise) to an
+    OTLP/HTTP protobuf exporter at :func:`resolve_traces_endpoint` (``endpoint``).
+    With ``exporter`` (e.g. an ``InMemorySpanExporter`` in tests) each span is
+    handed to it synchronously when it ends (SimpleSpanProcessor).
+
+    Call ``provider.shutdown()`` before exiting: it flushes queued spans.
+    """
+    attributes = {**(resource_attributes or {}), "service.name": service_name, "process.pid": os.getpid()}
+    provider = TracerProvider(resource=Resource.create(attributes))
+    if exporter is not None:
+        provider.add_span_processor(SimpleSpanProcessor(exporter))
+    else:
+        otlp = OTLPSpanExporter(endpoint=resolve_traces_endpoint(endpoint))
+        provider.add_span_processor(BatchSpanProcessor(otlp, **_batch_processor_settings(os.environ)))
+    return provider
+
+
+def get_tracer(tracer_provider: trace.TracerProvider) -> trace.Tracer:
+    """The kit's tracer from ``tracer_provider`` (instrumentation scope ``tailscope.tracing.kit``)."""
+    return tracer_provider.get_tracer(INSTRUMENTATION_NAME)
+
+
+# --------------------------------------------------------------------------- stages
+
+
+def span_context_of(item: SpanContext | Span | otel_context.Context) -> SpanContext:
+    """The SpanContext of a SpanContext, a Span, or a Context's current span."""
+    if isinstance(item, SpanContext):
+        return item
+    if isinstance(item, Span):
+        return item.get_span_context()
+    return trace.get_current_span(item).get_span_context()
+
+
+@contextmanager
+def stage(
+    tracer: trace.Tracer,
+    name: str,
+    *,
+    parent: otel_context.Context | None = None,
+    links: Iterable[Link] | None = None,
+    **attributes: Any,
+) -> Iterator[Span]:
+    """Time a stage as an INTERNAL span named ``name``, made current while the block runs.
+
+    The span is a child of ``parent`` (default: the current context, e.g. the
+    SERVER span opened by the middleware). Keyword arguments become span
+    attributes; pass dotted names as ``**{"batch.size": 4}``. An exception
+    leaving the block is recorded on the span (status ERROR) and re-raised.
+    """
+    with tracer.start_as_current_span(
+        name, context=parent, kind=SpanKind.INTERNAL, attributes=attributes or None, links=links
+    ) as span:
+        yield span
+
+
+def preprocess(tracer: trace.Tracer, *, parent: otel_context.Context | None = None, **attributes: Any):
+    """:func:`stage` named ``preprocess`` (decode, tokenise, resize)."""
+    return stage(tracer, PREPROCESS, parent=parent, **attributes)
+
+
+def queue_wait(tracer: trace.Tracer, *, parent: otel_context.Context | None = None, **attributes: Any):
+    """:func:`stage` named ``queue_wait`` (enqueue → picked into a batch); see :func:`record_stage`
+    for the usual case where enqueue and pick happen on different threads."""
+    return stage(tracer, QUEUE_WAIT, parent=parent, **attributes)
+
+
+def batch_wait(tracer: trace.Tracer, *, parent: otel_context.Context | None = None, **attributes: Any):
+    """:func:`stage` named ``batch_wait`` (picked into a batch → batch starts executing)."""
+    return stage(tracer, BATCH_WAIT, parent=parent, **attributes)
+
+
+def inference(
+    tracer: trace.Tracer,
+    *,
+    parent: otel_context.Context | None = None,
+    links: Iterable[Link] | None = None,
+    **attributes: Any,
+):
+    """:func:`stage` named ``inference``; give it ``**{"batch.size": n, "batch.id": i}`` and a link to the batch span."""
+    return stage(tracer, INFERENCE, parent=parent, links=links, **attributes)
+
+
+def postprocess(tracer: trace.Tracer, *, parent: otel_context.Context | None = None, **attributes: Any):
+    """:func:`stage` named ``postprocess`` (softmax, top-k, serialisation)."""
+    return stage(tracer, POSTPROCESS, parent=parent, **attributes)
+
+
+def record_stage(
+    tracer: trace.Tracer,
+    name: str,
+    start_ns: int,
+    end_ns: int,
+    parent_context: otel_context.Context | None,
+    attributes: Mapping[str, Any] | None = None,
+    *,
+    links: Iterable[Link] | None = None,
+) -> SpanContext:
+    """Emit an already-finished INTERNAL span with explicit epoch-ns times; return its SpanContext.
+
+    For stages whose start was observed on another thread or earlier, e.g.
+    ``queue_wait`` (enqueued in the event loop, picked by the batcher).
+    ``parent_context`` None means the current context. Raises ValueError when
+    ``end_ns < start_ns``.
+    """
+    if end_ns < start_ns:
+        raise ValueError(f"stage {name!r} ends before it starts: start_ns={start_ns}, end_ns={end_ns}")
+    span = tracer.start_span(
+        name,
+        context=parent_context,
+        kind=SpanKind.INTERNAL,
+        attributes=dict(attributes) if attributes else None,
+        links=links,
+        start_time=start_ns,
+    )
+    span.end(end_time=end_ns)
+    return span.get_span_context()
+
+
+@contextmanager
+def batch_span(
+    tracer: trace.Tracer,
+    request_contexts: Iterable[SpanContext | Span | otel_context.Context],
+    size: int,
+    *,
+    start_ns: int | None = None,
+    **attributes: Any,
+) -> Iterator[Span]:
+    """Open the span ``batch`` in a trace of its own, linked to each request's span context.
+
+    ``request_contexts`` are the requests' ``inference`` spans (or any span,
+    SpanContext or Context per request); invalid contexts are skipped. The span
+    carries ``batch.size = size`` plus ``attributes``; it is not made current
+    (the requests' stage spans stay children of their own SERVER spans). It
+    ends when the block exits; an escaping exception is recorded on it.
+    """
+    links = [Link(ctx) for ctx in map(span_context_of, request_contexts) if ctx.is_valid]
+    span = tracer.start_span(
+        BATCH,
+        context=otel_context.Context(),
+        kind=SpanKind.INTERNAL,
+        attributes={"batch.size": size, **attributes},
+        links=links,
+        start_time=start_ns,
+    )
+    try:
+        yield span
+    except BaseException as exc:
+        record_failure(span, exc)
+        raise
+    finally:
+        span.end()
+
+
+# --------------------------------------------------------------------------- queue depth
+
+
+def queue_attributes(depth: int, capacity: int) -> dict[str, int]:
+    """``{"queue.depth": depth, "queue.capacity": capacity}`` for a ``queue_wait`` span.
+
+    ``depth`` is the number of requests waiting when this one was enqueued
+    (itself included); ``capacity`` is the bound above which requests are rejected.
+    """
+    return {"queue.depth": depth, "queue.capacity": capacity}
+
+
+def set_queue_depth(span: Span, depth: int, capacity: int) -> None:
+    """Attach ``queue.depth`` and ``queue.capacity`` (see :func:`queue_attributes`) to ``span``."""
+    span.set_attributes(queue_attributes(depth, capacity))

@@ -1,0 +1,455 @@
+"""The OTLP/HTTP receiver the harness runs during a test.
+
+Run as its own process (the conductor reads the port from the first stdout
+line, ``LISTENING <port>``)::
+
+    python -m tailscope.tracing.receiver --run-dir DIR [--host 127.0.0.1] [--port 4318]
+
+or in-process through :class:`OtlpReceiver`. Handler threads decode request
+bodies (:mod:`.otlp_decode`) and put the columns on a bounded queue; one writer
+thread appends them to the run directory:
+
+* spans → ``spans.arrow`` (SPANS_SCHEMA);
+* ``gc.pause`` spans → ``gc_pause`` rows in ``events.receiver.arrow``;
+* gauge/sum metric points → ``signals.receiver.arrow`` (series = metric name);
+* counters → ``receiver.json``, rewritten atomically every second and at stop.
+
+Streams are flushed every 0.5 s, so a ``kill -9`` loses at most that much.
+HTTP semantics follow the OTLP/HTTP spec: 200 with an empty export response in
+the request's encoding, 400 malformed, 413 too large, 415 unsupported media
+type, 404 unknown path, 503 + ``Retry-After`` when the ingest queue is full
+(the request's spans are dropped and counted; a retrying client may deliver
+them later).
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.server
+import json
+import os
+import queue
+import signal
+import sys
+import threading
+import time
+import zlib
+from dataclasses import dataclass
+from typing import Callable
+
+from google.rpc import status_pb2
+
+from tailscope.rundir import Appender, PeriodicFlusher, schema, write_json_atomic
+
+from .otlp_decode import (
+    MalformedPayload,
+    MetricPoints,
+    SpanColumns,
+    count_logs_json,
+    count_logs_protobuf,
+    decode_metrics_json,
+    decode_metrics_protobuf,
+    decode_traces_json,
+    decode_traces_protobuf,
+)
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 4318
+DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024
+DEFAULT_QUEUE_SIZE = 1024
+#: Seconds a client is asked to wait before retrying after a 503.
+RETRY_AFTER_S = 1
+#: Seconds an idle keep-alive connection is kept open.
+IDLE_CONNECTION_TIMEOUT_S = 30
+STATS_INTERVAL_S = 1.0
+RECEIVER_WRITER = "receiver"
+
+PROTOBUF = "application/x-protobuf"
+JSON = "application/json"
+
+
+class BodyTooLarge(Exception):
+    """The (decompressed) request body exceeds the configured limit."""
+
+
+class UnsupportedEncoding(Exception):
+    """A Content-Encoding other than gzip or identity."""
+
+
+@dataclass(frozen=True)
+class Route:
+    """How one OTLP path decodes each content type, and what it does with the result."""
+
+    decoders: dict[str, Callable[[bytes], object]]
+    accept: Callable[["OtlpReceiver", object], bool]  # False: queue full, answer 503
+
+
+class ReceiverStats:
+    """Thread-safe counters, reported as the ``receiver.json`` dict."""
+
+    def __init__(self, port: int):
+        self._lock = threading.Lock()
+        self._counts = {
+            "spans_received": 0,
+            "spans_stored": 0,
+            "spans_dropped": 0,
+            "gc_events": 0,
+            "requests": 0,
+            "rejected": {"malformed": 0, "oversized": 0, "unsupported": 0},
+            "metrics_points": 0,
+            "logs_records": 0,
+            "port": port,
+        }
+
+    def add(self, key: str, n: int = 1) -> None:
+        with self._lock:
+            self._counts[key] += n
+
+    def reject(self, reason: str) -> None:
+        with self._lock:
+            self._counts["rejected"][reason] += 1
+
+    def set_port(self, port: int) -> None:
+        with self._lock:
+            self._counts["port"] = port
+
+    def snapshot(self) -> dict:
+        with self._lock:
+            return {**self._counts, "rejected": dict(self._counts["rejected"])}
+
+
+def read_limited_gunzip(data: bytes, max_bytes: int) -> bytes:
+    """Gunzip ``data``, refusing to inflate beyond ``max_bytes`` (decompression bombs)."""
+    inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    try:
+        out = inflater.decompress(data, max_bytes + 1)
+    except zlib.error as exc:
+        raise MalformedPayload(f"bad gzip body: {exc}") from exc
+    if len(out) > max_bytes:
+        raise BodyTooLarge(f"gzip body inflates beyond {max_bytes} bytes")
+    if not inflater.eof:
+        raise MalformedPayload("truncated gzip body")
+    return out
+
+
+def _accept_spans(receiver: "OtlpReceiver", columns: SpanColumns) -> bool:
+    receiver.stats_counter.add("spans_received", columns.received)
+    return receiver.enqueue(columns, dropped_spans=columns.received)
+
+
+def _accept_metrics(receiver: "OtlpReceiver", points: MetricPoints) -> bool:
+    return receiver.enqueue(points, dropped_spans=0)
+
+
+def _accept_logs(receiver: "OtlpReceiver", records: int) -> bool:
+    receiver.stats_counter.add("logs_records", records)
+    return True
+
+
+ROUTES = {
+    "/v1/traces": Route({PROTOBUF: decode_traces_protobuf, JSON: decode_traces_json}, _accept_spans),
+    "/v1/metrics": Route(
+        {PROTOBUF: decode_metrics_protobuf, JSON: decode_metrics_json}, _accept_metrics
+    ),
+    "/v1/logs": Route({PROTOBUF: count_logs_protobuf, JSON: count_logs_json}, _accept_logs),
+}
+
+
+def _error_body(content_type: str, http_status: int, message: str) -> bytes:
+    """An OTLP error body: google.rpc.Status in the request's encoding."""
+    if content_type == JSON:
+        return json.dumps({"code": http_status, "message": message}).encode()
+    return status_pb2.Status(code=http_status, message=message).SerializeToString()
+
+
+class _OtlpRequestHandler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # keep-alive: the OTel exporters reuse connections
+    timeout = IDLE_CONNECTION_TIMEOUT_S
+    server_version = "tailscope-otlp"
+
+    def log_message(self, format, *args):  # noqa: A002 - base-class signature
+        """Silence per-request logging (the counters are in receiver.json)."""
+
+    def _reply(self, status: int, content_type: str, body: bytes, headers: dict | None = None):
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
+        if self.close_connection:
+            self.send_header("Connection", "close")
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _reject(self, status: int, reason: str | None, content_type: str, message: str, **headers):
+        if reason is not None:
+            self.server.receiver.stats_counter.reject(reason)
+        self._reply(status, content_type, _error_body(content_type, status, message), headers)
+
+    def do_GET(self):
+        self._discard_body()
+        self._reject(405 if self.path in ROUTES else 404, None, JSON, "only POST is supported")
+
+    def _discard_body(self) -> None:
+        """Keep the connection usable after a request we do not read: close it."""
+        if self.headers.get("Content-Length") not in (None, "0"):
+            self.close_connection = True
+
+    def do_POST(self):
+        receiver: OtlpReceiver = self.server.receiver
+        receiver.request_started()
+        try:
+            self._handle_post(receiver)
+        finally:
+            receiver.request_finished()
+
+    def _handle_post(self, receiver: "OtlpReceiver") -> None:
+        receiver.stats_counter.add("requests")
+        route = ROUTES.get(self.path.split("?", 1)[0])
+        content_type = (self.headers.get("Content-Type") or "").split(";", 1)[0].strip().lower()
+        reply_type = JSON if content_type == JSON else PROTOBUF
+        if route is None:
+            self._discard_body()
+            self._reject(404, None, reply_type, f"unknown path {self.path}")
+            return
+        if content_type not in route.decoders:
+            self._discard_body()
+            self._reject(415, "unsupported", reply_type, f"unsupported Content-Type {content_type!r}")
+            return
+        try:
+            body = self._read_body(receiver.max_body_bytes)
+            decoded = route.decoders[content_type](body)
+        except BodyTooLarge as exc:
+            self.close_connection = True
+            self._reject(413, "oversized", reply_type, str(exc))
+            return
+        except UnsupportedEncoding as exc:
+            self.close_connection = True
+            self._reject(415, "unsupported", reply_type, str(exc))
+            return
+        except (MalformedPayload, RecursionError) as exc:
+            self._reject(400, "malformed", reply_type, str(exc) or "malformed payload")
+            return
+        if not route.accept(receiver, decoded):
+            self._reject(
+                503, None, reply_type, "ingest queue full", **{"Retry-After": str(RETRY_AFTER_S)}
+            )
+            return
+        self._reply(200, reply_type, b"{}" if reply_type == JSON else b"")
+
+    def _read_body(self, max_bytes: int) -> bytes:
+        length_header = self.headers.get("Content-Length")
+        if length_header is None:
+            self.close_connection = True
+            raise MalformedPayload("Content-Length is required")
+        try:
+            length = int(length_header)
+        except ValueError as exc:
+            self.close_connection = True
+            raise MalformedPayload(f"bad Content-Length {length_header!r}") from exc
+        if length < 0:
+            self.close_connection = True
+            raise MalformedPayload(f"bad Content-Length {length}")
+        if length > max_bytes:
+            raise BodyTooLarge(f"body of {length} bytes exceeds {max_bytes}")
+        body = self.rfile.read(length)
+        if len(body) != length:
+            self.close_connection = True
+            raise MalformedPayload("body shorter than Content-Length")
+        encoding = (self.headers.get("Content-Encoding") or "identity").strip().lower()
+        if encoding == "gzip":
+            return read_limited_gunzip(body, max_bytes)
+        if encoding != "identity":
+            raise UnsupportedEncoding(f"unsupported Content-Encoding {encoding!r}")
+        return body
+
+
+class _OtlpHttpServer(http.server.ThreadingHTTPServer):
+    daemon_threads = True  # idle keep-alive connections must not block shutdown
+
+    def __init__(self, address, receiver: "OtlpReceiver"):
+        self.receiver = receiver
+        super().__init__(address, _OtlpRequestHandler)
+
+
+_STOP = object()
+
+
+class OtlpReceiver:
+    """OTLP/HTTP receiver writing into one run directory.
+
+    ``start()`` binds (port 0 picks a free one) and returns the port; ``stop()``
+    stops accepting, drains the queue, flushes and closes the streams and
+    writes ``receiver.json``. ``stats()`` returns the current counters.
+    """
+
+    def __init__(
+        self,
+        run_dir: str,
+        host: str = DEFAULT_HOST,
+        port: int = DEFAULT_PORT,
+        max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+        queue_size: int = DEFAULT_QUEUE_SIZE,
+    ):
+        if max_body_bytes <= 0 or queue_size <= 0:
+            raise ValueError("max_body_bytes and queue_size must be positive")
+        self.run_dir = run_dir
+        self.host = host
+        self.port = port
+        self.max_body_bytes = max_body_bytes
+        self.stats_counter = ReceiverStats(port)
+        self._queue: queue.Queue = queue.Queue(maxsize=queue_size)
+        self._server: _OtlpHttpServer | None = None
+        self._threads: list[threading.Thread] = []
+        self._in_flight = 0
+        self._in_flight_lock = threading.Lock()
+        self._accepting = False
+        self._spans: Appender | None = None
+        self._events: Appender | None = None
+        self._signals: Appender | None = None
+        self._flusher: PeriodicFlusher | None = None
+
+    # -- lifecycle
+
+    def start(self) -> int:
+        """Bind, open the streams, start serving; return the bound port."""
+        os.makedirs(self.run_dir, exist_ok=True)
+        self._server = _OtlpHttpServer((self.host, self.port), self)
+        self.port = self._server.server_address[1]
+        self.stats_counter.set_port(self.port)
+        self._spans = Appender(os.path.join(self.run_dir, schema.SPANS), schema.SPANS_SCHEMA)
+        self._events = Appender(
+            os.path.join(self.run_dir, schema.writer_file(schema.EVENTS, RECEIVER_WRITER)),
+            schema.EVENTS_SCHEMA,
+        )
+        self._signals = Appender(
+            os.path.join(self.run_dir, schema.writer_file(schema.SIGNALS, RECEIVER_WRITER)),
+            schema.SIGNALS_SCHEMA,
+        )
+        self._flusher = PeriodicFlusher([self._spans, self._events, self._signals]).start()
+        self._write_stats()
+        self._accepting = True
+        self._threads = [
+            threading.Thread(target=self._write_loop, name="otlp-writer", daemon=True),
+            threading.Thread(target=self._server.serve_forever, name="otlp-http", daemon=True),
+        ]
+        for thread in self._threads:
+            thread.start()
+        return self.port
+
+    def stop(self, drain_timeout_s: float = 5.0) -> None:
+        """Stop accepting, finish in-flight requests, drain, flush, close, write stats."""
+        if self._server is None:
+            return
+        self._accepting = False
+        self._server.shutdown()
+        self._server.server_close()
+        deadline = time.monotonic() + drain_timeout_s
+        while self._in_flight and time.monotonic() < deadline:
+            time.sleep(0.01)
+        self._queue.put(_STOP)
+        writer, http_thread = self._threads
+        writer.join(timeout=max(0.1, deadline - time.monotonic()))
+        http_thread.join(timeout=1.0)
+        self._flusher.stop()
+        self._write_stats()
+        self._server = None
+
+    def stats(self) -> dict:
+        """Current counters (the ``receiver.json`` content)."""
+        snapshot = self.stats_counter.snapshot()
+        if self._flusher is not None and self._flusher.error is not None:
+            snapshot["write_error"] = str(self._flusher.error)
+        return snapshot
+
+    # -- called by handler threads
+
+    def request_started(self) -> None:
+        with self._in_flight_lock:
+            self._in_flight += 1
+
+    def request_finished(self) -> None:
+        with self._in_flight_lock:
+            self._in_flight -= 1
+
+    def enqueue(self, item, dropped_spans: int) -> bool:
+        """Queue decoded columns for the writer; False (and count drops) when full."""
+        if self._accepting:
+            try:
+                self._queue.put_nowait(item)
+                return True
+            except queue.Full:
+                pass
+        self.stats_counter.add("spans_dropped", dropped_spans)
+        return False
+
+    # -- writer thread
+
+    def _write_loop(self) -> None:
+        next_stats = time.monotonic() + STATS_INTERVAL_S
+        while True:
+            try:
+                item = self._queue.get(timeout=0.25)
+            except queue.Empty:
+                item = None
+            if item is _STOP:
+                return
+            if item is not None:
+                self._store(item)
+            if time.monotonic() >= next_stats:
+                self._write_stats()
+                next_stats += STATS_INTERVAL_S
+
+    def _store(self, item) -> None:
+        if isinstance(item, SpanColumns):
+            if item.span_count:
+                self._spans.append_columns(item.span_dict())
+                self.stats_counter.add("spans_stored", item.span_count)
+            for row in item.event_rows:
+                self._events.append(*row)
+            self.stats_counter.add("gc_events", len(item.event_rows))
+        elif isinstance(item, MetricPoints):
+            self._signals.append_columns(
+                {"t_ns": item.t_ns, "series": item.series, "value": item.value}
+            )
+            self.stats_counter.add("metrics_points", len(item))
+
+    def _write_stats(self) -> None:
+        write_json_atomic(os.path.join(self.run_dir, schema.RECEIVER_STATS), self.stats())
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m tailscope.tracing.receiver",
+        description="OTLP/HTTP receiver writing spans into a tailscope run directory.",
+    )
+    parser.add_argument("--run-dir", required=True, help="run directory to write into")
+    parser.add_argument("--host", default=DEFAULT_HOST, help="bind address (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=DEFAULT_PORT, help="0 picks a free port")
+    parser.add_argument("--max-body-bytes", type=int, default=DEFAULT_MAX_BODY_BYTES)
+    parser.add_argument("--queue-size", type=int, default=DEFAULT_QUEUE_SIZE,
+                        help="requests waiting for the writer before 503")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Serve until SIGTERM/SIGINT, then drain and exit 0."""
+    args = parse_args(argv)
+    receiver = OtlpReceiver(args.run_dir, args.host, args.port, args.max_body_bytes, args.queue_size)
+    stop_requested = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop_requested.set())
+    try:
+        port = receiver.start()
+    except OSError as exc:
+        print(f"receiver: cannot listen on {args.host}:{args.port}: {exc}", file=sys.stderr)
+        return 2
+    print(f"LISTENING {port}", flush=True)
+    while not stop_requested.wait(0.5):
+        pass
+    receiver.stop()
+    return 1 if "write_error" in receiver.stats() else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,84 @@
+"""The sampler plug-in interface and the cheap file reads samplers share.
+
+A sampler is a small object with a ``name``, a ``probe()`` that says whether
+it can run here (``None``) or why not (a one-line reason), a ``series()`` map
+of what it emits, and a ``read(now_ns)`` that returns ``(series, value)``
+pairs for one tick. Counters are cumulative values (never deltas), gauges are
+instantaneous; units are in each :class:`SeriesMeta`.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Iterable, Literal, Protocol, runtime_checkable
+
+GAUGE = "gauge"
+COUNTER = "counter"
+
+#: /proc times are in clock ticks (USER_HZ); this converts them to seconds.
+CLOCK_TICKS_PER_S = os.sysconf("SC_CLK_TCK")
+
+#: Bytes asked for per read(2); kernel files larger than this take more reads.
+_READ_CHUNK = 64 * 1024
+
+
+@dataclass(frozen=True)
+class SeriesMeta:
+    """What one series means: ``unit`` (e.g. "s", "bytes", "count"), ``kind``
+    ("gauge" instantaneous or "counter" cumulative) and a one-line description."""
+
+    unit: str
+    kind: Literal["gauge", "counter"]
+    description: str
+
+
+@runtime_checkable
+class Sampler(Protocol):
+    """One source of signals (see module docstring)."""
+
+    name: str
+
+    def probe(self) -> str | None:
+        """None if this sampler can run here, else a one-line reason why not."""
+
+    def series(self) -> dict[str, SeriesMeta]:
+        """Every series this sampler may emit, with its meaning."""
+
+    def read(self, now_ns: int) -> Iterable[tuple[str, float]]:
+        """One tick's values; ``now_ns`` is the tick time in epoch ns."""
+
+
+def read_text(path: str) -> str:
+    """Read a small kernel file with one open/read/close (no buffering layers)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        chunks = []
+        while data := os.read(fd, _READ_CHUNK):
+            chunks.append(data)
+        return b"".join(chunks).decode("ascii", "replace")
+    finally:
+        os.close(fd)
+
+
+def parse_key_value_lines(text: str) -> dict[str, int]:
+    """Parse ``key value`` lines (cpu.stat, vmstat, memory.events) into ints.
+
+    Lines that do not have exactly an integer second field are skipped, so a
+    kernel that adds a differently-shaped line does not break the parse.
+    """
+    out: dict[str, int] = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[1].lstrip("-").isdigit():
+            out[parts[0]] = int(parts[1])
+    return out
+
+
+def probe_readable(path: str) -> str | None:
+    """None if ``path`` can be read, else a one-line reason."""
+    try:
+        read_text(path)
+    except OSError as exc:
+        return f"cannot read {path}: {exc.strerror or exc}"
+    return None
