@@ -141,8 +141,9 @@ class Recorder:
         self.worker = worker
         self.live = WindowedStats(window_s)
         self.recorded = 0  # rows written
-        self.sent = 0  # rows whose request left the generator
-        self.errors = 0  # rows with an error kind
+        self.completed = 0  # rows of requests that were sent and ended (reply, error or timeout)
+        self.dropped = 0  # rows of requests that were never sent
+        self.errors = 0  # rows with an error kind (dropped ones included)
 
     def record(
         self,
@@ -170,9 +171,10 @@ class Recorder:
         is_error = error_kind is not None
         self.errors += is_error
         if sent_ns is None:
+            self.dropped += 1
             self.live.add(end_ns, None, True, is_error)
             return
-        self.sent += 1
+        self.completed += 1
         self.live.add(end_ns, end_ns - scheduled_ns, sent_ns - scheduled_ns > LATE_THRESHOLD_NS, is_error)
 
     def snapshot(self, now_ns: int) -> LiveStats:

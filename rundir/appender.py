@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import threading
-import time
 from typing import Iterable, Sequence
 
 import pyarrow as pa
@@ -119,8 +118,7 @@ class PeriodicFlusher:
         return self
 
     def _loop(self) -> None:
-        while not self._stop.is_set():
-            time.sleep(self.interval_s)
+        while not self._stop.wait(self.interval_s):
             try:
                 self.flush_all()
             except BaseException as exc:  # surfaced to the owner through .error

@@ -16,6 +16,11 @@ def launch_reference_target(children: ChildGroup, receiver_port: int, run_dir: s
         # Export spans promptly so the report sees them without a long grace period.
         "OTEL_BSP_SCHEDULE_DELAY": "200",
         "OTEL_BSP_MAX_QUEUE_SIZE": "65536",
+        # One BLAS thread: idle OpenBLAS threads spin and would steal the
+        # generator's core on a small machine.
+        "OPENBLAS_NUM_THREADS": "1",
+        "OMP_NUM_THREADS": "1",
+        "MKL_NUM_THREADS": "1",
     }
     child = children.start(
         Child("reference target",

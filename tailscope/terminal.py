@@ -96,9 +96,11 @@ def print_summary(console: Console, analysis: dict, paths: dict) -> None:
         table.add_column(key.upper(), justify="right")
     latency = summary.get("latency_ms", {})
     table.add_row("ms", *[_pct_cell(latency.get(k)) for k in ("p50", "p90", "p95", "p99", "p999", "max")])
+    table.caption = "* too few samples to claim this percentile (MLPerf early-stopping rule)"
     console.print(table)
     for warning in analysis.get("warnings", []):
-        console.print(f"[yellow]warning:[/] {warning}", highlight=False)
+        text = warning.get("message", warning) if isinstance(warning, dict) else warning
+        console.print(f"[yellow]warning:[/] {text}", highlight=False)
     for spike in analysis.get("spikes", []):
         causes = spike.get("causes") or []
         top = causes[0] if causes else {"kind": "unexplained", "confidence": 0}

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 from opentelemetry import context as otel_context
@@ -181,18 +181,24 @@ def stage(
         yield span
 
 
-def preprocess(tracer: trace.Tracer, *, parent: otel_context.Context | None = None, **attributes: Any):
+def preprocess(
+    tracer: trace.Tracer, *, parent: otel_context.Context | None = None, **attributes: Any
+) -> AbstractContextManager[Span]:
     """:func:`stage` named ``preprocess`` (decode, tokenise, resize)."""
     return stage(tracer, PREPROCESS, parent=parent, **attributes)
 
 
-def queue_wait(tracer: trace.Tracer, *, parent: otel_context.Context | None = None, **attributes: Any):
+def queue_wait(
+    tracer: trace.Tracer, *, parent: otel_context.Context | None = None, **attributes: Any
+) -> AbstractContextManager[Span]:
     """:func:`stage` named ``queue_wait`` (enqueue → picked into a batch); see :func:`record_stage`
     for the usual case where enqueue and pick happen on different threads."""
     return stage(tracer, QUEUE_WAIT, parent=parent, **attributes)
 
 
-def batch_wait(tracer: trace.Tracer, *, parent: otel_context.Context | None = None, **attributes: Any):
+def batch_wait(
+    tracer: trace.Tracer, *, parent: otel_context.Context | None = None, **attributes: Any
+) -> AbstractContextManager[Span]:
     """:func:`stage` named ``batch_wait`` (picked into a batch → batch starts executing)."""
     return stage(tracer, BATCH_WAIT, parent=parent, **attributes)
 
@@ -203,12 +209,14 @@ def inference(
     parent: otel_context.Context | None = None,
     links: Iterable[Link] | None = None,
     **attributes: Any,
-):
+) -> AbstractContextManager[Span]:
     """:func:`stage` named ``inference``; give it ``**{"batch.size": n, "batch.id": i}`` and a link to the batch span."""
     return stage(tracer, INFERENCE, parent=parent, links=links, **attributes)
 
 
-def postprocess(tracer: trace.Tracer, *, parent: otel_context.Context | None = None, **attributes: Any):
+def postprocess(
+    tracer: trace.Tracer, *, parent: otel_context.Context | None = None, **attributes: Any
+) -> AbstractContextManager[Span]:
     """:func:`stage` named ``postprocess`` (softmax, top-k, serialisation)."""
     return stage(tracer, POSTPROCESS, parent=parent, **attributes)
 

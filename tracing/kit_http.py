@@ -18,6 +18,8 @@ the application is recorded on the span and re-raised.
 
 from __future__ import annotations
 
+import time
+
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
@@ -121,9 +123,16 @@ class TraceContextMiddleware:
         request_context = trace.set_span_in_context(span, parent)
         traced_scope = {**scope, SERVER_SPAN_SCOPE_KEY: span, TRACE_CONTEXT_SCOPE_KEY: request_context}
 
+        # The span ends when the last body chunk is handed to the server, not
+        # when the app returns: the client may have the whole response by then,
+        # and the server span must fit inside the client's view of the request.
+        response_done_ns: list[int] = []
+
         async def send_recording_status(message: dict[str, Any]) -> None:
             if message["type"] == "http.response.start":
                 record_http_status(span, int(message["status"]))
+            elif message["type"] == "http.response.body" and not message.get("more_body", False):
+                response_done_ns.append(time.time_ns())
             await send(message)
 
         token = otel_context.attach(request_context)
@@ -134,7 +143,7 @@ class TraceContextMiddleware:
             raise
         finally:
             otel_context.detach(token)
-            span.end()
+            span.end(end_time=response_done_ns[0] if response_done_ns else None)
 
 
 # --------------------------------------------------------------------------- WSGI

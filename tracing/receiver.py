@@ -62,6 +62,8 @@ RETRY_AFTER_S = 1
 #: Seconds an idle keep-alive connection is kept open.
 IDLE_CONNECTION_TIMEOUT_S = 30
 STATS_INTERVAL_S = 1.0
+#: How often the accept loop checks for shutdown (bounds stop() latency).
+SHUTDOWN_POLL_S = 0.05
 RECEIVER_WRITER = "receiver"
 
 PROTOBUF = "application/x-protobuf"
@@ -331,7 +333,12 @@ class OtlpReceiver:
         self._accepting = True
         self._threads = [
             threading.Thread(target=self._write_loop, name="otlp-writer", daemon=True),
-            threading.Thread(target=self._server.serve_forever, name="otlp-http", daemon=True),
+            threading.Thread(
+                target=self._server.serve_forever,
+                kwargs={"poll_interval": SHUTDOWN_POLL_S},
+                name="otlp-http",
+                daemon=True,
+            ),
         ]
         for thread in self._threads:
             thread.start()

@@ -1,0 +1,18 @@
+"""Signal samplers: host, target process, cgroup, PSI and GPU (docs/signals.md).
+
+Run as a process with ``python -m tailscope.tracing.signals``, or in-process
+with :func:`run_sampling`.
+"""
+
+from .base import COUNTER, GAUGE, Sampler, SeriesMeta
+from .runner import SamplingSummary, default_samplers, run_sampling
+
+__all__ = [
+    "COUNTER",
+    "GAUGE",
+    "Sampler",
+    "SamplingSummary",
+    "SeriesMeta",
+    "default_samplers",
+    "run_sampling",
+]

@@ -75,6 +75,25 @@ def parse_key_value_lines(text: str) -> dict[str, int]:
     return out
 
 
+def find_line_int(text: str, key: str) -> int | None:
+    """The integer after ``key`` on the line that starts with ``key``; None if absent.
+
+    Much cheaper than parsing every line when only a few keys of a long file
+    (/proc/vmstat, /proc/<pid>/status) are needed.
+    """
+    if text.startswith(key):
+        start = 0
+    else:
+        start = text.find("\n" + key)
+        if start < 0:
+            return None
+        start += 1
+    start += len(key)
+    end = text.find("\n", start)
+    value = text[start:end if end >= 0 else None].split()
+    return int(value[0]) if value and value[0].lstrip("-").isdigit() else None
+
+
 def probe_readable(path: str) -> str | None:
     """None if ``path`` can be read, else a one-line reason."""
     try:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from .base import CLOCK_TICKS_PER_S, COUNTER, GAUGE, SeriesMeta, parse_key_value_lines, probe_readable, read_text
+from .base import CLOCK_TICKS_PER_S, COUNTER, GAUGE, SeriesMeta, find_line_int, probe_readable, read_text
 
 PROC_STAT = "/proc/stat"
 PROC_LOADAVG = "/proc/loadavg"
@@ -168,5 +168,10 @@ class VmstatSampler:
         return {f"host.vm.{key}": SeriesMeta(unit, COUNTER, desc) for key, (unit, desc) in VMSTAT_COUNTERS.items()}
 
     def read(self, now_ns: int) -> Iterable[tuple[str, float]]:
-        values = parse_key_value_lines(read_text(self.path))
-        return [(f"host.vm.{key}", float(values[key])) for key in VMSTAT_COUNTERS if key in values]
+        text = read_text(self.path)
+        out = []
+        for key in VMSTAT_COUNTERS:
+            value = find_line_int(text, key + " ")
+            if value is not None:
+                out.append((f"host.vm.{key}", float(value)))
+        return out

@@ -14,7 +14,7 @@ from typing import Iterable
 
 import psutil
 
-from .base import CLOCK_TICKS_PER_S, COUNTER, GAUGE, SeriesMeta, read_text
+from .base import CLOCK_TICKS_PER_S, COUNTER, GAUGE, SeriesMeta, find_line_int, read_text
 
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
 
@@ -39,13 +39,9 @@ def parse_pid_stat(text: str) -> dict[str, float]:
 
 def parse_status_ctxt(text: str) -> tuple[int, int]:
     """(voluntary, nonvoluntary) context switches from a /proc/.../status text."""
-    voluntary = nonvoluntary = 0
-    for line in text.splitlines():
-        if line.startswith("voluntary_ctxt_switches:"):
-            voluntary = int(line.split()[1])
-        elif line.startswith("nonvoluntary_ctxt_switches:"):
-            nonvoluntary = int(line.split()[1])
-    return voluntary, nonvoluntary
+    voluntary = find_line_int(text, "voluntary_ctxt_switches:")
+    nonvoluntary = find_line_int(text, "nonvoluntary_ctxt_switches:")
+    return voluntary or 0, nonvoluntary or 0
 
 
 def parse_schedstat_wait_ns(text: str) -> int:

@@ -1,0 +1,230 @@
+"""The whole analysis of one run directory, as one JSON-ready dict.
+
+``analyze_run`` reads the run (never writes it) and assembles every analyzer's
+output; the dict validates against ``analysis.schema.json`` and is documented
+field by field in docs/analysis-schema.md. Times are epoch ns (int),
+durations ms (float), rates per second. An empty run (0 requests) analyses to
+zero counts and null percentiles, never an exception.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from datetime import datetime, timezone
+from typing import Mapping
+
+import numpy as np
+import pyarrow.compute as pc
+
+from tailscope.rundir import Run, load_run, schema as fmt
+
+from .causes import DetectorRegistry
+from .percentiles import min_samples_for_claim
+from .records import NS_PER_MS, NS_PER_S, RequestArrays, int_column, request_arrays
+from .signals import signal_series, signal_sources
+from .slo import evaluate, parse_slo
+from .spikes import SpikeRules, baseline_p99, find_spikes
+from .stages import DEFAULT_STAGE_MAP, stage_matrix, summarize_stages
+from .summary import load_period_ns, summarize, summarize_classes
+from .windows import window_table, windows_as_records
+
+#: Version of the analysis dict (analysis.schema.json); bumped when a field changes meaning.
+ANALYSIS_FORMAT_VERSION = "1.0"
+#: Bounds on the event lists carried in the analysis.
+MAX_FAULTS = 200
+MAX_GC_PAUSES = 50
+#: Below this joined fraction the stage decomposition is flagged as partial.
+MIN_JOINED_FRACTION = 0.9
+SCHEMA_PATH = os.path.join(os.path.dirname(__file__), "analysis.schema.json")
+
+
+def analyze_run(run_or_path: Run | str | os.PathLike, *, window_s: float = 1.0,
+                stage_map: Mapping[str, str] | None = None,
+                registry: DetectorRegistry | None = None,
+                spike_rules: SpikeRules = SpikeRules()) -> dict:
+    """Analyse a run directory (or a loaded :class:`Run`) into the analysis dict.
+
+    ``stage_map`` defaults to the scenario's ``stage_map`` or the span-name
+    defaults; ``registry`` holds the cause detectors (empty by default).
+    """
+    run = run_or_path if isinstance(run_or_path, Run) else load_run(run_or_path)
+    scenario = run.manifest.get("scenario") or {}
+    req = request_arrays(run.requests)
+    period = load_period_ns(req)
+    duration_s = (period[1] - period[0]) / NS_PER_S if period else 0.0
+    summary = summarize(req, duration_s)
+    matrix = stage_matrix(req, run.spans, stage_map or scenario.get("stage_map") or DEFAULT_STAGE_MAP)
+    windows = (window_table(req, period[0], period[1], window_s, summary["latency_ms"]["p99"]["value_ms"])
+               if period else None)
+    spikes = find_spikes(req, windows, matrix, run, registry, spike_rules) if windows else []
+    slos, slo_warnings = parse_scenario_slos(scenario)
+    analysis = {
+        "format_version": ANALYSIS_FORMAT_VERSION,
+        "run": run_facts(run, period),
+        "summary": summary,
+        "classes": summarize_classes(req, duration_s),
+        "stages": summarize_stages(matrix),
+        "window_s": window_s,
+        "windows": windows_as_records(windows) if windows else [],
+        "spikes": spikes,
+        "signals": {"series": signal_series(run.signals, run.signals_meta),
+                    "sources": signal_sources(run.signals_meta)},
+        "events": event_digest(run),
+        "receiver": run.receiver,
+    }
+    analysis["verdict"] = evaluate(slos, analysis)
+    analysis["warnings"] = slo_warnings + run_warnings(run, analysis, windows, spike_rules)
+    return jsonable(analysis)
+
+
+def parse_scenario_slos(scenario: dict) -> tuple[list, list[dict]]:
+    """(parsed SLOs, warnings for lines that do not parse) from ``scenario["slo"]``."""
+    lines = scenario.get("slo") or []
+    if isinstance(lines, str):
+        lines = [lines]
+    slos, warnings = [], []
+    for line in lines:
+        try:
+            slos.append(parse_slo(line))
+        except ValueError as exc:
+            warnings.append({"code": "invalid_slo", "message": str(exc)})
+    return slos, warnings
+
+
+def iso_utc(epoch_ns: int) -> str:
+    """Epoch ns as an ISO 8601 UTC time with ms, e.g. ``2026-01-01T00:00:59.123Z``."""
+    moment = datetime.fromtimestamp(epoch_ns / NS_PER_S, tz=timezone.utc)
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def last_data_ns(run: Run) -> int | None:
+    """Latest timestamp found in any table (epoch ns); None for an empty run."""
+    candidates = []
+    for table, columns in ((run.requests, ("scheduled_ns", "end_ns")), (run.spans, ("end_ns",)),
+                           (run.signals, ("t_ns",)), (run.events, ("end_ns",))):
+        for column in columns:
+            if len(table):
+                value = pc.max(table.column(column)).as_py()
+                if value is not None:
+                    candidates.append(value)
+    return max(candidates) if candidates else None
+
+
+def run_facts(run: Run, period: tuple[int, int] | None) -> dict:
+    """Manifest facts plus status, completeness and the load period."""
+    manifest = run.manifest
+    status = manifest.get("status", "unknown")
+    incomplete = status == "running"
+    stopped_ns = last_data_ns(run) if incomplete else None
+    stopped_at = iso_utc(stopped_ns if stopped_ns is not None else manifest.get("start_ns") or 0)
+    scenario = manifest.get("scenario") or {}
+    return {
+        "path": run.path,
+        "name": manifest.get("name") or scenario.get("name") or os.path.basename(run.path.rstrip("/")),
+        "status": status,
+        "incomplete": incomplete,
+        "incomplete_reason": f"incomplete: harness stopped at {stopped_at}" if incomplete else None,
+        "format_version": manifest.get("format_version"),
+        "tailscope_version": manifest.get("tailscope_version"),
+        "start_ns": manifest.get("start_ns"),
+        "end_ns": manifest.get("end_ns") if not incomplete else stopped_ns,
+        "load_start_ns": period[0] if period else None,
+        "load_end_ns": period[1] if period else None,
+        "duration_s": (period[1] - period[0]) / NS_PER_S if period else 0.0,
+        "target": manifest.get("target"),
+        "scenario": scenario,
+        "host": manifest.get("host") or {},
+        "truncated_files": sorted(name for name, cut in run.truncated.items() if cut),
+    }
+
+
+def _event_record(kind, start, end, source, attributes) -> dict:
+    try:
+        parsed = json.loads(attributes) if attributes else {}
+    except (TypeError, ValueError):
+        parsed = {"raw": str(attributes)}
+    return {"kind": kind, "start_ns": int(start), "end_ns": int(end),
+            "duration_ms": (int(end) - int(start)) / NS_PER_MS, "source": source,
+            "attributes": parsed if isinstance(parsed, dict) else {"value": parsed}}
+
+
+def event_digest(run: Run) -> dict:
+    """Faults (first MAX_FAULTS by start), GC pause totals and the longest MAX_GC_PAUSES, other counts."""
+    events = run.events
+    kinds = events.column("kind").to_numpy(zero_copy_only=False)
+    start, _ = int_column(events, "start_ns")
+    end, _ = int_column(events, "end_ns")
+    sources = events.column("source").to_numpy(zero_copy_only=False)
+    attributes = events.column("attributes").to_numpy(zero_copy_only=False)
+
+    def records(index):
+        return [_event_record(kinds[i], start[i], end[i], sources[i], attributes[i]) for i in index]
+
+    fault_index = np.flatnonzero(kinds == "fault")
+    fault_index = fault_index[np.argsort(start[fault_index], kind="stable")][:MAX_FAULTS]
+    gc_index = np.flatnonzero(kinds == "gc_pause")
+    gc_ms = (end[gc_index] - start[gc_index]) / NS_PER_MS
+    longest = gc_index[np.argsort(-gc_ms, kind="stable")][:MAX_GC_PAUSES]
+    longest = longest[np.argsort(start[longest], kind="stable")]
+    others = {}
+    for kind in kinds:
+        if kind not in ("fault", "gc_pause"):
+            others[str(kind)] = others.get(str(kind), 0) + 1
+    return {
+        "faults": records(fault_index),
+        "faults_total": int(np.sum(kinds == "fault")),
+        "gc_pauses": {"count": int(len(gc_index)), "total_ms": float(gc_ms.sum()),
+                      "max_ms": float(gc_ms.max()) if len(gc_ms) else None, "longest": records(longest)},
+        "other_counts": dict(sorted(others.items())),
+    }
+
+
+def run_warnings(run: Run, analysis: dict, windows, rules: SpikeRules) -> list[dict]:
+    """Everything the reader of the numbers must know first, as ``{"code", "message"}``."""
+    warnings = []
+    facts, summary, stages = analysis["run"], analysis["summary"], analysis["stages"]
+    if facts["incomplete"]:
+        warnings.append({"code": "incomplete", "message": facts["incomplete_reason"]})
+    for name in facts["truncated_files"]:
+        warnings.append({"code": "truncated", "message": f"{name}: a file ended inside a batch "
+                         "(writer killed); its last partial batch is lost"})
+    if summary["requests"] == 0:
+        warnings.append({"code": "no_requests", "message": "the run recorded no requests"})
+        return warnings
+    lateness = summary["lateness_ms"]
+    if lateness["generator_limited"]:
+        warnings.append({"code": "generator_limited", "message": (
+            f"generator-limited: {lateness['late_share']:.1%} of sends left more than 1 ms after their "
+            f"scheduled time (p99 lateness {lateness['p99_ms']:.1f} ms); the generator, not the target, "
+            "may be the bottleneck")})
+    p99 = summary["latency_ms"]["p99"]
+    if not p99["claimed"]:
+        warnings.append({"code": "too_few_samples", "message": (
+            f"P99 from {p99['n']} successful requests is not claimed: early stopping needs at least "
+            f"{min_samples_for_claim(0.99, 0)} at 99% confidence")})
+    if len(run.spans) == 0:
+        warnings.append({"code": "no_spans", "message": "no spans were recorded: no stage decomposition"})
+    elif stages["joined_fraction"] < MIN_JOINED_FRACTION:
+        warnings.append({"code": "partial_join", "message": (
+            f"only {stages['joined_fraction']:.1%} of successful requests joined a server span; "
+            "stage statistics cover the joined ones")})
+    if windows is not None and baseline_p99(windows, rules) is None:
+        warnings.append({"code": "no_spike_detection", "message": (
+            f"spike detection needs at least {rules.min_windows} windows with "
+            f">= {rules.min_requests} successful requests")})
+    return warnings
+
+
+def jsonable(value):
+    """Plain JSON types only: numpy scalars unwrapped, NaN/inf → None."""
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value

@@ -1,0 +1,112 @@
+"""Service-level objectives: parsing the scenario's SLO lines and judging a run.
+
+Grammar (one objective per string; whitespace is free)::
+
+    [CLASS ":"] METRIC OP NUMBER [UNIT]
+    METRIC  p50 | p90 | p95 | p99 | p999   (UNIT required: ms | s | us)
+          | error_rate                     (UNIT "%", or a fraction in [0, 1])
+          | achieved_rps                   (no unit; requests per second)
+    OP      < | <= | > | >=
+
+Examples: ``p99 < 250ms``, ``short: p95 <= 0.1s``, ``error_rate < 1%``,
+``error_rate < 0.01``, ``achieved_rps >= 45``. Percentile thresholds are
+stored in ms, error rates as fractions.
+"""
+
+from __future__ import annotations
+
+import operator
+import re
+from dataclasses import dataclass
+
+PERCENTILE_METRICS = ("p50", "p90", "p95", "p99", "p999")
+METRICS = PERCENTILE_METRICS + ("error_rate", "achieved_rps")
+OPERATORS = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge}
+TIME_UNITS_MS = {"ms": 1.0, "s": 1000.0, "us": 0.001}
+
+_CLASS = re.compile(r"^\s*([A-Za-z0-9_.\-]+)\s*:(?!=)\s*(.*)$", re.S)
+_BODY = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*(<=|>=|<|>|==|=|!=)?\s*(.*?)\s*$", re.S)
+_NUMBER = re.compile(r"^([0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?\s*([A-Za-z%]*)$")
+
+
+@dataclass(frozen=True)
+class Slo:
+    """One objective. ``threshold`` is in ms (percentiles), a fraction (error_rate) or rps."""
+
+    text: str
+    metric: str
+    op: str
+    threshold: float
+    cls: str | None = None
+
+    def holds(self, observed: float) -> bool:
+        return OPERATORS[self.op](observed, self.threshold)
+
+
+def parse_slo(text: str) -> Slo:
+    """Parse one SLO line; raises ValueError naming the part that is wrong."""
+    if not isinstance(text, str) or not text.strip():
+        raise ValueError(f"SLO must be a non-empty string like 'p99 < 250ms', got {text!r}")
+    cls, body = None, text
+    match = _CLASS.match(text)
+    if match:
+        cls, body = match.group(1), match.group(2)
+    body_match = _BODY.match(body)
+    if not body_match:
+        raise ValueError(f"SLO {text!r}: expected METRIC OP NUMBER[UNIT], e.g. 'p99 < 250ms'")
+    metric, op, rest = body_match.groups()
+    if metric not in METRICS:
+        raise ValueError(f"SLO {text!r}: unknown metric {metric!r}; expected one of {', '.join(METRICS)}")
+    if op is None:
+        raise ValueError(f"SLO {text!r}: missing comparison after {metric!r}; expected one of <, <=, >, >=")
+    if op not in OPERATORS:
+        raise ValueError(f"SLO {text!r}: unsupported comparison {op!r}; expected one of <, <=, >, >=")
+    number_match = _NUMBER.match(rest)
+    if not number_match:
+        raise ValueError(f"SLO {text!r}: expected a non-negative number after {op!r}, got {rest!r}")
+    value = float(rest[: len(rest) - len(number_match.group(2))].strip())
+    unit = number_match.group(2)
+    return Slo(text.strip(), metric, op, _threshold(text, metric, value, unit), cls)
+
+
+def _threshold(text: str, metric: str, value: float, unit: str) -> float:
+    if metric in PERCENTILE_METRICS:
+        if unit not in TIME_UNITS_MS:
+            raise ValueError(f"SLO {text!r}: {metric} needs a time unit (ms, s or us), got {unit or 'none'!r}")
+        return value * TIME_UNITS_MS[unit]
+    if metric == "error_rate":
+        if unit == "%":
+            if value > 100:
+                raise ValueError(f"SLO {text!r}: error_rate above 100% ({value}%)")
+            return value / 100.0
+        if unit:
+            raise ValueError(f"SLO {text!r}: error_rate takes '%' or a fraction, got unit {unit!r}")
+        if value > 1:
+            raise ValueError(f"SLO {text!r}: error_rate fraction must be in [0, 1], got {value} (did you mean {value}%?)")
+        return value
+    if unit:
+        raise ValueError(f"SLO {text!r}: achieved_rps takes a plain number of requests/s, got unit {unit!r}")
+    return value
+
+
+def observe(slo: Slo, analysis: dict) -> tuple[float | None, bool]:
+    """(observed value in the SLO's units, claimed) from an analysis dict."""
+    scope = analysis["summary"] if slo.cls is None else analysis.get("classes", {}).get(slo.cls)
+    if not scope or not scope.get("requests"):
+        return None, False
+    if slo.metric in PERCENTILE_METRICS:
+        entry = scope["latency_ms"][slo.metric]
+        return entry["value_ms"], bool(entry["claimed"])
+    return scope[slo.metric], True
+
+
+def evaluate(slos: list[Slo], analysis: dict) -> dict:
+    """The verdict: every SLO judged on the analysis; a missing observation fails."""
+    rows = []
+    for slo in slos:
+        observed, claimed = observe(slo, analysis)
+        rows.append({"slo": slo.text, "metric": slo.metric, "cls": slo.cls, "op": slo.op,
+                     "observed": observed, "threshold": slo.threshold,
+                     "passed": observed is not None and slo.holds(observed), "claimed": claimed})
+    failed = [row["slo"] for row in rows if not row["passed"]]
+    return {"passed": not failed, "slos": rows, "failed": failed}

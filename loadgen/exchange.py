@@ -1,0 +1,139 @@
+"""One HTTP request/response over Locust's FastHttpSession connection pool.
+
+Imports gevent (through geventhttpclient): use it only in the Locust process.
+
+:class:`Exchanger` sends a :class:`~tailscope.loadgen.mix.PreparedRequest`
+on the geventhttpclient client pool of a Locust ``FastHttpSession``, times it
+on the run clock (sent, first response byte, last byte; epoch ns), writes one
+record, and fires Locust's ``request`` event so Locust's own statistics stay
+valid. The ``response_time`` given to Locust is measured from the scheduled
+send time, like our records, so Locust's percentiles are free of coordinated
+omission too.
+
+Failures are recorded, never raised: ``timeout`` (no complete response within
+the client timeout; ``end_ns = sent_ns + timeout``), ``refused``, ``reset``,
+``http`` (status >= 400), ``other``.
+"""
+
+from __future__ import annotations
+
+import errno
+
+import gevent
+from geventhttpclient.response import HTTPConnectionClosed, HTTPParseError
+from geventhttpclient.url import URL
+
+from .clock import RunClock
+from .mix import PreparedRequest
+from .recorder import Recorder
+
+_REFUSED_ERRNOS = frozenset({errno.ECONNREFUSED})
+_RESET_ERRNOS = frozenset({errno.ECONNRESET, errno.EPIPE, errno.ECONNABORTED})
+
+
+class RequestFailed(Exception):
+    """A failed request as reported to Locust's statistics (grouped by message)."""
+
+
+def classify_error(exc: BaseException) -> str:
+    """The record's ``error_kind`` for an exception raised while exchanging."""
+    if isinstance(exc, (gevent.Timeout, TimeoutError)):
+        return "timeout"
+    if isinstance(exc, ConnectionRefusedError) or getattr(exc, "errno", None) in _REFUSED_ERRNOS:
+        return "refused"
+    if isinstance(exc, (ConnectionResetError, BrokenPipeError, ConnectionAbortedError,
+                        HTTPConnectionClosed)):
+        return "reset"
+    if getattr(exc, "errno", None) in _RESET_ERRNOS:
+        return "reset"
+    if isinstance(exc, HTTPParseError) and "connection closed" in str(exc):
+        return "reset"
+    return "other"
+
+
+def describe_error(exc: BaseException) -> str:
+    """A short message for the record: exception type and text."""
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+class Exchanger:
+    """Sends prepared requests to one base URL and records each exchange.
+
+    ``client_pool`` is the geventhttpclient ``HTTPClientPool`` of a Locust
+    ``FastHttpSession`` (``user.client.client.clientpool``); its concurrency
+    must be at least the number of requests in flight, or requests would
+    queue for a connection after their ``sent_ns``.
+    """
+
+    def __init__(self, client_pool, base_url: str, clock: RunClock, timeout_s: float,
+                 recorder: Recorder, request_event):
+        url = URL(base_url)
+        self._client = client_pool.get_client(url)
+        self._prefix = url.path.rstrip("/")
+        self._base_url = base_url.rstrip("/")
+        self._clock = clock
+        self._timeout_s = timeout_s
+        self._timeout_ns = int(timeout_s * 1e9)
+        self._recorder = recorder
+        self._request_event = request_event
+
+    def exchange(self, request: PreparedRequest, scheduled_ns: int | None) -> None:
+        """Send ``request`` now and record it. ``scheduled_ns`` (epoch ns) is the
+        intended send time; None means "now" (closed loop: scheduled = sent)."""
+        clock = self._clock
+        cls = request.cls
+        sent_ns = clock.now_ns()
+        if scheduled_ns is None:
+            scheduled_ns = sent_ns
+        first_byte_ns = None
+        status = 0
+        bytes_in = 0
+        failure: BaseException | None = None
+        timer = gevent.Timeout(self._timeout_s)
+        timer.start()
+        try:
+            response = self._client.request(cls.method, self._prefix + cls.path,
+                                            body=request.body, headers=request.headers)
+            first_byte_ns = clock.now_ns()
+            status = response.status_code
+            bytes_in = len(response.read())
+            end_ns = clock.now_ns()
+        except gevent.Timeout as exc:
+            if exc is not timer:
+                raise
+            failure, end_ns = exc, sent_ns + self._timeout_ns
+        except gevent.GreenletExit as exc:
+            failure, end_ns = exc, clock.now_ns()
+        except Exception as exc:  # noqa: BLE001  (every transport failure is recorded)
+            failure, end_ns = exc, clock.now_ns()
+        finally:
+            timer.close()
+        error_kind, error = self._outcome(failure, status)
+        self._recorder.record(scheduled_ns, sent_ns, end_ns, first_byte_ns, cls.name, status,
+                              len(request.body), bytes_in, request.trace_id, error_kind, error)
+        self._request_event.fire(
+            request_type=cls.method,
+            name=cls.name,
+            response_time=(end_ns - scheduled_ns) / 1e6,
+            response_length=bytes_in,
+            exception=RequestFailed(error) if error_kind is not None else None,
+            context={"trace_id": request.trace_id},
+            start_time=sent_ns / 1e9,
+            url=self._base_url + cls.path,
+            response=None,
+        )
+        if isinstance(failure, gevent.GreenletExit):
+            raise failure
+
+    def _outcome(self, failure: BaseException | None, status: int) -> tuple[str | None, str | None]:
+        """``(error_kind, error message)`` of an exchange; ``(None, None)`` on success."""
+        if isinstance(failure, gevent.GreenletExit):
+            return "other", "abandoned: the run ended before the response"
+        if isinstance(failure, gevent.Timeout):
+            return "timeout", f"no complete response within {self._timeout_s:g} s"
+        if failure is not None:
+            return classify_error(failure), describe_error(failure)
+        if status >= 400:
+            return "http", f"HTTP {status}"
+        return None, None

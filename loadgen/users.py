@@ -1,0 +1,267 @@
+"""Locust users that drive a :class:`~tailscope.loadgen.spec.LoadPlan`.
+
+Imports Locust (which monkey-patches the process with gevent): import it only
+in the process that generates load.
+
+- :class:`OpenLoopUser` — one instance walks the arrival schedule. At each
+  scheduled time (run origin + offset, slept to on the monotonic clock, so no
+  drift) it takes a slot under the in-flight cap and spawns a greenlet that
+  sends one request, whether or not earlier requests have finished. When the
+  cap is reached the scheduler waits for a slot; the waiting counts in the
+  latency of every request that was due meanwhile (their ``scheduled_ns`` is
+  the intended time). Requests still waiting when the run is halted are
+  recorded as ``dropped``.
+- :class:`ClosedLoopUser` — ``arrival.users`` instances, each sending its next
+  request ``think_time_s`` after the previous reply (``scheduled_ns = sent_ns``).
+
+Both share one :class:`LoadSession` (bound with :func:`bind_user_class`),
+through which the runner halts them and learns when they are done.
+"""
+
+from __future__ import annotations
+
+import gevent
+import gevent.event
+import gevent.lock
+import gevent.pool
+from locust import FastHttpUser, task
+from locust.exception import StopUser
+from locust.user.wait_time import constant
+
+from .arrivals import schedule_offsets_ns
+from .clock import RunClock
+from .exchange import Exchanger
+from .mix import RequestMix
+from .recorder import Recorder
+from .spec import LoadPlan
+
+#: Extra time, beyond the client timeout, that in-flight requests get to end
+#: after the schedule is over before they are abandoned.
+DRAIN_GRACE_S = 1.0
+#: How often a scheduler waiting for an in-flight slot checks for a halt, s.
+SLOT_POLL_S = 0.05
+#: The event loop's timers wake up to about 1 ms late (epoll's millisecond
+#: timeout). The scheduler sleeps on a timer until this long before a deadline
+#: and yields to the loop (which keeps serving I/O) for the rest, so requests
+#: leave within tens of microseconds of their scheduled time. CPU cost: at most
+#: this margin per scheduled request.
+TIMER_MARGIN_S = 0.0015
+
+
+class LoadSession:
+    """State shared by the runner and the users of one run.
+
+    Counters are touched only from the gevent loop's thread.
+    """
+
+    def __init__(self, plan: LoadPlan, recorder: Recorder, mix: RequestMix):
+        self.plan = plan
+        self.recorder = recorder
+        self.mix = mix
+        self.clock: RunClock | None = None  # set by begin(): the run origin
+        self.started = gevent.event.Event()
+        self.halted = gevent.event.Event()
+        self.done = gevent.event.Event()
+        self.halt_reason: str | None = None  # "duration" | "stopped"
+        self.exhausted_reason: str | None = None  # the schedule ran out: "duration" | "max_requests"
+        self.scheduling_ended_ns: int | None = None  # elapsed ns when no more requests were started
+        self.failure: BaseException | None = None
+        self.scheduled = 0  # requests taken from the schedule (open) or claimed (closed)
+        self.sent = 0
+        self.in_flight = 0
+        self._closed_users_finished = 0
+
+    def begin(self) -> RunClock:
+        """Fix the run origin (first call only) and return the run clock."""
+        if self.clock is None:
+            self.clock = RunClock()
+            self.started.set()
+        return self.clock
+
+    def halt(self, reason: str) -> None:
+        """Ask the users to stop starting requests (first reason wins)."""
+        if not self.halted.is_set():
+            self.halt_reason = reason
+            self.halted.set()
+
+    def end_scheduling(self, exhausted_reason: str | None) -> None:
+        """Note that no more requests will start; ``exhausted_reason`` when the plan ran out."""
+        if self.scheduling_ended_ns is None:
+            self.scheduling_ended_ns = self.clock.elapsed_ns()
+            self.exhausted_reason = exhausted_reason
+
+    @property
+    def stop_reason(self) -> str:
+        """Why the run ended: "duration" | "max_requests" | "stopped"."""
+        return self.exhausted_reason or self.halt_reason or "duration"
+
+    def closed_user_finished(self) -> None:
+        self._closed_users_finished += 1
+        if self._closed_users_finished >= self.plan.arrival.users:
+            self.end_scheduling("max_requests" if self.scheduled >= self.plan.max_requests else None)
+            self.done.set()
+
+
+class _PlanUser(FastHttpUser):
+    """Common part: the bound session, connection settings, one-shot task."""
+
+    abstract = True
+    session: LoadSession
+    wait_time = constant(0)
+    max_retries = 0
+    max_redirects = 0
+
+    def _exchanger(self, clock: RunClock) -> Exchanger:
+        session = self.session
+        return Exchanger(self.client.client.clientpool, session.plan.target, clock,
+                         session.plan.timeout_s, session.recorder,
+                         self.environment.events.request)
+
+    def _fail(self, exc: BaseException) -> None:
+        self.session.failure = exc
+        self.session.halt("stopped")
+        self.session.done.set()
+
+
+class OpenLoopUser(_PlanUser):
+    """Walks the arrival schedule and sends each request at its scheduled time."""
+
+    abstract = True
+
+    @task
+    def drive(self) -> None:
+        session = self.session
+        if session.clock is not None:
+            raise StopUser()  # the schedule is walked once
+        clock = session.begin()
+        try:
+            run_open_loop(session, self._exchanger(clock))
+        except Exception as exc:
+            self._fail(exc)
+            raise
+        session.done.set()
+        raise StopUser()
+
+
+class ClosedLoopUser(_PlanUser):
+    """Sends a request, waits for its reply and the think time, and repeats."""
+
+    abstract = True
+
+    @task
+    def drive(self) -> None:
+        session = self.session
+        clock = session.begin()
+        try:
+            run_closed_loop(session, self._exchanger(clock))
+        except Exception as exc:
+            self._fail(exc)
+            raise
+        finally:
+            session.closed_user_finished()
+        raise StopUser()
+
+
+def bind_user_class(session: LoadSession) -> type[_PlanUser]:
+    """A concrete Locust user class bound to ``session`` and its plan's settings."""
+    plan = session.plan
+    closed = plan.arrival.process == "closed"
+    base = ClosedLoopUser if closed else OpenLoopUser
+    return type(base.__name__, (base,), {
+        "abstract": False,
+        "session": session,
+        "host": plan.target,
+        "concurrency": 1 if closed else plan.max_in_flight,
+        "network_timeout": plan.timeout_s,
+        "connection_timeout": plan.timeout_s,
+    })
+
+
+def run_open_loop(session: LoadSession, exchanger: Exchanger) -> None:
+    """Walk the schedule, then give in-flight requests until the timeout to end."""
+    plan, clock, mix = session.plan, session.clock, session.mix
+    slots = gevent.lock.BoundedSemaphore(plan.max_in_flight)
+    in_flight = gevent.pool.Group()
+
+    def send(request, scheduled_ns: int) -> None:
+        try:
+            exchanger.exchange(request, scheduled_ns)
+        finally:
+            session.in_flight -= 1
+            slots.release()
+
+    offsets = _iter_offsets(plan)
+    exhausted_reason = None
+    for offset in offsets:
+        wait_s = clock.seconds_until(offset)
+        if wait_s > 0 and not _sleep_until(clock, offset, wait_s, session.halted):
+            break  # halted before this request was due
+        if session.halted.is_set() or not _take_slot(slots, session):
+            _record_dropped(session, offset, offsets)
+            break
+        session.scheduled += 1
+        session.sent += 1
+        session.in_flight += 1
+        request = mix.prepare(mix.draw_class())
+        in_flight.spawn(send, request, clock.start_ns + offset)
+        if wait_s <= 0:
+            gevent.sleep(0)  # behind schedule: let the new request go out now
+    else:
+        exhausted_reason = "max_requests" if session.scheduled >= plan.max_requests else "duration"
+    session.end_scheduling(exhausted_reason)
+    in_flight.join(timeout=plan.timeout_s + DRAIN_GRACE_S)
+    in_flight.kill(block=True, timeout=DRAIN_GRACE_S)
+
+
+def _sleep_until(clock: RunClock, offset_ns: int, wait_s: float, halted: gevent.event.Event) -> bool:
+    """Sleep until ``offset_ns`` after the run origin; False when halted first."""
+    if wait_s > TIMER_MARGIN_S and halted.wait(wait_s - TIMER_MARGIN_S):
+        return False
+    while clock.seconds_until(offset_ns) > 0:
+        gevent.sleep(0)
+    return not halted.is_set()
+
+
+def _iter_offsets(plan: LoadPlan):
+    """Scheduled offsets (ns from the run origin) one by one, as Python ints."""
+    for chunk in schedule_offsets_ns(plan.arrival, plan.duration_s, plan.max_requests, plan.seed):
+        yield from chunk.tolist()
+
+
+def _take_slot(slots: gevent.lock.BoundedSemaphore, session: LoadSession) -> bool:
+    """Wait for an in-flight slot; False when the run is halted first."""
+    while not slots.acquire(timeout=SLOT_POLL_S):
+        if session.halted.is_set():
+            return False
+    return True
+
+
+def _record_dropped(session: LoadSession, first_offset: int, later_offsets) -> None:
+    """Record requests that were due by the halt but never sent (in-flight cap full)."""
+    clock, mix, recorder = session.clock, session.mix, session.recorder
+    halt_elapsed_ns = clock.elapsed_ns()
+    message = (f"not sent before the run was halted ({session.halt_reason}): the in-flight cap "
+               f"of {session.plan.max_in_flight} was full or the generator was behind schedule")
+    offset = first_offset
+    while offset is not None and offset <= halt_elapsed_ns:
+        cls = mix.classes[mix.draw_class()]
+        session.scheduled += 1
+        recorder.record(clock.start_ns + offset, None, clock.start_ns + halt_elapsed_ns, None,
+                        cls.name, 0, 0, 0, None, "dropped", message)
+        offset = next(later_offsets, None)
+
+
+def run_closed_loop(session: LoadSession, exchanger: Exchanger) -> None:
+    """One closed-loop user: request, reply, think, until halted or out of requests."""
+    plan, mix = session.plan, session.mix
+    think_s = plan.arrival.think_time_s
+    while not session.halted.is_set() and session.scheduled < plan.max_requests:
+        session.scheduled += 1
+        session.sent += 1
+        session.in_flight += 1
+        try:
+            exchanger.exchange(mix.prepare(mix.draw_class()), None)
+        finally:
+            session.in_flight -= 1
+        if think_s > 0 and session.halted.wait(think_s):
+            break

@@ -1,0 +1,56 @@
+"""Shared helpers of the signal-sampler tests: CPU-burner children and reading series back."""
+
+from __future__ import annotations
+
+import collections
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from tailscope.rundir import read_json, read_stream, schema
+
+BURNER_CODE = "while True: pass"
+
+
+def start_burner(preexec_fn=None) -> subprocess.Popen:
+    """A child process spinning one CPU until killed."""
+    return subprocess.Popen([sys.executable, "-c", BURNER_CODE], preexec_fn=preexec_fn)
+
+
+def stop_process(process: subprocess.Popen) -> None:
+    """SIGKILL and reap ``process`` if it is still running."""
+    if process.poll() is None:
+        process.kill()
+    process.wait(timeout=10)
+
+
+def run_sampler_process(run_dir: str, pid: int | None, rate_hz: float, duration_s: float) -> int:
+    """Run ``python -m tailscope.tracing.signals`` for ``duration_s``, SIGTERM it, return its exit code."""
+    cmd = [sys.executable, "-m", "tailscope.tracing.signals", "--run-dir", run_dir, "--rate", str(rate_hz)]
+    if pid is not None:
+        cmd += ["--pid", str(pid)]
+    sampler = subprocess.Popen(cmd)
+    try:
+        time.sleep(duration_s)
+        sampler.send_signal(signal.SIGTERM)
+        return sampler.wait(timeout=10)
+    finally:
+        stop_process(sampler)
+
+
+def read_series(run_dir: str) -> dict[str, list[tuple[int, float]]]:
+    """``{series: [(t_ns, value), ...]}`` from signals.arrow, in time order."""
+    read = read_stream(os.path.join(run_dir, schema.SIGNALS), schema.SIGNALS_SCHEMA)
+    assert not read.truncated and not read.missing
+    out: dict[str, list[tuple[int, float]]] = collections.defaultdict(list)
+    for row in read.table.to_pylist():
+        out[row["series"]].append((row["t_ns"], row["value"]))
+    for values in out.values():
+        values.sort()
+    return dict(out)
+
+
+def read_signals_meta(run_dir: str) -> dict:
+    return read_json(os.path.join(run_dir, schema.SIGNALS_META))

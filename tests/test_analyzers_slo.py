@@ -1,0 +1,64 @@
+"""SLO parsing (accepted forms, precise errors) and evaluation."""
+
+import pytest
+
+from tailscope.analyzers.slo import evaluate, parse_slo
+
+
+@pytest.mark.parametrize("text, metric, op, threshold, cls", [
+    ("p99 < 250ms", "p99", "<", 250.0, None),
+    ("p50<=0.1s", "p50", "<=", 100.0, None),
+    ("p999 < 900us", "p999", "<", 0.9, None),
+    ("short: p95 <= 100ms", "p95", "<=", 100.0, "short"),
+    ("error_rate < 1%", "error_rate", "<", 0.01, None),
+    ("error_rate < 0.01", "error_rate", "<", 0.01, None),
+    ("achieved_rps >= 45", "achieved_rps", ">=", 45.0, None),
+    ("long: p90 > 2ms", "p90", ">", 2.0, "long"),
+])
+def test_accepted_forms(text, metric, op, threshold, cls):
+    slo = parse_slo(text)
+    assert (slo.metric, slo.op, slo.cls) == (metric, op, cls)
+    assert slo.threshold == pytest.approx(threshold)
+
+
+@pytest.mark.parametrize("text, message", [
+    ("", "non-empty"),
+    ("p98 < 10ms", "unknown metric 'p98'"),
+    ("p99 250ms", "missing comparison"),
+    ("p99 = 250ms", "unsupported comparison '='"),
+    ("p99 < 250", "needs a time unit"),
+    ("p99 < 250min", "needs a time unit"),
+    ("p99 < fast", "expected a non-negative number"),
+    ("error_rate < 5", "fraction must be in [0, 1]"),
+    ("error_rate < 150%", "above 100%"),
+    ("error_rate < 1ms", "takes '%' or a fraction"),
+    ("achieved_rps >= 40ms", "plain number"),
+])
+def test_errors_name_the_problem(text, message):
+    with pytest.raises(ValueError, match=__import__("re").escape(message)):
+        parse_slo(text)
+
+
+def _analysis(p99_ms, claimed=True, error_rate=0.0, achieved=50.0, requests=1000):
+    summary = {"requests": requests, "error_rate": error_rate, "achieved_rps": achieved,
+               "latency_ms": {k: {"value_ms": p99_ms, "claimed": claimed} for k in ("p50", "p90", "p95", "p99", "p999")}}
+    return {"summary": summary, "classes": {"short": summary}}
+
+
+def test_evaluate_pass_and_fail():
+    slos = [parse_slo("p99 < 250ms"), parse_slo("error_rate < 1%"), parse_slo("short: achieved_rps >= 60")]
+    verdict = evaluate(slos, _analysis(300.0, error_rate=0.001))
+    assert verdict["passed"] is False
+    assert verdict["failed"] == ["p99 < 250ms", "short: achieved_rps >= 60"]
+    assert [row["passed"] for row in verdict["slos"]] == [False, True, False]
+    assert verdict["slos"][0]["observed"] == 300.0 and verdict["slos"][0]["threshold"] == 250.0
+
+
+def test_unclaimed_percentile_is_reported_and_missing_class_fails():
+    verdict = evaluate([parse_slo("p99 < 250ms"), parse_slo("other: p99 < 1s")], _analysis(100.0, claimed=False))
+    assert verdict["slos"][0] == {**verdict["slos"][0], "passed": True, "claimed": False}
+    assert verdict["slos"][1]["observed"] is None and verdict["slos"][1]["passed"] is False
+
+
+def test_no_slos_pass():
+    assert evaluate([], _analysis(1.0)) == {"passed": True, "slos": [], "failed": []}

@@ -1,0 +1,139 @@
+"""The sampler process and loop against real processes and the real /proc."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from signals_helpers import read_series, read_signals_meta, run_sampler_process, start_burner, stop_process
+from tailscope.tracing.signals import SeriesMeta, default_samplers, run_sampling
+from tailscope.tracing.signals.base import GAUGE
+
+
+def test_sampler_process_watches_a_cpu_burner(tmp_path):
+    burner = start_burner()
+    try:
+        rc = run_sampler_process(str(tmp_path), burner.pid, rate_hz=20, duration_s=1.5)
+    finally:
+        stop_process(burner)
+    assert rc == 0  # SIGTERM: flush, close, exit 0
+    meta = read_signals_meta(str(tmp_path))
+    series = read_series(str(tmp_path))
+    assert meta["rate_hz"] == 20
+    assert meta["sources"]["process"] == {"available": True, "reason": None}
+    assert meta["sources"]["host_cpu"]["available"]
+    gpu = meta["sources"]["gpu"]
+    assert gpu["available"] or (gpu["reason"] and "\n" not in gpu["reason"])
+    for name in ("host.cpu.user_s", "host.ctxt", "host.load.1m", "host.mem.available_bytes",
+                 "proc.cpu.user_s", "proc.rss_bytes", "proc.threads", "proc.runqueue_wait_ns",
+                 "proc.ctxt.nonvoluntary", "proc.connections"):
+        assert name in series, name
+        assert name in meta["series"], name
+    assert set(series) <= set(meta["series"])  # every stored series is described
+    # Counters never go backwards.
+    for name, values in series.items():
+        if meta["series"][name]["kind"] == "counter":
+            numbers = [v for _, v in values]
+            assert numbers == sorted(numbers), name
+    # The burner used CPU: at least 0.3 s of user time in ~1.5 s (one core is ~1.5 s).
+    burner_cpu = series["proc.cpu.user_s"]
+    assert burner_cpu[-1][1] - burner_cpu[0][1] >= 0.3
+    assert series["host.cpu.user_s"][-1][1] > series["host.cpu.user_s"][0][1]
+    assert 1.0 <= series["proc.threads"][-1][1] <= 4.0
+    assert series["proc.rss_bytes"][-1][1] > 1e6
+    # 20 Hz for ~1.5 s, minus interpreter start-up.
+    assert 10 <= len(series["host.load.1m"]) <= 40
+
+
+def test_sampler_without_pid_reports_why_process_sources_are_off(tmp_path):
+    rc = run_sampler_process(str(tmp_path), None, rate_hz=10, duration_s=1.0)
+    assert rc == 0
+    meta = read_signals_meta(str(tmp_path))
+    for source in ("process", "process_connections", "cgroup"):
+        assert meta["sources"][source] == {"available": False, "reason": "no target pid given"}
+    assert not any(name.startswith(("proc.", "cgroup.")) for name in read_series(str(tmp_path)))
+
+
+class CountingSampler:
+    """A sampler that emits its tick count, then fails on a chosen tick."""
+
+    name = "counting"
+
+    def __init__(self, fail_on_tick: int | None = None):
+        self.fail_on_tick = fail_on_tick
+        self.ticks = 0
+
+    def probe(self):
+        return None
+
+    def series(self):
+        return {"test.tick": SeriesMeta("count", GAUGE, "tick number")}
+
+    def read(self, now_ns):
+        self.ticks += 1
+        if self.ticks == self.fail_on_tick:
+            raise ProcessLookupError("target exited")
+        return [("test.tick", float(self.ticks))]
+
+
+class UnavailableSampler:
+    name = "unavailable"
+
+    def probe(self):
+        return "not on this machine"
+
+    def series(self):
+        return {"test.never": SeriesMeta("count", GAUGE, "never emitted")}
+
+    def read(self, now_ns):
+        raise AssertionError("an unavailable sampler must not be read")
+
+
+def _run_for(run_dir: str, samplers: list, rate_hz: float, duration_s: float):
+    stop = threading.Event()
+    timer = threading.Timer(duration_s, stop.set)
+    timer.start()
+    try:
+        return run_sampling(run_dir, None, rate_hz, stop, samplers=samplers)
+    finally:
+        timer.cancel()
+
+
+def test_schedule_uses_absolute_deadlines(tmp_path):
+    summary = _run_for(str(tmp_path), [CountingSampler(), UnavailableSampler()], rate_hz=50, duration_s=1.0)
+    ticks = read_series(str(tmp_path))["test.tick"]
+    assert 45 <= len(ticks) <= 52 and summary.ticks == len(ticks)
+    # No drift: tick k is close to start + k / rate.
+    start = ticks[0][0]
+    for k, (t_ns, _) in enumerate(ticks):
+        assert abs(t_ns - (start + k * 20_000_000)) < 15_000_000, k
+    meta = read_signals_meta(str(tmp_path))
+    assert meta["sources"]["unavailable"] == {"available": False, "reason": "not on this machine"}
+    assert "test.never" not in meta["series"]
+    assert meta["series"]["test.tick"] == {"unit": "count", "kind": "gauge", "description": "tick number", "source": "counting"}
+
+
+def test_failing_sampler_is_disabled_and_reported(tmp_path):
+    _run_for(str(tmp_path), [CountingSampler(fail_on_tick=3)], rate_hz=50, duration_s=0.3)
+    ticks = read_series(str(tmp_path))["test.tick"]
+    assert [v for _, v in ticks] == [1.0, 2.0]
+    reason = read_signals_meta(str(tmp_path))["sources"]["counting"]
+    assert reason["available"] is False and "target exited" in reason["reason"]
+
+
+def test_default_samplers_have_unique_names_and_probe_without_raising():
+    samplers = default_samplers(None)
+    names = [s.name for s in samplers]
+    assert len(names) == len(set(names))
+    for sampler in samplers:
+        reason = sampler.probe()
+        assert reason is None or (isinstance(reason, str) and "\n" not in reason)
+
+
+@pytest.fixture(autouse=True)
+def _no_leaked_threads():
+    before = set(threading.enumerate())
+    yield
+    leaked = [t for t in threading.enumerate() if t not in before and t.is_alive() and t.name == "tailscope-flusher"]
+    assert not leaked
