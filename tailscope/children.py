@@ -36,12 +36,28 @@ def _die_with_parent() -> None:  # runs in the child between fork and exec
         pass
 
 
+def _child_setup(niceness: int):
+    """preexec function: die with the parent, and lower the child's CPU priority
+    by ``niceness`` so bookkeeping children never delay the load generator."""
+
+    def setup() -> None:
+        _die_with_parent()
+        if niceness:
+            try:
+                os.nice(niceness)
+            except OSError:
+                pass
+
+    return setup
+
+
 class Child:
     """One child process with a name, for messages, and its PID."""
 
     def __init__(self, name: str, argv: Sequence[str], env: dict[str, str] | None = None,
-                 log_path: str | None = None):
+                 log_path: str | None = None, niceness: int = 0):
         self.name = name
+        self.niceness = niceness
         self.argv = list(argv)
         self.env = env
         self.log_path = log_path
@@ -65,7 +81,7 @@ class Child:
             stderr=self._log,
             stdin=subprocess.DEVNULL,
             env=env,
-            preexec_fn=_die_with_parent,
+            preexec_fn=_child_setup(self.niceness),
         )
         if wait_listening:
             self.port = self._read_port(timeout_s)

@@ -31,8 +31,52 @@ from .children import Child, ChildGroup, python_module
 from .scenario import Scenario, is_loopback_url
 
 
+#: CPU priority drop of the receiver and the samplers (nice value): they are
+#: bookkeeping and must not delay the generator's sends on a small machine.
+BOOKKEEPING_NICENESS = 5
+
+
 class SetupError(RuntimeError):
     """The run cannot start: bad target, a child that did not come up, ..."""
+
+
+@dataclass
+class RunContext:
+    """What a companion may use while the load runs."""
+
+    run_dir: str
+    writer: RunWriter  # add_event() for ground truth, outages, ...
+    plan: object  # tailscope.loadgen.spec.LoadPlan
+    scenario: Scenario
+    target_process: dict  # manifest["target_process"]
+    receiver_port: int
+    stop: threading.Event  # set it to end the load early
+    aborted: list = field(default_factory=list)  # reasons given to abort()
+
+    def abort(self, reason: str) -> None:
+        """Stop the load; the run is marked ``aborted`` with ``reason``."""
+        self.aborted.append(reason)
+        self.stop.set()
+
+
+class Companion:
+    """Something that runs beside the load: a fault injector, an abort monitor.
+
+    ``start`` is called once the run directory exists and before the first
+    request; ``on_progress`` with each live snapshot (about once a second);
+    ``stop`` always, also on failure and Ctrl-C, and must undo whatever the
+    companion created (cgroups, swap files, processes)."""
+
+    name = "companion"
+
+    def start(self, ctx: RunContext) -> None:
+        pass
+
+    def on_progress(self, progress) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass
 
 
 @dataclass
@@ -48,6 +92,7 @@ class RunOptions:
     allow_remote: bool = False  # load a non-loopback target (never in tests/demos)
     span_grace_s: float = 6.0  # longest wait for late spans after the load stops
     extra_manifest: dict = field(default_factory=dict)
+    companions: list = field(default_factory=list)  # Companion instances
 
 
 @dataclass
@@ -103,7 +148,7 @@ class _Session:
                       python_module("tailscope.tracing.receiver", "--run-dir", run_dir,
                                     "--host", options.receiver_host,
                                     "--port", str(options.receiver_port)),
-                      log_path=os.path.join(run_dir, "receiver.log")),
+                      log_path=os.path.join(run_dir, "receiver.log"), niceness=BOOKKEEPING_NICENESS),
                 wait_listening=True,
             )
             target_child = None
@@ -118,12 +163,21 @@ class _Session:
                 python_module("tailscope.tracing.signals", "--run-dir", run_dir,
                               "--rate", str(scenario.signal_rate_hz),
                               *(["--pid", str(target_proc["pid"])] if target_proc.get("pid") else [])),
-                log_path=os.path.join(run_dir, "signals.log"),
+                log_path=os.path.join(run_dir, "signals.log"), niceness=BOOKKEEPING_NICENESS,
             ))
             self.writer = RunWriter(run_dir, self._manifest(plan, receiver.port, target_proc))
+            ctx = RunContext(run_dir=run_dir, writer=self.writer, plan=plan, scenario=scenario,
+                             target_process=target_proc, receiver_port=receiver.port, stop=self.stop)
+            started: list[Companion] = []
             try:
-                load = run_load(plan, self.writer.requests, on_progress=on_progress, stop=self.stop)
-                if self.stop.is_set():
+                for companion in options.companions:
+                    companion.start(ctx)
+                    started.append(companion)
+                load = run_load(plan, self.writer.requests,
+                                on_progress=_fan_out(on_progress, started), stop=self.stop)
+                if ctx.aborted:
+                    status = "aborted"
+                elif self.stop.is_set():
                     status = "interrupted"
             except KeyboardInterrupt:
                 status = "interrupted"
@@ -131,12 +185,14 @@ class _Session:
                 status = "failed"
                 raise
             finally:
+                cleanup_errors = _stop_companions(started)
                 if target_child is None:
                     _wait_for_late_spans(run_dir, options.span_grace_s)
                 # ChildGroup stops in reverse start order: sampler, target (which
                 # flushes its spans on SIGTERM), then the receiver.
                 children.stop_all()
-                self.writer.close(status=status, load=_load_summary(load))
+                self.writer.close(status=status, load=_load_summary(load),
+                                  abort_reasons=ctx.aborted, cleanup_errors=cleanup_errors)
         return RunOutcome(run_dir=run_dir, status=status, load=load)
 
     def _manifest(self, plan, receiver_port: int, target_proc: dict) -> dict:
@@ -158,6 +214,30 @@ class _Session:
             },
             **self.options.extra_manifest,
         }
+
+
+def _fan_out(on_progress, companions):
+    """One progress callback that feeds the display and every companion."""
+
+    def callback(progress) -> None:
+        for companion in companions:
+            companion.on_progress(progress)
+        if on_progress is not None:
+            on_progress(progress)
+
+    return callback
+
+
+def _stop_companions(companions) -> list[str]:
+    """Stop companions in reverse order; one failing to stop does not stop the
+    others. Returns the failures (recorded in the manifest, shown in the report)."""
+    errors = []
+    for companion in reversed(companions):
+        try:
+            companion.stop()
+        except Exception as exc:  # noqa: BLE001  (every companion must get its stop)
+            errors.append(f"{companion.name}: {exc}")
+    return errors
 
 
 def _safe_name(name: str) -> str:

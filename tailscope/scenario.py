@@ -23,6 +23,7 @@ from tailscope.loadgen.spec import (
     SpecError,
 )
 
+from .scenario_sections import SECTION_PARSERS
 from .yamlpos import Path, YamlSyntaxError, format_path, line_of, load_located
 
 
@@ -83,6 +84,8 @@ class Scenario:
     slos: list[str]
     signal_rate_hz: float
     raw: dict = field(default_factory=dict)
+    #: Optional sections parsed by the parts that own them (see scenario_sections).
+    sections: dict[str, Any] = field(default_factory=dict)
 
     def load_plan(self, target: str | None = None, duration_s: float | None = None) -> LoadPlan:
         """The load plan, with the command line's ``--target``/``--duration`` applied."""
@@ -120,11 +123,15 @@ def parse_scenario(text: str, file: str = "<scenario>", *, target_override: str 
         data, lines = load_located(text)
     except YamlSyntaxError as exc:
         raise ScenarioError(file, exc.line, "(syntax)", exc.message) from exc
-    return _Validator(file, lines, require_target).scenario(data, target_override)
+    return FieldReader(file, lines, require_target).scenario(data, target_override)
 
 
-class _Validator:
-    """Walks the parsed YAML, converting values and raising located errors."""
+class FieldReader:
+    """Walks the parsed YAML, converting values and raising located errors.
+
+    Section parsers (tailscope.scenario_sections) receive one and use its
+    ``mapping``/``number``/``string``/``duration``/``build``/``fail`` so that
+    their errors name the file, line and field like every other."""
 
     def __init__(self, file: str, lines: dict[Path, int], require_target: bool = True):
         self.file = file
@@ -186,7 +193,7 @@ class _Validator:
     def scenario(self, data: Any, target_override: str | None) -> Scenario:
         if data is None:
             raise self.fail((), "the scenario file is empty")
-        top = self.mapping(data, (), TOP_LEVEL_FIELDS)
+        top = self.mapping(data, (), TOP_LEVEL_FIELDS | set(SECTION_PARSERS))
         target = self.target(top, target_override)
         duration_s = self.duration(top, (), "duration", None)
         if duration_s is None:
@@ -206,6 +213,8 @@ class _Validator:
         if max_in_flight < 1:
             raise self.fail(("max_in_flight",), f"must be >= 1, got {max_in_flight}")
         name = self.string(top, (), "name", None) or os.path.splitext(os.path.basename(self.file))[0]
+        sections = {key: SECTION_PARSERS[key](top[key], (key,), self)
+                    for key in top if key in SECTION_PARSERS}
         return Scenario(
             path=self.file,
             name=name,
@@ -220,6 +229,7 @@ class _Validator:
             slos=slos,
             signal_rate_hz=float(signal_rate),
             raw=data,
+            sections=sections,
         )
 
     def target(self, top: dict, override: str | None) -> str | None:

@@ -42,7 +42,7 @@ class ProgressDisplay:
         now = time.monotonic()
         if now - self._last_plain >= PLAIN_PROGRESS_INTERVAL_S:
             self._last_plain = now
-            self.console.print(_plain_line(progress), highlight=False)
+            self.console.print(_plain_line(progress), highlight=False, soft_wrap=True)
 
     def _table(self, progress) -> Table:
         table = Table(title=self.title, show_header=True, expand=False)
@@ -100,7 +100,7 @@ def print_summary(console: Console, analysis: dict, paths: dict) -> None:
     console.print(table)
     for warning in analysis.get("warnings", []):
         text = warning.get("message", warning) if isinstance(warning, dict) else warning
-        console.print(f"[yellow]warning:[/] {text}", highlight=False)
+        console.print(f"[yellow]warning:[/] {text}", highlight=False, soft_wrap=True)
     for spike in analysis.get("spikes", []):
         causes = spike.get("causes") or []
         top = causes[0] if causes else {"kind": "unexplained", "confidence": 0}
