@@ -13,6 +13,7 @@ import json
 import math
 import os
 from datetime import datetime, timezone
+from functools import partial
 from typing import Mapping
 
 import numpy as np
@@ -21,12 +22,26 @@ import pyarrow.compute as pc
 from tailscope.rundir import Run, load_run, schema as fmt
 
 from .causes import DetectorRegistry
+from .generator import generator_section
+from .goodput import goodput_summary
+from .load_checks import abort_verdict, limited_windows_text, load_warnings
+from .streaming import read_chunks, stream_times, streaming_section
+from .distribution import latency_distribution
+from .outages import find_outages
 from .percentiles import min_samples_for_claim
+from .retained import retained_view
+from .run_health import run_health_warnings
 from .records import NS_PER_MS, NS_PER_S, RequestArrays, int_column, request_arrays
-from .signals import signal_series, signal_sources
+from .signal_panels import signals_section
 from .slo import evaluate, parse_slo
-from .spikes import SpikeRules, baseline_p99, find_spikes
-from .stages import DEFAULT_STAGE_MAP, stage_matrix, summarize_stages
+from .slow_points import slow_request_points
+from .patterns import analyze_patterns, pattern_warnings
+from .signal_index import SignalIndex
+from .spikes import SpikeRules, detect, detection_facts, find_spikes
+from .clock import align_clocks, clock_warnings
+from .stage_rules import rules_for_scenario
+from .stages import DEFAULT_STAGE_MAP, join_spans, stage_matrix, stage_name_map, summarize_stages
+from .soak import record_period_counts, soak_section
 from .summary import load_period_ns, summarize, summarize_classes
 from .windows import window_table, windows_as_records
 
@@ -43,11 +58,14 @@ SCHEMA_PATH = os.path.join(os.path.dirname(__file__), "analysis.schema.json")
 def analyze_run(run_or_path: Run | str | os.PathLike, *, window_s: float = 1.0,
                 stage_map: Mapping[str, str] | None = None,
                 registry: DetectorRegistry | None = None,
-                spike_rules: SpikeRules = SpikeRules()) -> dict:
+                spike_rules: SpikeRules = SpikeRules(), method: str = "detectors") -> dict:
     """Analyse a run directory (or a loaded :class:`Run`) into the analysis dict.
 
-    ``stage_map`` defaults to the scenario's ``stage_map`` or the span-name
-    defaults; ``registry`` holds the cause detectors (empty by default).
+    ``stage_map`` (span name → stage) overrides the scenario's ``stages:``
+    rules (default: the reference preset); ``registry`` holds the cause detectors
+    (default: :func:`~.detectors.default_registry`, every detector); ``method`` chooses how
+    spikes get their causes: ``"detectors"`` (the registry) or ``"baro"`` (the BARO-style
+    baseline ranker the lab compares with, :mod:`.baro`).
     """
     run = run_or_path if isinstance(run_or_path, Run) else load_run(run_or_path)
     scenario = run.manifest.get("scenario") or {}
@@ -55,27 +73,60 @@ def analyze_run(run_or_path: Run | str | os.PathLike, *, window_s: float = 1.0,
     period = load_period_ns(req)
     duration_s = (period[1] - period[0]) / NS_PER_S if period else 0.0
     summary = summarize(req, duration_s)
-    matrix = stage_matrix(req, run.spans, stage_map or scenario.get("stage_map") or DEFAULT_STAGE_MAP)
+    resolved = rules_for_scenario(scenario, stage_map)  # the scenario's `stages:` rules (stage_rules.py)
+    join = join_spans(req, run.spans, resolved.rules)  # one span↔request join, shared
+    alignment = align_clocks(req, run.spans, resolved.rules, join=join)
+    run = alignment.apply(run)  # server-clock times moved onto the generator's clock (a copy)
+    matrix = stage_matrix(req, run.spans, resolved.rules, join=join)
+    stage_map = stage_name_map(run.spans, resolved.rules)
     windows = (window_table(req, period[0], period[1], window_s, summary["latency_ms"]["p99"]["value_ms"])
                if period else None)
-    spikes = find_spikes(req, windows, matrix, run, registry, spike_rules) if windows else []
+    retained = retained_view(run, req, window_s)  # records kept selectively: numbers from histograms
+    if retained is not None:
+        period, duration_s = retained.period, retained.duration_s
+        summary, windows = retained.summary, retained.windows
+    detection = detect(req, windows, spike_rules) if windows else None
+    spikes = (find_spikes(req, windows, matrix, run, registry, spike_rules, stage_map,
+                          detection=detection, method=method) if windows else [])
     slos, slo_warnings = parse_scenario_slos(scenario)
+    times = stream_times(req, run.requests, *read_chunks(run.path))
+    generator = generator_section(req, run, period, window_s)
+    summary = {**summary, "load_model": generator["load_model"]["loop"], "dropped": generator["dropped"],
+               "goodput": goodput_summary(req, slos, times, duration_s)}
     analysis = {
         "format_version": ANALYSIS_FORMAT_VERSION,
         "run": run_facts(run, period),
         "summary": summary,
-        "classes": summarize_classes(req, duration_s),
-        "stages": summarize_stages(matrix),
+        "classes": retained.classes if retained is not None else summarize_classes(req, duration_s),
+        "stages": {**summarize_stages(matrix), "rules": resolved.rules.describe(),
+                   "clock_alignment": alignment.as_dict()},
         "window_s": window_s,
         "windows": windows_as_records(windows) if windows else [],
+        "slow_requests": slow_request_points(req, summary["latency_ms"]["p99"]["value_ms"], period),
+        "distribution": latency_distribution(req),
+        "spike_detection": detection_facts(detection, spike_rules, method),
         "spikes": spikes,
-        "signals": {"series": signal_series(run.signals, run.signals_meta),
-                    "sources": signal_sources(run.signals_meta)},
+        "patterns": analyze_patterns(req, spikes, SignalIndex(run.signals, run.signals_meta), period),
+        "signals": signals_section(run, req, period, window_s),
         "events": event_digest(run),
         "receiver": run.receiver,
+        "outages": find_outages(req, run.events),
+        "retention": retained.retention if retained is not None else {"sampled": False},
+        "generator": generator,
+        "generator_limited_windows": [{"start_ns": w["start_ns"], "end_ns": w["end_ns"]}
+                                      for w in generator["limited_windows"]],
+        "streaming": streaming_section(req, times, duration_s),
     }
-    analysis["verdict"] = evaluate(slos, analysis)
-    analysis["warnings"] = slo_warnings + run_warnings(run, analysis, windows, spike_rules)
+    analysis["soak"] = soak_section(
+        windows, run.signals, period,
+        retained.period_counts if retained is not None else partial(record_period_counts, req),
+        analysis.get("patterns"))
+    analysis["verdict"] = abort_verdict(evaluate(slos, analysis), run.manifest)
+    analysis["warnings"] = (slo_warnings + resolved.warnings + clock_warnings(alignment)
+                            + run_warnings(run, analysis, windows, spike_rules, detection)
+                            + pattern_warnings(analysis["patterns"])
+                            + run_health_warnings(run.manifest, analysis)
+                            + load_warnings(analysis, run.manifest))
     return jsonable(analysis)
 
 
@@ -137,6 +188,7 @@ def run_facts(run: Run, period: tuple[int, int] | None) -> dict:
         "scenario": scenario,
         "host": manifest.get("host") or {},
         "truncated_files": sorted(name for name, cut in run.truncated.items() if cut),
+        "abort_reasons": list(manifest.get("abort_reasons") or []),
     }
 
 
@@ -181,7 +233,7 @@ def event_digest(run: Run) -> dict:
     }
 
 
-def run_warnings(run: Run, analysis: dict, windows, rules: SpikeRules) -> list[dict]:
+def run_warnings(run: Run, analysis: dict, windows, rules: SpikeRules, detection=None) -> list[dict]:
     """Everything the reader of the numbers must know first, as ``{"code", "message"}``."""
     warnings = []
     facts, summary, stages = analysis["run"], analysis["summary"], analysis["stages"]
@@ -195,10 +247,11 @@ def run_warnings(run: Run, analysis: dict, windows, rules: SpikeRules) -> list[d
         return warnings
     lateness = summary["lateness_ms"]
     if lateness["generator_limited"]:
+        intervals = limited_windows_text(analysis.get("generator") or {}, facts["load_start_ns"])
         warnings.append({"code": "generator_limited", "message": (
             f"generator-limited: {lateness['late_share']:.1%} of sends left more than 1 ms after their "
             f"scheduled time (p99 lateness {lateness['p99_ms']:.1f} ms); the generator, not the target, "
-            "may be the bottleneck")})
+            "may be the bottleneck" + (f"; windows: {intervals}" if intervals else ""))})
     p99 = summary["latency_ms"]["p99"]
     if not p99["claimed"]:
         warnings.append({"code": "too_few_samples", "message": (
@@ -210,10 +263,9 @@ def run_warnings(run: Run, analysis: dict, windows, rules: SpikeRules) -> list[d
         warnings.append({"code": "partial_join", "message": (
             f"only {stages['joined_fraction']:.1%} of successful requests joined a server span; "
             "stage statistics cover the joined ones")})
-    if windows is not None and baseline_p99(windows, rules) is None:
+    if windows is not None and detection is None:
         warnings.append({"code": "no_spike_detection", "message": (
-            f"spike detection needs at least {rules.min_windows} windows with "
-            f">= {rules.min_requests} successful requests")})
+            f"spike detection needs at least {rules.min_samples} latency samples")})
     return warnings
 
 

@@ -7,10 +7,17 @@ registry runs only the detectors whose ``needs`` the run can satisfy, and a
 finding *fires* when its confidence reaches ``min_confidence``.
 
 When no detector fires, the spike's cause is ``unexplained``, carrying the
-stage decomposition as evidence and the confidence 1 − (highest
-non-firing confidence): "unexplained" is a valid answer and better than a
-wrong one. Registries are plain objects passed explicitly; there is no
-global registry. A new registry is empty.
+stage decomposition as evidence. Its confidence says how sure we are that
+*none of the known causes* is behind the spike:
+``coverage × (1 − strongest non-firing confidence)``, where coverage is the
+share of registered detectors whose inputs the run had (a run without
+signals cannot rule out throttling or swap, so "unexplained" is then weak).
+"unexplained" is a valid answer and better than a wrong one. Registries are
+plain objects passed explicitly; there is no global registry. A new registry
+is empty; :func:`tailscope.analyzers.detectors.default_registry` holds ours.
+
+A need ending in ``*`` is a prefix: ``"gpu*"`` is met by any series whose
+name starts with ``gpu``.
 """
 
 from __future__ import annotations
@@ -47,7 +54,9 @@ class SpikeContext:
     """What a detector may look at for one spike.
 
     ``slow_request_index`` / ``normal_request_index`` index the run's requests
-    (rows of ``run.requests``); times are epoch ns.
+    (rows of ``run.requests``); times are epoch ns. ``inputs`` (a
+    :class:`~.run_inputs.RunInputs`) holds what detectors share for the run;
+    ``threshold_ms`` is the baseline P99 that made a request slow.
     """
 
     run: Run
@@ -58,6 +67,8 @@ class SpikeContext:
     normal_request_index: np.ndarray
     decomposition: dict
     available: frozenset[str]
+    inputs: object = None
+    threshold_ms: float | None = None
 
 
 @runtime_checkable
@@ -102,7 +113,7 @@ class DetectorRegistry:
 
     def eligible(self, available: frozenset[str]) -> list[Detector]:
         """Detectors whose needs are all available."""
-        return [d for d in self._detectors if set(d.needs) <= available]
+        return [d for d in self._detectors if all(need_met(n, available) for n in d.needs)]
 
     def attribute(self, ctx: SpikeContext) -> list[dict]:
         """The spike's causes, highest confidence first, or ``[unexplained]``."""
@@ -112,14 +123,37 @@ class DetectorRegistry:
         if fired:
             return [f.as_dict() for f in fired]
         consulted = [d.name for d in self.eligible(ctx.available)]
-        return [unexplained(ctx.decomposition, findings, consulted).as_dict()]
+        skipped = [d.name for d in self._detectors if d.name not in consulted]
+        return [unexplained(ctx.decomposition, findings, consulted, skipped).as_dict()]
 
 
-def unexplained(decomposition: dict, weak: list[Finding], consulted: list[str]) -> Finding:
-    """The ``unexplained`` finding: no detector fired; evidence is the decomposition."""
+def need_met(need: str, available: frozenset[str]) -> bool:
+    """Whether one need is available (a trailing ``*`` matches any name with that prefix)."""
+    if need.endswith("*"):
+        return any(name.startswith(need[:-1]) for name in available)
+    return need in available
+
+
+def unexplained(decomposition: dict, weak: list[Finding], consulted: list[str],
+                skipped: list[str] = ()) -> Finding:
+    """The ``unexplained`` finding: no detector fired; evidence is the decomposition.
+
+    Confidence = coverage × (1 − strongest weak confidence), coverage =
+    consulted / (consulted + skipped); with no detector registered at all,
+    coverage is 0: nothing was ruled out.
+    """
     strongest = max((f.confidence for f in weak), default=0.0)
-    return Finding("unexplained", round(1.0 - strongest, 6), {
+    total = len(consulted) + len(skipped)
+    coverage = len(consulted) / total if total else 0.0
+    stage = decomposition.get("dominant_stage")
+    summary = (f"no known cause reached its threshold ({len(consulted)} of {total} detectors had their "
+               f"inputs); strongest weak finding {strongest:.0%}"
+               + (f"; {decomposition.get('summary')}" if stage else ""))
+    return Finding("unexplained", round(coverage * (1.0 - strongest), 6), {
+        "summary": summary,
+        "coverage": coverage,
         "decomposition": decomposition,
         "detectors_consulted": consulted,
+        "detectors_without_inputs": list(skipped),
         "weak_findings": [f.as_dict() for f in weak],
     })

@@ -107,10 +107,13 @@ def percentile_ci(sorted_ms: np.ndarray, p: float, z: float = Z_95) -> dict:
 
 
 def percentile_set(values_ms: np.ndarray) -> dict:
-    """P50/P90/P95/P99/P99.9 (each with CI and claim) and the max of a sample in ms."""
+    """P50/P90/P95/P99/P99.9 (each with CI and claim) and ``max`` = ``{value_ms, n}`` of a sample in ms.
+
+    The maximum is a measured value, never an estimate, so it carries no CI or claim.
+    """
     ordered = np.sort(np.asarray(values_ms, dtype=np.float64))
     result = {name: percentile_ci(ordered, p) for name, p in STANDARD_PERCENTILES}
-    result["max_ms"] = float(ordered[-1]) if len(ordered) else None
+    result["max"] = {"value_ms": float(ordered[-1]) if len(ordered) else None, "n": int(len(ordered))}
     return result
 
 
@@ -128,3 +131,18 @@ def grouped_quantile(sorted_values: np.ndarray, group_starts: np.ndarray,
     has = counts > 0
     out[has] = sorted_values[index[has]]
     return out
+
+
+def group_sort(groups: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Indices sorting by (group, value): a value sort, then a stable radix sort of the int groups.
+
+    Same order as ``np.lexsort((values, groups))`` (ties aside), several times faster at
+    millions of rows, since lexsort compares both keys in every pass.
+    """
+    by_value = np.argsort(values)
+    grouped = groups[by_value]
+    if len(grouped) and grouped.min() >= 0:
+        top = int(grouped.max())
+        if top < 2**16:  # numpy's stable sort is a radix sort for 16-bit keys: O(n)
+            grouped = grouped.astype(np.uint16)
+    return by_value[np.argsort(grouped, kind="stable")]

@@ -8,6 +8,15 @@ Definitions (DESIGN.md, decision 3):
 ``latency = end − scheduled``, ``service_time = end − sent``,
 ``lateness = sent − scheduled``. A request is an *error* when its
 ``error_kind`` is set; it is *ok* when it has no error and an ``end_ns``.
+
+Which requests count in latency percentiles (``in_latency``): every request
+the service answered or failed to answer in time — successes, HTTP errors
+(``http``: status >= 400, at their response time) and timeouts (``timeout``,
+at ``sent + timeout``: a lower bound of their true latency). Leaving timeouts
+out would hide exactly the requests that make the tail (the same mistake as
+coordinated omission). Connection failures (``refused``, ``reset``), requests
+the generator never sent (``dropped``) and ``other`` failures have no service
+latency: they are counted as errors (and outages), never as latencies.
 """
 
 from __future__ import annotations
@@ -20,6 +29,8 @@ import pyarrow.compute as pc
 
 NS_PER_MS = 1_000_000.0
 NS_PER_S = 1_000_000_000
+#: Error kinds whose requests still count in latency percentiles (see module docstring).
+LATENCY_ERROR_KINDS = ("http", "timeout")
 
 
 def int_column(table: pa.Table, name: str) -> tuple[np.ndarray, np.ndarray]:
@@ -33,6 +44,19 @@ def int_column(table: pa.Table, name: str) -> tuple[np.ndarray, np.ndarray]:
 def string_column(table: pa.Table, name: str) -> np.ndarray:
     """An object array of str (None for null) of a string column."""
     return table.column(name).to_numpy(zero_copy_only=False)
+
+
+def category_column(table: pa.Table, name: str) -> np.ndarray:
+    """Like :func:`string_column`, with one shared str object per distinct value: for
+    columns with few distinct values (class names, error kinds), n pointers instead of
+    n string objects. O(n) hash pass."""
+    column = table.column(name)
+    if len(column) == 0:
+        return string_column(table, name)
+    distinct = pc.unique(column)
+    names = np.empty(len(distinct), dtype=object)
+    names[:] = distinct.to_pylist()
+    return names[pc.index_in(column, value_set=distinct).to_numpy(zero_copy_only=False)]
 
 
 def _duration_ms(later: np.ndarray, earlier: np.ndarray, valid: np.ndarray) -> np.ndarray:
@@ -56,6 +80,7 @@ class RequestArrays:
     trace_id: np.ndarray  # object: 32 hex or None
     is_error: np.ndarray  # bool
     is_ok: np.ndarray  # bool: no error and an end time
+    in_latency: np.ndarray  # bool: counts in latency percentiles (ok, http error or timeout, with an end)
     latency_ms: np.ndarray  # float64, end − scheduled, NaN when no end
     service_ms: np.ndarray  # float64, end − sent
     lateness_ms: np.ndarray  # float64, sent − scheduled
@@ -75,18 +100,22 @@ def request_arrays(requests: pa.Table) -> RequestArrays:
     sent, has_sent = int_column(requests, "sent_ns")
     end, has_end = int_column(requests, "end_ns")
     is_error = pc.is_valid(requests.column("error_kind")).to_numpy(zero_copy_only=False)
+    latency_error = pc.fill_null(pc.is_in(requests.column("error_kind"),
+                                          value_set=pa.array(LATENCY_ERROR_KINDS, pa.string())),
+                                 False).to_numpy(zero_copy_only=False)
     return RequestArrays(
         scheduled_ns=scheduled,
         sent_ns=sent,
         end_ns=end,
         has_sent=has_sent,
         has_end=has_end,
-        cls=string_column(requests, "cls"),
-        error_kind=string_column(requests, "error_kind"),
-        error=string_column(requests, "error"),
+        cls=category_column(requests, "cls"),
+        error_kind=category_column(requests, "error_kind"),
+        error=category_column(requests, "error"),
         trace_id=string_column(requests, "trace_id"),
         is_error=is_error,
         is_ok=~is_error & has_end,
+        in_latency=has_end & (~is_error | latency_error),
         latency_ms=_duration_ms(end, scheduled, has_end),
         service_ms=_duration_ms(end, sent, has_end & has_sent),
         lateness_ms=_duration_ms(sent, scheduled, has_sent),

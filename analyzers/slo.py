@@ -3,14 +3,21 @@
 Grammar (one objective per string; whitespace is free)::
 
     [CLASS ":"] METRIC OP NUMBER [UNIT]
-    METRIC  p50 | p90 | p95 | p99 | p999   (UNIT required: ms | s | us)
+    METRIC  p50 | p90 | p95 | p99 | p999   latency (UNIT required: ms | s | us)
+          | ttft PCT | itl PCT             streaming: time to first token, inter-token
+                                           latency; PCT one of the percentiles above
+                                           (also written ttft_p99); UNIT required
           | error_rate                     (UNIT "%", or a fraction in [0, 1])
+          | goodput                        share of requests meeting every per-request
+                                           SLO (UNIT "%", or a fraction)
           | achieved_rps                   (no unit; requests per second)
     OP      < | <= | > | >=
 
 Examples: ``p99 < 250ms``, ``short: p95 <= 0.1s``, ``error_rate < 1%``,
-``error_rate < 0.01``, ``achieved_rps >= 45``. Percentile thresholds are
-stored in ms, error rates as fractions.
+``error_rate < 0.01``, ``achieved_rps >= 45``, ``ttft p99 < 200ms``,
+``chat: itl p99 < 50ms``, ``goodput >= 95%``. Time thresholds are stored in
+ms, error rates and goodput as fractions; ttft/itl metrics are named
+``ttft_p99``, ``itl_p50``, ...
 """
 
 from __future__ import annotations
@@ -20,7 +27,12 @@ import re
 from dataclasses import dataclass
 
 PERCENTILE_METRICS = ("p50", "p90", "p95", "p99", "p999")
-METRICS = PERCENTILE_METRICS + ("error_rate", "achieved_rps")
+STREAM_METRICS = tuple(f"{kind}_{p}" for kind in ("ttft", "itl") for p in PERCENTILE_METRICS)
+SHARE_METRICS = ("error_rate", "goodput")
+METRICS = PERCENTILE_METRICS + STREAM_METRICS + SHARE_METRICS + ("achieved_rps",)
+#: Metrics judged per request for goodput (latency, TTFT and ITL thresholds).
+PER_REQUEST_METRICS = PERCENTILE_METRICS + STREAM_METRICS
+_STREAM_METRIC = re.compile(r"^\s*(ttft|itl)(?:\s+|_)(p[0-9]+)\b", re.I)
 OPERATORS = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge}
 TIME_UNITS_MS = {"ms": 1.0, "s": 1000.0, "us": 0.001}
 
@@ -51,10 +63,13 @@ def parse_slo(text: str) -> Slo:
     match = _CLASS.match(text)
     if match:
         cls, body = match.group(1), match.group(2)
+    body = _STREAM_METRIC.sub(lambda m: f"{m.group(1).lower()}_{m.group(2).lower()}", body, count=1)
     body_match = _BODY.match(body)
     if not body_match:
         raise ValueError(f"SLO {text!r}: expected METRIC OP NUMBER[UNIT], e.g. 'p99 < 250ms'")
     metric, op, rest = body_match.groups()
+    if metric in ("ttft", "itl"):
+        raise ValueError(f"SLO {text!r}: {metric} needs a percentile, e.g. '{metric} p99 < 200ms'")
     if metric not in METRICS:
         raise ValueError(f"SLO {text!r}: unknown metric {metric!r}; expected one of {', '.join(METRICS)}")
     if op is None:
@@ -70,19 +85,19 @@ def parse_slo(text: str) -> Slo:
 
 
 def _threshold(text: str, metric: str, value: float, unit: str) -> float:
-    if metric in PERCENTILE_METRICS:
+    if metric in PERCENTILE_METRICS or metric in STREAM_METRICS:
         if unit not in TIME_UNITS_MS:
             raise ValueError(f"SLO {text!r}: {metric} needs a time unit (ms, s or us), got {unit or 'none'!r}")
         return value * TIME_UNITS_MS[unit]
-    if metric == "error_rate":
+    if metric in SHARE_METRICS:
         if unit == "%":
             if value > 100:
-                raise ValueError(f"SLO {text!r}: error_rate above 100% ({value}%)")
+                raise ValueError(f"SLO {text!r}: {metric} above 100% ({value}%)")
             return value / 100.0
         if unit:
-            raise ValueError(f"SLO {text!r}: error_rate takes '%' or a fraction, got unit {unit!r}")
+            raise ValueError(f"SLO {text!r}: {metric} takes '%' or a fraction, got unit {unit!r}")
         if value > 1:
-            raise ValueError(f"SLO {text!r}: error_rate fraction must be in [0, 1], got {value} (did you mean {value}%?)")
+            raise ValueError(f"SLO {text!r}: {metric} fraction must be in [0, 1], got {value} (did you mean {value}%?)")
         return value
     if unit:
         raise ValueError(f"SLO {text!r}: achieved_rps takes a plain number of requests/s, got unit {unit!r}")
@@ -97,7 +112,25 @@ def observe(slo: Slo, analysis: dict) -> tuple[float | None, bool]:
     if slo.metric in PERCENTILE_METRICS:
         entry = scope["latency_ms"][slo.metric]
         return entry["value_ms"], bool(entry["claimed"])
+    if slo.metric in STREAM_METRICS:
+        return _observe_stream(slo, analysis)
+    if slo.metric == "goodput":
+        goodput = analysis["summary"].get("goodput") or {}
+        if slo.cls is not None:
+            goodput = (goodput.get("by_class") or {}).get(slo.cls) or {}
+        return goodput.get("share"), goodput.get("share") is not None
     return scope[slo.metric], True
+
+
+def _observe_stream(slo: Slo, analysis: dict) -> tuple[float | None, bool]:
+    """A TTFT or ITL percentile of the class (or of every streamed request)."""
+    streaming = analysis.get("streaming") or {}
+    section = streaming if slo.cls is None else (streaming.get("classes") or {}).get(slo.cls)
+    kind, percentile = slo.metric.split("_", 1)
+    entry = ((section or {}).get(f"{kind}_ms") or {}).get(percentile)
+    if not entry or entry.get("value_ms") is None:
+        return None, False
+    return entry["value_ms"], bool(entry["claimed"])
 
 
 def evaluate(slos: list[Slo], analysis: dict) -> dict:

@@ -1,20 +1,21 @@
-"""P99 spike detection over windows, with per-spike stage decomposition.
+"""P99 spikes: detection, per-spike stage decomposition, and ranked causes.
 
-A window is *eligible* with at least ``min_requests`` successful requests.
-The baseline is the median of the eligible windows' P99 and the spread is
-their MAD scaled to a standard deviation (×1.4826). A window is *flagged*
-when its P99 exceeds ``baseline + k·MAD`` **and** the excess is at least
-``max(min_excess_ms, min_relative_excess·baseline)`` — the floor keeps a
-steady run (whose MAD can be tiny) free of spikes — or when the same floor is
-met and its count of requests above the run's P99 is improbable under
-Binomial(n, 0.01) (one-sided p < 0.01 / windows). Flagged windows at most
-``merge_gap`` windows apart merge into one spike.
+Detection is the tail-share test of :mod:`.tail_test`: windows holding
+significantly (Bonferroni over all windows and scales, alpha 1%) and
+materially more requests above the baseline P99 than the 1% a steady run
+holds. It works from 20 to 20,000 requests/s and at any run length, and
+keeps a steady run free of spikes with probability at least 99%. Flagged
+detection windows at most ``merge_gap`` windows apart merge into one spike
+with start, end, peak (its window with the highest slow share) and excess
+(the spike's P99 over the baseline P99).
 
 Per spike: the slow requests (scheduled inside it, latency above the
 baseline P99) are compared with the normal requests (outside every spike)
 stage by stage; the stage whose mean grew most is named with its numbers.
-Causes come from a :class:`~.causes.DetectorRegistry` (``unexplained`` when
-none fires). Cost: O(windows + requests) after the window table.
+Causes come from a :class:`~.causes.DetectorRegistry` (``method="detectors"``,
+``unexplained`` when none fires) or the BARO-style baseline ranker
+(``method="baro"``, :mod:`.baro`). Cost: O(requests) per test iteration, plus
+the detectors' work per spike.
 """
 
 from __future__ import annotations
@@ -25,59 +26,42 @@ import numpy as np
 from scipy import stats
 
 from .causes import DetectorRegistry, SpikeContext, available_inputs
-from .percentiles import nearest_rank
+from .percentiles import min_samples_for_claim, nearest_rank
 from .records import RequestArrays
-from .stages import StageMatrix
+from .run_inputs import RunInputs
+from .stages import DEFAULT_STAGE_MAP, StageMatrix
+from .tail_test import TailTestResult, TailTestRules, merge_runs, tail_test
+from .traces import representative_trace
 
-MAD_TO_SIGMA = 1.4826
+#: Cause-attribution methods ``find_spikes`` accepts.
+METHODS = ("detectors", "baro")
 
 
 @dataclass(frozen=True)
-class SpikeRules:
-    """Thresholds of the spike test (see the module docstring)."""
+class SpikeRules(TailTestRules):
+    """The tail-share test's thresholds (:class:`~.tail_test.TailTestRules`) plus how windows merge."""
 
-    k: float = 5.0
-    min_excess_ms: float = 10.0
-    min_relative_excess: float = 0.5
-    min_requests: int = 10
-    min_windows: int = 5
     merge_gap: int = 1
-    alpha: float = 0.01
 
 
-def baseline_p99(windows: dict[str, np.ndarray], rules: SpikeRules) -> tuple[float, float] | None:
-    """(median, scaled MAD) of eligible windows' P99 in ms; None with too few windows."""
-    eligible = windows["ok"] >= rules.min_requests
-    values = windows["p99_ms"][eligible]
-    if len(values) < rules.min_windows:
+def detect(req: RequestArrays, windows: dict[str, np.ndarray], rules: SpikeRules = SpikeRules()) -> TailTestResult | None:
+    """The tail-share test over a run's latency samples, on the window table's time range."""
+    if len(windows["start_ns"]) == 0:
         return None
-    median = float(np.median(values))
-    return median, float(np.median(np.abs(values - median)) * MAD_TO_SIGMA)
+    origin, end = int(windows["start_ns"][0]), int(windows["end_ns"][-1])
+    window_ns = int(windows["end_ns"][0] - windows["start_ns"][0])
+    mask = req.in_latency
+    return tail_test(req.scheduled_ns[mask], req.latency_ms[mask], origin, end, window_ns, rules)
 
 
-def flag_windows(windows: dict[str, np.ndarray], baseline: float, mad: float, rules: SpikeRules) -> np.ndarray:
-    """Boolean mask of flagged windows (vectorised)."""
-    ok = windows["ok"]
-    eligible = ok >= rules.min_requests
-    p99 = np.nan_to_num(windows["p99_ms"], nan=-np.inf)
-    floor = max(rules.min_excess_ms, rules.min_relative_excess * baseline)
-    big_enough = (p99 - baseline) >= floor
-    by_p99 = p99 > baseline + rules.k * mad
-    slow = np.rint(np.nan_to_num(windows["slow_share"]) * ok)
-    p_value = stats.binom.sf(slow - 1, ok, 0.01)
-    by_share = p_value < rules.alpha / max(int(eligible.sum()), 1)
-    return eligible & big_enough & (by_p99 | by_share)
-
-
-def merge_runs(flagged: np.ndarray, merge_gap: int) -> list[tuple[int, int]]:
-    """[(first, last)] window indices of flagged runs, joining gaps <= merge_gap."""
-    index = np.flatnonzero(flagged)
-    if len(index) == 0:
-        return []
-    breaks = np.flatnonzero(np.diff(index) > merge_gap + 1)
-    firsts = np.concatenate(([index[0]], index[breaks + 1]))
-    lasts = np.concatenate((index[breaks], [index[-1]]))
-    return list(zip(firsts.tolist(), lasts.tolist()))
+def detection_facts(result: TailTestResult | None, rules: SpikeRules, method: str) -> dict:
+    """The ``spike_detection`` section: how spikes were looked for and against what baseline."""
+    if result is None:
+        return {"performed": False, "method": method, "detection_window_s": None, "baseline_p99_ms": None,
+                "expected_slow_share": 1.0 - rules.tail_p, "alpha": rules.alpha, "tests": 0, "iterations": 0}
+    return {"performed": True, "method": method, "detection_window_s": result.window_ns / 1e9,
+            "baseline_p99_ms": result.threshold_ms, "expected_slow_share": result.expected_share,
+            "alpha": rules.alpha, "tests": result.tests, "iterations": result.iterations}
 
 
 def _mean_p50(values: np.ndarray) -> dict:
@@ -88,10 +72,20 @@ def _mean_p50(values: np.ndarray) -> dict:
             "p50_ms": float(np.quantile(values, 0.5, method="inverted_cdf")), "count": int(len(values))}
 
 
-def decompose(slow_index: np.ndarray, normal_index: np.ndarray, matrix: StageMatrix, n_requests: int) -> dict:
-    """Stage means/medians of slow vs normal requests and the stage that grew most."""
+def matrix_rows(matrix: StageMatrix, n_requests: int) -> np.ndarray:
+    """Stage-matrix row of every request (-1: not joined)."""
     row_of = np.full(n_requests, -1, dtype=np.int64)
     row_of[matrix.request_index] = np.arange(len(matrix.request_index))
+    return row_of
+
+
+def decompose(slow_index: np.ndarray, normal_index: np.ndarray, matrix: StageMatrix, n_requests: int,
+              row_of: np.ndarray | None = None) -> dict:
+    """Stage means/medians of slow vs normal requests and the stage that grew most.
+
+    ``row_of`` (:func:`matrix_rows`) can be passed when decomposing several spikes of a run."""
+    if row_of is None:
+        row_of = matrix_rows(matrix, n_requests)
     slow_rows = row_of[slow_index][row_of[slow_index] >= 0]
     normal_rows = row_of[normal_index][row_of[normal_index] >= 0]
     result = {"slow_requests": int(len(slow_index)), "joined_slow_requests": int(len(slow_rows)),
@@ -117,39 +111,69 @@ def decompose(slow_index: np.ndarray, normal_index: np.ndarray, matrix: StageMat
 
 
 def find_spikes(req: RequestArrays, windows: dict[str, np.ndarray], matrix: StageMatrix, run,
-                registry: DetectorRegistry | None = None, rules: SpikeRules = SpikeRules()) -> list[dict]:
-    """The spikes of a run, each with decomposition and causes (see module docstring)."""
-    base = baseline_p99(windows, rules)
-    if base is None:
+                registry: DetectorRegistry | None = None, rules: SpikeRules = SpikeRules(),
+                stage_map=None, *, detection: TailTestResult | None = None, method: str = "detectors") -> list[dict]:
+    """The spikes of a run, each with decomposition, causes and a representative slow trace
+    (:mod:`.traces`; ``stage_map`` names the stage of each span, default the span-name map).
+
+    ``detection`` is :func:`detect`'s result when the caller already has it; ``method`` is
+    ``"detectors"`` (the registry; default :func:`~.detectors.default_registry`) or ``"baro"``.
+    """
+    if method not in METHODS:
+        raise ValueError(f"unknown cause method {method!r}; expected one of {', '.join(METHODS)}")
+    result = detection if detection is not None else detect(req, windows, rules)
+    if result is None:
         return []
-    baseline, mad = base
-    runs = merge_runs(flag_windows(windows, baseline, mad, rules), rules.merge_gap)
+    runs = merge_runs(result.flagged, rules.merge_gap)
     if not runs:
         return []
-    registry = registry if registry is not None else DetectorRegistry()
-    available = available_inputs(run)
-    starts, ends = windows["start_ns"], windows["end_ns"]
+    if registry is None:
+        from .detectors import default_registry
+        registry = default_registry()
+    bounds = [result.window_bounds(first, last) for first, last in runs]
     in_any = np.zeros(req.n, dtype=bool)
-    spans = [(int(starts[a]), int(ends[b])) for a, b in runs]
-    for lo, hi in spans:
+    for lo, hi in bounds:
         in_any |= (req.scheduled_ns >= lo) & (req.scheduled_ns < hi)
     normal_index = np.flatnonzero(req.is_ok & ~in_any)
+    tau = result.threshold_ms
+    inputs = RunInputs(run, req, matrix, int(windows["start_ns"][0]), int(windows["end_ns"][-1]), tau, bounds)
+    available = available_inputs(run)
+    row_of = matrix_rows(matrix, req.n)
     spikes = []
-    for (first, last), (lo, hi) in zip(runs, spans):
-        inside = (req.scheduled_ns >= lo) & (req.scheduled_ns < hi)
-        latency = np.sort(req.latency_ms[inside & req.is_ok])
-        p99 = float(latency[nearest_rank(len(latency), 0.99) - 1])
-        peak = first + int(np.nanargmax(windows["p99_ms"][first:last + 1]))
-        slow_index = np.flatnonzero(inside & req.is_ok & (req.latency_ms > baseline))
-        decomposition = decompose(slow_index, normal_index, matrix, req.n)
-        peak_ns = int((starts[peak] + ends[peak]) // 2)
-        ctx = SpikeContext(run, lo, hi, peak_ns, slow_index, normal_index, decomposition, available)
-        spikes.append({
-            "start_ns": lo, "end_ns": hi, "peak_ns": peak_ns,
-            "p99_ms": p99, "peak_window_p99_ms": float(windows["p99_ms"][peak]),
-            "baseline_p99_ms": baseline, "baseline_mad_ms": mad, "excess_ms": p99 - baseline,
-            "requests": int(inside.sum()), "windows": last - first + 1,
-            "decomposition": decomposition, "causes": registry.attribute(ctx),
-        })
+    for (first, last), (lo, hi) in zip(runs, bounds):
+        spikes.append(_spike_record(req, result, first, last, lo, hi, tau, in_any, normal_index, matrix, run,
+                                    inputs, available, registry, method, stage_map, row_of))
     return spikes
 
+
+def _spike_record(req, result, first, last, lo, hi, tau, in_any, normal_index, matrix, run, inputs,
+                  available, registry, method, stage_map, row_of) -> dict:
+    inside = (req.scheduled_ns >= lo) & (req.scheduled_ns < hi)
+    latency = np.sort(req.latency_ms[inside & req.in_latency])
+    p99 = float(latency[nearest_rank(len(latency), 0.99) - 1])
+    n_slow, n_all = int(result.slow[first:last + 1].sum()), int(result.n[first:last + 1].sum())
+    with np.errstate(invalid="ignore", divide="ignore"):
+        shares = np.where(result.n[first:last + 1] > 0, result.slow[first:last + 1] / np.maximum(result.n[first:last + 1], 1), 0)
+    peak = first + int(np.argmax(shares))
+    peak_lo, peak_hi = result.window_bounds(peak, peak)
+    slow_index = np.flatnonzero(inside & req.is_ok & (req.latency_ms > tau))
+    decomposition = decompose(slow_index, normal_index, matrix, req.n, row_of)
+    ctx = SpikeContext(run, lo, hi, (peak_lo + peak_hi) // 2, slow_index, normal_index, decomposition, available,
+                       inputs, tau)
+    if method == "baro":
+        from .baro import baro_causes
+        causes = baro_causes(ctx)
+    else:
+        causes = registry.attribute(ctx)
+    return {
+        "start_ns": lo, "end_ns": hi, "peak_ns": (peak_lo + peak_hi) // 2,
+        "p99_ms": p99, "p99_claimed": len(latency) >= min_samples_for_claim(0.99, 0),
+        "baseline_p99_ms": tau, "excess_ms": p99 - tau,
+        "slow_requests": n_slow, "slow_share": n_slow / n_all if n_all else 0.0,
+        "expected_slow_share": result.expected_share,
+        "p_value": float(stats.binom.sf(n_slow - 1, max(n_all, 1), result.expected_share)),
+        "peak_window_slow_share": float(shares[peak - first]),
+        "requests": int(inside.sum()), "windows": last - first + 1,
+        "decomposition": decomposition, "causes": causes,
+        "representative_trace": representative_trace(req, slow_index, run.spans, stage_map or DEFAULT_STAGE_MAP),
+    }

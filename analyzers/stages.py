@@ -1,17 +1,21 @@
 """Per-request stage decomposition: join spans to requests by W3C trace id.
 
-For each successful request whose trace has a SERVER span:
+For each successful request whose trace has a server span (chosen by the
+stage rules, :mod:`.stage_rules`: default the SERVER-kind span, else the
+trace's top-level span; the longest if several):
 
-- ``server``: duration of the SERVER-kind span (the longest, if several);
-- one column per mapped stage: the summed durations of the trace's spans whose
-  name maps to that stage (default map: preprocess→preprocess, queue_wait→queue,
-  batch_wait→batch_wait, inference→inference, postprocess→postprocess); NaN when
-  the trace has no span of that stage;
-- ``unaccounted`` = server − sum(stages), clipped at 0;
+- ``server``: the server span's duration;
+- one column per stage the rules produce: the summed durations of the trace's
+  spans that a span rule maps to that stage (first matching rule wins), plus
+  the intervals of the event rules (between two span events of the trace);
+  NaN when the trace has nothing of that stage;
+- ``unaccounted`` = server − sum(stages), clipped at 0: server time no stage
+  covers, shown explicitly;
 - ``client_network`` = service time − server (generator, network, HTTP parsing).
 
 All in ms. The join is hash-based (``pyarrow.compute.index_in``) and the
-per-stage sums use ``np.bincount``: O(requests + spans), no per-span Python.
+per-stage sums use ``np.bincount``: O(requests + spans), no per-span Python
+(span-name rules run once per distinct name; see :mod:`.span_match`).
 """
 
 from __future__ import annotations
@@ -24,18 +28,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .records import NS_PER_MS, RequestArrays, int_column
+from .span_match import (SPAN_KIND_SERVER, UNMAPPED, ServerSpans, assign_span_stages, event_stage_ms,
+                         server_span_rows)
+from .stage_rules import PRESETS, REFERENCE_SPAN_NAMES, StageRules, rules_from_stage_map
 
-#: OTLP SpanKind of a server span.
-SPAN_KIND_SERVER = 2
+__all__ = ["DEFAULT_STAGE_MAP", "DERIVED_STAGES", "SPAN_KIND_SERVER", "SpanJoin", "StageMatrix", "join_positions",
+           "join_spans",
+           "stage_matrix", "stage_name_map", "summarize_stages"]
 
-#: Default stage-mapping rules: span name → stage (docs/architecture.md).
-DEFAULT_STAGE_MAP: Mapping[str, str] = {
-    "preprocess": "preprocess",
-    "queue_wait": "queue",
-    "batch_wait": "batch_wait",
-    "inference": "inference",
-    "postprocess": "postprocess",
-}
+#: Default stage mapping: span name → stage (the ``reference`` preset, docs/architecture.md).
+DEFAULT_STAGE_MAP: Mapping[str, str] = dict(REFERENCE_SPAN_NAMES)
 #: Derived columns appended after the mapped stages.
 DERIVED_STAGES = ("server", "unaccounted", "client_network")
 #: Most unmapped span names listed.
@@ -65,37 +67,80 @@ def mapped_stage_names(stage_map: Mapping[str, str]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(stage_map.values()))
 
 
-def stage_matrix(req: RequestArrays, spans: pa.Table,
-                 stage_map: Mapping[str, str] = DEFAULT_STAGE_MAP) -> StageMatrix:
-    """Join ``spans`` to the successful requests and build the :class:`StageMatrix`."""
-    mapped = mapped_stage_names(stage_map)
-    stages = mapped + DERIVED_STAGES
-    ok_index = np.flatnonzero(req.is_ok & np.array([t is not None for t in req.trace_id], dtype=bool))
+def as_rules(rules: StageRules | Mapping[str, str] | None) -> StageRules:
+    """StageRules from rules, a ``{span name: stage}`` map, or None (the reference preset)."""
+    if rules is None:
+        return PRESETS["reference"]
+    return rules if isinstance(rules, StageRules) else rules_from_stage_map(rules)
+
+
+def join_positions(req: RequestArrays, spans: pa.Table) -> tuple[np.ndarray, np.ndarray]:
+    """(ok_index, position): the successful traced requests' indices, and for each span the
+    position in ok_index of its request (-1: its trace is not a successful request's)."""
+    ok_index = np.flatnonzero(req.is_ok & np.not_equal(req.trace_id, None))
+    if len(spans) == 0 or len(ok_index) == 0:
+        return ok_index, np.full(len(spans), -1, dtype=np.int64)
     ok_ids = pa.array(req.trace_id[ok_index], type=pa.string())
+    position = pc.fill_null(pc.index_in(spans.column("trace_id"), value_set=ok_ids), -1)
+    return ok_index, position.to_numpy(zero_copy_only=False).astype(np.int64)
+
+
+@dataclass(frozen=True)
+class SpanJoin:
+    """Spans joined to the successful requests, with each joined trace's server span.
+
+    ``ok_index``/``position`` as :func:`join_positions` returns them; ``servers`` from
+    :func:`~.span_match.server_span_rows`, or None when nothing joined. Computed once per
+    analysis and shared: positions, rows and durations do not change when the spans'
+    times are shifted by a clock offset (``servers.start_ns``/``end_ns`` are the times
+    of the spans the join was computed on)."""
+
+    ok_index: np.ndarray
+    position: np.ndarray
+    servers: ServerSpans | None
+
+
+def join_spans(req: RequestArrays, spans: pa.Table,
+               rules: StageRules | Mapping[str, str] | None = None) -> SpanJoin:
+    """The :class:`SpanJoin` of ``spans`` and ``req`` under ``rules``: one hash join, O(requests + spans)."""
+    ok_index, position = join_positions(req, spans)
+    if len(spans) == 0 or len(ok_index) == 0:
+        return SpanJoin(ok_index, position, None)
+    return SpanJoin(ok_index, position, server_span_rows(spans, position, as_rules(rules)))
+
+
+def stage_matrix(req: RequestArrays, spans: pa.Table,
+                 rules: StageRules | Mapping[str, str] | None = None,
+                 join: SpanJoin | None = None) -> StageMatrix:
+    """Join ``spans`` to the successful requests and build the :class:`StageMatrix`.
+
+    ``join``: the :func:`join_spans` of these spans (or of a time-shifted copy) under the
+    same rules, to skip the join."""
+    rules = as_rules(rules)
+    mapped = rules.stage_names()
+    stages = mapped + DERIVED_STAGES
+    join = join if join is not None else join_spans(req, spans, rules)
+    ok_index, position = join.ok_index, join.position
     n_ok, n_mapped = len(ok_index), len(mapped)
-    if len(spans) == 0 or n_ok == 0:
+    if join.servers is None:
         return StageMatrix(np.zeros(0, np.int64), stages, np.zeros((0, len(stages))), int(req.is_ok.sum()), [])
 
-    position = pc.fill_null(pc.index_in(spans.column("trace_id"), value_set=ok_ids), -1).to_numpy()
+    servers = join.servers
+    server_ms = np.full(n_ok, np.nan)
+    server_ms[servers.position] = (servers.end_ns - servers.start_ns) / NS_PER_MS
+
     start, _ = int_column(spans, "start_ns")
     end, _ = int_column(spans, "end_ns")
     duration_ms = (end - start) / NS_PER_MS
-    kind = pc.fill_null(spans.column("kind"), 0).to_numpy()
     joined = position >= 0
-    is_server = joined & (kind == SPAN_KIND_SERVER)
-
-    server_ms = np.full(n_ok, np.nan)
-    server_rows = position[is_server]
-    np.fmax.at(server_ms, server_rows, duration_ms[is_server])
-
-    names = list(stage_map.keys())
-    name_to_stage = np.array([mapped.index(stage_map[n]) for n in names], dtype=np.int64)
-    name_pos = pc.fill_null(pc.index_in(spans.column("name"), value_set=pa.array(names, pa.string())), -1).to_numpy()
-    is_stage = joined & ~is_server & (name_pos >= 0)
-    key = position[is_stage] * n_mapped + name_to_stage[name_pos[is_stage]]
+    stage_of = assign_span_stages(spans, rules, mapped, joined & ~servers.excluded)
+    is_stage = stage_of >= 0
+    key = position[is_stage] * n_mapped + stage_of[is_stage]
     sums = np.bincount(key, weights=duration_ms[is_stage], minlength=n_ok * n_mapped).reshape(n_ok, n_mapped)
     present = np.bincount(key, minlength=n_ok * n_mapped).reshape(n_ok, n_mapped) > 0
     stage_ms = np.where(present, sums, np.nan)
+    from_events = event_stage_ms(spans, position, rules, mapped, n_ok)
+    stage_ms = np.where(np.isnan(from_events), stage_ms, np.nan_to_num(stage_ms) + np.nan_to_num(from_events))
 
     has_server = ~np.isnan(server_ms)
     rows = np.flatnonzero(has_server)
@@ -103,9 +148,24 @@ def stage_matrix(req: RequestArrays, spans: pa.Table,
     unaccounted = np.clip(server_ms - np.nansum(stage_ms, axis=1), 0.0, None)
     client_network = req.service_ms[ok_index[rows]] - server_ms
     matrix = np.column_stack([stage_ms, server_ms, unaccounted, client_network])
-    unmapped_mask = joined & ~is_server & (name_pos < 0)
+    unmapped_mask = joined & ~servers.excluded & (stage_of == UNMAPPED)
     return StageMatrix(ok_index[rows], stages, matrix, int(req.is_ok.sum()),
                        unmapped_names(spans.filter(pa.array(unmapped_mask))))
+
+
+def stage_name_map(spans: pa.Table, rules: StageRules | Mapping[str, str] | None) -> dict[str, str]:
+    """``{span name: stage}`` for the span names in ``spans`` that a span rule maps by name
+    alone (for labelling spans one by one, e.g. a representative trace)."""
+    rules = as_rules(rules)
+    if len(spans) == 0:
+        return {}
+    out: dict[str, str] = {}
+    for name in pc.unique(pc.drop_null(spans.column("name"))).to_pylist():
+        for rule in rules.span_rules:
+            if not rule.match.attributes and rule.match.name is not None and rule.match.name.search(name):
+                out[name] = rule.stage
+                break
+    return out
 
 
 def unmapped_names(spans: pa.Table) -> list[dict]:

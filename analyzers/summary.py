@@ -1,7 +1,9 @@
 """Run summary: counts, rates, latency / service time / lateness percentiles.
 
-Latency percentiles are over *successful* requests (no error, an end time);
-errors are counted separately. Rates use the load period: first scheduled
+Latency and service-time percentiles are over the requests that count in
+latency (``RequestArrays.in_latency``: successes, HTTP errors at their response
+time, timeouts at their timeout; connection failures and unsent requests are
+errors only — see analyzers/records.py); errors are also counted separately. Rates use the load period: first scheduled
 send to the last completion (or last scheduled send), in seconds.
 The generator is *limited* when more than 1% of sends left more than 1 ms
 after their scheduled time (perf_analyzer's rule).
@@ -74,8 +76,8 @@ def summarize(req: RequestArrays, duration_s: float | None = None) -> dict:
         "duration_s": duration_s,
         "offered_rps": per_second(req.n),
         "achieved_rps": per_second(completed),
-        "latency_ms": percentile_set(req.latency_ms[req.is_ok]),
-        "service_time_ms": percentile_set(req.service_ms[req.is_ok & req.has_sent]),
+        "latency_ms": percentile_set(req.latency_ms[req.in_latency]),
+        "service_time_ms": percentile_set(req.service_ms[req.in_latency & req.has_sent]),
         "lateness_ms": lateness_summary(req),
     }
 

@@ -2,10 +2,14 @@
 
 A request belongs to the window of its *scheduled* send time, so a stall
 shows up where the affected requests were meant to start. Window i covers
-``[origin + i·window, origin + (i+1)·window)`` epoch ns. P50/P99 are
-nearest-rank over the window's successful requests; ``p99_claimed`` follows
-the early-stopping rule (>= 459 samples). ``slow_share`` is the share of the
-window's successful requests above ``slow_threshold_ms`` (the run's P99).
+``[origin + i·window, origin + (i+1)·window)`` epoch ns. Percentiles are
+nearest-rank over the window's latency samples (``RequestArrays.in_latency``)
+and are only *printed when claimed*: a window with fewer samples than the
+early-stopping rule needs (7 for P50, 44 for P90, 459 for P99, 4,603 for
+P99.9) has that percentile set to NaN (null in JSON) and listed in
+``too_few_samples`` instead of a number that would really be its maximum.
+``max_ms`` (a measured value) is always given. ``slow_share`` is the share of
+the window's latency samples above ``slow_threshold_ms`` (the run's P99).
 Cost: one O(n log n) lexsort; memory O(n + windows).
 """
 
@@ -13,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .percentiles import grouped_quantile, min_samples_for_claim
+from .percentiles import group_sort, grouped_quantile, min_samples_for_claim
 from .records import NS_PER_S, RequestArrays
 
 
@@ -30,9 +34,9 @@ def window_table(req: RequestArrays, origin_ns: int, end_ns: int, window_s: floa
     index = window_index(req.scheduled_ns, origin_ns, window_ns).clip(0, max(n_windows - 1, 0))
     counts_all = np.bincount(index, minlength=n_windows)
     errors = np.bincount(index[req.is_error], minlength=n_windows)
-    ok_index = index[req.is_ok]
-    ok_latency = req.latency_ms[req.is_ok]
-    order = np.lexsort((ok_latency, ok_index))
+    ok_index = index[req.in_latency]
+    ok_latency = req.latency_ms[req.in_latency]
+    order = group_sort(ok_index, ok_latency)
     sorted_latency = ok_latency[order]
     ok_counts = np.bincount(ok_index, minlength=n_windows)
     starts = np.concatenate(([0], np.cumsum(ok_counts)[:-1])) if n_windows else np.zeros(0, np.int64)
@@ -47,11 +51,25 @@ def window_table(req: RequestArrays, origin_ns: int, end_ns: int, window_s: floa
         "count": counts_all,
         "ok": ok_counts,
         "errors": errors,
-        "p50_ms": grouped_quantile(sorted_latency, starts, ok_counts, 0.50),
-        "p99_ms": grouped_quantile(sorted_latency, starts, ok_counts, 0.99),
-        "p99_claimed": ok_counts >= min_samples_for_claim(0.99, 0),
+        **claimed_quantiles(sorted_latency, starts, ok_counts),
+        "max_ms": grouped_quantile(sorted_latency, starts, ok_counts, 1.0),
         "slow_share": slow_share,
     }
+
+
+#: Window percentiles: (column prefix, fraction).
+WINDOW_PERCENTILES = (("p50", 0.50), ("p90", 0.90), ("p99", 0.99), ("p999", 0.999))
+
+
+def claimed_quantiles(sorted_values: np.ndarray, starts: np.ndarray, counts: np.ndarray) -> dict[str, np.ndarray]:
+    """``{pXX_ms, pXX_claimed}`` per window: the quantile where claimed (early stopping), else NaN."""
+    out = {}
+    for name, p in WINDOW_PERCENTILES:
+        claimed = counts >= min_samples_for_claim(p, 0)
+        values = grouped_quantile(sorted_values, starts, counts, p)
+        out[f"{name}_ms"] = np.where(claimed, values, np.nan)
+        out[f"{name}_claimed"] = claimed
+    return out
 
 
 def windows_as_records(table: dict[str, np.ndarray]) -> list[dict]:
@@ -65,9 +83,15 @@ def windows_as_records(table: dict[str, np.ndarray]) -> list[dict]:
             "end_ns": int(table["end_ns"][i]),
             "count": int(table["count"][i]),
             "errors": int(table["errors"][i]),
+            "n": int(table["ok"][i]),
             "p50_ms": number(table["p50_ms"][i]),
+            "p90_ms": number(table["p90_ms"][i]),
             "p99_ms": number(table["p99_ms"][i]),
+            "p999_ms": number(table["p999_ms"][i]),
             "p99_claimed": bool(table["p99_claimed"][i]),
+            "too_few_samples": [name for name, _ in WINDOW_PERCENTILES
+                                if table["ok"][i] > 0 and not table[f"{name}_claimed"][i]],
+            "max_ms": number(table["max_ms"][i]),
             "slow_share": number(table["slow_share"][i]),
         }
         for i in range(len(table["start_ns"]))

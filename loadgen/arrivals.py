@@ -14,6 +14,18 @@ Processes (see :class:`tailscope.loadgen.spec.ArrivalSpec`):
   after one gap (a stationary process observed from time 0).
 - ``gamma``: gaps ~ Gamma(shape=burstiness, scale=1/(rate*burstiness)); mean gap
   ``1/rate``, coefficient of variation ``1/sqrt(burstiness)``.
+- ``replay``: the offsets of a recorded arrival log divided by ``speed``;
+  with ``loop`` the log starts again one mean gap after its last arrival.
+
+**Rate profiles** (steps, ramp, periodic; :class:`~.spec.RateProfile`) use
+time warping: the process is generated at rate 1 in "operational time" *u*
+(expected number of arrivals), and each *u* is mapped to the wall time *t*
+with Λ(t) = u, where Λ(t) = ∫₀ᵗ rate is the expected number of arrivals by
+*t*. A Poisson process becomes the non-homogeneous Poisson process of that
+rate; a constant one sends exactly where Λ crosses each integer; a gamma one
+keeps its burstiness locally. Λ is inverted exactly for the piecewise-linear
+profiles (steps, ramps: a quadratic per segment) and by 64 steps of
+vectorised bisection for the periodic one (error below 1 ns).
 
 The same ``seed`` gives the same schedule, chunk boundaries included.
 """
@@ -24,7 +36,7 @@ from typing import Iterator
 
 import numpy as np
 
-from .spec import ArrivalSpec
+from .spec import ArrivalSpec, RateProfile
 
 #: Offsets per yielded chunk.
 CHUNK_SIZE = 4096
@@ -41,18 +53,148 @@ def schedule_offsets_ns(
     offsets, whichever comes first. Raises ``ValueError`` for the closed-loop
     process, which has no schedule.
     """
-    if spec.process == "closed":
+    if not spec.open_loop:
         raise ValueError("a closed-loop arrival process has no schedule")
     if not duration_s > 0:
         raise ValueError(f"duration_s must be > 0, got {duration_s!r}")
     if max_requests < 1:
         raise ValueError(f"max_requests must be >= 1, got {max_requests!r}")
     end_ns = int(duration_s * NS_PER_S)
-    if spec.process == "constant":
+    if spec.process == "replay":
+        chunks = _replay_chunks(spec.log.offsets_ns, spec.speed, spec.loop)
+    elif spec.profile is not None:
+        chunks = _warped_chunks(_unit_rate_chunks(spec, np.random.default_rng(seed)),
+                                cumulative_rate_inverse(spec.profile), end_ns)
+    elif spec.process == "constant":
         chunks = _constant_chunks(spec.rate)
     else:
         chunks = _renewal_chunks(_gap_sampler(spec, np.random.default_rng(seed)))
     yield from _bounded(chunks, end_ns, max_requests)
+
+
+def _replay_chunks(log_offsets_ns: np.ndarray, speed: float, loop: bool) -> Iterator[np.ndarray]:
+    """A recorded log's offsets, sped up, repeated when ``loop`` (one mean gap between rounds)."""
+    scaled = np.rint(log_offsets_ns / speed).astype(np.int64)
+    span = int(scaled[-1])
+    period = span + (span // max(len(scaled) - 1, 1) if len(scaled) > 1 else NS_PER_S)
+    round_start = 0
+    while True:
+        for first in range(0, len(scaled), CHUNK_SIZE):
+            yield scaled[first:first + CHUNK_SIZE] + round_start
+        if not loop or period <= 0:
+            return
+        round_start += period
+
+
+def _unit_rate_chunks(spec: ArrivalSpec, rng: np.random.Generator) -> Iterator[np.ndarray]:
+    """The process at rate 1, in operational time (float64, expected arrivals)."""
+    if spec.process == "constant":
+        first = 0
+        while True:
+            yield np.arange(first, first + CHUNK_SIZE, dtype=np.float64)
+            first += CHUNK_SIZE
+    unit = ArrivalSpec(process=spec.process, rate=1.0, burstiness=spec.burstiness)
+    draw = _gap_sampler(unit, rng)
+    last = 0.0
+    while True:
+        points = np.cumsum(draw()) + last
+        last = float(points[-1])
+        yield points
+
+
+def _warped_chunks(unit_chunks: Iterator[np.ndarray], inverse, end_ns: int) -> Iterator[np.ndarray]:
+    """Map operational-time chunks to wall-time int64 ns offsets; past the end (or a
+    rate that stays 0) maps to ``end_ns``, where :func:`_bounded` cuts."""
+    for chunk in unit_chunks:
+        seconds = inverse(chunk)
+        finite = np.isfinite(seconds) & (seconds * NS_PER_S < end_ns)
+        yield np.where(finite, np.rint(np.where(finite, seconds, 0.0) * NS_PER_S), end_ns).astype(np.int64)
+
+
+def cumulative_rate_inverse(profile: RateProfile):
+    """A vectorised function u → t (seconds) with Λ(t) = u for ``profile``
+    (the earliest such t; inf when the rate stays 0 and u is never reached)."""
+    if profile.kind == "periodic":
+        return _periodic_inverse(profile)
+    return _piecewise_linear_inverse(*rate_knots(profile))
+
+
+def rate_knots(profile: RateProfile) -> tuple[np.ndarray, np.ndarray]:
+    """(times s, rates req/s) of a steps or ramp profile: the rate is linear
+    between knots and holds the last rate after the last knot."""
+    if profile.kind == "ramp":
+        return np.array([0.0, profile.ramp_s]), np.array([profile.start_rate, profile.end_rate])
+    times, rates, t = [], [], 0.0
+    for duration_s, rate in profile.steps:
+        times += [t, t + duration_s]
+        rates += [rate, rate]
+        t += duration_s
+    return np.array(times), np.array(rates)
+
+
+def rate_at(profile: RateProfile, t_s: np.ndarray) -> np.ndarray:
+    """The profile's rate (requests/s) at times ``t_s`` (seconds from the start)."""
+    t_s = np.asarray(t_s, dtype=np.float64)
+    if profile.kind == "periodic":
+        return profile.mean + profile.amplitude * np.sin(2 * np.pi * (t_s - profile.phase_s) / profile.period_s)
+    times, rates = rate_knots(profile)
+    index = np.clip(np.searchsorted(times, t_s, side="right") - 1, 0, len(times) - 1)
+    nxt = np.minimum(index + 1, len(times) - 1)
+    span = times[nxt] - times[index]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        frac = np.where(span > 0, (t_s - times[index]) / np.where(span > 0, span, 1.0), 0.0)
+    return np.where(t_s >= times[-1], rates[-1], rates[index] + frac * (rates[nxt] - rates[index]))
+
+
+def _piecewise_linear_inverse(times: np.ndarray, rates: np.ndarray):
+    """Exact inverse of Λ for a piecewise-linear rate (quadratic within each segment)."""
+    widths = np.diff(times)
+    areas = widths * (rates[:-1] + rates[1:]) / 2
+    cumulative = np.concatenate(([0.0], np.cumsum(areas)))
+    last_rate = float(rates[-1])
+
+    def inverse(u: np.ndarray) -> np.ndarray:
+        u = np.asarray(u, dtype=np.float64)
+        out = np.full(u.shape, np.inf)
+        inside = u <= cumulative[-1]
+        # segment i with cumulative[i] < u <= cumulative[i+1] (flat segments are skipped)
+        seg = np.clip(np.searchsorted(cumulative, u[inside], side="left") - 1, 0, len(widths) - 1)
+        du = np.maximum(u[inside] - cumulative[seg], 0.0)
+        r0 = rates[seg]
+        slope = np.where(widths[seg] > 0, (rates[seg + 1] - r0) / np.where(widths[seg] > 0, widths[seg], 1.0), 0.0)
+        root = np.sqrt(np.maximum(r0 * r0 + 2 * slope * du, 0.0))
+        with np.errstate(invalid="ignore", divide="ignore"):
+            x = np.where(du > 0, 2 * du / (r0 + root), 0.0)
+        out[inside] = times[seg] + np.minimum(x, widths[seg])
+        if last_rate > 0:
+            out[~inside] = times[-1] + (u[~inside] - cumulative[-1]) / last_rate
+        return out
+
+    return inverse
+
+
+def _periodic_inverse(profile: RateProfile):
+    """Inverse of Λ(t) = mean·t + A·P/2π·(cos(2π·(−phase)/P) − cos(2π·(t−phase)/P)), by bisection."""
+    mean, amplitude, period = profile.mean, profile.amplitude, profile.period_s
+    omega = 2 * np.pi / period
+    c0 = np.cos(-omega * profile.phase_s)
+    swing = amplitude / omega  # |Λ(t) − mean·t| <= 2·swing
+
+    def cumulative(t: np.ndarray) -> np.ndarray:
+        return mean * t + swing * (c0 - np.cos(omega * (t - profile.phase_s)))
+
+    def inverse(u: np.ndarray) -> np.ndarray:
+        u = np.asarray(u, dtype=np.float64)
+        low = np.maximum((u - 2 * swing) / mean, 0.0)
+        high = (u + 2 * swing) / mean
+        for _ in range(64):
+            middle = (low + high) / 2
+            below = cumulative(middle) < u
+            low = np.where(below, middle, low)
+            high = np.where(below, high, middle)
+        return high
+
+    return inverse
 
 
 def _constant_chunks(rate: float) -> Iterator[np.ndarray]:
@@ -99,3 +241,26 @@ def _bounded(chunks: Iterator[np.ndarray], end_ns: int, max_requests: int) -> It
         if remaining <= 0 or inside.size < chunk.size:
             return
 
+
+
+def expected_arrivals(spec: ArrivalSpec, t_s: float) -> float:
+    """Expected number of requests the schedule offers in ``[0, t_s)`` (Λ(t)):
+    ``rate·t`` for a flat rate, the profile's integral, or the replayed log's
+    count. Raises ``ValueError`` for the closed loop (no schedule)."""
+    if not spec.open_loop:
+        raise ValueError("a closed-loop arrival process offers no schedule")
+    if t_s <= 0:
+        return 0.0
+    if spec.process == "replay":
+        scaled_ns = spec.log.offsets_ns / spec.speed
+        count = float(np.searchsorted(scaled_ns, t_s * NS_PER_S, side="left"))
+        if spec.loop and len(scaled_ns) > 1:
+            span = float(scaled_ns[-1]) + float(scaled_ns[-1]) / (len(scaled_ns) - 1)
+            rounds, rest = divmod(t_s * NS_PER_S, span)
+            count = rounds * len(scaled_ns) + float(np.searchsorted(scaled_ns, rest, side="left"))
+        return count
+    if spec.profile is None:
+        return spec.rate * t_s
+    grid = np.linspace(0.0, t_s, 2049)
+    rates = rate_at(spec.profile, grid)
+    return float(np.sum((rates[1:] + rates[:-1]) / 2 * np.diff(grid)))

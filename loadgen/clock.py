@@ -13,11 +13,17 @@ import time
 
 
 class RunClock:
-    """Maps monotonic time to epoch ns from one origin taken at construction."""
+    """Maps monotonic time to epoch ns from one origin.
 
-    def __init__(self):
-        self.start_perf_ns = time.perf_counter_ns()
-        self.start_ns = time.time_ns()  # epoch ns of offset 0
+    The origin is the moment of construction, or ``start_ns`` (epoch ns; may
+    lie in the future) when given: distributed workers share the master's
+    origin so that their shares of one schedule interleave exactly.
+    """
+
+    def __init__(self, start_ns: int | None = None):
+        perf_ns, wall_ns = time.perf_counter_ns(), time.time_ns()
+        self.start_ns = wall_ns if start_ns is None else int(start_ns)  # epoch ns of offset 0
+        self.start_perf_ns = perf_ns + (self.start_ns - wall_ns)
 
     def now_ns(self) -> int:
         """Current time, epoch ns (monotonic since the origin)."""

@@ -13,6 +13,12 @@ omission too.
 Failures are recorded, never raised: ``timeout`` (no complete response within
 the client timeout; ``end_ns = sent_ns + timeout``), ``refused``, ``reset``,
 ``http`` (status >= 400), ``other``.
+
+A class with ``stream: true`` reads its body as it arrives: every network read
+is timed and framed into chunks (:mod:`.streams`: SSE events, JSON lines or
+reads); ``first_byte_ns`` is then the first chunk (time to first token), the
+record carries the chunk count and the largest gap, and the chunk times go to
+the recorder's chunk sink (``chunks.arrow``).
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from geventhttpclient.url import URL
 from .clock import RunClock
 from .mix import PreparedRequest
 from .recorder import Recorder
+from .streams import ChunkTimer
 
 _REFUSED_ERRNOS = frozenset({errno.ECONNREFUSED})
 _RESET_ERRNOS = frozenset({errno.ECONNRESET, errno.EPIPE, errno.ECONNABORTED})
@@ -89,6 +96,7 @@ class Exchanger:
         first_byte_ns = None
         status = 0
         bytes_in = 0
+        chunks: ChunkTimer | None = None
         failure: BaseException | None = None
         timer = gevent.Timeout(self._timeout_s)
         timer.start()
@@ -97,7 +105,13 @@ class Exchanger:
                                             body=request.body, headers=request.headers)
             first_byte_ns = clock.now_ns()
             status = response.status_code
-            bytes_in = len(response.read())
+            if cls.stream:
+                chunks = ChunkTimer(response.get("content-type"))
+                read_stream(response, chunks, clock)
+                bytes_in = chunks.bytes
+                first_byte_ns = chunks.times[0] if chunks.times else first_byte_ns
+            else:
+                bytes_in = len(response.read())
             end_ns = clock.now_ns()
         except gevent.Timeout as exc:
             if exc is not timer:
@@ -110,8 +124,14 @@ class Exchanger:
         finally:
             timer.close()
         error_kind, error = self._outcome(failure, status)
-        self._recorder.record(scheduled_ns, sent_ns, end_ns, first_byte_ns, cls.name, status,
-                              len(request.body), bytes_in, request.trace_id, error_kind, error)
+        if chunks is not None:
+            self._recorder.record(scheduled_ns, sent_ns, end_ns, first_byte_ns, cls.name, status,
+                                  len(request.body), chunks.bytes, request.trace_id, error_kind, error,
+                                  len(chunks.times), chunks.max_gap_ns)
+            self._recorder.record_chunks(request.trace_id, chunks.times)
+        else:
+            self._recorder.record(scheduled_ns, sent_ns, end_ns, first_byte_ns, cls.name, status,
+                                  len(request.body), bytes_in, request.trace_id, error_kind, error)
         self._request_event.fire(
             request_type=cls.method,
             name=cls.name,
@@ -137,3 +157,30 @@ class Exchanger:
         if status >= 400:
             return "http", f"HTTP {status}"
         return None, None
+
+
+def read_stream(response, chunks: ChunkTimer, clock: RunClock) -> None:
+    """Read a response body read by read until it is complete, timing each read.
+
+    Uses the geventhttpclient response's parser directly (``feed``, its body
+    buffer and socket): its public ``read(n)`` waits for ``n`` bytes and would
+    merge tokens that arrive apart. Raises ``HTTPConnectionClosed`` when the
+    connection ends before the body does (recorded as ``reset``).
+    """
+    buffer = response._body_buffer
+    if buffer:
+        chunks.feed(bytes(buffer), clock.now_ns())
+        del buffer[:]
+    while not response.message_complete:
+        sock = response._sock
+        if sock is None:
+            raise HTTPConnectionClosed("connection closed before the end of the stream")
+        data = sock.recv(response.block_size)
+        if not data:
+            response.release()
+            raise HTTPConnectionClosed("connection closed before the end of the stream")
+        response.feed(data)
+        if buffer:
+            chunks.feed(bytes(buffer), clock.now_ns())
+            del buffer[:]
+    chunks.finish(clock.now_ns())

@@ -1,4 +1,5 @@
-"""Request bodies: random text or bytes with a size distribution, made cheaply.
+"""Request bodies: random text or bytes with a size distribution, templates with
+random fields, or recorded bodies replayed — made cheaply.
 
 No Locust or gevent import. A :class:`PayloadMaker` pre-generates one pool of
 random content per request class at construction and serves each body as a
@@ -17,6 +18,7 @@ import json
 import numpy as np
 
 from .spec import PayloadSpec, SizeSpec
+from .templates import TemplateMaker
 
 #: Sizes drawn per call into the generator.
 SIZE_BATCH = 1024
@@ -29,6 +31,7 @@ CONTENT_TYPES = {
     "random_text": "text/plain; charset=utf-8",
     "json_text": "application/json",
     "random_bytes": "application/octet-stream",
+    "replay": "application/json",
 }
 
 
@@ -44,7 +47,11 @@ class SizeSampler:
     @property
     def upper_bound(self) -> int:
         """The largest size this sampler can return, bytes."""
-        return self.spec.value if self.spec.dist == "fixed" else self.spec.max
+        if self.spec.dist == "fixed":
+            return self.spec.value
+        if self.spec.dist == "empirical":
+            return int(self.spec.values.max())
+        return self.spec.max
 
     def draw(self) -> int:
         """One size in bytes."""
@@ -61,6 +68,8 @@ class SizeSampler:
             return np.full(SIZE_BATCH, spec.value, dtype=np.int64)
         if spec.dist == "uniform":
             return rng.integers(spec.min, spec.max, size=SIZE_BATCH, endpoint=True)
+        if spec.dist == "empirical":
+            return spec.values[rng.integers(0, len(spec.values), size=SIZE_BATCH)]
         sizes = spec.median * np.exp(spec.sigma * rng.standard_normal(SIZE_BATCH))
         return np.clip(np.rint(sizes), spec.min, spec.max).astype(np.int64)
 
@@ -87,7 +96,7 @@ class PayloadMaker:
 
     def __init__(self, spec: PayloadSpec, rng: np.random.Generator):
         self.spec = spec
-        self.content_type: str | None = CONTENT_TYPES.get(spec.kind)
+        self.content_type: str | None = CONTENT_TYPES.get(spec.kind) or _template_content_type(spec)
         self._rng = rng
         self._fixed = spec.body.encode("utf-8")
         self._sizes = SizeSampler(spec.size, rng)
@@ -95,11 +104,16 @@ class PayloadMaker:
         self._json_prefix = b'{' + json.dumps(spec.field).encode("utf-8") + b': "'
         self._starts: list[int] = []
         self._next_start = 0
+        self._template = (TemplateMaker(spec.body, rng, self._pool, self._sizes.draw)
+                          if spec.kind == "template" else None)
+        self._replay_index = 0
 
     def _make_pool(self) -> bytes:
-        if self.spec.kind not in ("random_text", "json_text", "random_bytes"):
+        if self.spec.kind not in ("random_text", "json_text", "random_bytes", "template"):
             return b""
         largest = self._sizes.upper_bound
+        if self.spec.kind == "template":
+            largest = max(largest, TemplateMaker.longest_text(self.spec.body))
         n_bytes = largest + max(largest, MIN_POOL_BYTES)
         if self.spec.kind == "random_bytes":
             return random_bytes_pool(n_bytes, self._rng)
@@ -112,12 +126,25 @@ class PayloadMaker:
             return b""
         if kind == "fixed":
             return self._fixed
+        if kind == "template":
+            return self._template.make()
+        if kind == "replay":
+            return self._replayed()
         size = self._sizes.draw()
         start = self._start_fraction() * (len(self._pool) - size)
         content = self._pool[int(start): int(start) + size]
         if kind == "json_text":
             return b"".join((self._json_prefix, content, b'"}'))
         return content
+
+    def _replayed(self) -> bytes:
+        """The next recorded body: in file order (wrapping around) or drawn at random."""
+        bodies = self.spec.bodies
+        if self.spec.order == "random":
+            return bodies[int(self._start_fraction() * len(bodies))]
+        body = bodies[self._replay_index]
+        self._replay_index = (self._replay_index + 1) % len(bodies)
+        return body
 
     def _start_fraction(self) -> float:
         """A uniform number in [0, 1), drawn in batches."""
@@ -127,3 +154,10 @@ class PayloadMaker:
         value = self._starts[self._next_start]
         self._next_start += 1
         return value
+
+
+def _template_content_type(spec: PayloadSpec) -> str | None:
+    """A template that looks like JSON is sent as JSON, any other as text."""
+    if spec.kind != "template":
+        return None
+    return "application/json" if spec.body.lstrip()[:1] in ("{", "[") else "text/plain; charset=utf-8"

@@ -100,16 +100,18 @@ class WindowedStats:
         if latency_ns is not None:
             slot.histogram[latency_bucket(latency_ns)] += 1
 
-    def snapshot(self, now_ns: int) -> LiveStats:
-        """Statistics for the ``window_s`` seconds up to ``now_ns`` (epoch ns)."""
+    def snapshot(self, now_ns: int, window_s: int | None = None) -> LiveStats:
+        """Statistics for the ``window_s`` seconds (at most the stats' own window;
+        default all of it) up to ``now_ns`` (epoch ns)."""
+        window_s = self.window_s if window_s is None else max(1, min(int(window_s), self.window_s))
         now_s = now_ns // NS_PER_S
-        recent = [s for s in self._slots if now_s - self.window_s < s.second <= now_s]
+        recent = [s for s in self._slots if now_s - window_s < s.second <= now_s]
         count = sum(s.count for s in recent)
         late = sum(s.late for s in recent)
         last_complete = [s.count for s in recent if s.second == now_s - 1]
         histogram = sum((s.histogram for s in recent), np.zeros(_HIST_BUCKETS, dtype=np.int64))
         return LiveStats(
-            window_s=self.window_s,
+            window_s=window_s,
             count=count,
             errors=sum(s.errors for s in recent),
             rate_last_s=float(last_complete[0]) if last_complete else 0.0,
@@ -136,8 +138,9 @@ class Recorder:
     loop); the sink may flush from another thread.
     """
 
-    def __init__(self, sink, *, worker: int = 0, window_s: int = LIVE_WINDOW_S):
+    def __init__(self, sink, *, worker: int = 0, window_s: int = LIVE_WINDOW_S, chunk_sink=None):
         self.sink = sink
+        self.chunk_sink = chunk_sink  # append(trace_id, index, t_ns) per streamed chunk, or None
         self.worker = worker
         self.live = WindowedStats(window_s)
         self.recorded = 0  # rows written
@@ -177,6 +180,15 @@ class Recorder:
         self.completed += 1
         self.live.add(end_ns, end_ns - scheduled_ns, sent_ns - scheduled_ns > LATE_THRESHOLD_NS, is_error)
 
-    def snapshot(self, now_ns: int) -> LiveStats:
-        """Live statistics up to ``now_ns`` (epoch ns)."""
-        return self.live.snapshot(now_ns)
+    def record_chunks(self, trace_id: str, times_ns: list[int]) -> None:
+        """Append one row per streamed chunk (``CHUNKS_SCHEMA`` order) when a chunk sink is set."""
+        sink = self.chunk_sink
+        if sink is None:
+            return
+        for index, t_ns in enumerate(times_ns):
+            sink.append(trace_id, index, t_ns)
+
+    def snapshot(self, now_ns: int, window_s: int | None = None) -> LiveStats:
+        """Live statistics for the last ``window_s`` seconds (default: the whole
+        live window) up to ``now_ns`` (epoch ns)."""
+        return self.live.snapshot(now_ns, window_s)

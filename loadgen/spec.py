@@ -10,8 +10,11 @@ sizes in bytes.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
 
 
 class SpecError(ValueError):
@@ -24,7 +27,109 @@ class SpecError(ValueError):
         self.message = message
 
 
-ARRIVAL_PROCESSES = ("constant", "poisson", "gamma", "closed")
+ARRIVAL_PROCESSES = ("constant", "poisson", "gamma", "replay", "closed")
+RATE_PROFILES = ("steps", "ramp", "periodic")
+ARRIVAL_LOG_FORMATS = ("timestamps", "gaps")
+
+
+@dataclass(frozen=True)
+class RateProfile:
+    """A request rate that changes over the run (requests/s as a function of time).
+
+    - ``steps``: ``steps`` is a sequence of ``(duration_s, rate)``; each rate
+      holds for its duration, the last one until the run ends.
+    - ``ramp``: linear from ``start_rate`` to ``end_rate`` over ``ramp_s``
+      seconds, then ``end_rate`` until the run ends::
+
+          rate ^        ____ end_rate
+               |      /
+               |____/ start_rate
+               +-----|-----> t
+                   ramp_s
+
+    - ``periodic``: ``mean + amplitude * sin(2*pi*(t - phase_s) / period_s)``,
+      e.g. a day's traffic compressed into ``period_s`` (diurnal); needs
+      ``amplitude <= mean`` so the rate never goes negative.
+
+    The arrival process (constant, Poisson, gamma) is kept: its unit-rate
+    schedule is mapped through the inverse of the cumulative rate, so a Poisson
+    process becomes a non-homogeneous Poisson process with this rate.
+    """
+
+    kind: str
+    steps: tuple[tuple[float, float], ...] = ()
+    start_rate: float = 0.0
+    end_rate: float = 0.0
+    ramp_s: float = 0.0
+    mean: float = 0.0
+    amplitude: float = 0.0
+    period_s: float = 0.0
+    phase_s: float = 0.0
+
+    def __post_init__(self):
+        if self.kind not in RATE_PROFILES:
+            raise SpecError("kind", f"unknown rate profile {self.kind!r}; expected one of "
+                            f"{', '.join(RATE_PROFILES)}")
+        if self.kind == "steps":
+            if not self.steps:
+                raise SpecError("steps", "at least one step {rate, for} is needed")
+            for i, (duration_s, rate) in enumerate(self.steps):
+                if not duration_s > 0:
+                    raise SpecError(f"steps.{i}.for", f"must be > 0 s, got {duration_s!r}")
+                if not rate >= 0:
+                    raise SpecError(f"steps.{i}.rate", f"must be >= 0 requests/s, got {rate!r}")
+            if not any(rate > 0 for _, rate in self.steps):
+                raise SpecError("steps", "every step has rate 0: nothing would be sent")
+        elif self.kind == "ramp":
+            if not (self.start_rate >= 0 and self.end_rate >= 0) or self.start_rate + self.end_rate <= 0:
+                raise SpecError("to", "a ramp needs rates >= 0, not both 0")
+            if not self.ramp_s > 0:
+                raise SpecError("over", f"must be > 0 s, got {self.ramp_s!r}")
+        else:
+            if not self.mean > 0:
+                raise SpecError("rate", f"the periodic profile's mean rate must be > 0, got {self.mean!r}")
+            if not 0 <= self.amplitude <= self.mean:
+                raise SpecError("amplitude", f"must be between 0 and the mean rate ({self.mean:g}), "
+                                f"got {self.amplitude!r}")
+            if not self.period_s > 0:
+                raise SpecError("period", f"must be > 0 s, got {self.period_s!r}")
+        if self.peak_rate > 1_000_000:
+            raise SpecError("rate", f"{self.peak_rate:g} requests/s is beyond what one harness can offer")
+
+    @property
+    def peak_rate(self) -> float:
+        """Highest rate the profile reaches, requests/s."""
+        if self.kind == "steps":
+            return max(rate for _, rate in self.steps)
+        if self.kind == "ramp":
+            return max(self.start_rate, self.end_rate)
+        return self.mean + self.amplitude
+
+    def describe(self) -> dict:
+        """The profile as plain JSON values (for the manifest)."""
+        if self.kind == "steps":
+            return {"kind": "steps", "steps": [{"for_s": d, "rate": r} for d, r in self.steps]}
+        if self.kind == "ramp":
+            return {"kind": "ramp", "from": self.start_rate, "to": self.end_rate, "over_s": self.ramp_s}
+        return {"kind": "periodic", "mean": self.mean, "amplitude": self.amplitude,
+                "period_s": self.period_s, "phase_s": self.phase_s}
+
+
+@dataclass(frozen=True, eq=False)
+class ArrivalLog:
+    """A recorded arrival log to replay: send offsets in ns from the log's first
+    arrival (int64, non-decreasing), read from ``path``."""
+
+    path: str
+    offsets_ns: np.ndarray
+    format: str = "timestamps"  # how the file gave them: timestamps | gaps
+
+    def __post_init__(self):
+        if self.format not in ARRIVAL_LOG_FORMATS:
+            raise SpecError("format", f"unknown arrival log format {self.format!r}; expected one of "
+                            f"{', '.join(ARRIVAL_LOG_FORMATS)}")
+        if len(self.offsets_ns) == 0:
+            raise SpecError("file", f"{self.path}: the arrival log has no arrivals")
 
 
 @dataclass(frozen=True)
@@ -35,8 +140,13 @@ class ArrivalSpec:
     - ``poisson``: exponential gaps with mean 1/rate s.
     - ``gamma``: gaps ~ Gamma(shape=burstiness, scale=1/(rate*burstiness));
       burstiness 1 is Poisson, < 1 burstier, > 1 smoother.
+    - ``replay``: the arrivals of a recorded log (``log``), played ``speed``
+      times as fast, from the start again when ``loop`` and the log ends first.
     - ``closed``: ``users`` concurrent users, each sending its next request
       ``think_time_s`` after the previous reply (subject to coordinated omission).
+
+    ``profile`` (constant, poisson, gamma) makes the rate vary over time; ``rate``
+    is then the profile's peak, for reference.
     """
 
     process: str = "poisson"
@@ -44,12 +154,16 @@ class ArrivalSpec:
     burstiness: float = 1.0  # gamma shape
     users: int = 1  # closed loop only
     think_time_s: float = 0.0  # closed loop only
+    profile: RateProfile | None = None  # time-varying rate (constant, poisson, gamma)
+    log: ArrivalLog | None = field(default=None, compare=False)  # replay only
+    speed: float = 1.0  # replay: 2 plays the log twice as fast
+    loop: bool = False  # replay: start the log again when it ends before the run
 
     def __post_init__(self):
         if self.process not in ARRIVAL_PROCESSES:
             raise SpecError("process", f"unknown arrival process {self.process!r}; "
                             f"expected one of {', '.join(ARRIVAL_PROCESSES)}")
-        if self.process != "closed" and not (self.rate > 0):
+        if self.process not in ("closed", "replay") and not (self.rate > 0):
             raise SpecError("rate", f"must be a positive number of requests/s, got {self.rate!r}")
         if self.rate > 1_000_000:
             raise SpecError("rate", f"{self.rate} requests/s is beyond what one harness can offer")
@@ -59,9 +173,38 @@ class ArrivalSpec:
             raise SpecError("users", f"must be >= 1, got {self.users!r}")
         if self.think_time_s < 0:
             raise SpecError("think_time", f"must be >= 0, got {self.think_time_s!r}")
+        if self.profile is not None and self.process in ("closed", "replay"):
+            raise SpecError("profile", f"a rate profile needs an open-loop process "
+                            f"(constant, poisson, gamma), not {self.process!r}")
+        if self.process == "replay" and self.log is None:
+            raise SpecError("file", "the replay process needs an arrival log file")
+        if not self.speed > 0:
+            raise SpecError("speed", f"must be > 0, got {self.speed!r}")
+
+    @property
+    def open_loop(self) -> bool:
+        """True when requests follow a schedule (everything but ``closed``)."""
+        return self.process != "closed"
+
+    def describe(self) -> dict:
+        """The arrival process as plain JSON values, for the manifest and the report."""
+        if self.process == "closed":
+            return {"loop": "closed", "process": "closed", "users": self.users,
+                    "think_time_s": self.think_time_s}
+        out: dict[str, Any] = {"loop": "open", "process": self.process}
+        if self.process == "replay":
+            out.update(file=self.log.path, format=self.log.format, arrivals=int(len(self.log.offsets_ns)),
+                       speed=self.speed, loop_log=self.loop)
+            return out
+        out["rate"] = self.rate
+        if self.process == "gamma":
+            out["burstiness"] = self.burstiness
+        if self.profile is not None:
+            out["profile"] = self.profile.describe()
+        return out
 
 
-SIZE_DISTRIBUTIONS = ("fixed", "uniform", "lognormal")
+SIZE_DISTRIBUTIONS = ("fixed", "uniform", "lognormal", "empirical")
 
 
 @dataclass(frozen=True)
@@ -72,6 +215,8 @@ class SizeSpec:
     - ``uniform``: integers in [``min``, ``max``].
     - ``lognormal``: median ``median``, log-space std-dev ``sigma``, clipped to
       [``min``, ``max``].
+    - ``empirical``: one of ``values`` (sizes read from ``file``), each equally
+      likely: the recorded distribution, replayed.
     """
 
     dist: str = "fixed"
@@ -80,6 +225,8 @@ class SizeSpec:
     max: int = 1 << 20
     median: float = 256.0
     sigma: float = 0.5
+    values: np.ndarray | None = field(default=None, compare=False)  # empirical: sizes (int64)
+    file: str | None = None  # empirical: where the sizes came from
 
     def __post_init__(self):
         if self.dist not in SIZE_DISTRIBUTIONS:
@@ -91,9 +238,12 @@ class SizeSpec:
             raise SpecError("max", f"max ({self.max}) is below min ({self.min})")
         if self.dist == "lognormal" and not (self.median > 0 and self.sigma >= 0):
             raise SpecError("median", "lognormal needs median > 0 and sigma >= 0")
+        if self.dist == "empirical" and (self.values is None or len(self.values) == 0):
+            raise SpecError("file", "the empirical distribution needs a file of sizes (one per line)")
 
 
-PAYLOAD_KINDS = ("none", "fixed", "random_text", "random_bytes", "json_text")
+PAYLOAD_KINDS = ("none", "fixed", "random_text", "random_bytes", "json_text", "template", "replay")
+REPLAY_ORDERS = ("sequential", "random")
 
 
 @dataclass(frozen=True)
@@ -105,17 +255,38 @@ class PayloadSpec:
     - ``random_text``: words of random letters, total length drawn from ``size``.
     - ``random_bytes``: random bytes, length drawn from ``size``.
     - ``json_text``: ``{"<field>": "<random_text>"}`` with the text length from ``size``.
+    - ``template``: ``body`` with random fields filled in per request:
+      ``{{int:LO:HI}}``, ``{{float:LO:HI}}``, ``{{choice:a|b|c}}``,
+      ``{{text:N}}`` / ``{{text:MIN:MAX}}`` (random words, N characters),
+      ``{{text}}`` (length from ``size``), ``{{uuid}}`` (see
+      :mod:`tailscope.loadgen.templates`).
+    - ``replay``: recorded bodies (``bodies``, one JSON document per line of
+      ``file``), in ``order`` ``sequential`` (wrapping around) or ``random``.
     """
 
     kind: str = "none"
     body: str = ""
     size: SizeSpec = field(default_factory=SizeSpec)
     field: str = "text"  # json_text only
+    bodies: tuple[bytes, ...] = dataclasses.field(default=(), compare=False)  # replay only
+    file: str | None = None  # replay: where the bodies came from
+    order: str = "sequential"  # replay only
 
     def __post_init__(self):
         if self.kind not in PAYLOAD_KINDS:
             raise SpecError("kind", f"unknown payload kind {self.kind!r}; "
                             f"expected one of {', '.join(PAYLOAD_KINDS)}")
+        if self.kind == "template":
+            from .templates import TemplateError, parse_template
+
+            try:
+                parse_template(self.body)
+            except TemplateError as exc:
+                raise SpecError("body", str(exc)) from None
+        if self.kind == "replay" and not self.bodies:
+            raise SpecError("file", "the replay payload needs a JSON-lines file of bodies")
+        if self.order not in REPLAY_ORDERS:
+            raise SpecError("order", f"unknown order {self.order!r}; expected one of {', '.join(REPLAY_ORDERS)}")
 
 
 HTTP_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD")
@@ -144,6 +315,9 @@ class RequestClass:
             raise SpecError("method", f"unknown HTTP method {self.method!r}")
 
 
+IN_FLIGHT_POLICIES = ("wait", "drop")
+
+
 @dataclass(frozen=True)
 class LoadPlan:
     """Everything the load generator needs for one run. Every run is bounded:
@@ -157,6 +331,9 @@ class LoadPlan:
     seed: int = 1
     timeout_s: float = 10.0  # client timeout per request
     max_in_flight: int = 1000  # cap on concurrent requests; waiting counts in latency
+    #: When the cap is reached: "wait" (send when a slot frees; the wait counts in
+    #: latency) or "drop" (record the request as error_kind "dropped", never sent).
+    in_flight_policy: str = "wait"
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self):
@@ -170,3 +347,6 @@ class LoadPlan:
             raise SpecError("timeout", f"must be > 0, got {self.timeout_s!r}")
         if self.max_in_flight < 1:
             raise SpecError("max_in_flight", f"must be >= 1, got {self.max_in_flight!r}")
+        if self.in_flight_policy not in IN_FLIGHT_POLICIES:
+            raise SpecError("in_flight_policy", f"unknown policy {self.in_flight_policy!r}; expected one of "
+                            f"{', '.join(IN_FLIGHT_POLICIES)}")

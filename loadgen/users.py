@@ -10,7 +10,10 @@ in the process that generates load.
   cap is reached the scheduler waits for a slot; the waiting counts in the
   latency of every request that was due meanwhile (their ``scheduled_ns`` is
   the intended time). Requests still waiting when the run is halted are
-  recorded as ``dropped``.
+  recorded as ``dropped``. With ``in_flight_policy: drop`` a request that
+  finds the cap full is recorded as ``dropped`` at once and never sent. Each
+  request is prepared (class, body, trace context) *before* its scheduled
+  time, so only the send itself happens at the deadline.
 - :class:`ClosedLoopUser` — ``arrival.users`` instances, each sending its next
   request ``think_time_s`` after the previous reply (``scheduled_ns = sent_ns``).
 
@@ -59,6 +62,7 @@ class LoadSession:
         self.recorder = recorder
         self.mix = mix
         self.clock: RunClock | None = None  # set by begin(): the run origin
+        self.origin_ns: int | None = None  # epoch ns of offset 0; None: when begin() is first called
         self.started = gevent.event.Event()
         self.halted = gevent.event.Event()
         self.done = gevent.event.Event()
@@ -69,14 +73,29 @@ class LoadSession:
         self.scheduled = 0  # requests taken from the schedule (open) or claimed (closed)
         self.sent = 0
         self.in_flight = 0
+        self.dropped_at_cap = 0  # requests dropped because the cap was full (drop policy)
+        self.next_send_elapsed_ns: int | None = None  # offset of the next scheduled send
         self._closed_users_finished = 0
 
     def begin(self) -> RunClock:
         """Fix the run origin (first call only) and return the run clock."""
         if self.clock is None:
-            self.clock = RunClock()
+            self.clock = RunClock(self.origin_ns)
             self.started.set()
         return self.clock
+
+    def schedule(self):
+        """Scheduled offsets (ns from the run origin) this session walks, one by one.
+
+        The whole plan's schedule; a distributed worker's session takes its share."""
+        return _iter_offsets(self.plan)
+
+    def slack_s(self) -> float:
+        """Seconds until the next scheduled send (inf when none is pending): how
+        long housekeeping may block the event loop without delaying a send."""
+        if self.clock is None or self.next_send_elapsed_ns is None:
+            return float("inf")
+        return self.clock.seconds_until(self.next_send_elapsed_ns)
 
     def halt(self, reason: str) -> None:
         """Ask the users to stop starting requests (first reason wins)."""
@@ -190,24 +209,30 @@ def run_open_loop(session: LoadSession, exchanger: Exchanger) -> None:
             session.in_flight -= 1
             slots.release()
 
-    offsets = _iter_offsets(plan)
+    offsets = session.schedule()
+    drop_when_full = plan.in_flight_policy == "drop"
     exhausted_reason = None
     for offset in offsets:
+        request = mix.prepare(mix.draw_class())  # before its time: off the send path
+        session.next_send_elapsed_ns = offset
         wait_s = clock.seconds_until(offset)
         if wait_s > 0 and not _sleep_until(clock, offset, wait_s, session.halted):
             break  # halted before this request was due
-        if session.halted.is_set() or not _take_slot(slots, session):
-            _record_dropped(session, offset, offsets)
+        if drop_when_full and not session.halted.is_set() and not slots.acquire(blocking=False):
+            _record_dropped_at_cap(session, offset, request.cls.name)
+            continue
+        if session.halted.is_set() or (not drop_when_full and not _take_slot(slots, session)):
+            _record_dropped(session, offset, offsets, request.cls.name)
             break
         session.scheduled += 1
         session.sent += 1
         session.in_flight += 1
-        request = mix.prepare(mix.draw_class())
         in_flight.spawn(send, request, clock.start_ns + offset)
         if wait_s <= 0:
             gevent.sleep(0)  # behind schedule: let the new request go out now
     else:
         exhausted_reason = "max_requests" if session.scheduled >= plan.max_requests else "duration"
+    session.next_send_elapsed_ns = None
     session.end_scheduling(exhausted_reason)
     in_flight.join(timeout=plan.timeout_s + DRAIN_GRACE_S)
     in_flight.kill(block=True, timeout=DRAIN_GRACE_S)
@@ -236,19 +261,28 @@ def _take_slot(slots: gevent.lock.BoundedSemaphore, session: LoadSession) -> boo
     return True
 
 
-def _record_dropped(session: LoadSession, first_offset: int, later_offsets) -> None:
+def _record_dropped_at_cap(session: LoadSession, offset: int, cls_name: str) -> None:
+    """Record one request dropped because the in-flight cap was full (drop policy)."""
+    clock = session.clock
+    session.scheduled += 1
+    session.dropped_at_cap += 1
+    session.recorder.record(clock.start_ns + offset, None, clock.now_ns(), None, cls_name, 0, 0, 0, None,
+                            "dropped", f"in-flight cap of {session.plan.max_in_flight} full (drop policy)")
+
+
+def _record_dropped(session: LoadSession, first_offset: int, later_offsets, first_cls: str) -> None:
     """Record requests that were due by the halt but never sent (in-flight cap full)."""
     clock, mix, recorder = session.clock, session.mix, session.recorder
     halt_elapsed_ns = clock.elapsed_ns()
     message = (f"not sent before the run was halted ({session.halt_reason}): the in-flight cap "
                f"of {session.plan.max_in_flight} was full or the generator was behind schedule")
-    offset = first_offset
+    offset, cls_name = first_offset, first_cls
     while offset is not None and offset <= halt_elapsed_ns:
-        cls = mix.classes[mix.draw_class()]
         session.scheduled += 1
         recorder.record(clock.start_ns + offset, None, clock.start_ns + halt_elapsed_ns, None,
-                        cls.name, 0, 0, 0, None, "dropped", message)
+                        cls_name, 0, 0, 0, None, "dropped", message)
         offset = next(later_offsets, None)
+        cls_name = mix.classes[mix.draw_class()].name
 
 
 def run_closed_loop(session: LoadSession, exchanger: Exchanger) -> None:

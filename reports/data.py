@@ -8,63 +8,17 @@ as one JSON object (``charts``), with times in seconds since the load start.
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
 
-NS_PER_S = 1_000_000_000
+from . import extras, loadgen_view, reliability_view
+from .cards import spike_cards
+from .distribution_view import distribution_charts
+from .formatting import (NS_PER_S, fmt_count, fmt_iso, fmt_ms, fmt_observed, fmt_offset, fmt_rate,  # noqa: F401
+                         fmt_share, fmt_threshold)
+from .timeline import timeline_charts
+from .tracing_view import clock_text, receiver_rows, rules_text
+
 PERCENTILE_LABELS = (("p50", "P50"), ("p90", "P90"), ("p95", "P95"), ("p99", "P99"), ("p999", "P99.9"))
 HEADLINE = ("p50", "p99", "p999")
-
-
-def fmt_ms(value) -> str:
-    """``12.3 ms`` (3 significant figures below 100 ms), ``—`` for None."""
-    if value is None:
-        return "—"
-    if abs(value) >= 100:
-        return f"{value:,.0f} ms"
-    if abs(value) >= 10:
-        return f"{value:.1f} ms"
-    return f"{value:.2f} ms"
-
-
-def fmt_count(value) -> str:
-    return "—" if value is None else f"{int(value):,}"
-
-
-def fmt_rate(value) -> str:
-    return "—" if value is None else f"{value:,.2f} req/s"
-
-
-def fmt_share(value) -> str:
-    return "—" if value is None else f"{value:.2%}"
-
-
-def fmt_iso(epoch_ns) -> str:
-    if epoch_ns is None:
-        return "—"
-    moment = datetime.fromtimestamp(epoch_ns / NS_PER_S, tz=timezone.utc)
-    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-def fmt_offset(epoch_ns, origin_ns) -> str:
-    return "—" if epoch_ns is None or origin_ns is None else f"{(epoch_ns - origin_ns) / NS_PER_S:.1f} s"
-
-
-def fmt_threshold(row: dict) -> str:
-    metric, value = row.get("metric"), row.get("threshold")
-    if metric == "error_rate":
-        return fmt_share(value)
-    if metric == "achieved_rps":
-        return fmt_rate(value)
-    return fmt_ms(value)
-
-
-def fmt_observed(row: dict) -> str:
-    metric, value = row.get("metric"), row.get("observed")
-    if metric == "error_rate":
-        return fmt_share(value)
-    if metric == "achieved_rps":
-        return fmt_rate(value)
-    return fmt_ms(value)
 
 
 def percentile_cells(entry: dict) -> dict:
@@ -95,7 +49,7 @@ def percentile_rows(summary: dict) -> list[dict]:
     for metric_key, metric_label in (("latency_ms", "latency"), ("service_time_ms", "service time")):
         for key, label in PERCENTILE_LABELS:
             rows.append({"metric": metric_label, "name": label, **percentile_cells(summary[metric_key][key])})
-        rows.append({"metric": metric_label, "name": "max", "value": fmt_ms(summary[metric_key]["max_ms"]),
+        rows.append({"metric": metric_label, "name": "max", "value": fmt_ms(summary[metric_key]["max"]["value_ms"]),
                      "ci": "", "n": fmt_count(summary[metric_key]["p50"]["n"]), "claimed": "", "bound": ""})
     return rows
 
@@ -104,7 +58,9 @@ def class_rows(classes: dict) -> list[dict]:
     return [{
         "name": name, "requests": fmt_count(s["requests"]), "errors": fmt_count(s["errors"]),
         "error_rate": fmt_share(s["error_rate"]), "achieved": fmt_rate(s["achieved_rps"]),
-        "p50": fmt_ms(s["latency_ms"]["p50"]["value_ms"]), "p99": fmt_ms(s["latency_ms"]["p99"]["value_ms"]),
+        "p50": fmt_ms(s["latency_ms"]["p50"]["value_ms"]), "p90": fmt_ms(s["latency_ms"]["p90"]["value_ms"]),
+        "p99": fmt_ms(s["latency_ms"]["p99"]["value_ms"]), "p99_ci": percentile_cells(s["latency_ms"]["p99"])["ci"],
+        "p999": fmt_ms(s["latency_ms"]["p999"]["value_ms"]),
         "p99_claimed": "claimed" if s["latency_ms"]["p99"]["claimed"] else "not claimed",
     } for name, s in classes.items()]
 
@@ -117,28 +73,9 @@ def stage_data(stages: dict) -> dict:
                   "mean": fmt_ms(s["mean_ms"]), "count": fmt_count(s["count"])}
                  for name, s in stages["by_stage"].items()],
         "unmapped": [{"name": str(u["name"]), "count": fmt_count(u["count"])} for u in stages["unmapped_span_names"]],
+        "rules": rules_text(stages),
+        "clock": clock_text(stages),
     }
-
-
-def spike_data(spikes: list[dict], origin_ns) -> list[dict]:
-    out = []
-    for index, spike in enumerate(spikes, 1):
-        decomposition = spike["decomposition"]
-        out.append({
-            "number": index,
-            "window": f"{fmt_offset(spike['start_ns'], origin_ns)} – {fmt_offset(spike['end_ns'], origin_ns)}",
-            "start": fmt_iso(spike["start_ns"]), "peak": fmt_offset(spike["peak_ns"], origin_ns),
-            "p99": fmt_ms(spike["p99_ms"]), "baseline": fmt_ms(spike["baseline_p99_ms"]),
-            "excess": fmt_ms(spike["excess_ms"]), "requests": fmt_count(spike["requests"]),
-            "dominant": decomposition["dominant_stage"] or "—",
-            "summary": decomposition["summary"] or "",
-            "slow_requests": fmt_count(decomposition["slow_requests"]),
-            "stage_rows": [{"stage": stage, "normal": fmt_ms(v["normal"]["mean_ms"]), "slow": fmt_ms(v["slow"]["mean_ms"]),
-                            "growth": fmt_ms(v["growth_ms"]), "dominant": stage == decomposition["dominant_stage"]}
-                           for stage, v in decomposition["stages"].items()],
-            "causes": [{"kind": c["kind"], "confidence": f"{c['confidence']:.0%}"} for c in spike["causes"]],
-        })
-    return out
 
 
 def _key_values(mapping: dict) -> list[dict]:
@@ -161,44 +98,32 @@ def setup_data(analysis: dict) -> dict:
         "host_rows": _key_values(run["host"]),
         "sources": [{"name": name, "state": "available" if s["available"] else "unavailable",
                      "reason": s["reason"] or ""} for name, s in analysis["signals"]["sources"].items()],
-        "receiver_rows": _key_values(analysis["receiver"]),
+        "receiver_rows": receiver_rows(analysis["receiver"]),
     }
 
 
 def event_data(events: dict, origin_ns) -> dict:
     gc = events["gc_pauses"]
     return {
-        "faults": [{"kind": str(f["attributes"].get("name", f["kind"])), "source": f["source"] or "",
+        "faults": [{"kind": str(f["attributes"].get("name") or f["attributes"].get("fault") or f["kind"]),
+                    "source": f["source"] or "",
                     "window": f"{fmt_offset(f['start_ns'], origin_ns)} – {fmt_offset(f['end_ns'], origin_ns)}",
                     "duration": fmt_ms(f["duration_ms"])} for f in events["faults"]],
         "gc": f"{gc['count']:,} GC pauses, {fmt_ms(gc['total_ms'])} in total, longest {fmt_ms(gc['max_ms'])}",
     }
 
 
-def _seconds(values_ns, origin_ns) -> list:
-    return [round((v - origin_ns) / NS_PER_S, 6) for v in values_ns]
-
-
-def chart_data(analysis: dict) -> dict:
-    """Series for the page's charts; x in seconds since the load start."""
-    origin = analysis["run"]["load_start_ns"] or analysis["run"]["start_ns"] or 0
-    windows = analysis["windows"]
+def chart_data(analysis: dict, cards: dict) -> dict:
+    """Series for the page's charts (one JSON block); x in seconds since the load start."""
+    by_stage = analysis["stages"]["by_stage"]
+    _, sweep_chart = extras.sweep(analysis.get("sweep"))
     return {
-        "x_title": "seconds since load start",
-        "x_range": [0.0, analysis["run"]["duration_s"]],
-        "latency": {
-            "x": [round(((w["start_ns"] + w["end_ns"]) / 2 - origin) / NS_PER_S, 6) for w in windows],
-            "p50": [w["p50_ms"] for w in windows], "p99": [w["p99_ms"] for w in windows],
-        },
-        "spikes": [{"x0": (s["start_ns"] - origin) / NS_PER_S, "x1": (s["end_ns"] - origin) / NS_PER_S,
-                    "label": f"spike {i}"} for i, s in enumerate(analysis["spikes"], 1)],
-        "faults": [{"x0": (f["start_ns"] - origin) / NS_PER_S, "x1": (f["end_ns"] - origin) / NS_PER_S,
-                    "label": str(f["attributes"].get("name", f["kind"]))} for f in analysis["events"]["faults"]],
-        "signals": [{"name": s["name"], "unit": s["unit"], "x": _seconds(s["t_ns"], origin), "y": s["values"]}
-                    for s in analysis["signals"]["series"]],
-        "stages": {"names": list(analysis["stages"]["by_stage"]),
-                   "p50": [s["p50_ms"] for s in analysis["stages"]["by_stage"].values()],
-                   "p99": [s["p99_ms"] for s in analysis["stages"]["by_stage"].values()]},
+        **timeline_charts(analysis),
+        "stages": {"names": list(by_stage), "p50": [s["p50_ms"] for s in by_stage.values()],
+                   "p99": [s["p99_ms"] for s in by_stage.values()]},
+        "cards": cards["charts"],
+        "distribution": distribution_charts(analysis.get("distribution")),
+        "sweep": sweep_chart,
     }
 
 
@@ -206,6 +131,7 @@ def build_report_data(analysis: dict) -> dict:
     """The presentation dict of one analysis (see module docstring)."""
     summary, run = analysis["summary"], analysis["run"]
     origin = run["load_start_ns"] or run["start_ns"]
+    cards = spike_cards(analysis["spikes"], origin)
     return {
         "title": f"tailscope — {run['name']}",
         "run_name": run["name"],
@@ -221,11 +147,27 @@ def build_report_data(analysis: dict) -> dict:
                      "late_share": fmt_share(summary["lateness_ms"]["late_share"])},
         "warnings": [{"code": w["code"], "message": w["message"]} for w in analysis["warnings"]],
         "percentile_rows": percentile_rows(summary),
-        "class_rows": class_rows(analysis["classes"]),
+        "class_rows": [{**row, **loadgen_view.class_slo_cells(analysis).get(row["name"], {})}
+                       for row in class_rows(analysis["classes"])],
+        "generator": loadgen_view.generator_data(analysis),
+        "stream_rates": loadgen_view.streaming_rates(analysis.get("streaming")),
         "stages": stage_data(analysis["stages"]),
-        "spikes": spike_data(analysis["spikes"], origin),
+        "spikes": cards["rows"],
+        "spike_cards": cards["cards"],
+        "uncarded_spikes": cards["uncarded"],
         "events": event_data(analysis["events"], origin),
+        "outages": reliability_view.outage_data(analysis.get("outages"), origin),
+        "soak": reliability_view.soak_data(analysis.get("soak"), origin),
+        "retention": reliability_view.retention_data(analysis.get("retention")),
         "setup": setup_data(analysis),
         "has_windows": bool(analysis["windows"]),
-        "charts": chart_data(analysis),
+        "goodput": extras.goodput(summary),
+        "loop": extras.loop_label(run.get("scenario")),
+        "streaming": extras.streaming(analysis.get("streaming")),
+        "sweep": extras.sweep(analysis.get("sweep"))[0],
+        "has_distribution": bool(analysis.get("distribution", {}).get("bin_edges_ms")),
+        "slow_points": {"shown": fmt_count((analysis.get("slow_requests") or {}).get("shown")),
+                        "above": fmt_count((analysis.get("slow_requests") or {}).get("above_threshold")),
+                        "threshold": fmt_ms((analysis.get("slow_requests") or {}).get("threshold_ms"))},
+        "charts": chart_data(analysis, cards),
     }

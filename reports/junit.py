@@ -1,16 +1,25 @@
-"""JUnit XML for CI: one testcase per SLO, a failure element when it is missed."""
+"""JUnit XML for CI: one testcase per SLO and one per comparison check.
+
+``render_junit(analysis)`` gives one ``<testsuite name="tailscope.slo">``;
+with a ``comparison`` (docs/analyzers/compare.md) the document is a
+``<testsuites>`` holding that suite and ``tailscope.compare``, one testcase
+per entry of ``comparison["checks"]``. A missed SLO or a failed check is a
+``<failure>`` with the observed numbers; CI systems (GitHub, GitLab, Jenkins)
+count and list them.
+"""
 
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 
-from .data import fmt_observed, fmt_threshold
+from .formatting import fmt_observed, fmt_threshold
 
 SUITE_NAME = "tailscope.slo"
+COMPARE_SUITE_NAME = "tailscope.compare"
 
 
-def render_junit(analysis: dict) -> str:
-    """The verdict as a JUnit ``<testsuite>`` document (UTF-8 XML text)."""
+def slo_suite(analysis: dict) -> ET.Element:
+    """The SLO verdict as one ``<testsuite>``."""
     rows = analysis["verdict"]["slos"]
     failures = sum(1 for row in rows if not row["passed"])
     suite = ET.Element("testsuite", {
@@ -32,5 +41,45 @@ def render_junit(analysis: dict) -> str:
         else:
             failure = ET.SubElement(case, "failure", {"message": f"{row['slo']}: {observed}", "type": "SLO"})
             failure.text = observed
+    return suite
+
+
+def comparison_suite(comparison: dict) -> ET.Element:
+    """The comparison's checks as one ``<testsuite>`` (a failed check is a failure)."""
+    checks = comparison.get("checks") or []
+    suite = ET.Element("testsuite", {
+        "name": COMPARE_SUITE_NAME, "tests": str(len(checks)),
+        "failures": str(sum(1 for c in checks if not c.get("passed"))), "errors": "0", "time": "0",
+    })
+    properties = ET.SubElement(suite, "properties")
+    for role in ("baseline", "current"):
+        run = comparison.get(role) or {}
+        ET.SubElement(properties, "property", {"name": role, "value": str(run.get("path") or run.get("name") or "")})
+    for check in checks:
+        name = str(check.get("name", "check"))
+        case = ET.SubElement(suite, "testcase", {"classname": f"{COMPARE_SUITE_NAME}.{check.get('cls') or 'all'}",
+                                                 "name": name, "time": "0"})
+        message = str(check.get("message") or "")
+        if check.get("passed"):
+            ET.SubElement(case, "system-out").text = message
+        else:
+            ET.SubElement(case, "failure", {"message": f"{name}: {message}", "type": "regression"}).text = message
+    return suite
+
+
+def render_junit(analysis: dict, comparison: dict | None = None) -> str:
+    """The verdict (and the comparison's checks, when given) as JUnit XML text (UTF-8)."""
+    root = slo_suite(analysis)
+    if comparison is not None:
+        suites = ET.Element("testsuites")
+        suites.extend([root, comparison_suite(comparison)])
+        root = suites
+    ET.indent(root)
+    return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
+
+
+def render_comparison_junit(comparison: dict) -> str:
+    """The comparison's checks alone as JUnit XML text (``tailscope compare`` without a fresh run)."""
+    suite = comparison_suite(comparison)
     ET.indent(suite)
     return ET.tostring(suite, encoding="unicode", xml_declaration=True) + "\n"

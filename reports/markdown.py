@@ -1,4 +1,9 @@
-"""A Markdown job summary for CI (e.g. ``$GITHUB_STEP_SUMMARY``), from the report data."""
+"""Markdown summaries for CI job pages (e.g. ``$GITHUB_STEP_SUMMARY``).
+
+Plain GitHub-flavoured Markdown: headings, tables, lists; no HTML beyond
+escaped text. Every run string goes through :func:`cell`, so a span name or
+error message can neither break a table nor inject markup.
+"""
 
 from __future__ import annotations
 
@@ -6,33 +11,72 @@ import html
 
 
 def cell(text) -> str:
-    """A Markdown table cell: HTML-escaped, pipes and newlines neutralised."""
-    return html.escape(str(text)).replace("|", "\\|").replace("\n", " ")
+    """A Markdown table cell: HTML-escaped, pipes, backticks and newlines neutralised."""
+    return html.escape(str(text)).replace("|", "\\|").replace("`", "\\`").replace("\n", " ")
 
 
-def render_markdown(report_data: dict) -> str:
-    """Verdict, SLO table, headline percentiles, rates, spikes and warnings."""
+def verdict_lines(report_data: dict) -> list[str]:
     verdict = report_data["verdict"]
     lines = [f"## {cell(report_data['title'])}: **{verdict['label']}**", ""]
     rates = report_data["rates"]
     lines.append(f"{rates['requests']} requests in {rates['duration']}; achieved {rates['achieved']} of "
                  f"{rates['offered']} offered; errors {report_data['errors']['count']} ({report_data['errors']['rate']}).")
+    if report_data.get("goodput"):
+        lines.append(f"Goodput {report_data['goodput']['share']} ({cell(report_data['goodput']['definition'])}).")
+    if report_data.get("loop"):
+        lines.append(f"> {cell(report_data['loop'])}")
     lines.append("")
     if verdict["rows"]:
         lines += ["| objective | observed | threshold | result | claimed |", "| --- | ---: | ---: | --- | --- |"]
         lines += [f"| {cell(r['text'])} | {r['observed']} | {r['threshold']} | {r['result']} | {r['claimed']} |"
                   for r in verdict["rows"]]
         lines.append("")
+    return lines
+
+
+def spike_lines(spikes: list[dict]) -> list[str]:
+    if not spikes:
+        return ["No P99 spike rose significantly above the baseline.", ""]
+    lines = [f"**{len(spikes)} spike(s):**", "", "| # | window | P99 | baseline | top cause | grew most |",
+             "| ---: | --- | ---: | ---: | --- | --- |"]
+    lines += [f"| {s['number']} | {s['window']} | {s['p99']} | {s['baseline']} | "
+              f"{cell(s['top_cause'])} ({s['top_confidence']}) | {cell(s['dominant'])} |" for s in spikes[:50]]
+    if len(spikes) > 50:
+        lines.append(f"| | … {len(spikes) - 50} more in analysis.json | | | | |")
+    lines.append("")
+    lines += [f"- spike {s['number']}: {cell(s['summary'])}" for s in spikes[:50] if s["summary"]]
+    return lines + [""]
+
+
+def render_markdown(report_data: dict) -> str:
+    """Verdict, goodput, SLO table, headline percentiles, spikes with top causes, warnings."""
+    lines = verdict_lines(report_data)
     lines += ["| percentile | latency | 95% CI | early stopping |", "| --- | ---: | ---: | --- |"]
     lines += [f"| {p['label']} | {p['value']} | {p['ci']} | {p['claimed']} |" for p in report_data["headline"]]
     lines.append("")
-    if report_data["spikes"]:
-        lines.append(f"**{len(report_data['spikes'])} spike(s):**")
-        lines += [f"- {s['window']}: P99 {s['p99']} vs baseline {s['baseline']}; {cell(s['summary'])}; "
-                  f"causes: {', '.join(cell(c['kind']) for c in s['causes'])}" for s in report_data["spikes"]]
-        lines.append("")
+    lines += spike_lines(report_data["spikes"])
     if report_data["warnings"]:
         lines.append("**Warnings:**")
         lines += [f"- {cell(w['code'])}: {cell(w['message'])}" for w in report_data["warnings"]]
         lines.append("")
+    return "\n".join(lines)
+
+
+def render_comparison_markdown(comparison_data: dict) -> str:
+    """A comparison (:func:`~tailscope.reports.compare_html.build_comparison_data`) as a job summary."""
+    lines = [f"## {cell(comparison_data['title'])}: **{comparison_data['verdict']['label']}**", ""]
+    if comparison_data["verdict"]["summary"]:
+        lines += [cell(comparison_data["verdict"]["summary"]), ""]
+    if comparison_data["checks"]:
+        lines += ["| check | result | detail |", "| --- | --- | --- |"]
+        lines += [f"| {cell(c['name'])} | {c['result']} | {cell(c['message'])} |" for c in comparison_data["checks"]]
+        lines.append("")
+    if comparison_data["percentiles"]:
+        lines += ["| scope | percentile | baseline | current | change (interval) | |", "| --- | --- | ---: | ---: | ---: | --- |"]
+        lines += [f"| {cell(r['scope'])} | {r['percentile']} | {r['baseline']} | {r['current']} | "
+                  f"{r['change']} ({r['change_ci']}) | {r['judgement']} |" for r in comparison_data["percentiles"]]
+        lines.append("")
+    if comparison_data["changed_stage"]:
+        stage = comparison_data["changed_stage"]
+        lines += [f"Stage that changed most: **{cell(stage['stage'])}** ({stage['change']}). {cell(stage['summary'])}", ""]
     return "\n".join(lines)

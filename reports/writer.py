@@ -1,4 +1,4 @@
-"""Writing a run's outputs: analysis.json, report.html, junit.xml, summary.md.
+"""Writing a run's outputs (analysis.json, report.html, junit.xml, summary.md) and a comparison's.
 
 Each file is written atomically (temporary file in the same directory, fsync,
 rename): a reader sees the old file or the new one, never half of one.
@@ -9,12 +9,15 @@ from __future__ import annotations
 import json
 import os
 
+from .compare_html import build_comparison_data, render_comparison
 from .data import build_report_data
 from .html import render_html
-from .junit import render_junit
-from .markdown import render_markdown
+from .junit import render_comparison_junit, render_junit
+from .markdown import render_comparison_markdown, render_markdown
 
 OUTPUT_FILES = {"analysis": "analysis.json", "html": "report.html", "junit": "junit.xml", "markdown": "summary.md"}
+COMPARISON_FILES = {"comparison": "comparison.json", "html": "comparison.html", "junit": "junit-compare.xml",
+                    "markdown": "comparison.md"}
 
 
 def write_text_atomic(path: str, text: str) -> None:
@@ -44,5 +47,24 @@ def write_outputs(run_dir: str | os.PathLike, analysis: dict) -> dict[str, str]:
     paths = {}
     for key, text in texts.items():
         paths[key] = os.path.join(run_dir, OUTPUT_FILES[key])
+        write_text_atomic(paths[key], text)
+    return paths
+
+
+def write_comparison_outputs(out_dir: str | os.PathLike, comparison: dict) -> dict[str, str]:
+    """Write comparison.json, comparison.html, junit-compare.xml and comparison.md into ``out_dir``.
+
+    Returns ``{"comparison"|"html"|"junit"|"markdown": path}``; each file is written atomically.
+    """
+    out_dir = os.fspath(out_dir)
+    texts = {
+        "comparison": json.dumps(comparison, indent=1, allow_nan=False) + "\n",
+        "html": render_comparison(comparison),
+        "junit": render_comparison_junit(comparison),
+        "markdown": render_comparison_markdown(build_comparison_data(comparison)),
+    }
+    paths = {}
+    for key, text in texts.items():
+        paths[key] = os.path.join(out_dir, COMPARISON_FILES[key])
         write_text_atomic(paths[key], text)
     return paths

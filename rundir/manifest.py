@@ -21,6 +21,12 @@ import psutil
 from . import schema as fmt
 from .appender import Appender, PeriodicFlusher
 
+#: Space set aside when a run starts (a ballast file, ``.reserve-<harness pid>``)
+#: and given back when it ends, so that a run stopped by a full disk can still
+#: write its final manifest and its report. Bytes.
+RESERVE_BYTES = 8 * 1024 * 1024
+RESERVE_FILE = ".reserve"
+
 
 def write_json_atomic(path: str | os.PathLike, data) -> None:
     """Write ``data`` as JSON to ``path`` atomically (readers see old or new, never half)."""
@@ -79,9 +85,16 @@ class RunWriter:
             **manifest,
         }
         self.save_manifest()
+        self._reserve_path = os.path.join(path, f"{RESERVE_FILE}-{os.getpid()}")
+        reserve_space(self._reserve_path, RESERVE_BYTES)
         self.requests = Appender(os.path.join(path, fmt.REQUESTS), fmt.REQUESTS_SCHEMA)
         self.events = Appender(os.path.join(path, fmt.EVENTS), fmt.EVENTS_SCHEMA)
-        self.flusher = PeriodicFlusher([self.requests, self.events]).start()
+        self.windows = Appender(os.path.join(path, fmt.WINDOWS), fmt.WINDOWS_SCHEMA)
+        self.chunks = Appender(os.path.join(path, fmt.CHUNKS), fmt.CHUNKS_SCHEMA)
+        self.generator_signals = Appender(
+            os.path.join(path, fmt.writer_file(fmt.SIGNALS, fmt.GENERATOR_WRITER)), fmt.SIGNALS_SCHEMA)
+        self.flusher = PeriodicFlusher([self.requests, self.events, self.windows, self.chunks,
+                                        self.generator_signals]).start()
 
     def save_manifest(self) -> None:
         write_json_atomic(os.path.join(self.path, fmt.MANIFEST), self.manifest)
@@ -94,7 +107,63 @@ class RunWriter:
     def add_event(self, kind: str, start_ns: int, end_ns: int, source: str, attributes: dict) -> None:
         self.events.append(kind, int(start_ns), int(end_ns), source, json.dumps(attributes))
 
+    def write_error(self) -> OSError | None:
+        """The first error of the harness's streams (e.g. disk full), or None —
+        whoever flushed them (the periodic flusher or the load generator's watcher)."""
+        if self.flusher.error is not None:
+            return self.flusher.error
+        return next((a.error for a in self.flusher.appenders if a.error is not None), None)
+
     def close(self, status: str = "complete", **fields) -> None:
-        """Flush and close the streams, then mark the manifest ``status``."""
+        """Flush and close the streams, give back the reserved space, then mark
+        the manifest ``status``. A stream that could not be written (disk full)
+        turns the status into ``failed`` with ``failure`` set."""
         self.flusher.stop()
+        release_space(self._reserve_path)
+        error = self.write_error()
+        if error is not None and status != "failed":
+            fields.setdefault("failure", describe_write_error(error))
+            status = "failed"
         self.update(status=status, end_ns=time.time_ns(), **fields)
+
+
+def describe_write_error(error: OSError) -> str:
+    """One line for a stream write failure: "disk full: ..." for ENOSPC."""
+    if getattr(error, "errno", None) == 28:
+        return f"disk full: {error.strerror or error}"
+    return f"write error: {error}"
+
+
+def reserve_space(path: str, size: int) -> bool:
+    """Allocate ``size`` bytes in a ballast file; False when the disk cannot spare them."""
+    try:
+        fd = os.open(path, os.O_CREAT | os.O_WRONLY, 0o600)
+    except OSError:
+        return False
+    try:
+        os.posix_fallocate(fd, 0, size)
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
+def release_space(path: str) -> None:
+    """Delete a ballast file made by :func:`reserve_space` (absent is fine)."""
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+def release_stale_reserves(run_dir: str) -> int:
+    """Delete the reserve files of harnesses that no longer run (killed with ``kill -9``);
+    returns how many. A live harness's reserve is left alone."""
+    released = 0
+    for name in os.listdir(run_dir):
+        if name.startswith(RESERVE_FILE + "-") and name[len(RESERVE_FILE) + 1:].isdigit():
+            if not psutil.pid_exists(int(name[len(RESERVE_FILE) + 1:])):
+                release_space(os.path.join(run_dir, name))
+                released += 1
+    return released

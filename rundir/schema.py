@@ -14,7 +14,7 @@ import pyarrow as pa
 
 #: Bumped when a file or column changes meaning. Readers accept runs whose
 #: major version they know and reject newer majors with a clear message.
-FORMAT_VERSION = "1.0"
+FORMAT_VERSION = "1.1"  # 1.1: spans.events
 FORMAT_MAJOR = 1
 
 MANIFEST = "manifest.json"
@@ -22,6 +22,8 @@ REQUESTS = "requests.arrow"
 SPANS = "spans.arrow"
 SIGNALS = "signals.arrow"
 SIGNALS_META = "signals.json"
+#: Units/kinds of the OTLP metrics the receiver stored (``{"metrics": {name: {...}}}``).
+SIGNALS_RECEIVER_META = "signals.receiver.json"
 EVENTS = "events.arrow"
 RECEIVER_STATS = "receiver.json"
 ANALYSIS = "analysis.json"
@@ -62,6 +64,7 @@ SPANS_SCHEMA = pa.schema(
         ("attributes", pa.string()),  # JSON object of span attributes
         ("links", pa.string()),  # JSON list of {"trace_id", "span_id"}; null if none
         ("pid", pa.int64()),  # resource attribute process.pid, null if absent
+        ("events", pa.string()),  # JSON list of {"name", "t_ns", "attributes"}; null if none (1.1)
     ]
 )
 
@@ -90,6 +93,53 @@ EVENTS_SCHEMA = pa.schema(
 #: Error kinds a request record may carry.
 ERROR_KINDS = ("http", "timeout", "refused", "reset", "dropped", "other")
 
+CHUNKS = "chunks.arrow"
+#: One row per chunk (token) of a streamed response (request classes with
+#: ``stream: true``), written by the harness: the request's trace id, the
+#: chunk's index in its response (0 = first token) and when it arrived.
+#: Not part of ``SCHEMAS`` (it can be large): read it with ``read_stream``
+#: over ``table_files(run, CHUNKS)`` (tailscope.analyzers.streaming does).
+CHUNKS_SCHEMA = pa.schema(
+    [
+        ("trace_id", pa.string()),
+        ("index", pa.int32()),
+        ("t_ns", pa.int64()),
+    ]
+)
+#: Writer name of the harness's own signal series (generator CPU, in flight,
+#: GC time): ``signals.generator.arrow``, part of the signals table.
+GENERATOR_WRITER = "generator"
+
+WINDOWS = "windows.arrow"
+#: The harness's record-keeping decisions under a ``retention`` policy (JSON).
+RETENTION = "retention.json"
+
+#: Per-window, per-class counts and mergeable latency histograms (harness), written
+#: for every run. Windows are aligned to epoch multiples of ``end_ns - start_ns``
+#: and hold the requests *scheduled* in them. Rows for the same (start_ns, cls) add
+#: up: the harness writes the increments since its last flush, so a killed run
+#: loses at most one flush. Histograms are sparse (see tailscope.rundir.histograms).
+WINDOWS_SCHEMA = pa.schema(
+    [
+        ("start_ns", pa.int64()),
+        ("end_ns", pa.int64()),
+        ("cls", pa.string()),
+        ("requests", pa.int64()),  # requests scheduled in the window (errors and dropped included)
+        ("ok", pa.int64()),  # no error and an end time
+        ("errors", pa.int64()),
+        *[(f"err_{kind}", pa.int64()) for kind in ERROR_KINDS],
+        ("late", pa.int64()),  # sent (or dropped) more than 1 ms after the scheduled time
+        ("kept", pa.int64()),  # of these requests, records written to requests.arrow
+        ("latency_bucket", pa.list_(pa.int16())),  # end − scheduled of ok requests
+        ("latency_count", pa.list_(pa.int32())),
+        ("service_bucket", pa.list_(pa.int16())),  # end − sent of ok requests
+        ("service_count", pa.list_(pa.int32())),
+        ("lateness_bucket", pa.list_(pa.int16())),  # sent − scheduled of sent requests
+        ("lateness_count", pa.list_(pa.int32())),
+        ("worker", pa.int32()),
+    ]
+)
+
 def table_files(run_path: str, name: str) -> list[str]:
     """All files of one logical table: ``NAME.arrow`` and ``NAME.<writer>.arrow``.
 
@@ -116,4 +166,5 @@ SCHEMAS = {
     SPANS: SPANS_SCHEMA,
     SIGNALS: SIGNALS_SCHEMA,
     EVENTS: EVENTS_SCHEMA,
+    WINDOWS: WINDOWS_SCHEMA,
 }

@@ -16,6 +16,7 @@ from __future__ import annotations
 # happen before threading, socket or subprocess are used.
 from tailscope.loadgen.runner import run_load  # noqa: I001  (import order matters)
 
+import dataclasses
 import os
 import shutil
 import signal
@@ -52,10 +53,17 @@ class RunContext:
     receiver_port: int
     stop: threading.Event  # set it to end the load early
     aborted: list = field(default_factory=list)  # reasons given to abort()
+    failures: list = field(default_factory=list)  # reasons given to fail()
 
     def abort(self, reason: str) -> None:
         """Stop the load; the run is marked ``aborted`` with ``reason``."""
         self.aborted.append(reason)
+        self.stop.set()
+
+    def fail(self, reason: str) -> None:
+        """Stop the load because the run can no longer record faithfully (disk full,
+        a dead receiver); the run is marked ``failed`` with ``reason``."""
+        self.failures.append(reason)
         self.stop.set()
 
 
@@ -88,11 +96,18 @@ class RunOptions:
     duration_s: float | None = None
     receiver_host: str = "127.0.0.1"
     receiver_port: int = 4318  # 0: any free port
+    receiver_grpc_port: int | None = None  # OTLP/gRPC: None = 4317 (0 when receiver_port is 0); -1 = off
     target_pid: int | None = None
+    target_process_name: str | None = None  # --target-process NAME
+    target_container: str | None = None  # --target-container ID (its cgroup, its oldest process)
+    target_cgroup: str | None = None  # --target-cgroup PATH (sampled even without a pid)
+    timeout_s: float | None = None  # client timeout per request (overrides the scenario)
     allow_remote: bool = False  # load a non-loopback target (never in tests/demos)
     span_grace_s: float = 6.0  # longest wait for late spans after the load stops
     extra_manifest: dict = field(default_factory=dict)
     companions: list = field(default_factory=list)  # Companion instances
+    abort_on: tuple = ()  # tailscope.abort.AbortRule from --abort-on (the scenario's abort_on adds to them)
+    workers: int = 0  # > 0: this process is a Locust master with that many local worker processes
 
 
 @dataclass
@@ -147,7 +162,8 @@ class _Session:
                 Child("OTLP receiver",
                       python_module("tailscope.tracing.receiver", "--run-dir", run_dir,
                                     "--host", options.receiver_host,
-                                    "--port", str(options.receiver_port)),
+                                    "--port", str(options.receiver_port),
+                                    "--grpc-port", str(_grpc_port_arg(options))),
                       log_path=os.path.join(run_dir, "receiver.log"), niceness=BOOKKEEPING_NICENESS),
                 wait_listening=True,
             )
@@ -156,46 +172,58 @@ class _Session:
             if launch_target is not None:
                 target_child, target_url = launch_target(children, receiver.port, run_dir)
             plan = scenario.load_plan(target_url, options.duration_s)
+            if options.timeout_s is not None:
+                plan = dataclasses.replace(plan, timeout_s=options.timeout_s)
             _check_target_allowed(plan.target, options.allow_remote)
-            target_proc = _find_target_process(plan.target, options.target_pid, target_child)
+            target_proc = _find_target_process(plan.target, options.target_pid, target_child, options)
             children.start(Child(
                 "signal sampler",
                 python_module("tailscope.tracing.signals", "--run-dir", run_dir,
-                              "--rate", str(scenario.signal_rate_hz),
-                              *(["--pid", str(target_proc["pid"])] if target_proc.get("pid") else [])),
+                              *_sampler_arguments(target_proc, scenario, plan.target)),
                 log_path=os.path.join(run_dir, "signals.log"), niceness=BOOKKEEPING_NICENESS,
             ))
-            self.writer = RunWriter(run_dir, self._manifest(plan, receiver.port, target_proc))
+            grpc_port = (read_json(os.path.join(run_dir, schema.RECEIVER_STATS), {}) or {}).get("grpc_port")
+            self.writer = RunWriter(run_dir, self._manifest(plan, receiver.port, target_proc, grpc_port))
             ctx = RunContext(run_dir=run_dir, writer=self.writer, plan=plan, scenario=scenario,
                              target_process=target_proc, receiver_port=receiver.port, stop=self.stop)
+            keeper = _record_keeper(self.writer, run_dir, scenario, plan)
             started: list[Companion] = []
             try:
-                for companion in options.companions:
+                for companion in (*_harness_watchers(self.writer, keeper, children, run_dir),
+                                  *_abort_monitors(scenario, options), *options.companions):
                     companion.start(ctx)
                     started.append(companion)
-                load = run_load(plan, self.writer.requests,
-                                on_progress=_fan_out(on_progress, started), stop=self.stop)
-                if ctx.aborted:
+                load = _generate_load(plan, keeper, scenario, options, run_dir,
+                                      _fan_out(on_progress, started), self.stop,
+                                      extras=_loadgen_extras(self.writer, started))
+                if ctx.failures:
+                    status = "failed"
+                elif ctx.aborted:
                     status = "aborted"
                 elif self.stop.is_set():
                     status = "interrupted"
             except KeyboardInterrupt:
                 status = "interrupted"
-            except BaseException:
+            except BaseException as exc:
                 status = "failed"
+                ctx.failures.append(f"harness error: {type(exc).__name__}: {exc}")
                 raise
             finally:
+                _close_keeper(keeper, ctx)
                 cleanup_errors = _stop_companions(started)
                 if target_child is None:
                     _wait_for_late_spans(run_dir, options.span_grace_s)
                 # ChildGroup stops in reverse start order: sampler, target (which
                 # flushes its spans on SIGTERM), then the receiver.
                 children.stop_all()
-                self.writer.close(status=status, load=_load_summary(load),
-                                  abort_reasons=ctx.aborted, cleanup_errors=cleanup_errors)
+                failure = "; ".join(ctx.failures) or _child_failure(started)
+                self.writer.close(status="failed" if failure else status, load=_load_summary(load),
+                                  abort_reasons=ctx.aborted, cleanup_errors=cleanup_errors,
+                                  **({"failure": failure} if failure else {}))
+                status = self.writer.manifest["status"]
         return RunOutcome(run_dir=run_dir, status=status, load=load)
 
-    def _manifest(self, plan, receiver_port: int, target_proc: dict) -> dict:
+    def _manifest(self, plan, receiver_port: int, target_proc: dict, receiver_grpc_port: int | None) -> dict:
         scenario = self.scenario
         return {
             "name": scenario.name,
@@ -209,11 +237,83 @@ class _Session:
                 "seed": plan.seed,
                 "timeout_s": plan.timeout_s,
                 "max_in_flight": plan.max_in_flight,
+                "in_flight_policy": plan.in_flight_policy,
                 "receiver_port": receiver_port,
+                "receiver_grpc_port": receiver_grpc_port,
                 "signal_rate_hz": scenario.signal_rate_hz,
             },
+            "arrival": plan.arrival.describe(),
             **self.options.extra_manifest,
         }
+
+
+def _abort_monitors(scenario: Scenario, options: RunOptions) -> list:
+    """The abort monitor for the scenario's ``abort_on`` and ``--abort-on`` rules (none without rules)."""
+    from .abort import abort_monitor_for
+
+    monitor = abort_monitor_for(scenario.sections.get("abort_on"), options.abort_on)
+    return [monitor] if monitor is not None else []
+
+
+def _loadgen_extras(writer: RunWriter, companions) -> dict:
+    """The generator's other sinks (streamed chunks, its GC pauses and CPU), the
+    streams it flushes between sends, and the live windows companions ask for
+    (``stat_windows_s``, e.g. the abort monitor's)."""
+    windows = sorted({int(w) for c in companions for w in getattr(c, "stat_windows_s", ())})
+    return {"chunks": writer.chunks, "events": writer.events, "signals": writer.generator_signals,
+            "flush": (writer.requests, writer.events, writer.windows, writer.chunks, writer.generator_signals),
+            "stat_windows_s": tuple(windows)}
+
+
+def _record_keeper(writer: RunWriter, run_dir: str, scenario: Scenario, plan):
+    """The generator's sink: windows.arrow always, requests.arrow per the retention policy."""
+    from tailscope.loadgen.record_keeper import RecordKeeper
+
+    end_ns = time.time_ns() + int(plan.duration_s * 1e9)
+    return RecordKeeper(writer.requests, writer.windows, run_dir,
+                        policy=scenario.sections.get("retention"), timeout_s=plan.timeout_s, end_ns=end_ns)
+
+
+def _close_keeper(keeper, ctx: RunContext) -> None:
+    """Emit the last window increments; a write error there fails the run, never the cleanup."""
+    try:
+        keeper.close()
+    except OSError as exc:
+        from tailscope.rundir.manifest import describe_write_error
+
+        ctx.failures.append(describe_write_error(exc))
+
+
+def _harness_watchers(writer: RunWriter, keeper, children: ChildGroup, run_dir: str) -> list:
+    """Companions every run has: the run guard (write errors, disk budget, dead children)
+    and the harness's own memory series."""
+    from .run_guard import ResourceMonitor, RunGuard
+
+    return [RunGuard(writer, keeper, children.children), ResourceMonitor(run_dir, children.children)]
+
+
+def _child_failure(companions) -> str | None:
+    """A failure the run guard sees only after the load ended (e.g. the receiver died
+    while in-flight requests drained); None when every child is fine."""
+    from .run_guard import RunGuard
+
+    for companion in companions:
+        if isinstance(companion, RunGuard):
+            return companion.check()
+    return None
+
+
+def _generate_load(plan, sink, scenario: Scenario, options: RunOptions, run_dir: str, on_progress, stop,
+                   extras: dict | None = None):
+    """The load, in this process or (``options.workers``) on local Locust workers.
+    ``extras``: run_load's optional sinks and settings (one process only)."""
+    if not options.workers:
+        return run_load(plan, sink, on_progress=on_progress, stop=stop, **(extras or {}))
+    from tailscope.loadgen.distributed_runner import run_distributed_load
+
+    return run_distributed_load(plan, sink, workers=options.workers,
+                                scenario_path=os.path.abspath(scenario.path), log_dir=run_dir,
+                                on_progress=on_progress, stop=stop)
 
 
 def _fan_out(on_progress, companions):
@@ -240,6 +340,14 @@ def _stop_companions(companions) -> list[str]:
     return errors
 
 
+def _grpc_port_arg(options: RunOptions) -> int:
+    """The receiver's ``--grpc-port``: as given, else 4317 — or a free port when the
+    HTTP port is a free one too, so that parallel runs never collide; -1 is off."""
+    if options.receiver_grpc_port is not None:
+        return options.receiver_grpc_port
+    return 0 if options.receiver_port == 0 else 4317
+
+
 def _safe_name(name: str) -> str:
     return "".join(ch if ch.isalnum() or ch in "-_." else "-" for ch in name)[:60] or "run"
 
@@ -252,25 +360,32 @@ def _check_target_allowed(url: str, allow_remote: bool) -> None:
         )
 
 
-def _find_target_process(url: str, pid: int | None, child: Child | None) -> dict:
-    """The target's process, for the samplers: given, started by us, or found by port."""
-    from tailscope.tracing.signals.discovery import describe_process, find_listening_pid
+def _find_target_process(url: str, pid: int | None, child: Child | None,
+                         options: RunOptions | None = None) -> dict:
+    """The target's process (and cgroup), for the samplers: started by us, or
+    found by pid, name, container, cgroup or listening port (docs/signals.md)."""
+    from tailscope.tracing.signals.discovery import TargetNotFound, describe_process
+    from tailscope.tracing.signals.launch import TargetChoice, find_target
 
     if child is not None:
         return {**describe_process(child.pid), "found_by": "started by tailscope"}
-    if pid is not None:
-        try:
-            return {**describe_process(pid), "found_by": "--target-pid"}
-        except Exception as exc:  # noqa: BLE001  (psutil raises several kinds)
-            raise SetupError(f"--target-pid {pid}: {exc}") from exc
+    choice = TargetChoice(pid=pid, process_name=getattr(options, "target_process_name", None),
+                          container=getattr(options, "target_container", None),
+                          cgroup=getattr(options, "target_cgroup", None))
     port = urlparse(url).port or (443 if url.startswith("https") else 80)
-    if is_loopback_url(url):
-        found = find_listening_pid(port)
-        if found is not None:
-            return {**describe_process(found), "found_by": f"listening port {port}"}
-    return {"pid": None, "found_by": None,
-            "reason": f"no local process listens on port {port}; target-process signals are off "
-                      "(give --target-pid)"}
+    try:
+        return find_target(choice, port, is_loopback_url(url))
+    except TargetNotFound as exc:
+        raise SetupError(str(exc)) from exc
+
+
+def _sampler_arguments(target_proc: dict, scenario: Scenario, target_url: str) -> list[str]:
+    """The sampler process's flags: rate, pid, cgroup, Prometheus URLs, process tree."""
+    from tailscope.tracing.signals.launch import prometheus_urls, sampler_arguments
+
+    return sampler_arguments(target_proc, scenario.signal_rate_hz,
+                             prometheus_urls(scenario.signal_prometheus, target_url),
+                             scenario.signal_process_tree)
 
 
 def _wait_for_late_spans(run_dir: str, grace_s: float) -> None:
@@ -293,7 +408,8 @@ def _load_summary(load) -> dict | None:
         return None
     return {k: getattr(load, k) for k in (
         "start_ns", "end_ns", "scheduled", "sent", "completed", "errors",
-        "offered_rps", "achieved_rps", "stop_reason") if hasattr(load, k)}
+        "offered_rps", "achieved_rps", "stop_reason", "dropped", "generator_gc_pauses",
+        "generator_gc_ms") if hasattr(load, k)}
 
 
 class _stop_on_signals:

@@ -7,10 +7,9 @@ import os
 from .children import Child, ChildGroup, python_module
 
 
-def launch_reference_target(children: ChildGroup, receiver_port: int, run_dir: str) -> tuple[Child, str]:
-    """Start the reference target on a free loopback port, exporting its spans
-    to the run's receiver. Returns the child and the target's base URL."""
-    env = {
+def reference_target_env(receiver_port: int) -> dict[str, str]:
+    """Environment of a reference target exporting to the receiver on ``receiver_port``."""
+    return {
         "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{receiver_port}",
         "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
         # Export spans promptly so the report sees them without a long grace period.
@@ -22,6 +21,12 @@ def launch_reference_target(children: ChildGroup, receiver_port: int, run_dir: s
         "OMP_NUM_THREADS": "1",
         "MKL_NUM_THREADS": "1",
     }
+
+
+def launch_reference_target(children: ChildGroup, receiver_port: int, run_dir: str) -> tuple[Child, str]:
+    """Start the reference target on a free loopback port, exporting its spans
+    to the run's receiver. Returns the child and the target's base URL."""
+    env = reference_target_env(receiver_port)
     child = children.start(
         Child("reference target",
               python_module("tailscope.target", "--host", "127.0.0.1", "--port", "0"),

@@ -43,12 +43,14 @@ LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 TOP_LEVEL_FIELDS = {
     "name", "description", "target", "duration", "max_requests", "seed", "timeout",
     "max_in_flight", "arrival", "classes", "slo", "signals",
+    "in_flight_policy",
 }
-ARRIVAL_FIELDS = {"process", "rate", "burstiness", "users", "think_time"}
+ARRIVAL_FIELDS = {"process", "rate", "burstiness", "users", "think_time", "profile",
+                  "file", "format", "unit", "speed", "loop"}
 CLASS_FIELDS = {"name", "weight", "method", "path", "headers", "payload", "stream"}
-PAYLOAD_FIELDS = {"kind", "body", "size", "field"}
-SIZE_FIELDS = {"dist", "value", "min", "max", "median", "sigma"}
-SIGNALS_FIELDS = {"rate"}
+PAYLOAD_FIELDS = {"kind", "body", "size", "field", "file", "order"}
+SIZE_FIELDS = {"dist", "value", "min", "max", "median", "sigma", "file"}
+SIGNALS_FIELDS = {"rate", "prometheus", "process_tree"}
 
 _DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
 _DURATION_UNITS_S = {"ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
@@ -84,8 +86,14 @@ class Scenario:
     slos: list[str]
     signal_rate_hz: float
     raw: dict = field(default_factory=dict)
+    #: signals.prometheus: /metrics URLs to scrape; a path ("/metrics") is relative to the target.
+    signal_prometheus: tuple[str, ...] = ()
+    #: signals.process_tree: sum the target's descendants into its process signals.
+    signal_process_tree: bool = True
     #: Optional sections parsed by the parts that own them (see scenario_sections).
     sections: dict[str, Any] = field(default_factory=dict)
+    #: When max_in_flight is reached: "wait" (the wait counts in latency) or "drop".
+    in_flight_policy: str = "wait"
 
     def load_plan(self, target: str | None = None, duration_s: float | None = None) -> LoadPlan:
         """The load plan, with the command line's ``--target``/``--duration`` applied."""
@@ -98,6 +106,7 @@ class Scenario:
             seed=self.seed,
             timeout_s=self.timeout_s,
             max_in_flight=self.max_in_flight,
+            in_flight_policy=self.in_flight_policy,
         )
 
 
@@ -202,7 +211,7 @@ class FieldReader:
         if max_requests < 1:
             raise self.fail(("max_requests",), f"must be >= 1, got {max_requests}")
         timeout_s = self.duration(top, (), "timeout", 10.0)
-        arrival = self.arrival(top.get("arrival"), ("arrival",))
+        arrival = self.arrival(top.get("arrival"), ("arrival",), duration_s)
         classes = self.classes(top.get("classes"), ("classes",))
         slos = self.slos(top.get("slo", []), ("slo",))
         signals = self.mapping(top.get("signals", {}) or {}, ("signals",), SIGNALS_FIELDS)
@@ -212,6 +221,9 @@ class FieldReader:
         max_in_flight = self.number(top, (), "max_in_flight", 1000, integer=True)
         if max_in_flight < 1:
             raise self.fail(("max_in_flight",), f"must be >= 1, got {max_in_flight}")
+        in_flight_policy = self.string(top, (), "in_flight_policy", "wait")
+        if in_flight_policy not in ("wait", "drop"):
+            raise self.fail(("in_flight_policy",), f"expected wait or drop, got {in_flight_policy!r}")
         name = self.string(top, (), "name", None) or os.path.splitext(os.path.basename(self.file))[0]
         sections = {key: SECTION_PARSERS[key](top[key], (key,), self)
                     for key in top if key in SECTION_PARSERS}
@@ -228,9 +240,33 @@ class FieldReader:
             classes=classes,
             slos=slos,
             signal_rate_hz=float(signal_rate),
+            signal_prometheus=self.prometheus_urls(signals.get("prometheus"), ("signals", "prometheus")),
+            signal_process_tree=self.boolean(signals, ("signals",), "process_tree", True),
             raw=data,
             sections=sections,
+            in_flight_policy=in_flight_policy,
         )
+
+    def prometheus_urls(self, value: Any, path: Path) -> tuple[str, ...]:
+        """signals.prometheus: true (= "/metrics" of the target), a URL or path, or a list of them."""
+        if value is None or value is False:
+            return ()
+        if value is True:
+            return ("/metrics",)
+        items = value if isinstance(value, list) else [value]
+        urls = []
+        for index, item in enumerate(items):
+            at = path + ((index,) if isinstance(value, list) else ())
+            if not isinstance(item, str) or not item.startswith(("http://", "https://", "/")):
+                raise self.fail(at, f"expected an http(s) URL or a path such as /metrics, got {item!r}")
+            urls.append(item)
+        return tuple(urls)
+
+    def boolean(self, data: dict, path: Path, key: str, default: bool) -> bool:
+        value = data.get(key, default)
+        if not isinstance(value, bool):
+            raise self.fail(path + (key,), f"expected true or false, got {_type_name(value)}")
+        return value
 
     def target(self, top: dict, override: str | None) -> str | None:
         value = override if override else self.string(top, (), "target", None)
@@ -245,14 +281,27 @@ class FieldReader:
             raise self.fail(path, f"expected an http(s) URL such as http://127.0.0.1:8000, got {value!r}")
         return value.rstrip("/")
 
-    def arrival(self, value: Any, path: Path) -> ArrivalSpec:
+    def arrival(self, value: Any, path: Path, duration_s: float | None = None) -> ArrivalSpec:
+        from .scenario_load import REPLAY_FIELDS, parse_arrival_log, parse_profile
+
         if value is None:
             raise self.fail((), "arrival: missing (e.g. arrival: {process: poisson, rate: 50})")
         data = self.mapping(value, path, ARRIVAL_FIELDS)
         process = self.string(data, path, "process", "poisson")
         rate = self.number(data, path, "rate", None)
-        if rate is None and process != "closed":
+        profile = (parse_profile(self, data["profile"], path + ("profile",), rate, duration_s)
+                   if data.get("profile") is not None else None)
+        if profile is not None and rate is None:
+            rate = profile.peak_rate
+        if rate is None and process not in ("closed", "replay"):
             raise self.fail(path, "rate: missing (requests per second)")
+        if process != "replay":
+            for key in sorted(REPLAY_FIELDS & set(data)):
+                raise self.fail(path + (key,), "only for `process: replay`")
+        speed = self.number(data, path, "speed", 1.0)
+        loop = data.get("loop", False)
+        if not isinstance(loop, bool):
+            raise self.fail(path + ("loop",), f"expected true or false, got {loop!r}")
         return self.build(
             path,
             ArrivalSpec,
@@ -261,6 +310,10 @@ class FieldReader:
             burstiness=float(self.number(data, path, "burstiness", 1.0)),
             users=self.number(data, path, "users", 1, integer=True),
             think_time_s=self.duration(data, path, "think_time", 0.0),
+            profile=profile,
+            log=parse_arrival_log(self, data, path) if process == "replay" else None,
+            speed=float(speed),
+            loop=loop,
         )
 
     def classes(self, value: Any, path: Path) -> tuple[RequestClass, ...]:
@@ -301,15 +354,22 @@ class FieldReader:
     def payload(self, value: Any, path: Path) -> PayloadSpec:
         if value is None:
             return PayloadSpec()
+        from .scenario_load import replay_bodies
+
         data = self.mapping(value, path, PAYLOAD_FIELDS)
         size = self.size(data.get("size"), path + ("size",))
+        kind = self.string(data, path, "kind", "none")
+        file, bodies = replay_bodies(self, data, path) if kind == "replay" else (None, ())
         return self.build(
             path,
             PayloadSpec,
-            kind=self.string(data, path, "kind", "none"),
+            kind=kind,
             body=self.string(data, path, "body", ""),
             size=size,
             field=self.string(data, path, "field", "text"),
+            bodies=bodies,
+            file=file,
+            order=self.string(data, path, "order", "sequential"),
         )
 
     def size(self, value: Any, path: Path) -> SizeSpec:
@@ -325,6 +385,10 @@ class FieldReader:
         for key in ("median", "sigma"):
             if key in data:
                 kwargs[key] = float(self.number(data, path, key))
+        if kwargs["dist"] == "empirical":
+            from .scenario_load import empirical_sizes
+
+            kwargs["file"], kwargs["values"] = empirical_sizes(self, data, path)
         return self.build(path, SizeSpec, **kwargs)
 
     def slos(self, value: Any, path: Path) -> list[str]:

@@ -17,4 +17,26 @@ from typing import Any, Callable
 
 SectionParser = Callable[[Any, tuple, Any], Any]
 
+from tailscope.loadgen.retention import parse_retention
+
 SECTION_PARSERS: dict[str, SectionParser] = {}
+
+#: Soak runs: which per-request records are kept (loadgen/retention.py).
+SECTION_PARSERS["retention"] = parse_retention
+
+#: Lab and incident drills: fault windows with ground truth (faults/section.py, docs/lab.md).
+from tailscope.faults.section import parse_faults_section  # noqa: E402
+
+SECTION_PARSERS["faults"] = parse_faults_section
+
+#: Stage mapping (span name/attribute rules, span-event intervals, presets) and clock alignment
+#: (analyzers/stage_rules.py, docs/scenario-format.md "stages").
+from tailscope.analyzers.stage_rules import parse_stages_section  # noqa: E402
+
+SECTION_PARSERS["stages"] = parse_stages_section
+
+#: Abort thresholds: stop a run early on error rate, P99 or achieved/offered rate
+#: (tailscope/abort.py, docs/scenario-format.md "abort_on").
+from tailscope.abort import parse_abort_section  # noqa: E402
+
+SECTION_PARSERS["abort_on"] = parse_abort_section

@@ -10,9 +10,12 @@ import time
 
 from rich.console import Console
 from rich.live import Live
+from rich.markup import escape
 from rich.table import Table
 
 PLAIN_PROGRESS_INTERVAL_S = 5.0
+#: Spikes listed one per line in the end-of-run summary (the report lists them all).
+MAX_SPIKES_PRINTED = 10
 
 
 class ProgressDisplay:
@@ -26,7 +29,10 @@ class ProgressDisplay:
 
     def __enter__(self) -> "ProgressDisplay":
         if self.console.is_terminal:
-            self.live = Live(self._table(None), console=self.console, refresh_per_second=4,
+            # No refresh thread: under gevent it is a greenlet that renders on its
+            # own timer and can delay a scheduled send; the panel is redrawn only
+            # in update(), which the load runner calls between sends.
+            self.live = Live(self._table(None), console=self.console, auto_refresh=False,
                              transient=False)
             self.live.__enter__()
         return self
@@ -37,7 +43,7 @@ class ProgressDisplay:
 
     def update(self, progress) -> None:
         if self.live is not None:
-            self.live.update(self._table(progress))
+            self.live.update(self._table(progress), refresh=True)
             return
         now = time.monotonic()
         if now - self._last_plain >= PLAIN_PROGRESS_INTERVAL_S:
@@ -87,8 +93,8 @@ def print_summary(console: Console, analysis: dict, paths: dict) -> None:
         console.print(f"[yellow]{run.get('incomplete_reason', 'incomplete run')}[/]")
     console.print(
         f"{summary.get('requests', 0)} requests, {summary.get('errors', 0)} errors "
-        f"({100 * (summary.get('error_rate') or 0):.2f}%), achieved {summary.get('achieved_rps', 0):.1f} "
-        f"of {summary.get('offered_rps', 0):.1f} req/s offered"
+        f"({100 * (summary.get('error_rate') or 0):.2f}%), achieved {summary.get('achieved_rps') or 0:.1f} "
+        f"of {summary.get('offered_rps') or 0:.1f} req/s offered"
     )
     table = Table(show_header=True)
     table.add_column("latency (from scheduled send)")
@@ -101,15 +107,21 @@ def print_summary(console: Console, analysis: dict, paths: dict) -> None:
     for warning in analysis.get("warnings", []):
         text = warning.get("message", warning) if isinstance(warning, dict) else warning
         console.print(f"[yellow]warning:[/] {text}", highlight=False, soft_wrap=True)
-    for spike in analysis.get("spikes", []):
+    spikes = analysis.get("spikes", [])
+    for spike in spikes[:MAX_SPIKES_PRINTED]:
         causes = spike.get("causes") or []
         top = causes[0] if causes else {"kind": "unexplained", "confidence": 0}
+        grew = (spike.get("decomposition") or {}).get("dominant_stage")
         console.print(
             f"spike {_clock(spike.get('start_ns'))}–{_clock(spike.get('end_ns'))}: P99 "
             f"{spike.get('p99_ms', 0):.0f} ms vs {spike.get('baseline_p99_ms', 0):.0f} ms baseline; "
-            f"top cause [bold]{top.get('kind')}[/] ({100 * (top.get('confidence') or 0):.0f}%)",
+            f"top cause [bold]{escape(str(top.get('kind')))}[/] ({100 * (top.get('confidence') or 0):.0f}%)"
+            + (f"; {escape(str(grew))} grew most" if grew else "")
+            + _evidence_hint(top.get("evidence")),
             highlight=False,
         )
+    if len(spikes) > MAX_SPIKES_PRINTED:
+        console.print(f"… and {len(spikes) - MAX_SPIKES_PRINTED} more spikes (see the report)", highlight=False)
     for slo in verdict.get("slos", []):
         mark = "[green]PASS[/]" if slo.get("passed") else "[red]FAIL[/]"
         console.print(f"  {mark} {slo.get('slo')}  (observed {_observed(slo.get('observed'))})",
@@ -117,6 +129,18 @@ def print_summary(console: Console, analysis: dict, paths: dict) -> None:
     console.print("[bold green]PASSED[/]" if passed else "[bold red]FAILED[/]")
     for name, path in paths.items():
         console.print(f"{name}: {path}", highlight=False, soft_wrap=True)
+
+
+def _evidence_hint(evidence) -> str:
+    """``: summary`` of a cause's evidence when it has one (the detectors write one with
+    their numbers), else `` [key value, key value]``: its first two scalar numbers, or ''."""
+    if isinstance((evidence or {}).get("summary"), str):
+        return ": " + escape(evidence["summary"])
+    pairs = [(k, v) for k, v in (evidence or {}).items()
+             if isinstance(v, (int, float)) and not isinstance(v, bool)][:2]
+    if not pairs:
+        return ""
+    return " [" + ", ".join(f"{escape(str(k))} {v:.4g}" for k, v in pairs) + "]"
 
 
 def _pct_cell(entry) -> str:

@@ -66,7 +66,11 @@ def _build(node: yaml.Node, path: Path, lines: dict[Path, int]) -> Any:
 def _scalar(node: yaml.Node) -> Any:
     if not isinstance(node, yaml.ScalarNode):
         return None
-    return yaml.SafeLoader(" ").construct_object(node, deep=True)
+    try:
+        return yaml.SafeLoader(" ").construct_object(node, deep=True)
+    except (yaml.YAMLError, ValueError, TypeError) as exc:  # e.g. an unknown !!tag, a bad !!int
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise YamlSyntaxError(node.start_mark.line + 1, f"invalid YAML value: {problem}") from exc
 
 
 def line_of(lines: dict[Path, int], path: Path) -> int:

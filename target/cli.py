@@ -13,7 +13,7 @@ from typing import Any
 from tailscope.target.config import TargetConfig, build_config, knob_fields, load_config_file
 from tailscope.target.server import run_target
 
-_BOOLEAN_KNOBS = frozenset({"tracing", "access_log"})
+_BOOLEAN_KNOBS = frozenset({"tracing", "access_log", "admin", "metrics"})
 _LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
 
 
@@ -26,12 +26,20 @@ def _default_text(value: Any) -> str:
         return " ".join(map(str, value)) if value else "none"
     if isinstance(value, bool):
         return "on" if value else "off"
-    return str(value)
+    return str(value) if value != "" else "none"
 
 
 def _metavar(name: str, default: Any) -> str:
     if name.endswith("_ms"):
         return "MS"
+    if name.endswith("_mb"):
+        return "MB"
+    if name.endswith("_kb"):
+        return "KB"
+    if name.endswith("_mb_per_s"):
+        return "MB/S"
+    if name.endswith("_dir"):
+        return "DIR"
     if name.endswith("_s"):
         return "SECONDS"
     return "N" if isinstance(default, (int, float)) else "TEXT"

@@ -45,6 +45,40 @@ class TargetConfig:
         0.0, "extra time added to every batch after the model ran, without holding the GIL, like an accelerator (ms)"
     )
     max_tokens: int = _knob(512, "text is truncated to this many tokens (incl. the leading [CLS] token)")
+    generate_max_tokens: int = _knob(256, "largest max_tokens a /v1/generate request may ask for")
+    decode_max_streams: int = _knob(
+        16, "generation streams decoded together in one step (continuous batching); others wait in the queue"
+    )
+    decode_extra_delay_ms: float = _knob(
+        0.0, "extra time added to every decode step, without holding the GIL, like an accelerator (ms)"
+    )
+    resident_mb: int = _knob(
+        0,
+        "memory kept resident (allocated and touched at start, a feature store); every inference request "
+        "reads a slice of it, so when it is swapped out requests wait for page-ins (MB, 0: none)",
+    )
+    resident_touch_kb: int = _knob(2048, "bytes of the resident memory each request reads, one byte per 4 KiB page (KB)")
+    preprocess_garbage: int = _knob(
+        0,
+        "reference cycles (dict<->list pairs, like parsed JSON trees) each request's preprocessing creates and "
+        "drops, so the cycle collector runs as in real Python services (count per request)",
+    )
+    gc_pressure_mb_per_s: float = _knob(
+        0.0,
+        "cyclic garbage a background thread allocates, kept alive ~2 s so it reaches generation 2 and only "
+        "full collections free it (MB/s; 0: off; switchable at run time: POST /admin/gc_pressure)",
+    )
+    gc_retained_mb: float = _knob(
+        128.0, "live, GC-tracked heap kept while GC pressure is on; every gen-2 collection traverses it (MB)"
+    )
+    io_stall_kb: int = _knob(
+        0,
+        "bytes each request's preprocessing writes and fsyncs to a file in --io-dir (KB; 0: off; "
+        "switchable at run time: POST /admin/io_stall)",
+    )
+    io_dir: str = _knob("", "directory of the io-stall file (default: the system temp directory)")
+    admin: bool = _knob(True, "serve the fault-injection switches POST /admin/gc_pressure, /admin/io_stall, GET /admin/state")
+    metrics: bool = _knob(False, "serve Prometheus metrics at GET /metrics (queue depth, batch sizes, stage latencies)")
     max_body_bytes: int = _knob(8 * 1024 * 1024, "largest request body accepted; larger: HTTP 413")
     top_k: int = _knob(5, "classes returned per prediction")
     seed: int = _knob(0, "seed of the model's weights")
@@ -71,6 +105,15 @@ class TargetConfig:
         _require(self.model_dim >= 1, f"model_dim must be >= 1, got {self.model_dim}")
         _require(self.model_extra_delay_ms >= 0, f"model_extra_delay_ms must be >= 0, got {self.model_extra_delay_ms}")
         _require(self.max_tokens >= 1, f"max_tokens must be >= 1, got {self.max_tokens}")
+        _require(self.generate_max_tokens >= 1, f"generate_max_tokens must be >= 1, got {self.generate_max_tokens}")
+        _require(self.decode_max_streams >= 1, f"decode_max_streams must be >= 1, got {self.decode_max_streams}")
+        _require(self.decode_extra_delay_ms >= 0, f"decode_extra_delay_ms must be >= 0, got {self.decode_extra_delay_ms}")
+        _require(self.resident_mb >= 0, f"resident_mb must be >= 0, got {self.resident_mb}")
+        _require(self.resident_touch_kb >= 4, f"resident_touch_kb must be >= 4, got {self.resident_touch_kb}")
+        _require(self.preprocess_garbage >= 0, f"preprocess_garbage must be >= 0, got {self.preprocess_garbage}")
+        _require(self.gc_pressure_mb_per_s >= 0, f"gc_pressure_mb_per_s must be >= 0, got {self.gc_pressure_mb_per_s}")
+        _require(self.gc_retained_mb >= 0, f"gc_retained_mb must be >= 0, got {self.gc_retained_mb}")
+        _require(self.io_stall_kb >= 0, f"io_stall_kb must be >= 0, got {self.io_stall_kb}")
         _require(self.max_body_bytes >= 1, f"max_body_bytes must be >= 1, got {self.max_body_bytes}")
         _require(self.top_k >= 1, f"top_k must be >= 1, got {self.top_k}")
         _require(self.gc_min_pause_ms >= 0, f"gc_min_pause_ms must be >= 0, got {self.gc_min_pause_ms}")

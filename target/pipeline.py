@@ -21,6 +21,7 @@ from opentelemetry import trace
 from opentelemetry.trace import Span, SpanKind
 
 from tailscope.target.batcher import Batch
+from tailscope.target.metrics import TargetMetrics
 from tailscope.tracing import kit
 
 
@@ -38,7 +39,8 @@ class TracedBatchRunner:
 
     ``model_fn`` maps a list of payloads to a ``(batch, classes)`` logits array.
     ``extra_delay_s`` is slept after the model ran (GIL released), to mimic an
-    accelerator or a slower machine.
+    accelerator or a slower machine. ``metrics``, when given, observes the
+    batch size and the queue_wait and inference durations.
     """
 
     def __init__(
@@ -48,12 +50,14 @@ class TracedBatchRunner:
         tracer: trace.Tracer,
         queue_capacity: int,
         extra_delay_s: float = 0.0,
+        metrics: TargetMetrics | None = None,
     ) -> None:
         self._model_name = model_name
         self._model_fn = model_fn
         self._tracer = tracer
         self._queue_capacity = queue_capacity
         self._extra_delay_s = extra_delay_s
+        self._metrics = metrics
 
     def __call__(self, batch: Batch[Any]) -> list[ModelOutput]:
         started_ns = time.time_ns()
@@ -75,7 +79,16 @@ class TracedBatchRunner:
             ended_ns = time.time_ns()
             for span in inference_spans:
                 span.end(end_time=ended_ns)
+            self._observe(batch, started_ns, ended_ns)
         return [ModelOutput(logits=row, batch_size=size, batch_id=batch.batch_id) for row in logits]
+
+    def _observe(self, batch: Batch[Any], started_ns: int, ended_ns: int) -> None:
+        if self._metrics is None:
+            return
+        self._metrics.observe_batch(self._model_name, len(batch.requests))
+        self._metrics.observe_stage("inference", self._model_name, (ended_ns - started_ns) / 1e9)
+        for request in batch.requests:
+            self._metrics.observe_stage("queue_wait", self._model_name, (batch.picked_ns - request.enqueued_ns) / 1e9)
 
     def _record_waits(self, batch: Batch[Any], started_ns: int) -> None:
         for request in batch.requests:

@@ -7,7 +7,9 @@ import it in the pytest process; they run this script instead:
 
 JSON: {"run_dir": str, "plan": {LoadPlan fields; "arrival": {...},
 "classes": [{RequestClass fields; "payload": {...; "size": {...}}}]},
-"stop_after_s": float | null}. Requests go to ``run_dir/requests.arrow``.
+"stop_after_s": float | null}. Requests go to ``run_dir/requests.arrow``;
+streamed chunks to ``chunks.arrow``, the generator's GC pauses to
+``events.arrow`` and its gauges to ``signals.generator.arrow``.
 Prints one JSON line: {"result": LoadResult fields, "progress": [Progress ...]}.
 """
 
@@ -21,7 +23,7 @@ import os
 import sys
 import threading
 
-from tailscope.loadgen.spec import ArrivalSpec, LoadPlan, PayloadSpec, RequestClass, SizeSpec
+from tailscope.loadgen.spec import ArrivalSpec, LoadPlan, PayloadSpec, RateProfile, RequestClass, SizeSpec
 from tailscope.rundir import Appender, schema
 
 
@@ -32,21 +34,33 @@ def plan_from_dict(data: dict) -> LoadPlan:
         payload = dict(cls.get("payload", {}))
         payload["size"] = SizeSpec(**payload.get("size", {}))
         classes.append(RequestClass(**{**cls, "payload": PayloadSpec(**payload)}))
-    return LoadPlan(**{**data, "arrival": ArrivalSpec(**data["arrival"]), "classes": tuple(classes)})
+    arrival = dict(data["arrival"])
+    if arrival.get("profile"):
+        profile = dict(arrival["profile"])
+        profile["steps"] = tuple(tuple(step) for step in profile.get("steps", ()))
+        arrival["profile"] = RateProfile(**profile)
+    return LoadPlan(**{**data, "arrival": ArrivalSpec(**arrival), "classes": tuple(classes)})
 
 
 def main(config: dict) -> dict:
     plan = plan_from_dict(config["plan"])
-    sink = Appender(os.path.join(config["run_dir"], schema.REQUESTS), schema.REQUESTS_SCHEMA)
+    run_dir = config["run_dir"]
+    sink = Appender(os.path.join(run_dir, schema.REQUESTS), schema.REQUESTS_SCHEMA)
+    chunks = Appender(os.path.join(run_dir, schema.CHUNKS), schema.CHUNKS_SCHEMA)
+    events = Appender(os.path.join(run_dir, schema.EVENTS), schema.EVENTS_SCHEMA)
+    signals = Appender(os.path.join(run_dir, schema.writer_file(schema.SIGNALS, schema.GENERATOR_WRITER)),
+                       schema.SIGNALS_SCHEMA)
     stop = threading.Event()
     if config.get("stop_after_s") is not None:
         threading.Timer(config["stop_after_s"], stop.set).start()
     progress = []
     try:
         result = run_load(plan, sink, on_progress=lambda p: progress.append(dataclasses.asdict(p)),
-                          progress_interval_s=config.get("progress_interval_s", 0.5), stop=stop)
+                          progress_interval_s=config.get("progress_interval_s", 0.5), stop=stop,
+                          chunks=chunks, events=events, signals=signals, flush=(sink, chunks))
     finally:
-        sink.close()
+        for appender in (sink, chunks, events, signals):
+            appender.close()
     return {"result": dataclasses.asdict(result), "progress": progress}
 
 

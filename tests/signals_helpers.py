@@ -33,11 +33,20 @@ def run_sampler_process(run_dir: str, pid: int | None, rate_hz: float, duration_
         cmd += ["--pid", str(pid)]
     sampler = subprocess.Popen(cmd)
     try:
+        _wait_until_sampling(run_dir, sampler)  # start-up (imports, probes) is not part of duration_s
         time.sleep(duration_s)
         sampler.send_signal(signal.SIGTERM)
         return sampler.wait(timeout=10)
     finally:
         stop_process(sampler)
+
+
+def _wait_until_sampling(run_dir: str, sampler: subprocess.Popen, timeout_s: float = 30.0) -> None:
+    """Until the sampler has probed its sources (signals.json written) and so handles SIGTERM."""
+    deadline = time.monotonic() + timeout_s
+    path = os.path.join(run_dir, schema.SIGNALS_META)
+    while not os.path.exists(path) and sampler.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
 
 
 def read_series(run_dir: str) -> dict[str, list[tuple[int, float]]]:

@@ -55,7 +55,7 @@ def test_empty_sample_gives_nulls():
     result = percentile_set(np.array([]))
     assert result["p99"] == {"value_ms": None, "ci_low_ms": None, "ci_high_ms": None, "n": 0,
                              "claimed": False, "bound_ms": None}
-    assert result["max_ms"] is None
+    assert result["max"] == {"value_ms": None, "n": 0}
 
 
 def test_grouped_quantile_matches_per_group():

@@ -42,7 +42,7 @@ def test_synthetic_run_reads_back_in_the_real_format(spiky):
     assert run.complete and len(run.requests) == truth["requests"] and len(run.spans) == truth["spans"]
     assert 2700 < truth["requests"] < 3300
     assert run.manifest["scenario"]["slo"] == ["p99 < 250ms", "error_rate < 1%"]
-    assert set(run.signals.column("series").unique().to_pylist()) >= {"host.cpu.busy", "target.runq_wait_ns"}
+    assert set(run.signals.column("series").unique().to_pylist()) >= {"host.cpu.user_s", "proc.runqueue_wait_ns"}
     assert "gc_pause" in run.events.column("kind").to_pylist()
     server = run.spans.filter(__import__("pyarrow").compute.equal(run.spans.column("kind"), 2))
     assert set(server.column("trace_id").to_pylist()) <= set(run.requests.column("trace_id").to_pylist())
@@ -83,18 +83,19 @@ def test_joined_fraction_falls_when_spans_are_dropped(tmp_path):
     assert "partial_join" in {w["code"] for w in analysis["warnings"]}
 
 
-def test_injected_spikes_are_found_with_their_stage(spiky):
+def test_injected_spikes_are_found_with_their_stage_and_cause(spiky):
     truth, analysis = spiky
     spikes = analysis["spikes"]
     assert len(spikes) == 2
     for spike, injected in zip(spikes, truth["spikes"]):
         assert _contains(spike, injected)
         assert spike["decomposition"]["dominant_stage"] == injected["stage"]
-        assert spike["decomposition"]["stages"][injected["stage"]]["growth_ms"] > 0.8 * injected["extra_ms"]
+        # gc: a request waits out the rest of the 150 ms pause it meets (75 ms on average)
+        assert spike["decomposition"]["stages"][injected["stage"]]["growth_ms"] > 0.4 * injected["extra_ms"]
         assert injected["stage"] in spike["decomposition"]["summary"]
-        assert spike["excess_ms"] > 50
-        assert [c["kind"] for c in spike["causes"]] == ["unexplained"]
-        assert spike["causes"][0]["evidence"]["decomposition"]["dominant_stage"] == injected["stage"]
+        assert spike["excess_ms"] > 50 and spike["p_value"] < 1e-6
+        assert spike["causes"][0]["kind"] == injected["expected_cause"]
+        assert spike["causes"][0]["confidence"] >= 0.9
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -138,10 +139,10 @@ def test_registered_detector_fires_and_unmet_needs_are_skipped(tmp_path):
 def test_signals_become_rates_and_stay_under_2000_points(spiky):
     _, analysis = spiky
     series = {s["name"]: s for s in analysis["signals"]["series"]}
-    runq = series["target.runq_wait_ns"]
-    assert runq["kind"] == "counter" and runq["unit"] == "ns/s"
-    assert np.median(runq["values"]) == pytest.approx(2e6, rel=0.2)
-    assert series["host.cpu.busy"]["unit"] == "%"
+    runq = series["proc.runqueue_wait_ns"]
+    assert runq["kind"] == "counter" and runq["unit"] == "s/s"  # time counters become seconds per second
+    assert np.median(runq["values"]) == pytest.approx(2e-3, rel=0.2)
+    assert series["proc.rss_bytes"]["unit"] == "bytes"
     assert analysis["signals"]["sources"]["gpu"]["available"] is False
     t = np.arange(100_000, dtype=np.int64) * 1_000_000
     v = np.sin(np.arange(100_000) / 50.0)

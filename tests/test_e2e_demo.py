@@ -89,3 +89,16 @@ def test_manifest_is_closed(demo_run):
     run = load_run(run_dir)
     assert run.manifest["status"] == "complete"
     assert run.manifest["target_process"]["pid"]
+
+
+def test_steady_demo_shows_no_spike_of_an_absent_cause(demo_run):
+    """A real steady run (40 req/s Poisson, no fault): spike detection may only report real
+    tail events (a GC pause, a generator hiccup), never a cause the run cannot have had."""
+    _, run_dir = demo_run
+    analysis = load_analysis(run_dir)
+    assert analysis["spike_detection"]["performed"] is True
+    absent = {"cpu_throttling", "swap", "queue_saturation", "gpu_throttling"}
+    for spike in analysis["spikes"]:
+        assert spike["p_value"] < 0.01 / analysis["spike_detection"]["tests"]
+        assert spike["causes"][0]["kind"] not in absent, spike["causes"][0]
+    assert len(analysis["spikes"]) <= 2

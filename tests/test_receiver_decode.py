@@ -166,7 +166,8 @@ _json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
     lambda children: st.lists(children, max_size=3) | st.dictionaries(
         st.sampled_from(["resourceSpans", "scopeSpans", "spans", "traceId", "spanId", "attributes",
-                         "key", "value", "intValue", "arrayValue", "values", "links", "status", "kind"]),
+                         "key", "value", "intValue", "arrayValue", "values", "links", "status", "kind",
+                         "events", "name", "timeUnixNano"]),
         children, max_size=4),
     max_leaves=20,
 )

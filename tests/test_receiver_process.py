@@ -14,7 +14,8 @@ from receiver_helpers import CHILD_ID, post, receiver_stats, span, stored_events
 def start_receiver(run_dir: str, *extra: str) -> tuple[subprocess.Popen, int]:
     """Start the receiver on a free port; return the process and the port it printed."""
     process = subprocess.Popen(
-        [sys.executable, "-m", "tailscope.tracing.receiver", "--run-dir", run_dir, "--port", "0", *extra],
+        [sys.executable, "-m", "tailscope.tracing.receiver", "--run-dir", run_dir, "--port", "0",
+         "--grpc-port", "0", *extra],
         stdout=subprocess.PIPE, text=True,
     )
     line = process.stdout.readline()
@@ -56,7 +57,7 @@ def test_busy_port_exits_with_a_message(tmp_path):
     try:
         second = subprocess.run(
             [sys.executable, "-m", "tailscope.tracing.receiver", "--run-dir", str(tmp_path / "second"),
-             "--port", str(port)],
+             "--port", str(port), "--grpc-port", "0"],
             capture_output=True, text=True, timeout=30,
         )
         assert second.returncode == 2

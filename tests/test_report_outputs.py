@@ -1,7 +1,10 @@
 """Report outputs from a synthetic run: files, JUnit, Markdown, self-contained HTML."""
 
+import base64
+import gzip
 import json
 import os
+import re
 import xml.etree.ElementTree as ET
 
 import pytest
@@ -47,7 +50,9 @@ def test_markdown_summary_states_verdict_and_spike(outputs):
 def test_html_is_self_contained(outputs):
     _, paths = outputs
     html = open(paths["html"], encoding="utf-8").read()
-    assert "plotly.js v" in html and 'id="chart-data"' in html
+    assert 'id="chart-data"' in html
+    packed = re.search(r'<script type="text/plain" id="plotly-packed">([A-Za-z0-9+/=]+)</script>', html).group(1)
+    assert b"plotly.js v" in gzip.decompress(base64.b64decode(packed))  # the whole bundle, packed
     for remote in ("<script src", "<link", "@import", "<iframe"):
         assert remote not in html
     assert "default-src 'none'" in html  # the page's CSP forbids any fetch
@@ -59,7 +64,10 @@ def test_report_data_is_preformatted(outputs):
     assert data["verdict"]["label"] == "FAILED"
     assert data["headline"][1]["label"] == "P99" and data["headline"][1]["value"].endswith(" ms")
     assert data["spikes"][0]["dominant"] == "inference"
-    assert len(data["charts"]["latency"]["x"]) == len(analysis["windows"])
+    lines = data["charts"]["latency"]["lines"]
+    assert "P50" in [line["name"] for line in lines]
+    assert all(len(line["x"]) == len(analysis["windows"]) for line in lines)  # short run: every window kept
+    assert data["spike_cards"][0]["trace"]["bars"][0]["label"] == "request (scheduled → reply)"
 
 
 def test_hostile_strings_cannot_close_the_json_block():

@@ -124,6 +124,7 @@ def test_cgroup_v2_memory():
         "cgroup.mem.events.max": 7.0,
         "cgroup.mem.events.oom": 1.0,
         "cgroup.mem.events.oom_kill": 1.0,
+        "cgroup.mem.events.oom_group_kill": 0.0,
     }
     unlimited = parse_memory_v2(fixture(V2, "memory.current"), fixture(V2, "memory.max.unlimited"), None, None)
     assert unlimited == {"cgroup.mem.current_bytes": 52428800.0}
@@ -162,15 +163,18 @@ def test_proc_stat_modes_per_cpu_and_ctxt():
         "ctxt 987654\n"
         "btime 1700000000\n"
     )
-    totals, per_cpu, ctxt = parse_proc_stat(text)
+    totals, per_cpu, counts = parse_proc_stat(text.replace("btime", "procs_running 3\nprocs_blocked 1\nbtime"))
     tick = 1 / CLOCK_TICKS_PER_S
     assert totals["user"] == pytest.approx(120 * tick)
     assert totals["system"] == pytest.approx(40 * tick)
     assert totals["iowait"] == pytest.approx(50 * tick)
     assert totals["steal"] == pytest.approx(2 * tick)
     assert totals["idle"] == pytest.approx(400 * tick)
-    assert per_cpu == pytest.approx([(321 - 200 - 25) * tick, (291 - 200 - 25) * tick])
-    assert ctxt == 987654
+    assert [c["busy"] for c in per_cpu] == pytest.approx([(321 - 200 - 25) * tick, (291 - 200 - 25) * tick])
+    assert per_cpu[0]["user"] == pytest.approx(70 * tick) and per_cpu[1]["system"] == pytest.approx(15 * tick)
+    assert per_cpu[0]["iowait"] == pytest.approx(25 * tick) and per_cpu[1]["steal"] == pytest.approx(1 * tick)
+    assert "idle" not in per_cpu[0]
+    assert counts == {"ctxt": 987654, "procs_running": 3, "procs_blocked": 1}
 
 
 def test_meminfo_in_bytes():
@@ -229,13 +233,22 @@ class FakeNvml:
     and only the pre-12.x ``...ThrottleReasons`` name (exercises the fallback)."""
 
     NVML_CLOCK_SM = 1
+    NVML_CLOCK_MEM = 2
     NVML_TEMPERATURE_GPU = 0
+    NVML_PERF_POLICY_POWER = 0
+    NVML_PERF_POLICY_THERMAL = 1
 
     class _Util:
         gpu = 87
 
     class _Mem:
         used = 3 * 1024**3
+        total = 80 * 1024**3
+
+    class _Violation:
+        def __init__(self, ns):
+            self.referenceTime = 10**12
+            self.violationTime = ns
 
     def __init__(self, fail_init: bool = False):
         self.fail_init = fail_init
@@ -257,8 +270,12 @@ class FakeNvml:
         return self._Mem()
 
     def nvmlDeviceGetClockInfo(self, handle, clock):
-        assert clock == self.NVML_CLOCK_SM
-        return 1410
+        return {self.NVML_CLOCK_SM: 1410, self.NVML_CLOCK_MEM: 2619}[clock]
+
+    def nvmlDeviceGetViolationStatus(self, handle, policy):
+        if policy == self.NVML_PERF_POLICY_THERMAL:
+            raise FakeNvmlError("Not Supported")
+        return self._Violation({self.NVML_PERF_POLICY_POWER: 123_000_000}[policy])
 
     def nvmlDeviceGetTemperature(self, handle, sensor):
         return 71
@@ -285,6 +302,11 @@ def test_gpu_sampler_reads_metrics_and_decodes_reasons():
     assert values["gpu0.clocks_event.sw_power_cap"] == 1.0
     assert values["gpu0.clocks_event.sw_thermal_slowdown"] == 1.0
     assert values["gpu0.clocks_event.hw_slowdown"] == 0.0
+    assert values["gpu0.mem_total_bytes"] == float(80 * 1024**3)
+    assert values["gpu0.mem_clock_mhz"] == 2619.0
+    assert values["gpu0.violation.power_ns"] == 123e6
+    assert series["gpu0.violation.power_ns"].kind == "counter"
+    assert "gpu0.violation.thermal_ns" not in series  # unsupported policy left out
     assert set(values) <= set(series)
 
 

@@ -41,6 +41,8 @@ __all__ = [
     "BATCH",
     "BATCH_WAIT",
     "DEFAULT_OTLP_ENDPOINT",
+    "DEFAULT_OTLP_GRPC_ENDPOINT",
+    "PROTOCOLS",
     "GC_PAUSE_SPAN",
     "INFERENCE",
     "POSTPROCESS",
@@ -59,6 +61,7 @@ __all__ = [
     "queue_attributes",
     "queue_wait",
     "record_stage",
+    "resolve_protocol",
     "resolve_traces_endpoint",
     "set_queue_depth",
     "setup_tracing",
@@ -77,7 +80,11 @@ BATCH = "batch"
 
 #: Where spans go when neither an endpoint nor the OTEL_EXPORTER_OTLP_* variables say otherwise.
 DEFAULT_OTLP_ENDPOINT = "http://127.0.0.1:4318"
+#: The same for OTLP/gRPC (``protocol="grpc"``).
+DEFAULT_OTLP_GRPC_ENDPOINT = "http://127.0.0.1:4317"
 _TRACES_PATH = "/v1/traces"
+#: OTLP transports the kit exports with (values of ``OTEL_EXPORTER_OTLP_PROTOCOL``).
+PROTOCOLS = ("http/protobuf", "grpc")
 
 #: BatchSpanProcessor settings used unless the standard OTEL_BSP_* variables set them:
 #: export at least once a second (the run directory is flushed as often), and
@@ -109,6 +116,35 @@ def resolve_traces_endpoint(endpoint: str | None, environ: Mapping[str, str] = o
     return endpoint.rstrip("/") + _TRACES_PATH
 
 
+def resolve_protocol(protocol: str | None, environ: Mapping[str, str] = os.environ) -> str:
+    """``http/protobuf`` or ``grpc``: ``protocol``, else ``OTEL_EXPORTER_OTLP_TRACES_PROTOCOL``,
+    else ``OTEL_EXPORTER_OTLP_PROTOCOL``, else ``http/protobuf``. Raises ValueError for
+    anything else (``http/json`` included: the Python SDK has no JSON exporter)."""
+    chosen = (protocol or environ.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
+              or environ.get("OTEL_EXPORTER_OTLP_PROTOCOL") or "http/protobuf")
+    if chosen not in PROTOCOLS:
+        raise ValueError(f"unsupported OTLP protocol {chosen!r}; expected one of {', '.join(PROTOCOLS)}")
+    return chosen
+
+
+def resolve_grpc_endpoint(endpoint: str | None, environ: Mapping[str, str] = os.environ) -> str:
+    """The OTLP/gRPC endpoint: ``endpoint``, else ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``, else
+    ``OTEL_EXPORTER_OTLP_ENDPOINT``, else :data:`DEFAULT_OTLP_GRPC_ENDPOINT` (an ``http://``
+    URL means no TLS)."""
+    return (endpoint or environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+            or environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or DEFAULT_OTLP_GRPC_ENDPOINT)
+
+
+def otlp_span_exporter(protocol: str, endpoint: str | None, environ: Mapping[str, str] = os.environ) -> SpanExporter:
+    """The OTel SDK's OTLP span exporter for ``protocol`` (see :func:`resolve_protocol`)."""
+    if protocol == "grpc":
+        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcSpanExporter
+
+        target = resolve_grpc_endpoint(endpoint, environ)
+        return GrpcSpanExporter(endpoint=target, insecure=target.startswith("http://") or None)
+    return OTLPSpanExporter(endpoint=resolve_traces_endpoint(endpoint, environ))
+
+
 def _batch_processor_settings(environ: Mapping[str, str]) -> dict[str, int]:
     return {kwarg: value for variable, (kwarg, value) in _BATCH_PROCESSOR_DEFAULTS.items() if variable not in environ}
 
@@ -119,6 +155,7 @@ def setup_tracing(
     *,
     resource_attributes: Mapping[str, Any] | None = None,
     exporter: SpanExporter | None = None,
+    protocol: str | None = None,
 ) -> TracerProvider:
     """Create a TracerProvider exporting this process's spans; it is returned, never set globally.
 
@@ -126,7 +163,9 @@ def setup_tracing(
     ``resource_attributes`` and anything in ``OTEL_RESOURCE_ATTRIBUTES``).
     Without ``exporter``, spans go through a BatchSpanProcessor (exports at
     least once a second unless ``OTEL_BSP_SCHEDULE_DELAY`` says otherwise) to an
-    OTLP/HTTP protobuf exporter at :func:`resolve_traces_endpoint` (``endpoint``).
+    OTLP exporter: HTTP/protobuf at :func:`resolve_traces_endpoint` (``endpoint``),
+    or gRPC at :func:`resolve_grpc_endpoint` when ``protocol`` (or the standard
+    ``OTEL_EXPORTER_OTLP_[TRACES_]PROTOCOL``) is ``grpc``.
     With ``exporter`` (e.g. an ``InMemorySpanExporter`` in tests) each span is
     handed to it synchronously when it ends (SimpleSpanProcessor).
 
@@ -137,7 +176,7 @@ def setup_tracing(
     if exporter is not None:
         provider.add_span_processor(SimpleSpanProcessor(exporter))
     else:
-        otlp = OTLPSpanExporter(endpoint=resolve_traces_endpoint(endpoint))
+        otlp = otlp_span_exporter(resolve_protocol(protocol), endpoint)
         provider.add_span_processor(BatchSpanProcessor(otlp, **_batch_processor_settings(os.environ)))
     return provider
 

@@ -10,6 +10,8 @@ Guarantees:
 * times stay epoch nanoseconds (int), as OTLP sends them;
 * attribute values (OTLP ``AnyValue``) become plain JSON values: strings,
   ints, floats, bools, lists, objects; bytes become lowercase hex strings;
+* span events become a JSON list ``[{"name", "t_ns", "attributes"}]`` (None
+  when a span has none), in the order the span carries them;
 * spans named ``gc.pause`` become ``gc_pause`` events instead of spans;
 * anything structurally wrong raises :class:`MalformedPayload`.
 """
@@ -68,6 +70,7 @@ class SpanColumns:
     attributes: list = field(default_factory=list)
     links: list = field(default_factory=list)
     pid: list = field(default_factory=list)
+    events: list = field(default_factory=list)
     #: Events columns (EVENTS_SCHEMA order): kind, start_ns, end_ns, source, attributes.
     event_rows: list = field(default_factory=list)
 
@@ -95,6 +98,7 @@ class SpanColumns:
             "attributes": self.attributes,
             "links": self.links,
             "pid": self.pid,
+            "events": self.events,
         }
 
     def add_gc_pause(self, start_ns, end_ns, service, pid, attrs: dict) -> None:
@@ -108,14 +112,26 @@ class SpanColumns:
 
 @dataclass
 class MetricPoints:
-    """Gauge and sum data points as signal rows: (t_ns, series, value)."""
+    """Gauge and sum data points as signal rows: (t_ns, series, value), plus
+    each metric's descriptor: ``descriptors[metric name] = {"unit", "kind",
+    "description"}``, kind "counter" for a cumulative monotonic sum (stored
+    cumulative, like the samplers' counters) and "gauge" otherwise."""
 
     t_ns: list = field(default_factory=list)
     series: list = field(default_factory=list)
     value: list = field(default_factory=list)
+    descriptors: dict = field(default_factory=dict)
 
     def __len__(self) -> int:
         return len(self.t_ns)
+
+    def describe(self, name: str, unit: str, description: str, cumulative_monotonic: bool) -> None:
+        self.descriptors[name] = {"unit": unit or "", "kind": "counter" if cumulative_monotonic else "gauge",
+                                  "description": description or ""}
+
+
+#: OTLP AggregationTemporality CUMULATIVE (protobuf enum value and JSON name).
+_CUMULATIVE = (2, "AGGREGATION_TEMPORALITY_CUMULATIVE")
 
 
 # --------------------------------------------------------------------------- protobuf
@@ -174,6 +190,19 @@ def _check_span_fields(start_ns: int, end_ns: int, kind: int, status_code: int) 
         raise MalformedPayload(f"span kind {kind} or status code {status_code} out of range")
 
 
+def _span_events(events) -> str:
+    """Protobuf span events → the ``events`` column's JSON text."""
+    for event in events:
+        if event.time_unix_nano > _INT64_MAX:
+            raise MalformedPayload("span event time must fit in int64 epoch ns")
+    return json.dumps(
+        [
+            {"name": event.name, "t_ns": event.time_unix_nano, "attributes": _attributes(event.attributes)}
+            for event in events
+        ]
+    )
+
+
 def decode_traces_protobuf(body: bytes) -> SpanColumns:
     """Decode an ``ExportTraceServiceRequest`` (protobuf) into span columns."""
     request = ExportTraceServiceRequest()
@@ -219,6 +248,7 @@ def decode_traces_protobuf(body: bytes) -> SpanColumns:
                     else None
                 )
                 out.pid.append(pid)
+                out.events.append(_span_events(span.events) if span.events else None)
     return out
 
 
@@ -255,6 +285,8 @@ def decode_metrics_protobuf(body: bytes) -> MetricPoints:
                 which = metric.WhichOneof("data")
                 if which not in ("gauge", "sum"):
                     continue
+                out.describe(metric.name, metric.unit, metric.description, which == "sum"
+                             and metric.sum.is_monotonic and metric.sum.aggregation_temporality in _CUMULATIVE)
                 for point in getattr(metric, which).data_points:
                     value = _number_point_value(point)
                     if value is None:
@@ -413,6 +445,26 @@ def _json_span(out: SpanColumns, span: dict, service, pid) -> None:
     out.attributes.append(json.dumps(attrs))
     out.links.append(_json_links(_json_list(span, "links")))
     out.pid.append(pid)
+    out.events.append(_json_events(_json_list(span, "events")))
+
+
+def _json_events(events: list) -> str | None:
+    """OTLP JSON span events → the ``events`` column's JSON text (None when there are none)."""
+    if not events:
+        return None
+    out = []
+    for event in events:
+        if not isinstance(event, dict):
+            raise MalformedPayload("span event must be an object")
+        name = event.get("name", "")
+        if not isinstance(name, str):
+            raise MalformedPayload("span event name must be a string")
+        t_ns = _json_int(event.get("timeUnixNano"), "event timeUnixNano")
+        if not 0 <= t_ns <= _INT64_MAX:
+            raise MalformedPayload("span event time must fit in int64 epoch ns")
+        out.append({"name": name, "t_ns": t_ns,
+                    "attributes": _json_attributes(_json_list(event, "attributes"))})
+    return json.dumps(out)
 
 
 def _structure_error(exc: Exception) -> MalformedPayload:
@@ -449,7 +501,12 @@ def decode_metrics_json(body: bytes) -> MetricPoints:
                     data_kind = "gauge" if "gauge" in metric else "sum" if "sum" in metric else None
                     if data_kind is None:
                         continue
-                    for point in _json_list(metric[data_kind] or {}, "dataPoints"):
+                    data_field = metric[data_kind] or {}
+                    out.describe(str(metric.get("name", "")), str(metric.get("unit", "")),
+                                 str(metric.get("description", "")),
+                                 data_kind == "sum" and data_field.get("isMonotonic") is True
+                                 and data_field.get("aggregationTemporality") in _CUMULATIVE)
+                    for point in _json_list(data_field, "dataPoints"):
                         if "asDouble" in point:
                             value = float(point["asDouble"])
                         elif "asInt" in point:

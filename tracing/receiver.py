@@ -1,12 +1,15 @@
-"""The OTLP/HTTP receiver the harness runs during a test.
+"""The OTLP receiver the harness runs during a test: OTLP/HTTP and OTLP/gRPC.
 
-Run as its own process (the conductor reads the port from the first stdout
-line, ``LISTENING <port>``)::
+Run as its own process (the conductor reads the HTTP port from the first
+stdout line, ``LISTENING <port>``; the gRPC port is in ``receiver.json``,
+written before that line)::
 
     python -m tailscope.tracing.receiver --run-dir DIR [--host 127.0.0.1] [--port 4318]
+        [--grpc-port 4317 | --no-grpc]
 
-or in-process through :class:`OtlpReceiver`. Handler threads decode request
-bodies (:mod:`.otlp_decode`) and put the columns on a bounded queue; one writer
+or in-process through :class:`OtlpReceiver`. HTTP handler threads and gRPC
+worker threads (:mod:`.receiver_grpc`) decode request bodies
+(:mod:`.otlp_decode`) and put the columns on one bounded queue; one writer
 thread appends them to the run directory:
 
 * spans → ``spans.arrow`` (SPANS_SCHEMA);
@@ -41,6 +44,10 @@ from google.rpc import status_pb2
 
 from tailscope.rundir import Appender, PeriodicFlusher, schema, write_json_atomic
 
+from tailscope.rundir.appender import EXIT_DISK_FULL
+
+from .receiver_grpc import DEFAULT_GRPC_PORT, OtlpGrpcServer
+from .span_keeper import SpanKeeper
 from .otlp_decode import (
     MalformedPayload,
     MetricPoints,
@@ -57,6 +64,8 @@ DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 4318
 DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024
 DEFAULT_QUEUE_SIZE = 1024
+#: ``--grpc-port`` value that turns OTLP/gRPC off.
+GRPC_OFF = -1
 #: Seconds a client is asked to wait before retrying after a 503.
 RETRY_AFTER_S = 1
 #: Seconds an idle keep-alive connection is kept open.
@@ -65,6 +74,8 @@ STATS_INTERVAL_S = 1.0
 #: How often the accept loop checks for shutdown (bounds stop() latency).
 SHUTDOWN_POLL_S = 0.05
 RECEIVER_WRITER = "receiver"
+#: GET path answering the receiver's clock (``{"t_ns": epoch ns}``) for remote agents.
+TIME_PATH = "/v1/time"
 
 PROTOBUF = "application/x-protobuf"
 JSON = "application/json"
@@ -97,15 +108,23 @@ class ReceiverStats:
             "spans_dropped": 0,
             "gc_events": 0,
             "requests": 0,
+            "requests_by_transport": {"http": 0, "grpc": 0},
             "rejected": {"malformed": 0, "oversized": 0, "unsupported": 0},
             "metrics_points": 0,
             "logs_records": 0,
             "port": port,
+            "grpc_port": None,
         }
 
     def add(self, key: str, n: int = 1) -> None:
         with self._lock:
             self._counts[key] += n
+
+    def count_request(self, transport: str) -> None:
+        """One export request arrived over ``transport`` (``http`` or ``grpc``)."""
+        with self._lock:
+            self._counts["requests"] += 1
+            self._counts["requests_by_transport"][transport] += 1
 
     def reject(self, reason: str) -> None:
         with self._lock:
@@ -115,9 +134,14 @@ class ReceiverStats:
         with self._lock:
             self._counts["port"] = port
 
+    def set_grpc_port(self, port: int | None) -> None:
+        with self._lock:
+            self._counts["grpc_port"] = port
+
     def snapshot(self) -> dict:
         with self._lock:
-            return {**self._counts, "rejected": dict(self._counts["rejected"])}
+            return {**self._counts, "rejected": dict(self._counts["rejected"]),
+                    "requests_by_transport": dict(self._counts["requests_by_transport"])}
 
 
 def read_limited_gunzip(data: bytes, max_bytes: int) -> bytes:
@@ -190,6 +214,11 @@ class _OtlpRequestHandler(http.server.BaseHTTPRequestHandler):
 
     def do_GET(self):
         self._discard_body()
+        if self.path.split("?", 1)[0] == TIME_PATH:
+            # Clock echo for remote agents: they estimate their offset NTP-style
+            # from (send, this stamp, receive) and keep the lowest-RTT sample.
+            self._reply(200, JSON, json.dumps({"t_ns": time.time_ns()}).encode())
+            return
         self._reject(405 if self.path in ROUTES else 404, None, JSON, "only POST is supported")
 
     def _discard_body(self) -> None:
@@ -206,7 +235,7 @@ class _OtlpRequestHandler(http.server.BaseHTTPRequestHandler):
             receiver.request_finished()
 
     def _handle_post(self, receiver: "OtlpReceiver") -> None:
-        receiver.stats_counter.add("requests")
+        receiver.stats_counter.count_request("http")
         route = ROUTES.get(self.path.split("?", 1)[0])
         content_type = (self.headers.get("Content-Type") or "").split(";", 1)[0].strip().lower()
         reply_type = JSON if content_type == JSON else PROTOBUF
@@ -278,11 +307,13 @@ _STOP = object()
 
 
 class OtlpReceiver:
-    """OTLP/HTTP receiver writing into one run directory.
+    """OTLP receiver (HTTP, and gRPC when ``grpc_port`` is not None) writing into one run directory.
 
-    ``start()`` binds (port 0 picks a free one) and returns the port; ``stop()``
-    stops accepting, drains the queue, flushes and closes the streams and
-    writes ``receiver.json``. ``stats()`` returns the current counters.
+    ``start()`` binds (port 0 picks a free one) and returns the HTTP port
+    (``grpc_port`` then holds the bound gRPC port); ``stop()`` stops
+    accepting, drains the queue, flushes and closes the streams and writes
+    ``receiver.json``. ``stats()`` returns the current counters. Both
+    transports share the queue, the body limit and the counters.
     """
 
     def __init__(
@@ -292,6 +323,7 @@ class OtlpReceiver:
         port: int = DEFAULT_PORT,
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
         queue_size: int = DEFAULT_QUEUE_SIZE,
+        grpc_port: int | None = None,
     ):
         if max_body_bytes <= 0 or queue_size <= 0:
             raise ValueError("max_body_bytes and queue_size must be positive")
@@ -301,7 +333,9 @@ class OtlpReceiver:
         self.max_body_bytes = max_body_bytes
         self.stats_counter = ReceiverStats(port)
         self._queue: queue.Queue = queue.Queue(maxsize=queue_size)
+        self.grpc_port = grpc_port
         self._server: _OtlpHttpServer | None = None
+        self._grpc: OtlpGrpcServer | None = None
         self._threads: list[threading.Thread] = []
         self._in_flight = 0
         self._in_flight_lock = threading.Lock()
@@ -309,16 +343,28 @@ class OtlpReceiver:
         self._spans: Appender | None = None
         self._events: Appender | None = None
         self._signals: Appender | None = None
+        self._metric_meta: dict[str, dict] = {}  # metric name → descriptor (writer thread only)
         self._flusher: PeriodicFlusher | None = None
 
     # -- lifecycle
 
     def start(self) -> int:
-        """Bind, open the streams, start serving; return the bound port."""
+        """Bind, open the streams, start serving; return the bound HTTP port.
+
+        Raises OSError when either address cannot be bound (nothing is left open)."""
         os.makedirs(self.run_dir, exist_ok=True)
         self._server = _OtlpHttpServer((self.host, self.port), self)
         self.port = self._server.server_address[1]
         self.stats_counter.set_port(self.port)
+        if self.grpc_port is not None:
+            self._grpc = OtlpGrpcServer(self, self.host, self.grpc_port)
+            try:
+                self.grpc_port = self._grpc.start()
+            except OSError:
+                self._server.server_close()
+                self._server = self._grpc = None
+                raise
+            self.stats_counter.set_grpc_port(self.grpc_port)
         self._spans = Appender(os.path.join(self.run_dir, schema.SPANS), schema.SPANS_SCHEMA)
         self._events = Appender(
             os.path.join(self.run_dir, schema.writer_file(schema.EVENTS, RECEIVER_WRITER)),
@@ -329,6 +375,7 @@ class OtlpReceiver:
             schema.SIGNALS_SCHEMA,
         )
         self._flusher = PeriodicFlusher([self._spans, self._events, self._signals]).start()
+        self._span_keeper = SpanKeeper(self._spans, self.run_dir)
         self._write_stats()
         self._accepting = True
         self._threads = [
@@ -349,6 +396,8 @@ class OtlpReceiver:
         if self._server is None:
             return
         self._accepting = False
+        if self._grpc is not None:
+            self._grpc.stop()
         self._server.shutdown()
         self._server.server_close()
         deadline = time.monotonic() + drain_timeout_s
@@ -367,7 +416,14 @@ class OtlpReceiver:
         snapshot = self.stats_counter.snapshot()
         if self._flusher is not None and self._flusher.error is not None:
             snapshot["write_error"] = str(self._flusher.error)
+        keeper = getattr(self, "_span_keeper", None)
+        if keeper is not None and keeper.state is not None:
+            snapshot["spans_not_retained"] = keeper.not_retained
         return snapshot
+
+    def write_failed(self) -> OSError | None:
+        """The error that stopped the span streams (e.g. disk full), or None."""
+        return self._flusher.error if self._flusher is not None else None
 
     # -- called by handler threads
 
@@ -403,6 +459,7 @@ class OtlpReceiver:
                 return
             if item is not None:
                 self._store(item)
+            self.stats_counter.add("spans_stored", self._span_keeper.tick())
             if time.monotonic() >= next_stats:
                 self._write_stats()
                 next_stats += STATS_INTERVAL_S
@@ -410,8 +467,7 @@ class OtlpReceiver:
     def _store(self, item) -> None:
         if isinstance(item, SpanColumns):
             if item.span_count:
-                self._spans.append_columns(item.span_dict())
-                self.stats_counter.add("spans_stored", item.span_count)
+                self.stats_counter.add("spans_stored", self._span_keeper.store(item.span_dict()))
             for row in item.event_rows:
                 self._events.append(*row)
             self.stats_counter.add("gc_events", len(item.event_rows))
@@ -420,42 +476,76 @@ class OtlpReceiver:
                 {"t_ns": item.t_ns, "series": item.series, "value": item.value}
             )
             self.stats_counter.add("metrics_points", len(item))
+            self._describe_metrics(item.descriptors)
+
+    def _describe_metrics(self, descriptors: dict) -> None:
+        """Keep every metric's unit/kind/description in ``signals.receiver.json``
+        (rewritten atomically when a metric is new or changes)."""
+        changed = {k: v for k, v in descriptors.items() if self._metric_meta.get(k) != v}
+        if changed:
+            self._metric_meta.update(changed)
+            write_json_atomic(os.path.join(self.run_dir, schema.SIGNALS_RECEIVER_META),
+                              {"metrics": dict(sorted(self._metric_meta.items()))})
 
     def _write_stats(self) -> None:
-        write_json_atomic(os.path.join(self.run_dir, schema.RECEIVER_STATS), self.stats())
+        try:
+            write_json_atomic(os.path.join(self.run_dir, schema.RECEIVER_STATS), self.stats())
+        except OSError:
+            pass  # a full disk: the flusher's error stops the receiver (see main)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m tailscope.tracing.receiver",
-        description="OTLP/HTTP receiver writing spans into a tailscope run directory.",
+        description="OTLP receiver (HTTP and gRPC) writing spans into a tailscope run directory.",
     )
     parser.add_argument("--run-dir", required=True, help="run directory to write into")
     parser.add_argument("--host", default=DEFAULT_HOST, help="bind address (default 127.0.0.1)")
-    parser.add_argument("--port", type=int, default=DEFAULT_PORT, help="0 picks a free port")
+    parser.add_argument("--port", type=int, default=DEFAULT_PORT, help="OTLP/HTTP port; 0 picks a free port")
+    parser.add_argument("--grpc-port", type=int, default=DEFAULT_GRPC_PORT,
+                        help=f"OTLP/gRPC port (default {DEFAULT_GRPC_PORT}); 0 picks a free port, "
+                             f"{GRPC_OFF} turns gRPC off")
+    parser.add_argument("--no-grpc", dest="grpc_port", action="store_const", const=GRPC_OFF,
+                        help="serve OTLP/HTTP only")
     parser.add_argument("--max-body-bytes", type=int, default=DEFAULT_MAX_BODY_BYTES)
     parser.add_argument("--queue-size", type=int, default=DEFAULT_QUEUE_SIZE,
                         help="requests waiting for the writer before 503")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if not GRPC_OFF <= args.grpc_port <= 65535:
+        parser.error(f"--grpc-port must be {GRPC_OFF} (off) or 0..65535, got {args.grpc_port}")
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:
     """Serve until SIGTERM/SIGINT, then drain and exit 0."""
     args = parse_args(argv)
-    receiver = OtlpReceiver(args.run_dir, args.host, args.port, args.max_body_bytes, args.queue_size)
+    grpc_port = None if args.grpc_port == GRPC_OFF else args.grpc_port
+    receiver = OtlpReceiver(args.run_dir, args.host, args.port, args.max_body_bytes, args.queue_size,
+                            grpc_port=grpc_port)
     stop_requested = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop_requested.set())
     try:
         port = receiver.start()
     except OSError as exc:
-        print(f"receiver: cannot listen on {args.host}:{args.port}: {exc}", file=sys.stderr)
+        where = f"{args.host}:{args.port}" + (f" (gRPC {grpc_port})" if grpc_port is not None else "")
+        print(f"receiver: cannot listen on {where}: {exc}", file=sys.stderr)
         return 2
     print(f"LISTENING {port}", flush=True)
+    if receiver.grpc_port is not None:
+        print(f"GRPC_LISTENING {receiver.grpc_port}", flush=True)
     while not stop_requested.wait(0.5):
-        pass
+        if receiver.write_failed() is not None:
+            break
     receiver.stop()
-    return 1 if "write_error" in receiver.stats() else 0
+    failure = receiver.write_failed()
+    if failure is not None:
+        try:
+            print(f"receiver: stopped: {failure}", file=sys.stderr, flush=True)
+        except OSError:
+            pass  # the log is on the full disk too; the exit status says it
+        return EXIT_DISK_FULL if getattr(failure, "errno", None) == 28 else 1
+    return 0
 
 
 if __name__ == "__main__":

@@ -1,25 +1,33 @@
-/* tailscope report: draws the charts from the JSON block; never evaluates run strings. */
+/* tailscope run report: draws the charts from the JSON block (see reports/data.py chart_data). */
 (function () {
   "use strict";
-  var data = JSON.parse(document.getElementById("chart-data").textContent);
-  var CONFIG = { displaylogo: false, responsive: true };
+  var data = tailscope.chartData();
+  var plain = tailscope.plain, CONFIG = tailscope.CONFIG;
+  var STAGE_COLORS = { preprocess: "#0e7490", queue: "#b45309", batch_wait: "#a16207", inference: "#7c3aed",
+                       postprocess: "#15803d", server: "#64748b", client: "#94a3b8", error: "#dc2626",
+                       unmapped: "#475569" };
   var timeCharts = [];
   var syncing = false;
 
-  /* Plotly renders a few HTML-like tags in labels: show run strings as plain text. */
-  function plain(text) {
-    return String(text).replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;");
+  function bandShapes() {
+    function shapes(list, color) {
+      return list.map(function (b) {
+        return { type: "rect", xref: "x", yref: "paper", x0: b.x0, x1: b.x1, y0: 0, y1: 1,
+                 fillcolor: color, opacity: 0.18, line: { width: 0 }, layer: "below" };
+      });
+    }
+    return shapes(data.spikes, "#dc2626").concat(shapes(data.faults, "#f59e0b"), shapes(data.limited, "#6b7280"));
   }
 
-  function bands(list, color) {
-    return list.map(function (b) {
-      return { type: "rect", xref: "x", yref: "paper", x0: b.x0, x1: b.x1, y0: 0, y1: 1,
-               fillcolor: color, opacity: 0.18, line: { width: 0 }, layer: "below" };
+  function bandLabels() {
+    return data.faults.map(function (b) {
+      return { x: b.x0, xref: "x", y: 1, yref: "paper", yanchor: "bottom", xanchor: "left", showarrow: false,
+               text: plain(b.label), font: { size: 10, color: "#92400e" } };
     });
   }
 
   function xRangeUpdate(event) {
-    if (event["xaxis.autorange"]) { return { "xaxis.autorange": true }; }
+    if (event["xaxis.autorange"]) { return { "xaxis.range": data.x_range.slice() }; }
     if (event["xaxis.range"]) { return { "xaxis.range": event["xaxis.range"].slice() }; }
     if (event["xaxis.range[0]"] !== undefined && event["xaxis.range[1]"] !== undefined) {
       return { "xaxis.range": [event["xaxis.range[0]"], event["xaxis.range[1]"]] };
@@ -27,7 +35,7 @@
     return null;
   }
 
-  function syncTimeAxis(source) {
+  function syncTimeAxis(Plotly, source) {
     source.on("plotly_relayout", function (event) {
       var update = xRangeUpdate(event);
       if (syncing || !update) { return; }
@@ -38,20 +46,32 @@
     });
   }
 
-  function drawLatency() {
+  function timeLayout(extra) {
+    var layout = { margin: { l: 64, r: 20, t: 14, b: 36 }, dragmode: "zoom",
+                   xaxis: { title: { text: data.x_title }, range: data.x_range.slice() },
+                   shapes: bandShapes(), showlegend: false };
+    Object.keys(extra).forEach(function (k) { layout[k] = extra[k]; });
+    return layout;
+  }
+
+  function drawLatency(Plotly) {
     var div = document.getElementById("latency-chart");
-    if (!div || !data.latency.x.length) { return; }
-    var traces = [
-      { x: data.latency.x, y: data.latency.p50, name: "P50", mode: "lines", line: { color: "#3b6fb6" } },
-      { x: data.latency.x, y: data.latency.p99, name: "P99", mode: "lines", line: { color: "#c2410c" } }
-    ];
-    var layout = {
-      margin: { l: 60, r: 20, t: 10, b: 40 }, xaxis: { title: { text: data.x_title }, range: data.x_range.slice() },
-      yaxis: { title: { text: "latency (ms)" }, type: "linear" }, legend: { orientation: "h" },
-      shapes: bands(data.spikes, "#dc2626").concat(bands(data.faults, "#f59e0b"))
-    };
-    Plotly.newPlot(div, traces, layout, CONFIG);
+    if (!div) { return; }
+    var colors = { "P50": "#3b6fb6", "P90": "#0e7490", "P99": "#c2410c", "P99.9": "#7f1d1d", "max": "#9ca3af" };
+    var traces = data.latency.lines.map(function (line) {
+      return { x: line.x, y: line.y, name: line.name, mode: "lines", connectgaps: false,
+               line: { color: colors[line.name], width: 1.5, dash: line.name === "max" ? "dot" : "solid" } };
+    });
+    traces.push({ x: data.slow.x, y: data.slow.y, name: "slow requests", mode: "markers", type: "scatter",
+                  marker: { color: "#991b1b", size: 4, opacity: 0.55 },
+                  text: data.slow.cls.map(function (c, i) { return plain(c) + " · trace " + plain(data.slow.trace[i]); }),
+                  hovertemplate: "%{y:.1f} ms at %{x:.2f} s<br>%{text}<extra></extra>" });
+    Plotly.newPlot(div, traces, timeLayout({
+      yaxis: { title: { text: "latency (ms)" }, type: "linear" }, showlegend: true, legend: { orientation: "h" },
+      annotations: bandLabels()
+    }), CONFIG);
     timeCharts.push(div);
+    syncTimeAxis(Plotly, div);
     var toggle = document.getElementById("log-toggle");
     toggle.addEventListener("click", function () {
       var toLog = div.layout.yaxis.type !== "log";
@@ -60,27 +80,77 @@
     });
   }
 
-  function drawSignals() {
-    var host = document.getElementById("signal-panels");
-    if (!host) { return; }
-    data.signals.forEach(function (series, index) {
+  function drawPanel(Plotly, host, panel, index) {
       var title = document.createElement("h3");
-      title.textContent = series.name + (series.unit ? " (" + series.unit + ")" : "");
+      title.textContent = panel.title + (panel.unit ? " (" + panel.unit + ")" : "");
       var div = document.createElement("div");
       div.className = "panel-chart";
       div.id = "signal-" + index;
       host.appendChild(title);
       host.appendChild(div);
-      Plotly.newPlot(div, [{ x: series.x, y: series.y, mode: "lines", name: plain(series.name),
-                             line: { color: "#4b5563", width: 1 } }],
-        { margin: { l: 60, r: 20, t: 4, b: 30 }, xaxis: { title: { text: data.x_title }, range: data.x_range.slice() },
-          yaxis: { title: { text: plain(series.unit) } }, showlegend: false,
-          shapes: bands(data.spikes, "#dc2626").concat(bands(data.faults, "#f59e0b")) }, CONFIG);
+      var traces = panel.series.map(function (s, i) {
+        return { x: s.x, y: s.y, mode: "lines", name: plain(s.name),
+                 line: { color: tailscope.PALETTE[(i + 7) % tailscope.PALETTE.length], width: 1 } };
+      });
+      var layout = timeLayout({ yaxis: { title: { text: plain(panel.unit) } }, showlegend: panel.series.length > 1,
+                                legend: { orientation: "h", y: 1.2 }, margin: { l: 64, r: 20, t: 6, b: 26 } });
+      layout.xaxis.title = null;
+      if (timeCharts.length) { layout.xaxis.range = timeCharts[0].layout.xaxis.range.slice(); }
+      Plotly.newPlot(div, traces, layout, CONFIG);
       timeCharts.push(div);
+      syncTimeAxis(Plotly, div);
+  }
+
+  function panelTasks(Plotly) {
+    var host = document.getElementById("signal-panels");
+    if (!host) { return []; }
+    return data.panels.map(function (panel, index) {
+      return function () { drawPanel(Plotly, host, panel, index); };
     });
   }
 
-  function drawStages() {
+  function drawStageCompare(Plotly, div, stages) {
+    var names = stages.names.map(plain);
+    Plotly.newPlot(div, [
+      { type: "bar", orientation: "h", y: names, x: stages.normal, name: "normal", marker: { color: "#94a3b8" } },
+      { type: "bar", orientation: "h", y: names, x: stages.slow, name: "slow", marker: { color: "#dc2626" } }
+    ], { margin: { l: 110, r: 10, t: 6, b: 36 }, barmode: "group", xaxis: { title: { text: "mean ms" } },
+         yaxis: { autorange: "reversed" }, legend: { orientation: "h" } }, CONFIG);
+  }
+
+  function drawWaterfall(Plotly, div, trace) {
+    var bars = trace.bars;
+    var labels = bars.map(function (b, i) { return (i + 1) + ". " + plain(b.label); });
+    Plotly.newPlot(div, [{
+      type: "bar", orientation: "h", y: labels, base: bars.map(function (b) { return b.start; }),
+      x: bars.map(function (b) { return Math.max(b.end - b.start, 0); }),
+      marker: { color: bars.map(function (b) { return STAGE_COLORS[b.kind] || STAGE_COLORS.unmapped; }) },
+      text: bars.map(function (b) { return plain(b.kind + (b.detail ? " · " + b.detail : "")); }),
+      textposition: "none",
+      hovertemplate: "%{y}<br>%{base:.2f} → %{x:.2f} ms long<br>%{text}<extra></extra>"
+    }], { margin: { l: 200, r: 10, t: 6, b: 36 }, xaxis: { title: { text: "ms since scheduled send" } },
+          yaxis: { autorange: "reversed", automargin: true }, showlegend: false,
+          height: Math.max(160, 26 * bars.length + 50) }, CONFIG);
+  }
+
+  function drawCards(Plotly) {
+    Array.prototype.forEach.call(document.querySelectorAll(".cause-card"), function (card) {
+      var chart = data.cards[Number(card.getAttribute("data-chart-index"))];
+      var stageDiv = card.querySelector(".stage-compare");
+      if (stageDiv && chart.stages.names.length) { drawStageCompare(Plotly, stageDiv, chart.stages); }
+      var fallDiv = card.querySelector(".waterfall");
+      if (fallDiv && chart.waterfall) { drawWaterfall(Plotly, fallDiv, chart.waterfall); }
+    });
+  }
+
+  function drawDistribution(Plotly) {
+    var hist = document.getElementById("histogram-chart");
+    if (!hist || !data.distribution) { return; }
+    tailscope.drawDistribution(Plotly, hist, document.getElementById("cdf-chart"),
+                               [{ classes: data.distribution.classes }]);
+  }
+
+  function drawStages(Plotly) {
     var div = document.getElementById("stage-chart");
     if (!div || !data.stages.names.length) { return; }
     var names = data.stages.names.map(plain);
@@ -91,8 +161,29 @@
          yaxis: { autorange: "reversed" }, legend: { orientation: "h" } }, CONFIG);
   }
 
-  drawLatency();
-  drawSignals();
-  timeCharts.forEach(syncTimeAxis);
-  drawStages();
+  function drawSweep(Plotly) {
+    var div = document.getElementById("sweep-chart");
+    if (!div || !data.sweep) { return; }
+    var s = data.sweep, shapes = [];
+    [[s.knee, "#7c3aed"], [s.max_under_slo, "#15803d"]].forEach(function (mark) {
+      if (mark[0] !== null && mark[0] !== undefined) {
+        shapes.push({ type: "line", xref: "x", yref: "paper", x0: mark[0], x1: mark[0], y0: 0, y1: 1,
+                      line: { color: mark[1], dash: "dot" } });
+      }
+    });
+    Plotly.newPlot(div, [
+      { x: s.achieved, y: s.p50, name: "P50", mode: "lines+markers" },
+      { x: s.achieved, y: s.p99, name: "P99", mode: "lines+markers" }
+    ], { margin: { l: 60, r: 20, t: 10, b: 40 }, xaxis: { title: { text: "achieved throughput (req/s)" } },
+         yaxis: { title: { text: "latency (ms)" }, type: "log" }, shapes: shapes, legend: { orientation: "h" } }, CONFIG);
+  }
+
+  tailscope.whenPlotly(function (Plotly) {
+    return [function () { drawLatency(Plotly); }].concat(panelTasks(Plotly), [
+      function () { drawCards(Plotly); },
+      function () { drawDistribution(Plotly); },
+      function () { drawStages(Plotly); },
+      function () { drawSweep(Plotly); }
+    ]);
+  });
 })();

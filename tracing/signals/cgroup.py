@@ -10,20 +10,34 @@ Series (same names for v1 and v2; see docs/signals.md):
 ``cgroup.cpu.throttled_ns`` (counters); ``cgroup.cpu.quota_us`` (-1 unlimited),
 ``cgroup.cpu.period_us``, ``cgroup.cpu.limit_cores`` (only when limited);
 ``cgroup.mem.current_bytes``, ``cgroup.mem.max_bytes`` (only when limited),
-``cgroup.mem.swap_current_bytes`` (gauges); ``cgroup.mem.events.<name>`` (v2 counters).
+``cgroup.mem.swap_current_bytes``, ``cgroup.mem.swap_max_bytes`` (only when
+limited) (gauges); ``cgroup.mem.events.<name>`` (v2 counters),
+``cgroup.mem.failcnt`` (v1 counter); ``cgroup.psi.<resource>.{some,full}_us``
+(the cgroup's own pressure stall totals, from the unified hierarchy: v2, or a
+v1 host whose cgroup2 mount carries no controllers).
+
+The cgroup is found from a pid (``/proc/<pid>/cgroup``), from a cgroup path or
+directory (:func:`locate_cgroup_path`), or from a container id
+(:func:`find_container_cgroup`).
 """
 
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from .base import COUNTER, GAUGE, SeriesMeta, parse_key_value_lines, read_text
+from .base import COUNTER, GAUGE, OpenFiles, SeriesMeta, parse_key_value_lines, read_text
 
 #: v1 memory limits at or above this mean "no limit" (the kernel reports ~2^63 rounded to pages).
 V1_UNLIMITED_BYTES = 1 << 62
-MEMORY_EVENTS = ("low", "high", "max", "oom", "oom_kill")
+MEMORY_EVENTS = ("low", "high", "max", "oom", "oom_kill", "oom_group_kill")
+PRESSURE_RESOURCES = ("cpu", "memory", "io")
+#: Controllers whose directories are located; "unified" is the cgroup2 directory.
+CONTROLLERS = ("cpu", "cpuacct", "memory")
+#: How deep below a cgroup mount a container's cgroup is searched for.
+CONTAINER_SEARCH_DEPTH = 6
 
 
 # --------------------------------------------------------------------------- locating
@@ -37,6 +51,7 @@ class CgroupLocation:
     dirs: dict[str, str] = field(default_factory=dict)
     versions: dict[str, int] = field(default_factory=dict)
     paths: dict[str, str] = field(default_factory=dict)  # hierarchy name → cgroup path
+    unified_dir: str | None = None  # the cgroup2 directory (pressure files), v2 or hybrid
 
     @property
     def version(self) -> str:
@@ -106,12 +121,110 @@ def locate_cgroups(proc_cgroup_text: str, mountinfo_text: str) -> CgroupLocation
     if unified is not None:
         for mount_point, root, fstype, _ in mounts:
             if fstype == "cgroup2":
+                location.unified_dir = _join(mount_point, root, unified)
                 for controller in ("cpu", "memory"):
                     if controller not in location.dirs:
-                        location.dirs[controller] = _join(mount_point, root, unified)
+                        location.dirs[controller] = location.unified_dir
                         location.versions[controller] = 2
                 break
     return location
+
+
+def _cgroup_path_of_directory(directory: str, mounts) -> str | None:
+    """The cgroup path (as /proc/<pid>/cgroup writes it) of a directory under a cgroup mount."""
+    directory = os.path.normpath(directory)
+    for mount_point, root, _, _ in sorted(mounts, key=lambda m: -len(m[0])):
+        if directory == mount_point or directory.startswith(mount_point.rstrip("/") + "/"):
+            relative = directory[len(mount_point):].lstrip("/")
+            return os.path.normpath(os.path.join(root, relative)) if relative else root
+    return None
+
+
+def locate_cgroup_path(path: str, mountinfo_text: str, isdir=os.path.isdir) -> CgroupLocation:
+    """Locate a cgroup given as a directory (``/sys/fs/cgroup/memory/docker/ID``)
+    or as a cgroup path (``/docker/ID``, ``/system.slice/x.service``).
+
+    The same cgroup path is looked up in every hierarchy (v1 controllers and
+    the cgroup2 mount), as container runtimes and systemd create it in each;
+    only directories that exist are kept. Raises FileNotFoundError when no
+    hierarchy has it.
+    """
+    mounts = parse_mountinfo_cgroups(mountinfo_text)
+    cgroup_path = _cgroup_path_of_directory(path, mounts) if os.path.isabs(path) else None
+    if cgroup_path is None:
+        cgroup_path = "/" + path.strip("/")
+    location = CgroupLocation()
+    for mount_point, root, fstype, options in mounts:
+        if root != "/" and not (cgroup_path == root or cgroup_path.startswith(root.rstrip("/") + "/")):
+            continue
+        directory = _join(mount_point, root, cgroup_path)
+        if not isdir(directory):
+            continue
+        if fstype == "cgroup2":
+            location.unified_dir = directory
+            location.paths["unified"] = cgroup_path
+            continue
+        location.paths[",".join(o for o in options if o in CONTROLLERS) or mount_point] = cgroup_path
+        for controller in CONTROLLERS:
+            if controller in options and controller not in location.dirs:
+                location.dirs[controller] = directory
+                location.versions[controller] = 1
+    if location.unified_dir is not None:
+        for controller in ("cpu", "memory"):
+            if controller not in location.dirs:
+                location.dirs[controller] = location.unified_dir
+                location.versions[controller] = 2
+    if not location.dirs:
+        raise FileNotFoundError(f"cgroup {path!r} exists in no cgroup hierarchy mounted here")
+    return location
+
+
+def _matches_container(name: str, container_id: str) -> bool:
+    """Whether a cgroup directory name belongs to ``container_id`` (full or a prefix):
+    ``<id>`` (docker cgroupfs), ``docker-<id>.scope``, ``cri-containerd-<id>.scope``,
+    ``libpod-<id>.scope``, ``crio-<id>.scope``."""
+    stem = name[: -len(".scope")] if name.endswith(".scope") else name
+    return stem.startswith(container_id) or stem.rsplit("-", 1)[-1].startswith(container_id)
+
+
+def find_container_cgroup(container_id: str, mountinfo_text: str,
+                          max_depth: int = CONTAINER_SEARCH_DEPTH) -> str:
+    """The cgroup path of a container, found by searching every cgroup mount for
+    a directory named after ``container_id`` (at least 4 characters; a short
+    id is a prefix of the full one) at most ``max_depth`` levels deep.
+
+    Raises ValueError for a too-short or ambiguous id, FileNotFoundError when
+    nothing matches.
+    """
+    container_id = container_id.strip().lower()
+    if len(container_id) < 4:
+        raise ValueError(f"container id {container_id!r} is too short (give at least 4 characters)")
+    found: set[str] = set()
+    for mount_point, root, _, _ in parse_mountinfo_cgroups(mountinfo_text):
+        base_depth = mount_point.rstrip("/").count("/")
+        for directory, subdirs, _ in os.walk(mount_point):
+            if directory.count("/") - base_depth >= max_depth:
+                subdirs[:] = []
+            for name in subdirs:
+                if _matches_container(name, container_id):
+                    relative = os.path.join(directory, name)[len(mount_point):].lstrip("/")
+                    found.add(os.path.normpath(os.path.join(root, relative)))
+    if not found:
+        raise FileNotFoundError(f"no cgroup of container {container_id!r} under any cgroup mount")
+    if len(found) > 1:
+        raise ValueError(f"container id {container_id!r} is ambiguous: {sorted(found)}")
+    return found.pop()
+
+
+def cgroup_pids(location: CgroupLocation) -> list[int]:
+    """Processes in the located cgroup (``cgroup.procs`` of its first directory)."""
+    for directory in [*location.dirs.values(), location.unified_dir]:
+        if directory is None:
+            continue
+        text = read_optional(f"{directory}/cgroup.procs")
+        if text is not None:
+            return [int(p) for p in text.split()]
+    return []
 
 
 # --------------------------------------------------------------------------- parsing
@@ -164,23 +277,41 @@ def _add_quota(out: dict[str, float], quota_us: int | None, period_us: int | Non
         out["cgroup.cpu.limit_cores"] = quota_us / period_us
 
 
-def parse_memory_v1(usage: str | None, limit: str | None, memsw_usage: str | None) -> dict[str, float]:
-    """cgroup v1 memory: usage, limit (omitted when unlimited), swap = memsw - usage."""
+def _int_or_none(text: str | None) -> int | None:
+    return int(text) if text is not None and text.strip().isdigit() else None
+
+
+def parse_memory_v1(usage: str | None, limit: str | None, memsw_usage: str | None,
+                    failcnt: str | None = None, memsw_limit: str | None = None) -> dict[str, float]:
+    """cgroup v1 memory: usage, limit (omitted when unlimited), swap = memsw - usage,
+    swap limit = memsw limit - limit (omitted when either is unlimited), failcnt."""
     out: dict[str, float] = {}
-    current = int(usage) if usage is not None and usage.strip().isdigit() else None
+    current = _int_or_none(usage)
     if current is not None:
         out["cgroup.mem.current_bytes"] = float(current)
-    if limit is not None and limit.strip().isdigit() and int(limit) < V1_UNLIMITED_BYTES:
-        out["cgroup.mem.max_bytes"] = float(int(limit))
-    if current is not None and memsw_usage is not None and memsw_usage.strip().isdigit():
-        out["cgroup.mem.swap_current_bytes"] = float(max(0, int(memsw_usage) - current))
+    maximum = _int_or_none(limit)
+    if maximum is not None and maximum < V1_UNLIMITED_BYTES:
+        out["cgroup.mem.max_bytes"] = float(maximum)
+    memsw = _int_or_none(memsw_usage)
+    if current is not None and memsw is not None:
+        out["cgroup.mem.swap_current_bytes"] = float(max(0, memsw - current))
+    memsw_max = _int_or_none(memsw_limit)
+    if (maximum is not None and memsw_max is not None
+            and maximum < V1_UNLIMITED_BYTES and memsw_max < V1_UNLIMITED_BYTES):
+        out["cgroup.mem.swap_max_bytes"] = float(max(0, memsw_max - maximum))
+    failures = _int_or_none(failcnt)
+    if failures is not None:
+        out["cgroup.mem.failcnt"] = float(failures)
     return out
 
 
 def parse_memory_v2(current: str | None, maximum: str | None, swap_current: str | None,
-                    events: str | None) -> dict[str, float]:
-    """cgroup v2 memory.current / memory.max ("max" = unlimited) / memory.swap.current / memory.events."""
+                    events: str | None, swap_max: str | None = None) -> dict[str, float]:
+    """cgroup v2 memory.current / memory.max ("max" = unlimited) / memory.swap.current /
+    memory.events / memory.swap.max ("max" = unlimited)."""
     out: dict[str, float] = {}
+    if swap_max is not None and swap_max.strip().isdigit():
+        out["cgroup.mem.swap_max_bytes"] = float(int(swap_max))
     if current is not None and current.strip().isdigit():
         out["cgroup.mem.current_bytes"] = float(int(current))
     if maximum is not None and maximum.strip().isdigit():
@@ -206,8 +337,46 @@ def read_optional(path: str) -> str | None:
         return None
 
 
-def read_cgroup_values(location: CgroupLocation) -> dict[str, float]:
-    """Read and parse every cpu and memory file of ``location`` once."""
+#: Files holding limits, which change rarely (a fault injector, an operator):
+#: :class:`CgroupFileReader` re-reads them at most every LIMITS_REFRESH_S.
+LIMIT_FILES = frozenset({"cpu.cfs_quota_us", "cpu.cfs_period_us", "cpu.max", "memory.limit_in_bytes",
+                         "memory.memsw.limit_in_bytes", "memory.max", "memory.swap.max"})
+LIMITS_REFRESH_S = 1.0
+
+
+class CgroupFileReader:
+    """``read_optional`` that remembers which files are absent (cgroup files do
+    not appear later) and re-reads limit files at most every ``refresh_s``:
+    about half the reads of a tick on a v1 host."""
+
+    def __init__(self, refresh_s: float = LIMITS_REFRESH_S):
+        self.refresh_s = refresh_s
+        self._absent: set[str] = set()
+        self._limits: dict[str, tuple[float, str]] = {}
+        self._files = OpenFiles()
+
+    def __call__(self, path: str) -> str | None:
+        if path in self._absent:
+            return None
+        is_limit = os.path.basename(path) in LIMIT_FILES
+        if is_limit:
+            cached = self._limits.get(path)
+            if cached is not None and time.monotonic() < cached[0]:
+                return cached[1]
+        try:
+            text = self._files.read(path)
+        except OSError:
+            text = None
+        if text is None:
+            self._absent.add(path)
+        elif is_limit:
+            self._limits[path] = (time.monotonic() + self.refresh_s, text)
+        return text
+
+
+def read_cgroup_values(location: CgroupLocation, read_optional=read_optional) -> dict[str, float]:
+    """Read and parse every cpu, memory and pressure file of ``location`` once
+    (``read_optional(path) -> text | None``: the file reader to use)."""
     out: dict[str, float] = {}
     cpu = location.dirs.get("cpu")
     if cpu is not None and location.versions["cpu"] == 1:
@@ -226,6 +395,8 @@ def read_cgroup_values(location: CgroupLocation) -> dict[str, float]:
             read_optional(f"{memory}/memory.usage_in_bytes"),
             read_optional(f"{memory}/memory.limit_in_bytes"),
             read_optional(f"{memory}/memory.memsw.usage_in_bytes"),
+            read_optional(f"{memory}/memory.failcnt"),
+            read_optional(f"{memory}/memory.memsw.limit_in_bytes"),
         ))
     elif memory is not None:
         out.update(parse_memory_v2(
@@ -233,7 +404,25 @@ def read_cgroup_values(location: CgroupLocation) -> dict[str, float]:
             read_optional(f"{memory}/memory.max"),
             read_optional(f"{memory}/memory.swap.current"),
             read_optional(f"{memory}/memory.events"),
+            read_optional(f"{memory}/memory.swap.max"),
         ))
+    if location.unified_dir is not None:
+        out.update(parse_cgroup_pressure({
+            resource: read_optional(f"{location.unified_dir}/{resource}.pressure")
+            for resource in PRESSURE_RESOURCES
+        }))
+    return out
+
+
+def parse_cgroup_pressure(texts: dict[str, str | None]) -> dict[str, float]:
+    """``{resource: <resource>.pressure text or None}`` → ``cgroup.psi.<resource>.<scope>_us`` totals."""
+    from .psi import parse_pressure
+
+    out: dict[str, float] = {}
+    for resource, text in texts.items():
+        if text is not None:
+            for scope, total in parse_pressure(text).items():
+                out[f"cgroup.psi.{resource}.{scope}_us"] = float(total)
     return out
 
 
@@ -253,36 +442,48 @@ CGROUP_SERIES = {
     "cgroup.mem.current_bytes": SeriesMeta("bytes", GAUGE, "memory charged to the cgroup (memory.current / usage_in_bytes)"),
     "cgroup.mem.max_bytes": SeriesMeta("bytes", GAUGE, "memory limit; absent when unlimited"),
     "cgroup.mem.swap_current_bytes": SeriesMeta("bytes", GAUGE, "swap used by the cgroup"),
+    "cgroup.mem.swap_max_bytes": SeriesMeta("bytes", GAUGE, "swap limit (v2 memory.swap.max, v1 memsw limit - limit); absent when unlimited"),
+    "cgroup.mem.failcnt": SeriesMeta("count", COUNTER, "times usage hit the memory limit (v1 memory.failcnt)"),
     **{
         f"cgroup.mem.events.{name}": SeriesMeta("count", COUNTER, f"memory.events {name} (v2 only)")
         for name in MEMORY_EVENTS
+    },
+    **{
+        f"cgroup.psi.{resource}.{scope}_us": SeriesMeta(
+            "us", COUNTER, f"time {'some task' if scope == 'some' else 'all tasks'} of the cgroup stalled on "
+            f"{resource} ({resource}.pressure of the cgroup2 directory)")
+        for resource in PRESSURE_RESOURCES for scope in ("some", "full")
     },
 }
 
 
 class CgroupSampler:
-    """CPU throttling/quota and memory of the target's cgroup(s).
+    """CPU throttling/quota, memory and pressure of the target's cgroup(s).
 
-    The cgroup is located once, at ``probe()``; a target moved to another
-    cgroup later is not followed.
+    Give a ``pid`` (its cgroup is located once, at ``probe()``: a target moved
+    to another cgroup later is not followed) or a ready ``location`` (from
+    :func:`locate_cgroup_path`, to sample a cgroup without a pid).
     """
 
     name = "cgroup"
 
-    def __init__(self, pid: int | None, proc_root: str = "/proc"):
+    def __init__(self, pid: int | None, proc_root: str = "/proc", location: CgroupLocation | None = None):
         self.pid = pid
         self.proc_root = proc_root
-        self.location: CgroupLocation | None = None
+        self.location = location
+        self._given_location = location is not None
+        self._reader = CgroupFileReader()
 
     def probe(self) -> str | None:
-        if self.pid is None:
-            return "no target pid given"
-        try:
-            self.location = locate_process_cgroups(self.pid, self.proc_root)
-        except OSError as exc:
-            return f"cannot read cgroup of {self.pid}: {exc.strerror or exc}"
-        if not self.location.dirs:
-            return f"process {self.pid} has no cpu or memory cgroup mounted here"
+        if not self._given_location:
+            if self.pid is None:
+                return "no target pid or cgroup given"
+            try:
+                self.location = locate_process_cgroups(self.pid, self.proc_root)
+            except OSError as exc:
+                return f"cannot read cgroup of {self.pid}: {exc.strerror or exc}"
+            if not self.location.dirs:
+                return f"process {self.pid} has no cpu or memory cgroup mounted here"
         if not read_cgroup_values(self.location):
             return f"no readable cgroup files under {sorted(set(self.location.dirs.values()))}"
         return None
@@ -291,4 +492,4 @@ class CgroupSampler:
         return dict(CGROUP_SERIES)
 
     def read(self, now_ns: int) -> Iterable[tuple[str, float]]:
-        return list(read_cgroup_values(self.location).items())
+        return list(read_cgroup_values(self.location, self._reader).items())

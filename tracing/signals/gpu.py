@@ -1,17 +1,19 @@
 """GPU signals through NVML (nvidia-ml-py's ``pynvml``).
 
-Per device index ``i``: utilisation, memory used, SM clock, temperature,
-power, and the clocks-event (throttle) reasons bitmask, also decoded into one
-0/1 series per reason. A metric the device does not support is found at
-probe time and left out. Without a GPU or driver, ``probe()`` returns the
-NVML error as the reason.
+Per device index ``i``: utilisation, memory used and total, SM and memory
+clocks, temperature, power, the clocks-event (throttle) reasons bitmask (also
+decoded into one 0/1 series per reason) and the cumulative violation time per
+performance policy (``nvmlDeviceGetViolationStatus``: how long clocks were
+held below the requested ones for power, thermal, ... reasons; ns counters).
+A metric the device does not support is found at probe time and left out.
+Without a GPU or driver, ``probe()`` returns the NVML error as the reason.
 """
 
 from __future__ import annotations
 
 from typing import Callable, Iterable
 
-from .base import GAUGE, SeriesMeta
+from .base import COUNTER, GAUGE, SeriesMeta
 
 #: NVML clocks-event (formerly "throttle") reason bits and their series names.
 CLOCKS_EVENT_REASONS = {
@@ -26,6 +28,19 @@ CLOCKS_EVENT_REASONS = {
     0x100: "display_clock_setting",
     0x200: "board_limit",
     0x400: "reliability",
+}
+
+
+#: NVML performance policies of nvmlDeviceGetViolationStatus: constant name → series suffix.
+VIOLATION_POLICIES = {
+    "NVML_PERF_POLICY_POWER": "power",
+    "NVML_PERF_POLICY_THERMAL": "thermal",
+    "NVML_PERF_POLICY_SYNC_BOOST": "sync_boost",
+    "NVML_PERF_POLICY_BOARD_LIMIT": "board_limit",
+    "NVML_PERF_POLICY_LOW_UTILIZATION": "low_utilization",
+    "NVML_PERF_POLICY_RELIABILITY": "reliability",
+    "NVML_PERF_POLICY_TOTAL_APP_CLOCKS": "total_app_clocks",
+    "NVML_PERF_POLICY_TOTAL_BASE_CLOCKS": "total_base_clocks",
 }
 
 
@@ -59,9 +74,28 @@ def _metric_readers(nvml) -> dict[str, tuple[SeriesMeta, Callable]]:
                    lambda h: float(nvml.nvmlDeviceGetTemperature(h, nvml.NVML_TEMPERATURE_GPU))),
         "power_w": (SeriesMeta("W", GAUGE, "board power draw"),
                     lambda h: nvml.nvmlDeviceGetPowerUsage(h) / 1000.0),
+        "mem_total_bytes": (SeriesMeta("bytes", GAUGE, "device memory total"),
+                            lambda h: float(nvml.nvmlDeviceGetMemoryInfo(h).total)),
+        "mem_clock_mhz": (SeriesMeta("MHz", GAUGE, "memory clock"),
+                          lambda h: float(nvml.nvmlDeviceGetClockInfo(h, nvml.NVML_CLOCK_MEM))),
         "clocks_event_reasons": (SeriesMeta("bitmask", GAUGE, "NVML clocks-event reasons bitmask"),
                                  lambda h: float(_clocks_event_reader(nvml)(h))),
+        **_violation_readers(nvml),
     }
+
+
+def _violation_readers(nvml) -> dict[str, tuple[SeriesMeta, Callable]]:
+    """``violation.<policy>_ns`` → cumulative violation time (ns) of that policy."""
+    readers = {}
+    for constant, suffix in VIOLATION_POLICIES.items():
+        policy = getattr(nvml, constant, None)
+        if policy is None:
+            continue
+        readers[f"violation.{suffix}_ns"] = (
+            SeriesMeta("ns", COUNTER, f"time clocks were held down by the {suffix} policy (nvmlDeviceGetViolationStatus)"),
+            lambda h, policy=policy: float(nvml.nvmlDeviceGetViolationStatus(h, policy).violationTime),
+        )
+    return readers
 
 
 class GpuSampler:

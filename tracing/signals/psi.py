@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from .base import COUNTER, SeriesMeta, read_text
+from .base import COUNTER, OpenFiles, SeriesMeta, read_text
 
 PRESSURE_DIR = "/proc/pressure"
 RESOURCES = ("cpu", "memory", "io")
@@ -39,6 +39,7 @@ class PressureSampler:
     def __init__(self, directory: str = PRESSURE_DIR):
         self.directory = directory
         self._resources: list[str] = []
+        self._files = OpenFiles()
 
     def probe(self) -> str | None:
         self._resources = []
@@ -65,6 +66,6 @@ class PressureSampler:
     def read(self, now_ns: int) -> Iterable[tuple[str, float]]:
         out = []
         for resource in self._resources:
-            for scope, total in parse_pressure(read_text(f"{self.directory}/{resource}")).items():
+            for scope, total in parse_pressure(self._files.read(f"{self.directory}/{resource}")).items():
                 out.append((f"psi.{resource}.{scope}_us", float(total)))
         return out

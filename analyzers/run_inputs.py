@@ -1,0 +1,391 @@
+"""What cause detectors read, prepared once per run and shared by every detector.
+
+:class:`RunInputs` holds the request arrays, the stage matrix, the spikes'
+bounds and the baseline threshold, and derives (lazily, once) what several
+detectors need: the signal index, a 1-s grid over the load period with a
+spike mask and a baseline mask, the target's GC pauses as a cumulative
+pause-time function, the ``queue.depth`` of every ``queue_wait`` span, and the
+server-side arrival times (SERVER spans of every trace, joined or not, so
+load from outside the harness counts).
+
+Spike boundaries are imprecise (they are whole detection windows and a cause
+can start before its effect): every detector looks at a spike widened by a
+*margin* (``max(2 s, duration / 2)``) and compares it with a baseline that
+excludes every spike widened by the same margin (by less, down to none, when
+that would leave fewer than 5 baseline seconds in a short run).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from tailscope.rundir import Run
+
+from .records import NS_PER_MS, NS_PER_S, RequestArrays, int_column
+from .signal_index import Contrast, SignalIndex, contrast
+from .stages import SPAN_KIND_SERVER, StageMatrix
+
+#: Grid step of the signals detectors compare (ns).
+GRID_NS = NS_PER_S
+#: Smallest margin around a spike (ns).
+MIN_MARGIN_NS = 2 * NS_PER_S
+#: Widest rolling window (bins) a spike's level is averaged over: short, so that even a
+#: short run's baseline holds several such windows.
+MAX_LEVEL_BINS = 3
+#: Fewest baseline bins a contrast needs.
+MIN_BASELINE_BINS = 8
+#: Most normal requests sampled for per-request comparisons (seeded).
+MAX_NORMAL_SAMPLE = 200_000
+
+
+def margin_ns(start_ns: int, end_ns: int) -> int:
+    """The margin added on each side of a spike: max(2 s, half its duration)."""
+    return max(MIN_MARGIN_NS, (end_ns - start_ns) // 2)
+
+
+@dataclass
+class RunInputs:
+    """Shared, lazily derived inputs of the cause detectors for one run."""
+
+    run: Run
+    req: RequestArrays
+    matrix: StageMatrix
+    origin_ns: int
+    end_ns: int
+    threshold_ms: float
+    spike_bounds: list[tuple[int, int]] = field(default_factory=list)
+
+    # ------------------------------------------------------------------ signals
+    @cached_property
+    def signals(self) -> SignalIndex:
+        return SignalIndex(self.run.signals, self.run.signals_meta)
+
+    @cached_property
+    def edges(self) -> np.ndarray:
+        """Grid edges (epoch ns) covering the load period, GRID_NS apart."""
+        bins = max(1, int(-(-(self.end_ns - self.origin_ns) // GRID_NS)))
+        return self.origin_ns + np.arange(bins + 1, dtype=np.int64) * GRID_NS
+
+    def bins_between(self, start_ns: int, end_ns: int) -> np.ndarray:
+        """Boolean mask of grid bins overlapping [start_ns, end_ns)."""
+        edges = self.edges
+        return (edges[1:] > start_ns) & (edges[:-1] < end_ns)
+
+    def spike_bins(self, start_ns: int, end_ns: int) -> np.ndarray:
+        """Bins of a spike widened by its margin."""
+        margin = margin_ns(start_ns, end_ns)
+        return self.bins_between(start_ns - margin, end_ns + margin)
+
+    @cached_property
+    def baseline_bins(self) -> np.ndarray:
+        """Bins outside every spike widened by its margin; with fewer than MIN_BASELINE_BINS left,
+        the margin shrinks (half, none); all bins as a last resort."""
+        for share in (1.0, 0.5, 0.0):
+            excluded = np.zeros(len(self.edges) - 1, dtype=bool)
+            for start, end in self.spike_bounds:
+                margin = int(share * margin_ns(start, end))
+                excluded |= self.bins_between(start - margin, end + margin)
+            if (~excluded).sum() >= MIN_BASELINE_BINS:
+                return ~excluded
+        return np.ones(len(self.edges) - 1, dtype=bool)
+
+    def binned(self, name: str) -> np.ndarray:
+        return self.signals.binned(name, self.edges)
+
+    def contrast_values(self, values: np.ndarray, start_ns: int, end_ns: int, floor: float = 0.0) -> Contrast | None:
+        """Contrast of per-bin values: the spike's best rolling mean (its own length, at most
+        MAX_LEVEL_BINS bins) inside the widened spike, against rolling means of the baseline
+        (single bins when a short run's baseline holds too few whole rolling windows)."""
+        width = int(min(MAX_LEVEL_BINS, max(1, round((end_ns - start_ns) / GRID_NS))))
+        while True:
+            base_ok = windows_inside(self.baseline_bins, width)
+            if width == 1 or base_ok.sum() >= MIN_BASELINE_BINS // 2:
+                break
+            width -= 1
+        rolled = rolling_mean(values, width)
+        spike_ok = windows_inside(self.spike_bins(start_ns, end_ns), width)
+        return contrast(rolled, spike_ok, base_ok, floor=floor, level=1.0)
+
+    def contrast(self, name: str, start_ns: int, end_ns: int, floor: float = 0.0) -> Contrast | None:
+        """Contrast of one signal series for a spike; None when the series is absent."""
+        if not self.signals.has(name):
+            return None
+        return self.contrast_values(self.binned(name), start_ns, end_ns, floor)
+
+    # ------------------------------------------------------------------ events
+    @cached_property
+    def gc_pauses(self) -> "Pauses":
+        return pauses_of(self.run.events, "gc_pause")
+
+    @cached_property
+    def generator_pauses(self) -> "Pauses":
+        return pauses_of(self.run.events, "generator_gc")
+
+    # ------------------------------------------------------------------ spans
+    @cached_property
+    def _queue_table(self) -> pa.Table | None:
+        spans = self.run.spans
+        if len(spans) == 0:
+            return None
+        needed = spans.select(["name", "trace_id", "start_ns", "attributes"])  # copy only what is read
+        queue = needed.filter(pc.equal(needed.column("name"), "queue_wait"))
+        return queue if len(queue) else None
+
+    def queue_spans(self, limit: int | None = MAX_NORMAL_SAMPLE) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(request index or -1, start_ns, depth, capacity) of ``queue_wait`` spans with a depth.
+
+        At most ``limit`` spans, evenly spaced (JSON attributes are costly to read; a mean
+        per second needs no more); None for all of them.
+        """
+        queue = self._queue_table
+        if queue is None:
+            return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0), np.zeros(0)
+        if limit is not None and len(queue) > limit:
+            queue = queue.take(pa.array(np.linspace(0, len(queue) - 1, limit).astype(np.int64)))
+        return self._queue_rows(queue)
+
+    def _queue_rows(self, queue: pa.Table) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        attributes = pc.fill_null(queue.column("attributes"), "")
+        depth = _json_number(attributes, "queue.depth")
+        capacity = _json_number(attributes, "queue.capacity")
+        has = ~np.isnan(depth)
+        start, _ = int_column(queue, "start_ns")
+        position = pc.fill_null(pc.index_in(queue.column("trace_id"), value_set=self.trace_ids), -1).to_numpy()
+        return position[has].astype(np.int64), start[has], depth[has], capacity[has]
+
+    @cached_property
+    def _queue_row_of_request(self) -> np.ndarray:
+        """Row in the queue_wait table of each request's span (-1: none); one hash join per run."""
+        rows = np.full(self.req.n, -1, np.int64)
+        queue = self._queue_table
+        if queue is None:
+            return rows
+        position = pc.fill_null(pc.index_in(queue.column("trace_id"), value_set=self.trace_ids), -1).to_numpy()
+        joined = np.flatnonzero(position >= 0)
+        rows[position[joined]] = joined
+        return rows
+
+    def queue_depth_of(self, request_index: np.ndarray) -> np.ndarray:
+        """``queue.depth`` seen by each of these requests (NaN without a queue_wait span with one).
+
+        Only these requests' attributes are read: O(len(request_index)) after the run's join."""
+        out = np.full(len(request_index), np.nan)
+        if self._queue_table is None or len(request_index) == 0:
+            return out
+        rows = self._queue_row_of_request[request_index]
+        has = rows >= 0
+        if has.any():
+            attributes = pc.fill_null(self._queue_table.column("attributes").take(pa.array(rows[has])), "")
+            out[has] = _json_number(attributes, "queue.depth")
+        return out
+
+    @cached_property
+    def status(self) -> np.ndarray:
+        """HTTP status of every request (0 when no response)."""
+        values, _ = int_column(self.run.requests, "status")
+        return values
+
+    def normal_queue_depth(self, normal_sample: np.ndarray) -> np.ndarray:
+        """:meth:`queue_depth_of` (at most 20,000 of) the shared normal sample, read once per run."""
+        cached = self.__dict__.get("_normal_depth")
+        if cached is None or cached[0] is not normal_sample:
+            step = max(1, len(normal_sample) // 20_000)
+            cached = (normal_sample, self.queue_depth_of(normal_sample[::step]))
+            self.__dict__["_normal_depth"] = cached
+        return cached[1]
+
+    @cached_property
+    def queue_capacity(self) -> float | None:
+        """The batcher queue's capacity (median ``queue.capacity`` of up to 1,000 spans), None when not reported."""
+        capacity = self.queue_spans(limit=1000)[3]
+        capacity = capacity[np.isfinite(capacity)]
+        return float(np.median(capacity)) if len(capacity) else None
+
+    @cached_property
+    def trace_ids(self) -> pa.Array:
+        """Every request's trace id as Arrow strings (the requests table's own column when it
+        matches the arrays, avoiding a conversion of n Python strings)."""
+        column = self.run.requests.column("trace_id")
+        if len(column) == self.req.n:
+            return column.combine_chunks()
+        return pa.array(self.req.trace_id, type=pa.string())
+
+    @cached_property
+    def _server_spans(self) -> pa.Table | None:
+        spans = self.run.spans
+        if len(spans) == 0:
+            return None
+        needed = spans.select(["kind", "trace_id", "start_ns", "end_ns", "status_code", "attributes"])
+        return needed.filter(pc.equal(pc.fill_null(needed.column("kind"), 0), SPAN_KIND_SERVER))
+
+    @cached_property
+    def server_starts_ns(self) -> np.ndarray:
+        """Start times (epoch ns, sorted) of every SERVER span: the load the target saw."""
+        if self._server_spans is None:
+            return np.zeros(0, np.int64)
+        start, _ = int_column(self._server_spans, "start_ns")
+        return np.sort(start)
+
+    @cached_property
+    def external_arrivals_ns(self) -> np.ndarray:
+        """Start times (sorted) of SERVER spans of traces the harness did not send: load from elsewhere."""
+        server = self._server_spans
+        if server is None or len(server) == 0:
+            return np.zeros(0, np.int64)
+        foreign = pc.invert(pc.is_in(server.column("trace_id"), value_set=self.trace_ids))
+        start, _ = int_column(server.filter(foreign), "start_ns")
+        return np.sort(start)
+
+    @cached_property
+    def completions_ns(self) -> np.ndarray:
+        """When the target finished useful work (epoch ns): ends of SERVER spans that answered
+        below 400 (``http.response.status_code`` or ``http.status_code``; spans without either
+        count unless their status is error), or successful requests' ends in a run without
+        spans. Its rate is the throughput the target sustained, external load included."""
+        server = self._server_spans
+        if server is None or len(server) == 0:
+            return np.sort(self.req.end_ns[self.req.is_ok])
+        attributes = pc.fill_null(server.column("attributes"), "")
+        answered = pc.match_substring_regex(attributes, r'"http\.(response\.)?status_code"\s*:').to_numpy(
+            zero_copy_only=False)
+        rejected = pc.match_substring_regex(attributes, r'"http\.(response\.)?status_code"\s*:\s*[45]').to_numpy(
+            zero_copy_only=False)
+        failed = pc.fill_null(server.column("status_code"), 0).to_numpy() == 2
+        useful = np.where(answered, ~rejected, ~failed)
+        end, _ = int_column(server, "end_ns")
+        return np.sort(end[useful])
+
+    def per_second(self, times_ns: np.ndarray) -> np.ndarray:
+        """Counts per grid bin of event times, per second."""
+        edges = self.edges
+        index = np.searchsorted(edges, times_ns, side="right") - 1
+        inside = (index >= 0) & (index < len(edges) - 1)
+        return np.bincount(index[inside], minlength=len(edges) - 1) / (GRID_NS / NS_PER_S)
+
+    # ------------------------------------------------------------------ requests
+    def normal_sample(self, normal_index: np.ndarray) -> np.ndarray:
+        """At most MAX_NORMAL_SAMPLE normal requests (seeded, sorted), for per-request comparisons.
+
+        Every spike of a run shares one normal set, so the sample is drawn once and reused."""
+        if len(normal_index) <= MAX_NORMAL_SAMPLE:
+            return normal_index
+        key = (len(normal_index), int(normal_index[0]), int(normal_index[-1]))
+        cached = self.__dict__.get("_normal_sample")
+        if cached is None or cached[0] != key:
+            rng = np.random.default_rng(0)
+            chosen = np.sort(rng.choice(len(normal_index), size=MAX_NORMAL_SAMPLE, replace=False))
+            cached = (key, normal_index[chosen])
+            self.__dict__["_normal_sample"] = cached
+        return cached[1]
+
+    def request_interval(self, index: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(sent or scheduled, end) epoch ns of requests: the time they were in the service's hands."""
+        begin = np.where(self.req.has_sent[index], self.req.sent_ns[index], self.req.scheduled_ns[index])
+        return begin, self.req.end_ns[index]
+
+
+@dataclass(frozen=True)
+class Pauses:
+    """Disjoint pause intervals (union of overlapping ones), sorted, with a cumulative pause time."""
+
+    start_ns: np.ndarray
+    end_ns: np.ndarray
+    generation: np.ndarray  # highest generation among the merged pauses (-1 unknown)
+    cumulative_ns: np.ndarray  # total pause time before each pause starts
+
+    def __len__(self) -> int:
+        return len(self.start_ns)
+
+    def paused_before(self, t_ns: np.ndarray) -> np.ndarray:
+        """Total pause time (ns) before each time (vectorised, O(log pauses) each)."""
+        if len(self) == 0:
+            return np.zeros(len(t_ns))
+        i = np.searchsorted(self.start_ns, t_ns, side="right") - 1
+        safe = np.clip(i, 0, None)
+        within = np.clip(t_ns - self.start_ns[safe], 0, self.end_ns[safe] - self.start_ns[safe])
+        return np.where(i >= 0, self.cumulative_ns[safe] + within, 0).astype(np.float64)
+
+    def overlap_ms(self, begin_ns: np.ndarray, end_ns: np.ndarray) -> np.ndarray:
+        """Pause time (ms) inside each interval [begin, end)."""
+        return (self.paused_before(end_ns) - self.paused_before(begin_ns)) / NS_PER_MS
+
+    def longest_overlapping(self, begin_ns: np.ndarray, end_ns: np.ndarray) -> tuple[float, int]:
+        """(longest pause in ms, its generation) among pauses overlapping any of the intervals."""
+        if len(self) == 0 or len(begin_ns) == 0:
+            return 0.0, -1
+        first = np.searchsorted(self.end_ns, begin_ns, side="right")
+        last = np.searchsorted(self.start_ns, end_ns, side="left")
+        hit = np.zeros(len(self) + 1, np.int64)
+        np.add.at(hit, first, 1)
+        np.add.at(hit, last, -1)
+        overlapping = np.cumsum(hit)[:-1] > 0
+        if not overlapping.any():
+            return 0.0, -1
+        lengths = (self.end_ns - self.start_ns) / NS_PER_MS
+        best = int(np.argmax(np.where(overlapping, lengths, -1)))
+        return float(lengths[best]), int(self.generation[best])
+
+
+def pauses_of(events: pa.Table, kind: str) -> Pauses:
+    """The union of the events of ``kind`` as :class:`Pauses` (generation parsed from attributes)."""
+    if len(events) == 0:
+        return Pauses(*(np.zeros(0, np.int64),) * 3, np.zeros(0))
+    chosen = events.filter(pc.equal(events.column("kind"), kind))
+    start, _ = int_column(chosen, "start_ns")
+    end, _ = int_column(chosen, "end_ns")
+    attributes = pc.fill_null(chosen.column("attributes"), "")
+    generation = np.nan_to_num(np.fmax(_json_number(attributes, "generation"),
+                                       _json_number(attributes, "gc.generation")), nan=-1).astype(np.int64)
+    order = np.argsort(start, kind="stable")
+    start, end, generation = start[order], np.maximum(end[order], start[order]), generation[order]
+    if len(start) == 0:
+        return Pauses(start, end, generation, np.zeros(0))
+    running_end = np.maximum.accumulate(end)
+    new_group = np.r_[True, start[1:] > running_end[:-1]]
+    group = np.cumsum(new_group) - 1
+    groups = int(group[-1]) + 1
+    merged_start = start[new_group]
+    merged_end = np.zeros(groups, np.int64)
+    np.maximum.at(merged_end, group, end)
+    merged_gen = np.full(groups, -1, np.int64)
+    np.maximum.at(merged_gen, group, generation)
+    lengths = merged_end - merged_start
+    cumulative = np.concatenate(([0], np.cumsum(lengths)[:-1])).astype(np.float64)
+    return Pauses(merged_start, merged_end, merged_gen, cumulative)
+
+
+def _json_number(texts: pa.Array | pa.ChunkedArray, key: str) -> np.ndarray:
+    """The number after ``"key":`` in each JSON text (NaN where absent), without parsing the JSON."""
+    pattern = '"' + key.replace(".", r"\.") + r'"\s*:\s*(?P<v>-?[0-9]+(?:\.[0-9]+)?)'
+    found = pc.struct_field(pc.extract_regex(texts, pattern), [0])
+    return pc.cast(found, pa.float64()).to_numpy(zero_copy_only=False).astype(np.float64)
+
+
+def rolling_mean(values: np.ndarray, width: int) -> np.ndarray:
+    """Mean of values[i:i+width] ignoring NaN (NaN where all are NaN); length len − width + 1."""
+    if width <= 1:
+        return values.astype(np.float64)
+    if len(values) < width:
+        return np.zeros(0)
+    finite = np.isfinite(values)
+    sums = np.concatenate(([0.0], np.cumsum(np.where(finite, values, 0.0))))
+    counts = np.concatenate(([0], np.cumsum(finite)))
+    total = sums[width:] - sums[:-width]
+    count = counts[width:] - counts[:-width]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(count > 0, total / np.maximum(count, 1), np.nan)
+
+
+def windows_inside(mask: np.ndarray, width: int) -> np.ndarray:
+    """For each rolling window start, whether all ``width`` bins are in ``mask``."""
+    if width <= 1:
+        return mask
+    if len(mask) < width:
+        return np.zeros(0, dtype=bool)
+    counts = np.concatenate(([0], np.cumsum(mask)))
+    return (counts[width:] - counts[:-width]) == width

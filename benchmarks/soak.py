@@ -1,0 +1,214 @@
+"""Soak benchmark: a long run at a steady rate against the reference target.
+
+    python benchmarks/soak.py               # 30 minutes at 300 requests/s (quote this one)
+    python benchmarks/soak.py --minutes 2   # the CI version
+
+Two real `tailscope run`s against one reference target (spans exported to
+the run's receiver):
+
+1. the **reference**: one minute with every record kept (no retention);
+2. the **soak**: ``--minutes`` with ``retention: {full_records_around_spikes:
+   30s, sample_rate: 0.01, disk_budget: 2GB}``.
+
+Printed, each against its reference measured here:
+
+* harness RSS at the start (median of the first minute after 30 s of warm-up)
+  and at the end (median of the last minute), growth in MB (goal <= 50 MB) —
+  and the same for the receiver and the sampler;
+* disk bytes per request of the soak vs the reference (full records) — and
+  the projected size of a 24-hour run at 1,000 requests/s;
+* correctness of the soak's report, which computes counts and percentiles
+  from windows.arrow histograms: total requests vs the generator's own count
+  (manifest ``load.scheduled``), and P50/P99 vs the uniform 1 % trace-id
+  sample of records (an unbiased sample; its 95 % CI is printed);
+* the report's wall time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+from tailscope.analyzers.percentiles import percentile_ci
+from tailscope.rundir import load_run, read_stream, schema
+from tailscope.rundir.retention import trace_sampled
+
+ENV = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+#: A lighter model than the default so that one core serves 300 requests/s.
+TARGET_ARGS = ("--model-dim", "64", "--max-batch-size", "32")
+
+
+def start_target(port: int, receiver_port: int) -> subprocess.Popen:
+    env = dict(os.environ, **ENV, OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{receiver_port}",
+               OTEL_EXPORTER_OTLP_PROTOCOL="http/protobuf", OTEL_BSP_SCHEDULE_DELAY="200",
+               OTEL_BSP_MAX_QUEUE_SIZE="65536")
+    proc = subprocess.Popen([sys.executable, "-m", "tailscope.target", "--host", "127.0.0.1",
+                             "--port", str(port), *TARGET_ARGS], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL)
+    for line in proc.stdout:
+        if line.startswith(b"LISTENING"):
+            return proc
+    raise RuntimeError("the reference target did not start")
+
+
+def stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        os.kill(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def scenario(path: str, url: str, minutes: float, rate: float, retention: bool) -> str:
+    text = f"""name: soak
+target: {url}
+duration: {minutes * 60:.0f}s
+max_requests: 100000000
+timeout: 5s
+seed: 5
+arrival: {{process: poisson, rate: {rate}}}
+classes:
+  - name: short_text
+    weight: 3
+    path: /v1/infer/text
+    headers: {{Content-Type: application/json}}
+    payload: {{kind: json_text, size: {{dist: lognormal, median: 200, sigma: 0.5, min: 16, max: 2000}}}}
+  - name: long_text
+    weight: 1
+    path: /v1/infer/text
+    headers: {{Content-Type: application/json}}
+    payload: {{kind: json_text, size: {{dist: lognormal, median: 1000, sigma: 0.4, min: 200, max: 4000}}}}
+signals: {{rate: 1}}
+"""
+    if retention:
+        text += "retention: {full_records_around_spikes: 30s, sample_rate: 0.01, disk_budget: 2GB}\n"
+    with open(path, "w") as fh:
+        fh.write(text)
+    return path
+
+
+def run(scenario_path: str, out: str, receiver_port: int) -> tuple[str, float]:
+    """`tailscope run`; returns (run dir, seconds the report took after the load)."""
+    proc = subprocess.run([sys.executable, "-m", "tailscope.cli", "run", scenario_path, "--out", out,
+                           "--receiver-port", str(receiver_port), "--receiver-grpc-port", "-1"],
+                          capture_output=True, text=True)
+    if proc.returncode not in (0, 1):
+        raise RuntimeError(f"tailscope run failed ({proc.returncode}): {proc.stderr[-3000:]}")
+    run_dir = os.path.join(out, sorted(os.listdir(out))[-1])
+    started = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "tailscope.cli", "report", run_dir], capture_output=True, check=False)
+    return run_dir, time.perf_counter() - started
+
+
+def rss_growth(run_dir: str, series: str) -> tuple[float, float] | None:
+    """(start MB, end MB): median of the minute after a 2-minute warm-up (the retention rings
+    fill in their first ~50 s), median of the last minute."""
+    table = read_stream(os.path.join(run_dir, "signals.harness.arrow"), schema.SIGNALS_SCHEMA).table
+    rows = table.filter(__import__("pyarrow").compute.equal(table.column("series"), series))
+    if len(rows) < 10:
+        return None
+    t = rows.column("t_ns").to_numpy()
+    v = rows.column("value").to_numpy() / 2**20
+    t0, t1 = t.min(), t.max()
+    start = v[(t >= t0 + 120e9) & (t < t0 + 180e9)]
+    end = v[t >= t1 - 60e9]
+    start = start if len(start) else v[: max(1, len(v) // 4)]
+    return float(np.median(start)), float(np.median(end))
+
+
+def dir_bytes(run_dir: str) -> int:
+    return sum(os.path.getsize(os.path.join(run_dir, f)) for f in os.listdir(run_dir)
+               if f.endswith((".arrow", ".json")) and f not in ("analysis.json",))
+
+
+def sample_check(run_dir: str, analysis: dict) -> dict:
+    """Histogram percentiles vs the uniform trace-id sample of the kept records."""
+    run = load_run(run_dir)
+    rate = analysis["retention"]["sample_rate"]
+    req = run.requests
+    trace = req.column("trace_id").to_pylist()
+    error = req.column("error_kind").to_pylist()
+    lat = (req.column("end_ns").to_numpy(zero_copy_only=False).astype(np.float64)
+           - req.column("scheduled_ns").to_numpy(zero_copy_only=False)) / 1e6
+    chosen = np.array([trace_sampled(t, rate) and e is None for t, e in zip(trace, error)])
+    sample = np.sort(lat[chosen])
+    out = {"sample_n": int(len(sample))}
+    for key, p in (("p50", 0.5), ("p99", 0.99)):
+        entry = percentile_ci(sample, p)
+        out[key] = {"histogram_ms": analysis["summary"]["latency_ms"][key]["value_ms"],
+                    "sample_ms": entry["value_ms"], "ci": [entry["ci_low_ms"], entry["ci_high_ms"]]}
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--minutes", type=float, default=30.0)
+    parser.add_argument("--rate", type=float, default=300.0)
+    parser.add_argument("--out", default=None, help="keep the runs here (default: a temporary folder)")
+    args = parser.parse_args()
+    out = args.out or tempfile.mkdtemp(prefix="tailscope-soak-")
+    os.makedirs(out, exist_ok=True)
+    port, receiver_port = free_port(), free_port()
+    target = start_target(port, receiver_port)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        ref_dir, _ = run(scenario(os.path.join(out, "ref.yaml"), url, 1.0, args.rate, False),
+                         os.path.join(out, "reference"), receiver_port)
+        soak_dir, report_s = run(scenario(os.path.join(out, "soak.yaml"), url, args.minutes, args.rate, True),
+                                 os.path.join(out, "soak"), receiver_port)
+    finally:
+        stop(target)
+    ref = json.load(open(os.path.join(ref_dir, "analysis.json")))
+    soak = json.load(open(os.path.join(soak_dir, "analysis.json")))
+    manifest = json.load(open(os.path.join(soak_dir, "manifest.json")))
+    print(f"soak: {args.minutes:g} min at {args.rate:g} req/s; run dir {soak_dir}")
+    for role in ("harness", "receiver", "sampler"):
+        growth = rss_growth(soak_dir, f"{role}.rss_bytes")
+        if growth:
+            print(f"  {role:8s} RSS start {growth[0]:7.1f} MB  end {growth[1]:7.1f} MB  growth "
+                  f"{growth[1] - growth[0]:+6.1f} MB  (end/start {growth[1] / growth[0]:.3f}; goal growth <= 50 MB)")
+    soak_bytes, ref_bytes = dir_bytes(soak_dir), dir_bytes(ref_dir)
+    soak_n, ref_n = soak["summary"]["requests"], ref["summary"]["requests"]
+    per_soak, per_ref = soak_bytes / max(soak_n, 1), ref_bytes / max(ref_n, 1)
+    kept_share = soak["retention"].get("kept_share") or 0.0
+    print(f"  disk: {per_soak:,.1f} B/request with retention (records kept: {kept_share:.1%}, "
+          f"{len(soak['retention'].get('keep_intervals') or [])} spike intervals) vs {per_ref:,.1f} B/request "
+          f"keeping every record (ratio {per_soak / per_ref:.3f}); unpaced, 24 h at 1,000 req/s would be "
+          f"{per_soak * 86.4e6 / 1e9:,.1f} GB: the 2 GB budget's pacing then lowers the sample rate and "
+          "skips spike keeps")
+    scheduled = (manifest.get("load") or {}).get("scheduled")
+    print(f"  requests in the report {soak_n:,} vs scheduled by the generator {scheduled:,} "
+          f"(ratio {soak_n / max(scheduled or 1, 1):.5f}); records kept {soak['retention'].get('records_kept', 0):,}")
+    check = sample_check(soak_dir, soak)
+    for key in ("p50", "p99"):
+        c = check[key]
+        inside = c["ci"][0] is not None and c["ci"][0] * 0.99 <= c["histogram_ms"] <= c["ci"][1] * 1.01
+        print(f"  {key.upper()} from histograms {c['histogram_ms']:.2f} ms vs uniform 1% sample "
+              f"{c['sample_ms']:.2f} ms (ratio {c['histogram_ms'] / c['sample_ms']:.3f}; sample 95% CI "
+              f"{c['ci'][0]:.2f}-{c['ci'][1]:.2f} ms, n={check['sample_n']:,}) {'inside' if inside else 'OUTSIDE'}")
+    print(f"  report of the soak took {report_s:.1f} s; spikes {len(soak['spikes'])}; "
+          f"warnings {[w['code'] for w in soak['warnings']]}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,88 @@
+"""cpu_contention: busy-loop processes on the target's CPUs for a window (a noisy neighbour).
+
+Mechanism: ``processes`` burner processes (:mod:`.burner`, pure busy loops),
+each pinned with ``sched_setaffinity`` to the target's allowed CPUs (or to
+``cpus``), started at the window's start and killed by PID at its end. The
+target's threads then wait in the run queue: ``proc.runqueue_wait_ns`` and
+``proc.ctxt.nonvoluntary`` rise, ``host.cpu`` saturates. The burners run in
+the agent's cgroup, beside the target (CFS shares split the CPUs between
+cgroups). Needs nothing special (no root).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+import psutil
+
+from .base import FaultCleanupError, FaultSetupError, Injector, Param
+from .processes import parse_cpu_list, start_python_module, stop_process
+
+#: A burner stops by itself this long after the window's planned end (s).
+BURNER_SLACK_S = 30.0
+
+
+class CpuContention(Injector):
+    kind = "cpu_contention"
+    summary = "busy-loop processes pinned to the target's CPUs for the window"
+    requires = "nothing special (sched_setaffinity on our own children)"
+    params = {
+        "processes": Param("integer", 0, "burner processes (0: one per CPU used)", minimum=0, maximum=256),
+        "cpus": Param("string", "", "CPUs to burn, e.g. '0-1' (default: the target's allowed CPUs)"),
+    }
+
+    def __init__(self, spec, target) -> None:
+        super().__init__(spec, target)
+        self._burners: list[subprocess.Popen] = []
+        self._cpus: list[int] = []
+
+    def check(self) -> None:
+        self._cpus = self._resolve_cpus()
+
+    def _resolve_cpus(self) -> list[int]:
+        text = self.spec.params["cpus"]
+        if text:
+            try:
+                cpus = parse_cpu_list(text)
+            except ValueError as exc:
+                raise FaultSetupError(f"{self.kind}: params.cpus: {exc}") from exc
+            missing = sorted(set(cpus) - os.sched_getaffinity(0))
+            if missing:
+                raise FaultSetupError(f"{self.kind}: CPUs {missing} are not available here")
+            return cpus
+        pid = self.require_pid()
+        try:
+            return sorted(os.sched_getaffinity(pid))
+        except OSError as exc:
+            raise FaultSetupError(f"{self.kind}: cannot read the CPU affinity of {pid}: {exc}") from exc
+
+    def apply(self) -> dict:
+        cpus = self._cpus or self._resolve_cpus()
+        count = self.spec.params["processes"] or len(cpus)
+        bound_s = str(self.spec.duration_s + BURNER_SLACK_S)
+        for _ in range(count):
+            self._burners.append(start_python_module("tailscope.faults.burner", [bound_s], cpus=cpus))
+        return {"processes": count, "cpus": cpus, "pids": [p.pid for p in self._burners]}
+
+    def revert(self) -> dict:
+        cpu_s = 0.0
+        for burner in self._burners:
+            try:
+                times = psutil.Process(burner.pid).cpu_times()
+                cpu_s += times.user + times.system
+            except psutil.NoSuchProcess:
+                pass
+        self.cleanup()
+        return {"burner_cpu_s": round(cpu_s, 3)}
+
+    def cleanup(self) -> None:
+        failures = []
+        while self._burners:
+            burner = self._burners.pop()
+            try:
+                stop_process(burner)
+            except (OSError, subprocess.SubprocessError) as exc:
+                failures.append(f"burner {burner.pid}: {exc}")
+        if failures:
+            raise FaultCleanupError("; ".join(failures))

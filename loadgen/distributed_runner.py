@@ -1,0 +1,190 @@
+"""``tailscope run --workers N``: this process is the Locust master, N local workers walk the schedule.
+
+Imports Locust (gevent monkey-patching): import it only in the conductor.
+
+:func:`run_distributed_load` starts a Locust ``MasterRunner`` on a free
+loopback port, starts N worker processes (``python -m
+tailscope.loadgen.worker``; each loads the same scenario file), waits until
+they are connected, starts the test, and merges every worker's rows into
+``sink`` (:class:`~.locust_roles.MasterRole`). It returns when every worker
+has walked its share and reported, or soon after ``stop`` is set. Worker
+processes are stopped by PID in every case (SIGTERM, then SIGKILL).
+"""
+
+from __future__ import annotations
+
+from .locust_roles import MasterRole  # noqa: I001  (imports Locust: gevent first)
+
+import os
+import subprocess
+import sys
+import time
+from typing import Callable, Sequence
+
+import gevent
+from locust.env import Environment
+
+from .process_load import ScheduleHolder
+from .runner import LoadError, LoadResult, Progress, StopFlag
+from .spec import LoadPlan
+from .users import DRAIN_GRACE_S
+
+#: Longest wait for the workers to connect to the master, s.
+CONNECT_TIMEOUT_S = 30.0
+#: How long a worker process may take to exit after the master quits, s.
+WORKER_EXIT_GRACE_S = 5.0
+#: How often the master checks the stop flag and the workers' reports, s.
+WATCH_TICK_S = 0.05
+
+
+class TailscopeSchedule(ScheduleHolder):
+    """The Locust user class of ``tailscope run --workers`` (same name on master and workers)."""
+
+    abstract = False
+
+
+def worker_command(master_port: int, scenario_path: str, plan: LoadPlan) -> list[str]:
+    """argv of one worker process for ``plan`` (loaded from ``scenario_path``)."""
+    return [sys.executable, "-m", "tailscope.loadgen.worker", "--master-port", str(master_port),
+            "--scenario", scenario_path, "--target", plan.target, "--duration", repr(plan.duration_s),
+            "--rate", repr(plan.arrival.rate)]
+
+
+class _ConductorRun:
+    """The master role's run handle: the conductor owns the run directory."""
+
+    def __init__(self, sink):
+        self.path = "conductor"
+        self.sink = sink
+        self.load: dict | None = None
+        self.problems: list[str] = []
+
+    def close(self, load: dict | None, problems: list[str]) -> None:
+        self.load, self.problems = load, problems
+
+
+def run_distributed_load(
+    plan: LoadPlan,
+    sink,
+    *,
+    workers: int,
+    scenario_path: str,
+    log_dir: str,
+    on_progress: Callable[[Progress], None] | None = None,
+    progress_interval_s: float = 1.0,
+    stop: StopFlag | None = None,
+) -> LoadResult:
+    """Run ``plan`` on ``workers`` local Locust worker processes; rows go to ``sink``
+    (``append(*values)`` in REQUESTS_SCHEMA order, as for :func:`~.runner.run_load`).
+
+    Raises :class:`LoadError` when the workers do not connect, a worker's load
+    fails, or rows are lost in the merge (the run directory keeps what arrived).
+    """
+    if workers < 1:
+        raise ValueError(f"workers must be >= 1, got {workers!r}")
+    if plan.arrival.process == "closed":
+        raise LoadError("--workers needs an open-loop arrival process; a closed loop runs in one process")
+    environment = Environment(user_classes=[TailscopeSchedule], host=plan.target)
+    runner = environment.create_master_runner("127.0.0.1", 0)
+    conductor_run = _ConductorRun(sink)
+    role = MasterRole(environment, lambda _env: plan, lambda _plan, _role: conductor_run)
+    processes: list[subprocess.Popen] = []
+    try:
+        processes = _start_workers(worker_command(runner.server.port, scenario_path, plan), workers, log_dir)
+        _wait_connected(runner, workers, processes)
+        gevent.spawn(runner.start, workers, spawn_rate=workers)
+        _watch(role, plan, on_progress, progress_interval_s, stop)
+        runner.quit()
+    finally:
+        _stop_workers(processes)
+    if conductor_run.load is None:
+        raise LoadError("the distributed load ended without a summary")
+    if conductor_run.problems:
+        raise LoadError("distributed load: " + "; ".join(conductor_run.problems))
+    return _result(conductor_run.load)
+
+
+def _start_workers(argv: Sequence[str], count: int, log_dir: str) -> list[subprocess.Popen]:
+    processes = []
+    for index in range(count):
+        log = open(os.path.join(log_dir, f"worker-{index}.log"), "wb")
+        try:
+            processes.append(subprocess.Popen(list(argv), stdout=log, stderr=subprocess.STDOUT,
+                                              stdin=subprocess.DEVNULL))
+        finally:
+            log.close()
+    return processes
+
+
+def _wait_connected(runner, workers: int, processes: list[subprocess.Popen]) -> None:
+    deadline = time.monotonic() + CONNECT_TIMEOUT_S
+    while len(runner.clients.ready) < workers:
+        dead = [p.pid for p in processes if p.poll() is not None]
+        if dead:
+            raise LoadError(f"worker process(es) {dead} exited before connecting; see worker-*.log")
+        if time.monotonic() > deadline:
+            raise LoadError(f"only {len(runner.clients.ready)} of {workers} workers connected "
+                            f"within {CONNECT_TIMEOUT_S:g} s")
+        gevent.sleep(0.1)
+
+
+def _watch(role: MasterRole, plan: LoadPlan, on_progress, progress_interval_s: float, stop) -> None:
+    """Until every worker reported (or stop / a deadline): report progress."""
+    started = time.monotonic()
+    deadline_s = None
+    next_progress_s = progress_interval_s
+    meter = _MergedProgress(role, plan)
+    while not role.all_reported.wait(timeout=WATCH_TICK_S):
+        elapsed_s = time.monotonic() - started
+        if stop is not None and stop.is_set():
+            break  # runner.quit() halts the workers and waits for their reports
+        if role.origin_ns is not None and deadline_s is None:
+            deadline_s = elapsed_s + plan.duration_s + plan.timeout_s + 2 * DRAIN_GRACE_S + 5.0
+        if deadline_s is not None and elapsed_s > deadline_s:
+            break
+        if on_progress is not None and elapsed_s >= next_progress_s and role.merged is not None:
+            on_progress(meter.progress())
+            next_progress_s = elapsed_s + progress_interval_s
+    if on_progress is not None and role.merged is not None:
+        on_progress(meter.progress())
+
+
+class _MergedProgress:
+    """:class:`Progress` snapshots from the master's merged rows."""
+
+    def __init__(self, role: MasterRole, plan: LoadPlan):
+        self.role = role
+        self.plan = plan
+        self._last = (time.monotonic(), 0)
+
+    def progress(self) -> Progress:
+        merged, now_ns = self.role.merged, time.time_ns()
+        elapsed_s = max(0.0, (now_ns - self.role.origin_ns) / 1e9) if self.role.origin_ns else 0.0
+        live = merged.snapshot(now_ns)
+        last_t, last_completed = self._last
+        now = time.monotonic()
+        rps = (merged.completed - last_completed) / (now - last_t) if now > last_t else 0.0
+        self._last = (now, merged.completed)
+        return Progress(elapsed_s=elapsed_s, remaining_s=max(0.0, self.plan.duration_s - elapsed_s),
+                        scheduled=merged.rows + merged.in_flight, completed=merged.completed,
+                        errors=merged.errors, rps=rps, p50_ms=live.p50_ms, p99_ms=live.p99_ms,
+                        in_flight=merged.in_flight, late_share=live.late_share)
+
+
+def _stop_workers(processes: list[subprocess.Popen]) -> None:
+    """Wait briefly for each worker to exit after the master's quit; then SIGTERM, SIGKILL (by PID)."""
+    deadline = time.monotonic() + WORKER_EXIT_GRACE_S
+    for process in processes:
+        try:
+            process.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            process.terminate()
+            try:
+                process.wait(timeout=WORKER_EXIT_GRACE_S)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+def _result(load: dict) -> LoadResult:
+    return LoadResult(**{name: load[name] for name in LoadResult.__dataclass_fields__ if name in load})

@@ -1,0 +1,127 @@
+"""One Locust process's part of a load: walk the schedule (or this worker's share).
+
+Imports Locust (gevent monkey-patching): use it only in a process that
+generates load. Used by the Locust roles (:mod:`.locust_roles`) under the
+``locust`` command (local runner or worker) and by ``tailscope run --workers``.
+
+The schedule is walked by one greenlet per process, not by a Locust user:
+the offered load is the plan's arrival process, independent of how many
+users Locust spawns (open loop). :class:`ScheduleHolder` is the Locust user
+that stands for it in Locust's user count; it sends nothing.
+"""
+
+from __future__ import annotations
+
+from .users import DRAIN_GRACE_S, LoadSession, run_open_loop  # noqa: I001  (imports Locust: gevent first)
+
+import gevent
+import gevent.event
+from locust import User, constant, task
+from locust.contrib.fasthttp import FastHttpSession
+
+from .distributed import ScheduleShare, WorkerTotals, share_seed, take_share
+from .exchange import Exchanger
+from .mix import RequestMix
+from .recorder import Recorder
+from .spec import LoadPlan
+
+
+class ScheduleHolder(User):
+    """A Locust user that sends nothing: the schedule greenlet sends the requests.
+
+    Subclass it (``abstract = False``) to give Locust a user class to count;
+    one per process is enough, more are idle."""
+
+    abstract = True
+    wait_time = constant(1.0)
+
+    @task
+    def idle(self) -> None:
+        """Nothing: requests follow the arrival schedule, not the user count."""
+
+
+class SharedLoadSession(LoadSession):
+    """A :class:`LoadSession` that walks one share of the schedule from a shared origin."""
+
+    def __init__(self, plan: LoadPlan, recorder: Recorder, mix: RequestMix, share: ScheduleShare | None):
+        super().__init__(plan, recorder, mix)
+        self.share = share
+        if share is not None:
+            self.origin_ns = share.origin_ns
+
+    def schedule(self):
+        offsets = super().schedule()
+        if self.share is None:
+            return offsets
+        return take_share(offsets, self.share.index, self.share.count)
+
+
+class ProcessLoad:
+    """Walks ``plan``'s schedule (or ``share`` of it) in one greenlet, writing a
+    record per request to ``sink`` (``append(*values)``, REQUESTS_SCHEMA order)
+    and firing Locust's ``request`` event for each.
+
+    Open-loop arrival processes only: a closed loop is Locust's own model
+    (use :class:`tailscope.loadgen.locust_native.RecordingUser`).
+    """
+
+    def __init__(self, plan: LoadPlan, sink, request_event, share: ScheduleShare | None = None):
+        if plan.arrival.process == "closed":
+            raise ValueError("a closed-loop arrival process has no schedule to walk; "
+                             "use RecordingUser (Locust's own closed loop) instead")
+        index, count = (share.index, share.count) if share is not None else (0, 1)
+        self.plan = plan
+        self.worker = index
+        self.recorder = Recorder(sink, worker=index)
+        mix = RequestMix(plan.classes, share_seed(plan.seed, index, count))
+        self.session = SharedLoadSession(plan, self.recorder, mix, share)
+        self._request_event = request_event
+        self._http = FastHttpSession(plan.target, request_event, None, concurrency=plan.max_in_flight,
+                                     network_timeout=plan.timeout_s, connection_timeout=plan.timeout_s,
+                                     max_retries=0, max_redirects=0)
+        self._greenlet: gevent.Greenlet | None = None
+
+    @property
+    def done(self) -> gevent.event.Event:
+        """Set once the schedule is walked and in-flight requests have ended."""
+        return self.session.done
+
+    def start(self) -> None:
+        """Start walking the schedule (returns at once)."""
+        self._greenlet = gevent.spawn(self._drive)
+
+    def _drive(self) -> None:
+        session, plan = self.session, self.plan
+        clock = session.begin()
+        exchanger = Exchanger(self._http.client.clientpool, plan.target, clock, plan.timeout_s,
+                              self.recorder, self._request_event)
+        try:
+            run_open_loop(session, exchanger)
+        except Exception as exc:  # noqa: BLE001  (reported in the totals and the manifest)
+            session.failure = exc
+            session.halt("stopped")
+        finally:
+            session.done.set()
+
+    def halt(self, reason: str = "stopped") -> None:
+        """Stop starting requests; in-flight ones may still end (see :meth:`drain`)."""
+        self.session.halt(reason)
+
+    def drain(self) -> bool:
+        """Wait until in-flight requests end (at most the client timeout plus
+        grace); True when the load ended by itself, False when it was killed."""
+        limit_s = self.plan.timeout_s + 2 * DRAIN_GRACE_S
+        if self._greenlet is None or self.session.done.wait(timeout=limit_s):
+            return True
+        self._greenlet.kill(block=True, timeout=DRAIN_GRACE_S)
+        self.session.done.set()
+        return False
+
+    def totals(self) -> WorkerTotals:
+        session, recorder = self.session, self.recorder
+        return WorkerTotals(
+            worker=self.worker, records=recorder.recorded, scheduled=session.scheduled,
+            sent=session.sent, completed=recorder.completed, errors=recorder.errors,
+            stop_reason=session.stop_reason,
+            failure=None if session.failure is None else repr(session.failure),
+        )

@@ -1,0 +1,112 @@
+"""The comparison report: a run against its baseline, as one self-contained HTML page.
+
+``render_comparison(comparison)`` renders the dict that ``tailscope compare``
+builds (docs/analyzers/compare.md): the regression verdict and its checks,
+per-percentile changes with their intervals, the stage that changed most,
+and both runs' latency distributions overlaid (histogram and CDF, log axes).
+Like the run report it embeds plotly (packed), escapes every run string and
+needs no network. Every key is read defensively: a comparison without
+distributions renders its tables without the charts.
+"""
+
+from __future__ import annotations
+
+from .distribution_view import distribution_charts
+from .formatting import fmt_count, fmt_ms, fmt_rate, fmt_share, fmt_signed_ms
+from .html import render_page
+
+COMPARE_SCRIPTS = ("report_common.js", "compare.js")
+PERCENTILE_NAMES = {"p50": "P50", "p90": "P90", "p95": "P95", "p99": "P99", "p999": "P99.9", "max": "max"}
+
+
+def _interval(pair) -> str:
+    if not isinstance(pair, (list, tuple)) or len(pair) != 2 or None in pair:
+        return "—"
+    return f"{fmt_ms(pair[0])} – {fmt_ms(pair[1])}"
+
+
+def _signed_interval(pair) -> str:
+    if not isinstance(pair, (list, tuple)) or len(pair) != 2 or None in pair:
+        return "—"
+    return f"{fmt_signed_ms(pair[0])} … {fmt_signed_ms(pair[1])}"
+
+
+def _relative(value) -> str:
+    return "—" if value is None else f"{value:+.1%}"
+
+
+def percentile_change_rows(changes: list[dict]) -> list[dict]:
+    """One row per compared percentile: values with CIs, change with its interval, judgement."""
+    rows = []
+    for c in changes or []:
+        judgement = "regressed" if c.get("regressed") else ("improved" if c.get("improved") else
+                                                            ("changed" if c.get("significant") else "no significant change"))
+        rows.append({
+            "scope": str(c.get("cls") or "all"), "metric": str(c.get("metric") or "latency_ms").replace("_ms", ""),
+            "percentile": PERCENTILE_NAMES.get(c.get("percentile"), str(c.get("percentile"))),
+            "baseline": fmt_ms(c.get("baseline_ms")), "baseline_ci": _interval(c.get("baseline_ci_ms")),
+            "current": fmt_ms(c.get("current_ms")), "current_ci": _interval(c.get("current_ci_ms")),
+            "change": fmt_signed_ms(c.get("change_ms")), "change_ci": _signed_interval(c.get("change_ci_ms")),
+            "relative": _relative(c.get("relative_change")), "judgement": judgement,
+            "css": "fail" if c.get("regressed") else ("pass" if c.get("improved") else "none"),
+        })
+    return rows
+
+
+def check_rows(checks: list[dict]) -> list[dict]:
+    return [{"name": str(c.get("name", "?")), "result": "pass" if c.get("passed") else "fail",
+             "message": str(c.get("message") or "")} for c in checks or []]
+
+
+def stage_rows(stages: list[dict], changed: str | None) -> list[dict]:
+    return [{"stage": str(s.get("stage")), "baseline": fmt_ms(s.get("baseline_ms")),
+             "current": fmt_ms(s.get("current_ms")), "change": fmt_signed_ms(s.get("change_ms")),
+             "changed": s.get("stage") == changed} for s in stages or []]
+
+
+def run_facts(run: dict) -> dict:
+    run = run or {}
+    return {"name": str(run.get("name") or "—"), "path": str(run.get("path") or "—"),
+            "requests": fmt_count(run.get("requests")), "achieved": fmt_rate(run.get("achieved_rps")),
+            "errors": fmt_share(run.get("error_rate")),
+            "duration": "—" if run.get("duration_s") is None else f"{run['duration_s']:.1f} s"}
+
+
+def build_comparison_data(comparison: dict) -> dict:
+    """The presentation dict of a comparison (pre-formatted text + chart series)."""
+    verdict = comparison.get("verdict") or {}
+    regressed = bool(verdict.get("regressed"))
+    changed = comparison.get("changed_stage") or {}
+    distributions = comparison.get("distributions") or {}
+    charts = {"sets": [s for s in (
+        _overlay(distributions.get("baseline"), " (baseline)", "dash"),
+        _overlay(distributions.get("current"), " (current)", "solid")) if s]}
+    return {
+        "title": f"tailscope comparison — {run_facts(comparison.get('current'))['name']} vs "
+                 f"{run_facts(comparison.get('baseline'))['name']}",
+        "verdict": {"label": "REGRESSION" if regressed else "NO REGRESSION", "css": "fail" if regressed else "pass",
+                    "summary": str(verdict.get("summary") or "")},
+        "baseline": run_facts(comparison.get("baseline")),
+        "current": run_facts(comparison.get("current")),
+        "checks": check_rows(comparison.get("checks")),
+        "percentiles": percentile_change_rows(comparison.get("percentiles")),
+        "changed_stage": {"stage": str(changed.get("stage")), "summary": str(changed.get("summary") or ""),
+                          "change": fmt_signed_ms(changed.get("change_ms"))} if changed.get("stage") else None,
+        "stages": stage_rows(comparison.get("stages"), changed.get("stage")),
+        "has_distributions": bool(charts["sets"]),
+        "charts": charts,
+    }
+
+
+def _overlay(distribution: dict | None, suffix: str, dash: str) -> dict | None:
+    curves = distribution_charts(distribution)
+    if not curves:
+        return None
+    return {"classes": [c for c in curves["classes"] if c["name"] == "all"] or curves["classes"][:1],
+            "suffix": suffix, "dash": dash}
+
+
+def render_comparison(comparison: dict, compress_plotly: bool = True) -> str:
+    """The comparison page (UTF-8 HTML text) of one comparison dict."""
+    data = build_comparison_data(comparison)
+    return render_page("compare.html", data, data["charts"], COMPARE_SCRIPTS, compress_plotly)

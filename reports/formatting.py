@@ -1,0 +1,94 @@
+"""Number and time formatting shared by every report view (HTML, Markdown, JUnit).
+
+Every function accepts None and returns ``—`` for it, so a missing number
+never raises in a view. Durations are ms, rates per second, shares fractions,
+times epoch ns.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+NS_PER_S = 1_000_000_000
+
+
+def fmt_ms(value) -> str:
+    """``12.3 ms`` (3 significant figures below 100 ms), ``1,234 ms`` above, ``—`` for None."""
+    if value is None:
+        return "—"
+    if abs(value) >= 100:
+        return f"{value:,.0f} ms"
+    if abs(value) >= 10:
+        return f"{value:.1f} ms"
+    return f"{value:.2f} ms"
+
+
+def fmt_count(value) -> str:
+    return "—" if value is None else f"{int(value):,}"
+
+
+def fmt_rate(value) -> str:
+    return "—" if value is None else f"{value:,.2f} req/s"
+
+
+def fmt_share(value) -> str:
+    return "—" if value is None else f"{value:.2%}"
+
+
+def fmt_signed_ms(value) -> str:
+    """``+12.3 ms`` / ``−4.00 ms``: a change in ms with its sign."""
+    if value is None:
+        return "—"
+    return ("+" if value >= 0 else "−") + fmt_ms(abs(value))
+
+
+def fmt_number(value) -> str:
+    """A plain number for evidence tables: ints with separators, floats with 3 significant figures."""
+    if value is None:
+        return "—"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, float):
+        if value != value:
+            return "—"
+        if abs(value) >= 1000:
+            return f"{value:,.0f}"
+        return f"{value:.3g}"
+    return str(value)
+
+
+def fmt_iso(epoch_ns) -> str:
+    if epoch_ns is None:
+        return "—"
+    moment = datetime.fromtimestamp(epoch_ns / NS_PER_S, tz=timezone.utc)
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def fmt_offset(epoch_ns, origin_ns) -> str:
+    """Seconds since the origin (``12.5 s``); hours and minutes beyond an hour (``2 h 03 min 10 s``)."""
+    if epoch_ns is None or origin_ns is None:
+        return "—"
+    seconds = (epoch_ns - origin_ns) / NS_PER_S
+    if abs(seconds) < 3600:
+        return f"{seconds:.1f} s"
+    hours, rest = divmod(int(seconds), 3600)
+    return f"{hours} h {rest // 60:02d} min {rest % 60:02d} s"
+
+
+def fmt_metric(metric, value) -> str:
+    """An SLO threshold or observation: a share for error_rate, a rate for achieved_rps, else ms."""
+    if metric in ("error_rate", "goodput"):
+        return fmt_share(value)
+    if metric == "achieved_rps":
+        return fmt_rate(value)
+    return fmt_ms(value)
+
+
+def fmt_threshold(row: dict) -> str:
+    return fmt_metric(row.get("metric"), row.get("threshold"))
+
+
+def fmt_observed(row: dict) -> str:
+    return fmt_metric(row.get("metric"), row.get("observed"))

@@ -1,0 +1,75 @@
+"""Report data for outages, the soak view and record retention (pre-formatted text).
+
+Reads only the analysis keys ``outages``, ``soak`` and ``retention``
+(docs/analysis-schema.md); each function returns None when its section has
+nothing to show, so the template can skip it.
+"""
+
+from __future__ import annotations
+
+from .formatting import fmt_count, fmt_ms, fmt_offset, fmt_rate, fmt_share
+
+MB = "MB"
+
+
+def _fmt_seconds(ms) -> str:
+    return "—" if ms is None else f"{ms / 1e3:,.1f} s"
+
+
+def outage_data(outages: dict | None, origin_ns) -> dict | None:
+    """Rows of the outage table, or None when the target never went away."""
+    if not outages or not outages.get("outages"):
+        return None
+    rows = [{
+        "kind": o["kind"],
+        "window": f"{fmt_offset(o['start_ns'], origin_ns)} – {fmt_offset(o['end_ns'], origin_ns)}",
+        "duration": _fmt_seconds(o["duration_ms"]),
+        "requests": fmt_count(o["requests"]),
+        "errors": ", ".join(f"{k} {v:,}" for k, v in (o.get("errors_by_kind") or {}).items()) or "—",
+        "recovered": "yes" if o["recovered"] else "no (still down when the load ended)",
+        "source": o["source"],
+    } for o in outages["outages"]]
+    return {"count": fmt_count(outages["count"]), "total": _fmt_seconds(outages["total_ms"]), "rows": rows}
+
+
+def _mb(value) -> str:
+    return "—" if value is None else f"{value:,.0f} {MB}"
+
+
+def _verdict_line(verdict) -> dict | None:
+    if not isinstance(verdict, dict):
+        return None
+    return {"verdict": str(verdict.get("verdict", "—")), "summary": str(verdict.get("summary") or "")}
+
+
+def soak_data(soak: dict | None, origin_ns) -> dict | None:
+    """Period rows and verdict lines, or None for a run with fewer than two periods."""
+    if not soak or len(soak.get("periods") or []) < 2:
+        return None
+    period_s = soak["period_s"]
+    label = "hour" if period_s == 3600 else (f"{period_s // 60} min" if period_s >= 60 else f"{period_s} s")
+    rows = [{
+        "window": f"{fmt_offset(p['start_ns'], origin_ns)} – {fmt_offset(p['end_ns'], origin_ns)}",
+        "requests": fmt_count(p["requests"]), "errors": fmt_count(p["errors"]),
+        "error_rate": fmt_share(p["error_rate"]), "achieved": fmt_rate(p["achieved_rps"]),
+        "p50": fmt_ms(p["p50_ms"]), "p99": fmt_ms(p["p99_ms"]) + ("" if p["p99_claimed"] else " *"),
+        "target_rss": _mb(p.get("target_rss_max_mb")), "harness_rss": _mb(p.get("harness_rss_max_mb")),
+    } for p in soak["periods"]]
+    return {"period": label, "rows": rows, "drift": _verdict_line(soak.get("drift")),
+            "leak": _verdict_line(soak.get("leak")),
+            "source": "diagnosis detectors" if soak.get("verdicts_source") == "patterns" else "soak analysis"}
+
+
+def retention_data(retention: dict | None) -> dict | None:
+    """Facts about selective record keeping, or None when every record was kept."""
+    if not retention or not retention.get("sampled"):
+        return None
+    budget = retention.get("disk_budget_bytes")
+    return {
+        "kept": f"{fmt_count(retention['records_kept'])} of {fmt_count(retention['requests'])} "
+                f"({fmt_share(retention['kept_share'])})",
+        "sample_rate": f"{retention['sample_rate']:g} (configured {retention['configured_sample_rate']:g})",
+        "intervals": fmt_count(len(retention.get("keep_intervals") or [])),
+        "around": _fmt_seconds((retention.get("full_records_around_spikes_s") or 0) * 1e3),
+        "budget": "none" if not budget else f"{budget / 1e6:,.0f} MB",
+    }

@@ -1,0 +1,31 @@
+/* tailscope sweep report: the throughput-latency curve (see reports/sweep_report.py). */
+(function () {
+  "use strict";
+  var data = tailscope.chartData();
+
+  function trace(name, series, color) {
+    return { x: data.achieved, y: series.y, name: name, mode: "lines+markers", line: { color: color },
+             error_y: { type: "data", symmetric: false, array: series.plus, arrayminus: series.minus, visible: true },
+             text: data.rate.map(function (r) { return "offered " + r + " req/s"; }) };
+  }
+
+  function drawCurve(Plotly) {
+    var div = document.getElementById("sweep-chart");
+    if (!div || !data.achieved.length) { return; }
+    var shapes = [], annotations = [];
+    if (data.knee) {
+      annotations.push({ x: data.knee.x, y: data.knee.y, text: "knee", showarrow: true, arrowhead: 2 });
+    }
+    if (data.max_rate !== null) {
+      shapes.push({ type: "line", xref: "x", yref: "paper", x0: data.max_rate, x1: data.max_rate, y0: 0, y1: 1,
+                    line: { color: "#1f7a3d", dash: "dash" } });
+      annotations.push({ x: data.max_rate, y: 1, yref: "paper", text: "max rate under SLO", showarrow: false });
+    }
+    Plotly.newPlot(div, [trace("P50", data.p50, "#3b6fb6"), trace("P99", data.p99, "#c2410c")], {
+      margin: { l: 60, r: 20, t: 20, b: 40 }, xaxis: { title: { text: "achieved throughput (req/s)" } },
+      yaxis: { title: { text: "latency (ms)" } }, legend: { orientation: "h" }, shapes: shapes, annotations: annotations
+    }, tailscope.CONFIG);
+  }
+
+  tailscope.whenPlotly(function (Plotly) { return [function () { drawCurve(Plotly); }]; });
+})();

@@ -1,0 +1,111 @@
+"""Chart series of everything that shares the time axis: latency, slow requests, bands, signal panels.
+
+x is seconds since the load start. Window percentiles (P50/P90/P99/P99.9,
+null where a window has too few samples to claim them) and window maxima are
+reduced to at most ``MAX_LINE_POINTS`` (2,000) points each by LTTB, so a
+24-hour run of 86,400 windows charts the same shape in a bounded page;
+slow-request points come bounded from the analysis (``slow_requests``);
+spike, fault and generator-limited bands are capped at ``MAX_BANDS`` each
+(the longest kept). Signal series are grouped into panels: the analysis's
+``signals.panels`` (``[{"title", "series": [names], "unit"?}]``) when present,
+else one panel per series.
+"""
+
+from __future__ import annotations
+
+from .downsample import lttb
+from .formatting import NS_PER_S
+
+MAX_LINE_POINTS = 2000
+MAX_BANDS = 300
+#: Window columns drawn as lines (those with at least one value): claimed percentiles and the maximum.
+WINDOW_PERCENTILES = (("p50_ms", "P50"), ("p90_ms", "P90"), ("p99_ms", "P99"), ("p999_ms", "P99.9"),
+                      ("max_ms", "max"))
+
+
+def seconds(values_ns, origin_ns) -> list:
+    """Epoch ns → seconds since ``origin_ns`` (µs precision)."""
+    return [round((v - origin_ns) / NS_PER_S, 6) for v in values_ns]
+
+
+def latency_lines(windows: list[dict], origin_ns: int) -> dict:
+    """``{"lines": [{"name", "x", "y"}], "windows": n, "downsampled": bool}``, one line per window percentile."""
+    mids = [((w["start_ns"] + w["end_ns"]) / 2 - origin_ns) / NS_PER_S for w in windows]
+    lines = []
+    for key, label in WINDOW_PERCENTILES:
+        if not any(w.get(key) is not None for w in windows):
+            continue
+        values = [w.get(key) for w in windows]
+        if len(windows) <= MAX_LINE_POINTS:
+            x, y = mids, values  # every window; nulls stay gaps in the line
+        else:
+            x, y = lttb(mids, values, MAX_LINE_POINTS)
+        lines.append({"name": label, "x": [round(v, 6) for v in x], "y": y})
+    return {"lines": lines, "windows": len(windows), "downsampled": len(windows) > MAX_LINE_POINTS}
+
+
+def slow_points(slow: dict | None, origin_ns: int) -> dict:
+    """Slow requests as points: x (s), y (ms), class names, trace ids and the counts shown / above."""
+    slow = slow or {}
+    return {
+        "x": seconds(slow.get("t_ns") or [], origin_ns), "y": list(slow.get("latency_ms") or []),
+        "cls": [str(c) if c is not None else "" for c in slow.get("cls") or []],
+        "trace": [str(t) if t is not None else "" for t in slow.get("trace_id") or []],
+        "shown": int(slow.get("shown") or 0), "above": int(slow.get("above_threshold") or 0),
+        "threshold_ms": slow.get("threshold_ms"),
+    }
+
+
+def bands(intervals: list[dict], origin_ns: int, label_of) -> list[dict]:
+    """At most MAX_BANDS ``{"x0", "x1", "label"}`` (s), the longest kept, in time order."""
+    kept = sorted(intervals, key=lambda i: -(i["end_ns"] - i["start_ns"]))[:MAX_BANDS]
+    kept.sort(key=lambda i: i["start_ns"])
+    return [{"x0": (i["start_ns"] - origin_ns) / NS_PER_S, "x1": (i["end_ns"] - origin_ns) / NS_PER_S,
+             "label": str(label_of(i))} for i in kept]
+
+
+def fault_label(fault: dict) -> str:
+    attributes = fault.get("attributes") or {}
+    return str(attributes.get("name") or attributes.get("fault") or fault.get("kind") or "fault")
+
+
+def signal_panels(signals: dict, origin_ns: int) -> list[dict]:
+    """``[{"title", "unit", "series": [{"name", "unit", "x", "y"}]}]`` in the analysis's panel order."""
+    series = {s["name"]: s for s in signals.get("series") or []}
+
+    def chart(s):
+        return {"name": s["name"], "unit": s.get("unit") or "", "x": seconds(s["t_ns"], origin_ns),
+                "y": s["values"]}
+
+    panels, used = [], set()
+    for panel in signals.get("panels") or []:
+        members = [series[name] for name in panel.get("series") or [] if name in series]
+        if not members:
+            continue
+        used.update(s["name"] for s in members)
+        units = sorted({s.get("unit") or "" for s in members})
+        panels.append({"title": str(panel.get("title") or ", ".join(s["name"] for s in members)),
+                       "unit": str(panel.get("unit") or " · ".join(u for u in units if u)),
+                       "series": [chart(s) for s in members]})
+    for name, s in series.items():
+        if name not in used:
+            panels.append({"title": name, "unit": s.get("unit") or "", "series": [chart(s)]})
+    return panels
+
+
+def timeline_charts(analysis: dict) -> dict:
+    """Everything drawn against the shared time axis (see the module docstring)."""
+    run = analysis["run"]
+    origin = run.get("load_start_ns") or run.get("start_ns") or 0
+    events = analysis.get("events") or {}
+    return {
+        "x_title": "seconds since load start",
+        "x_range": [0.0, run.get("duration_s") or 0.0],
+        "latency": latency_lines(analysis.get("windows") or [], origin),
+        "slow": slow_points(analysis.get("slow_requests"), origin),
+        "spikes": bands([dict(s, label=f"spike {i}") for i, s in enumerate(analysis.get("spikes") or [], 1)],
+                        origin, lambda s: s["label"]),
+        "faults": bands(events.get("faults") or [], origin, fault_label),
+        "limited": bands(analysis.get("generator_limited_windows") or [], origin, lambda w: "generator-limited"),
+        "panels": signal_panels(analysis.get("signals") or {}, origin),
+    }

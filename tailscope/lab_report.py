@@ -1,0 +1,135 @@
+"""The lab's outputs: the score table (terminal), ``lab.json`` and ``lab.html``.
+
+``lab.html`` is one self-contained page (no script, no external resource);
+every value comes from :func:`html.escape` (cause names and paths come from
+analyses and are untrusted). It links each experiment's own ``report.html``,
+which shows the fault's window as an amber band.
+"""
+
+from __future__ import annotations
+
+import html
+import os
+from datetime import datetime, timezone
+
+from rich.table import Table
+
+NS_PER_S = 1_000_000_000
+
+
+def _pct(value: float | None) -> str:
+    return "—" if value is None else f"{value:.0%}"
+
+
+def _num(value: float | None, digits: int = 1, unit: str = "") -> str:
+    return "—" if value is None else f"{value:.{digits}f}{unit}"
+
+
+def score_rows(scores: dict) -> list[list[str]]:
+    """Rows of the per-kind table: kind, n, detection, AC@1, AC@3, time to detect, impact."""
+    rows = []
+    for kind, s in scores["kinds"].items():
+        rows.append([kind, f"{s['scored']}/{s['experiments']}", _pct(s["detection_rate"]), _pct(s["ac1"]),
+                     _pct(s["ac3"]), _num(s["mean_time_to_detect_s"], 1, " s"), _num(s["mean_impact"], 2, "×")])
+    return rows
+
+
+SCORE_HEADERS = ["fault kind", "scored", "detected", "AC@1", "AC@3", "time to detect", "P99 impact"]
+
+
+def control_line(scores: dict) -> str:
+    c = scores["control"]
+    return (f"control runs: {c['scored']}/{c['runs']} scored, false-alarm rate {_pct(c['false_alarm_rate'])}, "
+            f"{_num(c['false_alarms_per_run'], 2)} named spikes per run, "
+            f"{_num(c['spikes_per_run'], 2)} spikes per run")
+
+
+#: Shorter headers for the terminal, so the table fits 80 columns.
+TERMINAL_HEADERS = ["fault kind", "n", "detected", "AC@1", "AC@3", "TTD", "P99 ×"]
+
+
+def score_table(scores: dict) -> Table:
+    table = Table(title="tailscope lab: diagnosis vs ground truth",
+                  caption="n: scored/run; TTD: time to detect; P99 ×: P99 inside the fault over outside")
+    for header in TERMINAL_HEADERS:
+        table.add_column(header, justify="left" if header == "fault kind" else "right", no_wrap=True)
+    for row in score_rows(scores):
+        table.add_row(*row)
+    return table
+
+
+def markdown_table(scores: dict) -> str:
+    """The score table as Markdown (for notes and CI logs)."""
+    lines = ["| " + " | ".join(SCORE_HEADERS) + " |", "|" + "---|" * len(SCORE_HEADERS)]
+    lines += ["| " + " | ".join(row) + " |" for row in score_rows(scores)]
+    return "\n".join(lines) + "\n\n" + control_line(scores) + "\n"
+
+
+def _window_text(result: dict) -> str:
+    window = (result.get("score") or {}).get("fault_window_ns")
+    start = result.get("load_start_ns")
+    if not window or not start:
+        return "—"
+    return f"{(window[0] - start) / NS_PER_S:.1f}–{(window[1] - start) / NS_PER_S:.1f} s"
+
+
+def experiment_rows(results: list[dict], lab_dir: str) -> list[dict]:
+    """One dict of display strings per experiment (escaped later)."""
+    rows = []
+    for r in results:
+        score = r.get("score") or {}
+        report = os.path.join(r["run_dir"], "report.html") if r.get("run_dir") else None
+        rows.append({
+            "name": r["name"], "kind": r["kind"], "scenario": r["scenario"], "rate": f"{r['rate']:g}/s",
+            "seed": str(r["seed"]), "status": r["status"] + (f": {r['error']}" if r.get("error") else ""),
+            "window": _window_text(r),
+            "detected": ("—" if r["kind"] == "control" else ("yes" if score.get("detected") else "no")),
+            "causes": ", ".join(score.get("top_causes") or score.get("false_alarm_causes") or []) or "—",
+            "ac1": "—" if r["kind"] == "control" else ("✓" if score.get("ac1") else "✗"),
+            "impact": _num(score.get("impact"), 2, "×"),
+            "spikes": str(score.get("spikes", "—")),
+            "report": os.path.relpath(report, lab_dir) if report and os.path.exists(report) else None,
+        })
+    return rows
+
+
+def render_html(lab: dict, lab_dir: str) -> str:
+    """The lab summary page (self-contained, everything escaped)."""
+    e = html.escape
+    scores = lab["scores"]
+    head = "".join(f"<th>{e(h)}</th>" for h in SCORE_HEADERS)
+    score_body = "".join("<tr>" + "".join(f"<td>{e(cell)}</td>" for cell in row) + "</tr>"
+                         for row in score_rows(scores))
+    columns = ["name", "kind", "scenario", "rate", "seed", "status", "window", "detected", "causes", "ac1",
+               "impact", "spikes"]
+    experiment_head = "".join(f"<th>{e(c)}</th>" for c in columns) + "<th>report</th>"
+    experiment_body = ""
+    for row in experiment_rows(lab["experiments"], lab_dir):
+        cells = "".join(f"<td>{e(row[c])}</td>" for c in columns)
+        link = f'<a href="{e(row["report"], quote=True)}">report</a>' if row["report"] else "—"
+        experiment_body += f"<tr>{cells}<td>{link}</td></tr>"
+    created = datetime.fromtimestamp(lab["created_ns"] / NS_PER_S, tz=timezone.utc).isoformat(timespec="seconds")
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8">
+<meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'">
+<title>tailscope lab — {e(lab['suite'])}</title>
+<style>
+body {{ font: 14px/1.4 system-ui, sans-serif; margin: 2em; color: #111; }}
+table {{ border-collapse: collapse; margin: 1em 0; }}
+th, td {{ border: 1px solid #ccc; padding: 4px 8px; text-align: left; }}
+th {{ background: #f3f4f6; }}
+.note {{ color: #555; max-width: 60em; }}
+</style></head>
+<body>
+<h1>tailscope lab: diagnosis vs ground truth</h1>
+<p class="note">Suite <b>{e(lab['suite'])}</b>, {e(str(len(lab['experiments'])))} experiments, created {e(created)} UTC,
+status {e(lab['status'])}. Each fault ran on the reference target with a real mechanism and wrote its window as
+ground truth; each run was analysed as <code>tailscope report</code> does. AC@k: a top-k cause of the spike
+overlapping the fault window names the fault. P99 impact: highest window P99 inside the fault over the median
+window P99 outside it (about 1× means the fault did not hurt).</p>
+<table id="scores"><tr>{head}</tr>{score_body}</table>
+<p id="control">{e(control_line(scores))}</p>
+<h2>Experiments</h2>
+<table id="experiments"><tr>{experiment_head}</tr>{experiment_body}</table>
+</body></html>
+"""

@@ -1,0 +1,169 @@
+"""Scoring a diagnosis against the ground truth of injected faults (pure functions).
+
+Per experiment with a fault (ground truth: the ``fault`` event's window
+``[start, end]`` in ``analysis.json``), the *matching spike* is the detected
+P99 spike overlapping ``[start, end + LAG_S]`` the most (effects such as a
+queue draining outlast the fault a little). Then:
+
+* detected — a matching spike exists;
+* AC@1 — the matching spike's top-ranked cause names the fault's kind;
+* AC@3 — one of its three top-ranked causes does;
+* time to detect — ``spike.start − fault.start`` in s, floored at 0 (a
+  spike's first window may begin just before the fault);
+* impact — the highest window P99 inside the fault window over the median
+  window P99 outside it (a window's maximum stands in for its P99 when it
+  has too few requests to claim one): whether the fault really hurt
+  (about 1 = no effect).
+
+A cause names a fault kind when its ``kind`` is the fault kind or one of
+:data:`CAUSE_ALIASES` (detectors may use their own vocabulary). Per control
+run, *false alarms* are spikes whose top cause is not ``unexplained``.
+Per kind: ``experiments``, ``detection_rate``, ``ac1``, ``ac3`` (shares of
+the kind's experiments that scored), ``mean_time_to_detect_s`` (of detected
+ones) and ``mean_impact``; controls: ``false_alarm_rate`` (share of control
+runs with at least one false alarm) and ``false_alarms_per_run``.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+#: How long after a fault ends a spike still counts as its effect (s).
+LAG_S = 5.0
+NS_PER_S = 1_000_000_000
+UNEXPLAINED = "unexplained"
+
+#: Cause kinds that name each fault kind, besides the kind itself.
+CAUSE_ALIASES: dict[str, frozenset[str]] = {
+    "cpu_throttle": frozenset({"cpu_throttling", "cgroup_throttling", "cfs_throttling", "throttling"}),
+    "cpu_contention": frozenset({"cpu_saturation", "noisy_neighbour", "noisy_neighbor", "run_queue",
+                                 "cpu_starvation"}),
+    "memory_swap": frozenset({"swap", "swapping", "memory_pressure", "paging", "major_faults"}),
+    "gc_pressure": frozenset({"gc_pause", "gc", "garbage_collection", "gc_pauses"}),
+    "overload": frozenset({"queue_saturation", "queueing", "queue", "saturation", "retry_storm"}),
+    "io_stall": frozenset({"io", "disk_io", "io_wait", "fsync", "io_pressure"}),
+}
+
+
+def names_fault(cause_kind: str, fault_kind: str) -> bool:
+    """Whether a diagnosed cause kind names ``fault_kind``."""
+    return cause_kind == fault_kind or cause_kind in CAUSE_ALIASES.get(fault_kind, frozenset())
+
+
+def fault_events(analysis: dict) -> list[dict]:
+    """The ``fault`` events of an analysis (ground truth), by start."""
+    return sorted((analysis.get("events") or {}).get("faults") or [], key=lambda f: f["start_ns"])
+
+
+def fault_kind_of(event: dict) -> str:
+    attributes = event.get("attributes") or {}
+    return str(attributes.get("fault") or attributes.get("name") or event.get("kind"))
+
+
+def _overlap_ns(spike: dict, start_ns: int, end_ns: int) -> int:
+    return max(0, min(spike["end_ns"], end_ns) - max(spike["start_ns"], start_ns))
+
+
+def matching_spike(spikes: list[dict], start_ns: int, end_ns: int) -> dict | None:
+    """The spike overlapping ``[start_ns, end_ns + LAG_S]`` most (ties: the earlier), or None."""
+    horizon = end_ns + int(LAG_S * NS_PER_S)
+    best, best_overlap = None, 0
+    for spike in sorted(spikes, key=lambda s: s["start_ns"]):
+        overlap = _overlap_ns(spike, start_ns, horizon)
+        if overlap > best_overlap:
+            best, best_overlap = spike, overlap
+    return best
+
+
+def _tail_ms(window: dict) -> float | None:
+    """A window's P99, or its maximum when it has too few requests to claim a P99."""
+    return window.get("p99_ms") if window.get("p99_ms") is not None else window.get("max_ms")
+
+
+def impact(windows: list[dict], start_ns: int, end_ns: int) -> float | None:
+    """Highest window P99 inside the fault over the median window P99 outside it (None: no data)."""
+    tails = [(w, _tail_ms(w)) for w in windows]
+    inside = [tail for w, tail in tails if tail is not None and w["end_ns"] > start_ns and w["start_ns"] < end_ns]
+    outside = [tail for w, tail in tails if tail is not None
+               and (w["end_ns"] <= start_ns or w["start_ns"] >= end_ns + int(LAG_S * NS_PER_S))]
+    if not inside or not outside or statistics.median(outside) <= 0:
+        return None
+    return max(inside) / statistics.median(outside)
+
+
+def score_fault_run(analysis: dict) -> dict:
+    """The scores of one fault experiment (see the module docstring)."""
+    faults = fault_events(analysis)
+    if not faults:
+        return {"ground_truth": False, "detected": False, "ac1": False, "ac3": False,
+                "time_to_detect_s": None, "impact": None, "top_causes": [], "fault_window_ns": None}
+    fault = faults[0]
+    kind = fault_kind_of(fault)
+    spike = matching_spike(analysis.get("spikes") or [], fault["start_ns"], fault["end_ns"])
+    causes = [c.get("kind", UNEXPLAINED) for c in (spike or {}).get("causes") or []]
+    return {
+        "ground_truth": True,
+        "fault_kind": kind,
+        "fault_window_ns": [fault["start_ns"], fault["end_ns"]],
+        "fault_error": (fault.get("attributes") or {}).get("error"),
+        "detected": spike is not None,
+        "ac1": bool(causes) and names_fault(causes[0], kind),
+        "ac3": any(names_fault(c, kind) for c in causes[:3]),
+        "time_to_detect_s": (max(0.0, (spike["start_ns"] - fault["start_ns"]) / NS_PER_S) if spike else None),
+        "impact": impact(analysis.get("windows") or [], fault["start_ns"], fault["end_ns"]),
+        "top_causes": causes[:3],
+        "spikes": len(analysis.get("spikes") or []),
+    }
+
+
+def score_control_run(analysis: dict) -> dict:
+    """False alarms of one control run: spikes whose top cause is named."""
+    spikes = analysis.get("spikes") or []
+    named = [s for s in spikes if (s.get("causes") or [{}])[0].get("kind", UNEXPLAINED) != UNEXPLAINED]
+    return {"spikes": len(spikes), "false_alarms": len(named),
+            "false_alarm_causes": [s["causes"][0]["kind"] for s in named]}
+
+
+def _share(flags: list[bool]) -> float | None:
+    return sum(flags) / len(flags) if flags else None
+
+
+def _mean(values: list) -> float | None:
+    present = [v for v in values if v is not None]
+    return statistics.fmean(present) if present else None
+
+
+def aggregate(results: list[dict]) -> dict:
+    """Per-kind scores and control false alarms from experiment results.
+
+    Each result has ``kind`` (a fault kind or ``control``), ``status``
+    (``ok`` when scored) and ``score`` (from score_fault_run / score_control_run).
+    """
+    kinds: dict[str, dict] = {}
+    for kind in sorted({r["kind"] for r in results if r["kind"] != "control"}):
+        mine = [r for r in results if r["kind"] == kind]
+        scored = [r["score"] for r in mine if r["status"] == "ok" and r["score"].get("ground_truth")]
+        kinds[kind] = {
+            "experiments": len(mine),
+            "scored": len(scored),
+            "detection_rate": _share([s["detected"] for s in scored]),
+            "ac1": _share([s["ac1"] for s in scored]),
+            "ac3": _share([s["ac3"] for s in scored]),
+            "mean_time_to_detect_s": _mean([s["time_to_detect_s"] for s in scored if s["detected"]]),
+            "mean_impact": _mean([s["impact"] for s in scored]),
+        }
+    controls = [r["score"] for r in results if r["kind"] == "control" and r["status"] == "ok"]
+    control = {
+        "runs": len([r for r in results if r["kind"] == "control"]),
+        "scored": len(controls),
+        "false_alarm_rate": _share([c["false_alarms"] > 0 for c in controls]),
+        "false_alarms_per_run": _mean([c["false_alarms"] for c in controls]),
+        "spikes_per_run": _mean([c["spikes"] for c in controls]),
+    }
+    scored_all = [k for k in kinds.values() if k["scored"]]
+    overall = {
+        "ac1": _mean([k["ac1"] for k in scored_all]),
+        "ac3": _mean([k["ac3"] for k in scored_all]),
+        "detection_rate": _mean([k["detection_rate"] for k in scored_all]),
+    }
+    return {"kinds": kinds, "control": control, "overall": overall}

@@ -1,0 +1,71 @@
+"""Report fixtures: synthetic runs with hostile strings and spikes whose causes are known.
+
+``spike_with_known_causes`` builds a spike entry through the real analyzer
+functions (stage decomposition, representative trace) over a ground-truth
+interval, with the causes a test names — so the report's cause cards can be
+checked whether or not cause detectors are registered.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+
+from tailscope.analyzers.records import request_arrays
+from tailscope.analyzers.spikes import decompose
+from tailscope.analyzers.stages import DEFAULT_STAGE_MAP, stage_matrix
+from tailscope.analyzers.traces import representative_trace
+from tailscope.rundir import Appender, load_run, schema
+
+SCRIPT_PAYLOAD = "<script>window.__pwned = 'script'</script>"
+ONERROR_PAYLOAD = "<img src=x onerror=\"window.__pwned='onerror'\">"
+SVG_PAYLOAD = "<svg onload=\"window.__pwned='svg'\"></svg>"
+
+
+def add_hostile_spans(run_path: str, count: int = 6) -> None:
+    """Spans with hostile names, services and attributes, joined to real requests (listed as unmapped)."""
+    run = load_run(run_path)
+    trace_ids = run.requests.column("trace_id").to_pylist()[:count]
+    starts = run.requests.column("sent_ns").to_pylist()[:count]
+    payloads = [SCRIPT_PAYLOAD, ONERROR_PAYLOAD, SVG_PAYLOAD]
+    appender = Appender(os.path.join(run_path, schema.writer_file(schema.SPANS, "hostile")), schema.SPANS_SCHEMA)
+    try:
+        for i, (trace_id, start) in enumerate(zip(trace_ids, starts)):
+            appender.append_row({"trace_id": trace_id, "span_id": f"{i:016x}", "name": payloads[i % 3],
+                                 "service": SCRIPT_PAYLOAD, "kind": 1, "start_ns": start, "end_ns": start + 1000,
+                                 "status_code": 2, "attributes": json.dumps({ONERROR_PAYLOAD: SCRIPT_PAYLOAD})})
+    finally:
+        appender.close()
+
+
+def add_hostile_fault(run_path: str, start_ns: int, end_ns: int) -> None:
+    """A fault event whose name and parameters are hostile markup."""
+    appender = Appender(os.path.join(run_path, schema.writer_file(schema.EVENTS, "hostile")), schema.EVENTS_SCHEMA)
+    try:
+        appender.append_row({"kind": "fault", "start_ns": start_ns, "end_ns": end_ns, "source": SVG_PAYLOAD,
+                             "attributes": json.dumps({"name": ONERROR_PAYLOAD, "param": SCRIPT_PAYLOAD})})
+    finally:
+        appender.close()
+
+
+def spike_with_known_causes(run_path: str, start_ns: int, end_ns: int, causes: list[dict]) -> dict:
+    """A spike entry over [start_ns, end_ns) with real decomposition and trace, and the given causes."""
+    run = load_run(run_path)
+    req = request_arrays(run.requests)
+    matrix = stage_matrix(req, run.spans, DEFAULT_STAGE_MAP)
+    inside = (req.scheduled_ns >= start_ns) & (req.scheduled_ns < end_ns)
+    outside_ok = req.is_ok & ~inside
+    baseline = float(np.quantile(req.latency_ms[outside_ok], 0.99))
+    slow_index = np.flatnonzero(inside & req.is_ok & (req.latency_ms > baseline))
+    latency = req.latency_ms[inside & req.is_ok]
+    p99 = float(np.quantile(latency, 0.99, method="inverted_cdf"))
+    return {
+        "start_ns": int(start_ns), "end_ns": int(end_ns), "peak_ns": int((start_ns + end_ns) // 2),
+        "p99_ms": p99, "peak_window_p99_ms": p99, "baseline_p99_ms": baseline, "baseline_mad_ms": 1.0,
+        "excess_ms": p99 - baseline, "requests": int(inside.sum()), "windows": 1,
+        "decomposition": decompose(slow_index, np.flatnonzero(outside_ok), matrix, req.n),
+        "causes": causes,
+        "representative_trace": representative_trace(req, slow_index, run.spans, DEFAULT_STAGE_MAP),
+    }

@@ -1,0 +1,156 @@
+"""The lab: suites, scoring against ground truth, the summary page, and a real quick subset via the CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pyarrow.compute as pc
+import pytest
+
+from cli_helpers import run_tailscope
+from tailscope.faults.cgroupfs import target_cgroup
+from tailscope.faults.swapfile import active_swap_files
+from tailscope.lab_plan import CONTROL, build_suite, fault_window
+from tailscope.lab_report import render_html
+from tailscope.lab_scoring import aggregate, matching_spike, score_control_run, score_fault_run
+from tailscope.rundir import load_run
+
+S = 1_000_000_000
+
+
+def _analysis(fault=None, spikes=(), windows=()):
+    faults = [] if fault is None else [{"kind": "fault", "start_ns": fault[1], "end_ns": fault[2],
+                                        "attributes": {"fault": fault[0], "error": None}}]
+    return {"events": {"faults": faults}, "spikes": list(spikes), "windows": list(windows)}
+
+
+def _spike(start_s, end_s, *kinds):
+    return {"start_ns": start_s * S, "end_ns": end_s * S,
+            "causes": [{"kind": k, "confidence": 0.9 - i / 10} for i, k in enumerate(kinds)]}
+
+
+def _windows(p99_by_second):
+    return [{"start_ns": i * S, "end_ns": (i + 1) * S, "p99_ms": None, "max_ms": v} for i, v in enumerate(p99_by_second)]
+
+
+def test_suite_covers_every_kind_and_controls_with_varied_loads():
+    full = build_suite(quick=False)
+    kinds = [e.kind for e in full]
+    assert {k: kinds.count(k) for k in set(kinds)} == {k: 3 for k in set(kinds)} and len(set(kinds)) == 7
+    for kind in set(kinds) - {CONTROL}:
+        mine = [e for e in full if e.kind == kind]
+        assert len({e.seed for e in mine}) == 3 and len({e.rate for e in mine}) == 3
+        assert len({e.scenario for e in mine}) == 2
+    quick = build_suite(quick=True, only=["gc_pressure", "control"], duration_s=10)
+    assert [e.kind for e in quick] == ["gc_pressure", CONTROL]
+    assert (quick[0].fault.at_s, quick[0].fault.duration_s) == fault_window(10) == (3.5, 2.5)
+    with pytest.raises(ValueError, match="unknown lab kind"):
+        build_suite(quick=True, only=["bogus"])
+
+
+def test_scoring_matches_the_overlapping_spike_and_its_ranked_causes():
+    analysis = _analysis(("gc_pressure", 10 * S, 15 * S),
+                         spikes=[_spike(2, 3, "gc_pause"), _spike(11, 16, "queue_saturation", "gc_pause")],
+                         windows=_windows([20] * 10 + [200] * 5 + [20] * 10))
+    score = score_fault_run(analysis)
+    assert score["detected"] and not score["ac1"] and score["ac3"]
+    assert score["time_to_detect_s"] == 1.0 and score["top_causes"] == ["queue_saturation", "gc_pause"]
+    assert score["impact"] == pytest.approx(10.0)
+    late = score_fault_run(_analysis(("overload", 10 * S, 15 * S), spikes=[_spike(18, 19, "queueing")]))
+    assert late["detected"] and late["ac1"]  # within the lag after the window: its effect
+    missed = score_fault_run(_analysis(("overload", 10 * S, 15 * S), spikes=[_spike(25, 26, "queueing")]))
+    assert not missed["detected"] and not missed["ac1"] and missed["time_to_detect_s"] is None
+    assert matching_spike([_spike(9, 11), _spike(12, 20)], 10 * S, 15 * S)["start_ns"] == 12 * S
+
+
+def test_aggregate_scores_per_kind_and_control_false_alarms():
+    results = [
+        {"kind": "gc_pressure", "status": "ok", "score": score_fault_run(
+            _analysis(("gc_pressure", 10 * S, 15 * S), spikes=[_spike(10, 12, "gc_pause")]))},
+        {"kind": "gc_pressure", "status": "ok", "score": score_fault_run(
+            _analysis(("gc_pressure", 10 * S, 15 * S), spikes=[_spike(13, 14, "unexplained")]))},
+        {"kind": "gc_pressure", "status": "error", "score": None},
+        {"kind": CONTROL, "status": "ok", "score": score_control_run(
+            _analysis(spikes=[_spike(1, 2, "unexplained"), _spike(5, 6, "swap")]))},
+        {"kind": CONTROL, "status": "ok", "score": score_control_run(_analysis())},
+    ]
+    scores = aggregate(results)
+    gc = scores["kinds"]["gc_pressure"]
+    assert (gc["experiments"], gc["scored"], gc["detection_rate"], gc["ac1"], gc["ac3"]) == (3, 2, 1.0, 0.5, 0.5)
+    assert gc["mean_time_to_detect_s"] == 1.5
+    assert scores["control"] == {"runs": 2, "scored": 2, "false_alarm_rate": 0.5, "false_alarms_per_run": 0.5,
+                                 "spikes_per_run": 1.0}
+
+
+def test_summary_page_escapes_untrusted_text(tmp_path):
+    evil = "<script>alert(1)</script>"
+    result = {"name": "gc-x", "kind": "gc_pressure", "scenario": "mixed", "seed": 1, "rate": 40.0,
+              "status": "ok", "error": None, "run_dir": None,
+              "score": {"detected": True, "ac1": False, "top_causes": [evil], "impact": 2.0, "spikes": 1}}
+    lab = {"suite": "quick", "status": "complete", "created_ns": 0, "experiments": [result],
+           "scores": aggregate([{**result, "score": {**result["score"], "ground_truth": True, "ac3": False,
+                                                     "time_to_detect_s": 0.5}}])}
+    page = render_html(lab, str(tmp_path))
+    assert evil not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    assert "<script" not in page and "http" not in page.replace("http-equiv", "")
+
+
+def _series(run, name):
+    table = run.signals.filter(pc.equal(run.signals.column("series"), name))
+    return list(zip(table.column("t_ns").to_pylist(), table.column("value").to_pylist()))
+
+
+def _lab_root_or_skip():
+    if os.geteuid() != 0:
+        print("skipping: the lab's cgroup faults need root")
+        pytest.skip("needs root for cgroup faults")
+
+
+def test_quick_lab_subset_runs_scores_and_shows_fault_windows(tmp_path):
+    _lab_root_or_skip()
+    out = tmp_path / "lab"
+    done = run_tailscope("lab", "--quick", "--only", "cpu_throttle,gc_pressure,overload", "--duration", "10s",
+                         "--out", str(out), timeout=400)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "AC@1" in done.stdout and "cpu_throttle" in done.stdout
+    lab = json.loads((out / "lab.json").read_text())
+    assert lab["status"] == "complete" and [r["status"] for r in lab["experiments"]] == ["ok"] * 3
+    assert set(lab["scores"]["kinds"]) == {"cpu_throttle", "gc_pressure", "overload"}
+    assert "cpu_throttle" in (out / "lab.html").read_text() and (out / "scores.md").exists()
+    runs = {r["kind"]: r for r in lab["experiments"]}
+    for result in runs.values():
+        window = result["score"]["fault_window_ns"]
+        assert window[1] - window[0] >= 2.4 * S
+        assert result["kind"] in (open(os.path.join(result["run_dir"], "report.html")).read())
+
+    throttle = load_run(runs["cpu_throttle"]["run_dir"])
+    start, end = runs["cpu_throttle"]["score"]["fault_window_ns"]
+    readings = _series(throttle, "cgroup.cpu.throttled_ns")
+    before = [v for t, v in readings if t < start]
+    after = [v for t, v in readings if t > end + S // 2]
+    assert before and after and max(before) == min(before) and max(after) == min(after) > max(before)
+
+    gc_run = load_run(runs["gc_pressure"]["run_dir"])
+    start, end = runs["gc_pressure"]["score"]["fault_window_ns"]
+    pauses = [(s, e, json.loads(a)) for k, s, e, a in zip(*(gc_run.events.column(c).to_pylist() for c in
+              ("kind", "start_ns", "end_ns", "attributes"))) if k == "gc_pause"]
+    inside = [e - s for s, e, a in pauses if start <= s <= end and a.get("generation") == 2]
+    before = [e - s for s, e, a in pauses if s < start and a.get("generation") == 2]
+    assert inside and max(inside) > 2 * max(before, default=0)
+
+    overload = load_run(runs["overload"]["run_dir"])
+    start, end = runs["overload"]["score"]["fault_window_ns"]
+    depth_in, depth_before = [0], [0]
+    for name, s, attributes in zip(*(overload.spans.column(c).to_pylist() for c in
+                                     ("name", "start_ns", "attributes"))):
+        if name == "queue_wait" and s <= end:  # after the window the backlog drains for a while
+            (depth_in if s >= start else depth_before).append(json.loads(attributes).get("queue.depth", 0))
+    assert max(depth_in) > 4 * max(max(depth_before), 1)
+    overload_truth = [json.loads(a) for a in overload.events.column("attributes").to_pylist()
+                      if '"fault": "overload"' in a]
+    assert overload_truth[0]["observed"]["replies_429"] > 0
+
+    mine = {f"tailscope-lab-{r['process_pid']}" for r in lab["experiments"]}
+    leftovers = [d for c in ("cpu", "memory") for d in os.listdir(target_cgroup(os.getpid(), c).path) if d in mine]
+    assert leftovers == [] and not [p for p in active_swap_files() if str(out) in p]

@@ -1,0 +1,178 @@
+"""Report building blocks without a browser: bounded series, distributions, traces, cards, CI outputs."""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+
+import numpy as np
+import pytest
+
+from tailscope.analyzers.distribution import bin_edges_ms, latency_distribution
+from tailscope.analyzers.records import request_arrays
+from tailscope.analyzers.slow_points import slow_request_points
+from tailscope.analyzers.traces import representative_trace, span_depths
+from tailscope.reports.cards import MAX_CARDS, evidence_rows, spike_cards
+from tailscope.reports.compare_html import build_comparison_data, render_comparison
+from tailscope.reports.downsample import lttb, lttb_indices
+from tailscope.reports.extras import loop_label, streaming, sweep
+from tailscope.reports.html import render_html
+from tailscope.reports.junit import render_junit
+from tailscope.reports.markdown import cell, render_comparison_markdown
+from tailscope.reports.timeline import MAX_LINE_POINTS, latency_lines, signal_panels
+from tailscope.rundir import load_run
+from tailscope.rundir.synthetic import write_synthetic_run
+
+NS = 1_000_000_000
+
+
+@pytest.fixture(scope="module")
+def gc_run(tmp_path_factory):
+    path = str(tmp_path_factory.mktemp("views") / "run")
+    truth = write_synthetic_run(path, duration_s=20, rate=80, seed=4,
+                                spikes=[{"kind": "gc", "at_s": 6, "duration_s": 2, "extra_ms": 200}])
+    run = load_run(path)
+    return truth, run, request_arrays(run.requests)
+
+
+def test_lttb_keeps_the_peak_and_the_ends_within_the_bound():
+    x = np.arange(100_000, dtype=float)
+    y = np.random.default_rng(1).normal(size=len(x))
+    y[54_321] = 80.0
+    index = lttb_indices(x, y, 500)
+    assert len(index) == 500 and index[0] == 0 and index[-1] == len(x) - 1
+    assert 54_321 in index and np.all(np.diff(index) > 0)
+    xs, ys = lttb([0, 1, 2], [1.0, None, 3.0], 10)  # nulls dropped, short series kept whole
+    assert xs == [0.0, 2.0] and ys == [1.0, 3.0]
+
+
+def test_a_day_of_windows_charts_in_bounded_points():
+    windows = [{"start_ns": i * NS, "end_ns": (i + 1) * NS, "p50_ms": 10.0, "p99_ms": 50.0 + (i == 40_000) * 900,
+                "max_ms": 60.0} for i in range(86_400)]
+    lines = latency_lines(windows, 0)
+    assert lines["downsampled"] and lines["windows"] == 86_400
+    assert {line["name"] for line in lines["lines"]} == {"P50", "P99", "max"}
+    assert all(len(line["x"]) <= MAX_LINE_POINTS for line in lines["lines"])
+    assert max(next(line for line in lines["lines"] if line["name"] == "P99")["y"]) == 950.0
+
+
+def test_distribution_uses_one_grid_and_reads_quantiles_within_six_percent(gc_run):
+    _, _, req = gc_run
+    dist = latency_distribution(req)
+    edges = np.array(dist["bin_edges_ms"])
+    grid = bin_edges_ms()
+    assert len(grid) == 161 and np.isclose(grid[0], 0.01) and np.isclose(grid[-1], 1e6)
+    assert np.all(np.isclose(edges, grid[np.searchsorted(grid, edges[0] * 0.999):][:len(edges)]))
+    counts = np.array(dist["classes"]["all"]["counts"])
+    assert counts.sum() == dist["classes"]["all"]["n"] == int(req.is_ok.sum())
+    assert sum(dist["classes"][c]["n"] for c in ("short", "long")) == dist["classes"]["all"]["n"]
+    exact = np.quantile(req.latency_ms[req.is_ok], 0.5)
+    upper = edges[1:][np.searchsorted(np.cumsum(counts), counts.sum() / 2)]
+    assert exact <= upper <= exact * 1.13  # the bin's upper edge is at most one bin (12.2%) above
+
+
+def test_slow_points_are_bounded_per_bucket_and_in_time_order(gc_run):
+    _, _, req = gc_run
+    period = (int(req.scheduled_ns.min()), int(req.end_ns.max()))
+    points = slow_request_points(req, 5.0, period, max_buckets=10, top=3)
+    assert points["shown"] == len(points["t_ns"]) <= 30 < points["above_threshold"]
+    assert points["t_ns"] == sorted(points["t_ns"]) and min(points["latency_ms"]) > 5.0
+    assert slow_request_points(req, None, period)["shown"] == 0
+
+
+def test_representative_trace_is_a_median_slow_request_with_relative_spans(gc_run):
+    truth, run, req = gc_run
+    spike = truth["spikes"][0]
+    slow = np.flatnonzero(req.is_ok & (req.scheduled_ns >= spike["start_ns"]) & (req.scheduled_ns < spike["end_ns"])
+                          & (req.latency_ms > 100))
+    trace = representative_trace(req, slow, run.spans, {"inference": "inference", "queue_wait": "queue"})
+    assert trace["latency_ms"] == pytest.approx(np.sort(req.latency_ms[slow])[(len(slow) - 1) // 2])
+    names = [s["name"] for s in trace["spans"]]
+    assert names[0] == "POST /v1/infer/text" and "inference" in names
+    inference = trace["spans"][names.index("inference")]
+    assert inference["stage"] == "inference" and inference["depth"] == 1 and inference["end_ms"] - inference["start_ms"] > 100
+    assert trace["spans"][names.index("preprocess")]["stage"] is None  # not in the given map
+    assert 0 <= trace["spans"][0]["start_ms"] < trace["spans"][0]["end_ms"] <= trace["end_ms"]
+    assert representative_trace(req, slow[:0], run.spans, {}) is None
+    assert span_depths(["a", "b", "c"], [None, "a", "b"]) == [0, 1, 2]
+
+
+def test_cards_rank_causes_flatten_evidence_and_cap_the_count():
+    spikes = [{"start_ns": i * NS, "end_ns": (i + 1) * NS, "excess_ms": float(i), "p99_ms": 100.0 + i,
+               "causes": [{"kind": "gc_pause", "confidence": 0.9, "evidence": {"share": 0.97, "pause": {"max_ms": 180}}}]}
+              for i in range(MAX_CARDS + 3)]
+    result = spike_cards(spikes, 0)
+    assert len(result["rows"]) == MAX_CARDS + 3 and len(result["cards"]) == MAX_CARDS and result["uncarded"] == 3
+    assert [c["number"] for c in result["cards"]] == list(range(4, MAX_CARDS + 4))  # largest excess, time order
+    assert result["cards"][0]["cause_rows"][0]["confidence"] == "90%"
+    assert evidence_rows({"share": 0.97, "pause": {"max_ms": 180}, "decomposition": {"x": 1}}) == [
+        {"key": "share", "value": "0.97"}, {"key": "pause.max_ms", "value": "180"}]
+
+
+def test_optional_sections_read_defensively():
+    assert streaming(None) is None and sweep(None) == (None, None)
+    table, chart = sweep({"steps": [{"offered_rps": 10, "achieved_rps": 9.9, "p99_ms": 20, "passed": True}],
+                          "knee_rps": 10})
+    assert table["rows"][0]["result"] == "pass" and chart["p99"] == [20] and table["max_under_slo"] == "—"
+    rows = streaming({"ttft_ms": {"p50": {"value_ms": 30.0, "n": 10}, "p99": {"value_ms": 90.0}}, "streams": 10})
+    assert rows["rows"][0]["metric"] == "time to first token" and rows["rows"][0]["P99"] == "90.0 ms"
+    assert "coordinated omission" in loop_label({"arrival": {"process": "closed"}})
+    assert loop_label({"arrival": {"process": "poisson"}}) is None
+    panels = signal_panels({"series": [{"name": "a", "unit": "%", "t_ns": [0], "values": [1]},
+                                       {"name": "b", "unit": "%", "t_ns": [0], "values": [2]},
+                                       {"name": "c", "unit": "", "t_ns": [0], "values": [3]}],
+                            "panels": [{"title": "CPU", "series": ["a", "b", "missing"]}]}, 0)
+    assert [(p["title"], len(p["series"])) for p in panels] == [("CPU", 2), ("c", 1)]
+
+
+COMPARISON = {
+    "baseline": {"name": "base", "path": "/runs/a"}, "current": {"name": "new|run", "path": "/runs/b"},
+    "verdict": {"regressed": True, "summary": "P95 60 ms → 90 ms"},
+    "checks": [{"name": "p95 within +10%", "passed": False, "message": "+30 ms"},
+               {"name": "error_rate within +0.5 points", "passed": True, "message": "+0.0 points"}],
+    "percentiles": [{"percentile": "p95", "baseline_ms": 60.0, "current_ms": 90.0, "change_ms": 30.0,
+                     "change_ci_ms": [24.0, 36.0], "relative_change": 0.5, "significant": True, "regressed": True}],
+    "changed_stage": {"stage": "queue", "change_ms": 28.0, "summary": "queue wait grew"},
+}
+
+
+def test_junit_has_a_case_per_slo_and_per_comparison_check():
+    analysis = {"run": {"name": "r", "path": "/r", "status": "complete", "duration_s": 1.0},
+                "verdict": {"slos": [{"slo": "p99 < 100ms", "metric": "p99", "observed": 50.0, "threshold": 100.0,
+                                      "passed": True, "claimed": True}]}}
+    root = ET.fromstring(render_junit(analysis, COMPARISON).split("?>", 1)[1])
+    suites = {s.get("name"): s for s in root.findall("testsuite")}
+    assert set(suites) == {"tailscope.slo", "tailscope.compare"}
+    cases = suites["tailscope.compare"].findall("testcase")
+    assert [c.get("name") for c in cases] == ["p95 within +10%", "error_rate within +0.5 points"]
+    assert cases[0].find("failure") is not None and cases[1].find("failure") is None
+    assert suites["tailscope.compare"].get("failures") == "1"
+
+
+def test_comparison_data_markdown_and_page():
+    data = build_comparison_data(COMPARISON)
+    assert data["verdict"]["label"] == "REGRESSION" and data["percentiles"][0]["change_ci"] == "+24.0 ms … +36.0 ms"
+    assert data["changed_stage"]["stage"] == "queue" and not data["has_distributions"]
+    text = render_comparison_markdown(data)
+    assert "**REGRESSION**" in text and "new\\|run" in text and "| p95 within +10% | fail |" in text
+    page = render_comparison(COMPARISON, compress_plotly=False)
+    assert "The comparison carries no distributions." in page and 'id="plotly-inline"' in page
+
+
+def test_markdown_cells_cannot_inject():
+    assert cell("<img src=x>|`x`\nnext") == "&lt;img src=x&gt;\\|\\`x\\` next"
+
+
+def test_a_synthetic_day_renders_a_bounded_page(tmp_path):
+    """A 24-hour analysis shape (86,400 windows, 3,000 slow points, 2,000-point signals) stays far below 10 MB."""
+    from tailscope.reports.data import build_report_data
+    from tailscope.analyzers.analysis import analyze_run
+
+    path = str(tmp_path / "run")
+    write_synthetic_run(path, duration_s=20, rate=20, seed=2)
+    analysis = analyze_run(path)
+    window = analysis["windows"][0]
+    analysis["windows"] = [dict(window, start_ns=window["start_ns"] + i * NS, end_ns=window["end_ns"] + i * NS)
+                           for i in range(86_400)]
+    analysis["run"]["duration_s"] = 86_400.0
+    html = render_html(build_report_data(analysis))
+    assert len(html.encode("utf-8")) < 10_000_000

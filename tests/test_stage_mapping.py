@@ -1,0 +1,164 @@
+"""Stage-mapping rules: presets, user rules (first match wins), Triton-style span events, errors."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from run_builders import TRITON_FIXTURE, triton_requests, write_requests_run
+from tailscope.analyzers.analysis import analyze_run
+from tailscope.analyzers.records import request_arrays
+from tailscope.analyzers.stage_rules import PRESETS, StageRuleError, parse_stages_config, rules_for_scenario
+from tailscope.analyzers.stages import stage_matrix
+from tailscope.rundir import load_run, schema
+from tailscope.rundir.synthetic import write_synthetic_run
+from tailscope.scenario import ScenarioError, parse_scenario
+from tailscope.tracing.importers import import_spans
+
+TRITON_STAGES = ("http_recv", "queue", "compute_input", "inference", "compute_output", "http_send")
+
+
+@pytest.fixture(scope="module")
+def triton_run(tmp_path_factory):
+    run_dir = write_requests_run(tmp_path_factory.mktemp("triton") / "run", triton_requests(),
+                                 scenario={"stages": {"preset": "triton"}})
+    import_spans(run_dir, [TRITON_FIXTURE])
+    return run_dir
+
+
+def test_triton_preset_recovers_every_stage_and_the_unaccounted_time(triton_run):
+    run = load_run(triton_run)
+    truth = {r["trace_id"]: r for r in triton_requests()}
+    req = request_arrays(run.requests)
+    matrix = stage_matrix(req, run.spans, PRESETS["triton"])
+    assert len(matrix.request_index) == 60 and matrix.unmapped == []
+    for row, index in enumerate(matrix.request_index):
+        expected = truth[req.trace_id[index]]
+        for stage in TRITON_STAGES:
+            assert matrix.column(stage)[row] == pytest.approx(expected["stages_ms"][stage], abs=1e-9)
+        assert matrix.column("server")[row] == pytest.approx(expected["server_ms"], abs=1e-9)
+        assert matrix.column("unaccounted")[row] == pytest.approx(expected["unaccounted_ms"], abs=1e-9)
+        assert matrix.column("client_network")[row] == pytest.approx(0.3, abs=1e-9)
+
+
+def test_triton_analysis_shows_the_slow_queue_and_the_rules(triton_run):
+    stages = analyze_run(triton_run)["stages"]
+    assert stages["joined_fraction"] == 1.0
+    assert stages["by_stage"]["queue"]["p99_ms"] == pytest.approx(30.0)  # every 20th request waits 30 ms
+    assert stages["by_stage"]["queue"]["count"] == 60
+    assert stages["rules"]["preset"] == "triton" and stages["rules"]["server"] == "name ~ /^InferRequest$/"
+    assert {"between": ["QUEUE_START", "COMPUTE_START"], "stage": "queue"} in stages["rules"]["rules"]
+
+
+def test_without_the_preset_triton_spans_are_unmapped_and_time_is_unaccounted(triton_run):
+    run = load_run(triton_run)
+    matrix = stage_matrix(request_arrays(run.requests), run.spans, PRESETS["reference"])
+    assert {u["name"]: u["count"] for u in matrix.unmapped} == {"resnet50": 60, "compute": 60}
+    assert np.allclose(matrix.column("unaccounted"), matrix.column("server"))
+
+
+def _spans(rows: list[dict]) -> pa.Table:
+    base = {"parent_span_id": None, "service": "s", "kind": 1, "status_code": 0, "links": None, "pid": None,
+            "events": None, "attributes": "{}"}
+    return pa.Table.from_pylist([{**base, **row} for row in rows], schema=schema.SPANS_SCHEMA)
+
+
+def test_user_rules_come_first_and_the_first_match_wins(tmp_path):
+    trace = "ab" * 16
+    run_dir = write_requests_run(tmp_path / "run", [{"trace_id": trace, "sent_ns": 0, "end_ns": 100_000_000}])
+    t = 1_000_000
+    spans = _spans([
+        {"trace_id": trace, "span_id": "01" * 8, "name": "POST /x", "kind": 2, "start_ns": t, "end_ns": 91 * t},
+        {"trace_id": trace, "span_id": "02" * 8, "name": "tokenize", "start_ns": t, "end_ns": 3 * t},
+        {"trace_id": trace, "span_id": "03" * 8, "name": "preprocess", "start_ns": 3 * t, "end_ns": 4 * t},
+        {"trace_id": trace, "span_id": "04" * 8, "name": "step", "start_ns": 4 * t, "end_ns": 10 * t,
+         "attributes": json.dumps({"phase": "queue", "n": 7})},
+        {"trace_id": trace, "span_id": "05" * 8, "name": "step", "start_ns": 10 * t, "end_ns": 50 * t,
+         "attributes": json.dumps({"phase": "forward", "n": 7})},
+        {"trace_id": trace, "span_id": "06" * 8, "name": "health", "start_ns": 50 * t, "end_ns": 51 * t},
+        {"trace_id": trace, "span_id": "07" * 8, "name": "mystery", "start_ns": 51 * t, "end_ns": 52 * t},
+    ])
+    rules = parse_stages_config({"rules": [
+        {"match": {"name": "^(tokenize|preprocess)$"}, "stage": "preprocess"},
+        {"match": {"name": "^step$", "attribute": {"phase": "^queue$"}}, "stage": "queue"},
+        {"match": {"attribute": {"phase": "forward", "n": "^7$"}}, "stage": "inference"},
+        {"match": {"name": "health"}, "stage": "ignore"},
+        {"match": {"name": "^tokenize$"}, "stage": "never_reached"},
+    ]})
+    matrix = stage_matrix(request_arrays(load_run(run_dir).requests), spans, rules)
+    got = {stage: matrix.column(stage)[0] for stage in matrix.stages}
+    assert got["preprocess"] == 3.0 and got["queue"] == 6.0 and got["inference"] == 40.0
+    assert np.isnan(got["never_reached"]) and got["server"] == 90.0
+    assert got["unaccounted"] == pytest.approx(90.0 - 49.0)
+    assert matrix.unmapped == [{"name": "mystery", "count": 1}]
+
+
+def test_top_level_span_is_the_server_span_when_no_span_is_server_kind(tmp_path):
+    trace = "cd" * 16
+    run_dir = write_requests_run(tmp_path / "run", [{"trace_id": trace, "sent_ns": 0, "end_ns": 50_000_000}])
+    t = 1_000_000
+    spans = _spans([  # a framework that marks nothing SERVER; its root continues the generator's span
+        {"trace_id": trace, "span_id": "01" * 8, "parent_span_id": "ff" * 8, "name": "handler",
+         "start_ns": t, "end_ns": 21 * t},
+        {"trace_id": trace, "span_id": "02" * 8, "parent_span_id": "01" * 8, "name": "inference",
+         "start_ns": 2 * t, "end_ns": 12 * t},
+    ])
+    matrix = stage_matrix(request_arrays(load_run(run_dir).requests), spans, PRESETS["reference"])
+    assert matrix.column("server")[0] == 20.0 and matrix.column("inference")[0] == 10.0
+    assert matrix.unmapped == []
+
+
+def test_reference_preset_matches_the_old_name_map_on_a_synthetic_run(tmp_path):
+    write_synthetic_run(tmp_path / "syn", duration_s=8, rate=40, seed=3, with_signals=False)
+    run = load_run(tmp_path / "syn")
+    req = request_arrays(run.requests)
+    by_preset = stage_matrix(req, run.spans, PRESETS["reference"])
+    by_map = stage_matrix(req, run.spans, {"preprocess": "preprocess", "queue_wait": "queue",
+                                           "batch_wait": "batch_wait", "inference": "inference",
+                                           "postprocess": "postprocess"})
+    assert by_preset.stages == by_map.stages
+    assert np.array_equal(by_preset.ms, by_map.ms, equal_nan=True)
+    assert len(by_preset.request_index) > 250
+
+
+SCENARIO = """duration: 5s
+target: http://127.0.0.1:9
+arrival: {process: constant, rate: 1}
+classes: [{name: a, path: /}]
+stages:
+"""
+
+
+@pytest.mark.parametrize("section, where, message", [
+    ("  preset: vllm\n", "6: stages.preset", "unknown preset 'vllm'"),
+    ("  rules:\n    - match: {name: '(('}\n      stage: queue\n", "7: stages.rules[0].match.name",
+     "invalid regular expression"),
+    ("  rules:\n    - match: {name: x}\n      stage: server\n", "8: stages.rules[0].stage", "derived by the analysis"),
+    ("  rules:\n    - between: [A]\n      stage: q\n", "7: stages.rules[0].between", "two event names"),
+    ("  rules:\n    - stage: q\n", "7: stages.rules[0]", "exactly one of `match`"),
+    ("  clock: sometimes\n", "6: stages.clock", "auto, on, off"),
+    ("  rules:\n    - match: {}\n      stage: q\n", "7: stages.rules[0].match", "needs `name` or `attribute`"),
+])
+def test_scenario_errors_are_located(section, where, message):
+    with pytest.raises(ScenarioError) as info:
+        parse_scenario(SCENARIO + section, "s.yaml")
+    assert f"s.yaml:{where}" in str(info.value) and message in str(info.value)
+
+
+def test_scenario_section_parses_into_rules():
+    scenario = parse_scenario(SCENARIO + "  preset: triton\n  clock: off\n  rules:\n"
+                              "    - match: {name: '^decode$'}\n      stage: preprocess\n", "s.yaml")
+    rules = scenario.sections["stages"]
+    assert rules.preset == "triton" and rules.clock == "off" and rules.user_rules == 1
+    assert rules.stage_names()[0] == "preprocess"
+
+
+def test_a_broken_section_in_an_old_manifest_falls_back_with_a_warning():
+    resolved = rules_for_scenario({"stages": {"preset": 42}})
+    assert resolved.rules.preset == "reference"
+    assert resolved.warnings[0]["code"] == "invalid_stage_rules"
+    with pytest.raises(StageRuleError):
+        parse_stages_config({"preset": 42})
