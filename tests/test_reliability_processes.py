@@ -37,18 +37,22 @@ def traced_target():
     port, receiver_port = free_port(), free_port()
     target = start_target(port, receiver_port)
     yield f"http://127.0.0.1:{port}", receiver_port, target
-    target.stop(grace_s=3)
+    target.stop(grace_s=1)
 
 
-def test_kill_9_at_random_points_leaves_a_run_that_reports_up_to_the_last_flush(tmp_path, traced_target, capsys):
-    url, receiver_port, _ = traced_target
+def test_kill_9_at_random_points_leaves_a_run_that_reports_up_to_the_last_flush(tmp_path, capsys):
     rng = random.Random(9)
     for attempt, delay_s in enumerate((0.2, rng.uniform(2.5, 4.0))):
+        # A fresh target per run: an exporter whose receiver died backs off before retrying.
+        port, receiver_port = free_port(), free_port()
+        target = start_target(port, receiver_port)
         out = tmp_path / f"k{attempt}"
-        scenario = write_scenario(tmp_path / f"k{attempt}.yaml", url, duration="30s", rate=50)
+        scenario = write_scenario(tmp_path / f"k{attempt}.yaml", f"http://127.0.0.1:{port}", duration="30s", rate=50)
         run = start_run(scenario, out, "--receiver-port", str(receiver_port))
         try:
             run_dir = run_dir_of(str(out))
+            if delay_s > 1:  # kill mid-load: once spans flow (a cold machine starts slowly)
+                _wait_for_stored_spans(run_dir, timeout_s=60)
             time.sleep(delay_s)
             children = children_of(run.pid)
             kill_ns = time.time_ns()
@@ -56,6 +60,7 @@ def test_kill_9_at_random_points_leaves_a_run_that_reports_up_to_the_last_flush(
             run.wait(timeout=10)
         finally:
             run.stop()
+            target.stop(grace_s=1)
         assert children and not _wait_gone(children), "receiver and sampler die with the harness"
         from tailscope.cli import main  # the report command never imports Locust
 
@@ -74,6 +79,21 @@ def test_kill_9_at_random_points_leaves_a_run_that_reports_up_to_the_last_flush(
                 "the receiver flushed and closed its spans on the harness's death"
         assert not [f for f in os.listdir(run_dir) if f.startswith(".reserve")], \
             "`tailscope report` gives back the reserve a killed harness left"
+
+
+def _wait_for_stored_spans(run_dir: str, timeout_s: float) -> None:
+    """Block until the run's receiver reports stored spans (its receiver.json)."""
+    path = os.path.join(run_dir, "receiver.json")
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            with open(path, encoding="utf-8") as fh:
+                if json.load(fh).get("spans_stored", 0) > 0:
+                    return
+        except (OSError, ValueError):
+            pass
+        time.sleep(0.1)
+    raise AssertionError(f"no spans reached the receiver within {timeout_s:.0f} s")
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])

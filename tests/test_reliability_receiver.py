@@ -40,13 +40,13 @@ def _stop(proc: subprocess.Popen) -> None:
 def test_a_span_flood_beyond_ingest_is_shed_with_counts_and_the_receiver_keeps_serving(tmp_path):
     rx = OtlpReceiver(str(tmp_path), port=0, queue_size=2)
     port = rx.start()
-    flood = _flood(port, 6.0)
+    flood = _flood(port, 4.0)
     try:
         deadline = time.monotonic() + 30
         while rx.stats()["requests"] < 2 and time.monotonic() < deadline:
             time.sleep(0.05)
-        with rx._spans._lock:  # the writer cannot store: a disk that stalls for 3 s
-            time.sleep(3.0)
+        with rx._spans._lock:  # the writer cannot store: a disk that stalls for 2 s
+            time.sleep(2.0)
         flood.wait(timeout=60)
         stats = rx.stats()
         assert stats["spans_dropped"] > 0, stats
@@ -116,7 +116,7 @@ def test_a_span_flood_during_a_run_does_not_slow_the_generator(tmp_path):
                 _stop(flood)
         if run is not None:
             run.stop()
-        target.stop(grace_s=3)
+        target.stop(grace_s=1)
     assert manifest(run_dir)["status"] == "complete"
     receiver = read_json(os.path.join(run_dir, "receiver.json"))
     assert receiver["spans_received"] > 2_000, "the flood reached the run's receiver"
