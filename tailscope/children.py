@@ -17,6 +17,8 @@ import threading
 import time
 from typing import Sequence
 
+from tailscope.faults.processes import stop_process
+
 PR_SET_PDEATHSIG = 1
 #: How long a child may take to print its ``LISTENING <port>`` line.
 READY_TIMEOUT_S = 30.0
@@ -133,16 +135,7 @@ class Child:
         """SIGTERM the child by PID, wait ``grace_s``, then SIGKILL. Returns its exit code."""
         if self.proc is None:
             return None
-        if self.proc.poll() is None:
-            try:
-                os.kill(self.proc.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-            try:
-                self.proc.wait(timeout=grace_s)
-            except subprocess.TimeoutExpired:
-                os.kill(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(timeout=5)
+        stop_process(self.proc, grace_s=grace_s)
         if self._log not in (None, subprocess.DEVNULL):
             self._log.close()
             self._log = None
