@@ -19,6 +19,13 @@ is timed and framed into chunks (:mod:`.streams`: SSE events, JSON lines or
 reads); ``first_byte_ns`` is then the first chunk (time to first token), the
 record carries the chunk count and the largest gap, and the chunk times go to
 the recorder's chunk sink (``chunks.arrow``).
+
+The bytes of a request (head and body) are built by :meth:`Exchanger.encode`
+before its scheduled time (geventhttpclient's own request builder, so headers
+are exactly what ``client.request`` would send), and the send at the deadline
+is one ``sendall`` on a pooled keep-alive connection. A pooled connection the
+server has closed meanwhile is replaced and an idempotent request retried, as
+geventhttpclient does.
 """
 
 from __future__ import annotations
@@ -26,7 +33,8 @@ from __future__ import annotations
 import errno
 
 import gevent
-from geventhttpclient.response import HTTPConnectionClosed, HTTPParseError
+import gevent.socket
+from geventhttpclient.response import HTTPConnectionClosed, HTTPParseError, HTTPSocketPoolResponse
 from geventhttpclient.url import URL
 
 from .clock import RunClock
@@ -35,6 +43,13 @@ from .recorder import Recorder
 from .streams import ChunkTimer
 
 _REFUSED_ERRNOS = frozenset({errno.ECONNREFUSED})
+#: Send errors after which the server may still have answered (it rejected the
+#: request early and closed), so the response is read before giving up.
+_BROKEN_SEND_ERRNOS = frozenset({errno.ECONNRESET, errno.EPIPE})
+#: RFC 9110 section 9.2.2: only idempotent requests are retried automatically
+#: on a fresh connection when a pooled keep-alive connection turns out closed.
+_CLIENT_HANDLED_HEADERS = frozenset({"expect", "transfer-encoding"})
+_IDEMPOTENT_METHODS = frozenset({"GET", "HEAD", "PUT", "DELETE", "OPTIONS", "TRACE"})
 _RESET_ERRNOS = frozenset({errno.ECONNRESET, errno.EPIPE, errno.ECONNABORTED})
 
 
@@ -85,6 +100,19 @@ class Exchanger:
         self._recorder = recorder
         self._request_event = request_event
 
+    def encode(self, request: PreparedRequest) -> bytes | None:
+        """The request on the wire: head (default headers, Host, Content-Length,
+        the class's and the trace headers) and body. Cheap to send, costly to
+        build (tens of µs): build it before the request's scheduled time.
+        None when the class's headers ask for ``Expect`` or ``Transfer-Encoding``
+        handling: such requests go through geventhttpclient's ``request``."""
+        cls = request.cls
+        if any(name.lower() in _CLIENT_HANDLED_HEADERS for name in request.headers):
+            return None
+        head = self._client._build_request(cls.method.upper(), self._prefix + cls.path, body=request.body,
+                                           headers=request.headers, chunked=False)
+        return head.encode("latin-1") + request.body
+
     def exchange(self, request: PreparedRequest, scheduled_ns: int | None) -> None:
         """Send ``request`` now and record it. ``scheduled_ns`` (epoch ns) is the
         intended send time; None means "now" (closed loop: scheduled = sent)."""
@@ -101,8 +129,12 @@ class Exchanger:
         timer = gevent.Timeout(self._timeout_s)
         timer.start()
         try:
-            response = self._client.request(cls.method, self._prefix + cls.path,
-                                            body=request.body, headers=request.headers)
+            wire = request.wire if request.wire is not None else self.encode(request)
+            if wire is not None:
+                response = self._send(wire, cls.method.upper())
+            else:
+                response = self._client.request(cls.method, self._prefix + cls.path,
+                                                body=request.body, headers=request.headers)
             first_byte_ns = clock.now_ns()
             status = response.status_code
             if cls.stream:
@@ -145,6 +177,36 @@ class Exchanger:
         )
         if isinstance(failure, gevent.GreenletExit):
             raise failure
+
+    def _send(self, wire: bytes, method: str) -> HTTPSocketPoolResponse:
+        """Send ``wire`` on a pooled connection and return the response once its
+        head has arrived (the body is read by the caller)."""
+        client = self._client
+        pool = client._connection_pool
+        retries_left = pool.size + 1 if method in _IDEMPOTENT_METHODS else 0
+        while True:
+            sock = pool.get_socket()
+            try:
+                sock.sendall(wire)
+            except gevent.socket.error as exc:
+                if exc.errno not in _BROKEN_SEND_ERRNOS:
+                    pool.release_socket(sock)
+                    raise
+                try:  # the server may have answered before closing: read that answer
+                    return HTTPSocketPoolResponse(sock, pool, block_size=client.block_size, method=method,
+                                                  headers_type=client.headers_type)
+                except (gevent.socket.error, HTTPParseError):
+                    if retries_left <= 0:
+                        raise
+                    retries_left -= 1
+                    continue
+            try:
+                return HTTPSocketPoolResponse(sock, pool, block_size=client.block_size, method=method,
+                                              headers_type=client.headers_type)
+            except HTTPConnectionClosed:  # a stale keep-alive connection; the response released it
+                if retries_left <= 0:
+                    raise
+                retries_left -= 1
 
     def _outcome(self, failure: BaseException | None, status: int) -> tuple[str | None, str | None]:
         """``(error_kind, error message)`` of an exchange; ``(None, None)`` on success."""

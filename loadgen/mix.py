@@ -27,6 +27,9 @@ class PreparedRequest:
     body: bytes
     headers: dict[str, str]
     trace_id: str
+    #: The request's bytes on the wire, when built ahead of its send time
+    #: (``Exchanger.encode``); None: built at send time.
+    wire: bytes | None = None
 
 
 class RequestMix:

@@ -5,15 +5,16 @@ in the process that generates load.
 
 - :class:`OpenLoopUser` — one instance walks the arrival schedule. At each
   scheduled time (run origin + offset, slept to on the monotonic clock, so no
-  drift) it takes a slot under the in-flight cap and spawns a greenlet that
-  sends one request, whether or not earlier requests have finished. When the
+  drift) it takes a slot under the in-flight cap and switches straight into a
+  new greenlet that sends one request, whether or not earlier requests have
+  finished. When the
   cap is reached the scheduler waits for a slot; the waiting counts in the
   latency of every request that was due meanwhile (their ``scheduled_ns`` is
   the intended time). Requests still waiting when the run is halted are
   recorded as ``dropped``. With ``in_flight_policy: drop`` a request that
   finds the cap full is recorded as ``dropped`` at once and never sent. Each
-  request is prepared (class, body, trace context) *before* its scheduled
-  time, so only the send itself happens at the deadline.
+  request is prepared (class, body, trace context, its bytes on the wire)
+  *before* its scheduled time, so only the send itself happens at the deadline.
 - :class:`ClosedLoopUser` — ``arrival.users`` instances, each sending its next
   request ``think_time_s`` after the previous reply (``scheduled_ns = sent_ns``).
 
@@ -214,6 +215,7 @@ def run_open_loop(session: LoadSession, exchanger: Exchanger) -> None:
     exhausted_reason = None
     for offset in offsets:
         request = mix.prepare(mix.draw_class())  # before its time: off the send path
+        request.wire = exchanger.encode(request)
         session.next_send_elapsed_ns = offset
         wait_s = clock.seconds_until(offset)
         if wait_s > 0 and not _sleep_until(clock, offset, wait_s, session.halted):
@@ -227,15 +229,27 @@ def run_open_loop(session: LoadSession, exchanger: Exchanger) -> None:
         session.scheduled += 1
         session.sent += 1
         session.in_flight += 1
-        in_flight.spawn(send, request, clock.start_ns + offset)
-        if wait_s <= 0:
-            gevent.sleep(0)  # behind schedule: let the new request go out now
+        _start_now(in_flight, send, request, clock.start_ns + offset)
     else:
         exhausted_reason = "max_requests" if session.scheduled >= plan.max_requests else "duration"
     session.next_send_elapsed_ns = None
     session.end_scheduling(exhausted_reason)
     in_flight.join(timeout=plan.timeout_s + DRAIN_GRACE_S)
     in_flight.kill(block=True, timeout=DRAIN_GRACE_S)
+
+
+def _start_now(group: gevent.pool.Group, function, *args) -> None:
+    """Run ``function(*args)`` in a new greenlet of ``group`` at once, not on the
+    loop's next turn: the caller switches into it and resumes on that turn.
+
+    ``group.spawn`` would queue the start behind every callback already due
+    (responses being read), which delays a send by whole response handlings;
+    switching straight in makes the send leave at the deadline, and the new
+    greenlet gives the loop back as soon as it waits for its response."""
+    greenlet = gevent.Greenlet(function, *args)
+    group.add(greenlet)
+    gevent.get_hub().loop.run_callback(gevent.getcurrent().switch)
+    greenlet.switch()
 
 
 def _sleep_until(clock: RunClock, offset_ns: int, wait_s: float, halted: gevent.event.Event) -> bool:

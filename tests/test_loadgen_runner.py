@@ -42,6 +42,10 @@ class _Handler(BaseHTTPRequestHandler):
             if self.path.startswith("/reset"):
                 self._reset_connection()
                 return
+            self.served_here = getattr(self, "served_here", 0) + 1
+            if self.path.startswith("/one-per-connection") and self.served_here > 1:
+                self.close_connection = True  # a keep-alive timeout racing the next request:
+                return  # closed without an answer, as the request arrives
             time.sleep(self.server.hang_s if self.path.startswith("/hang") else self.server.service_s)
             status = 503 if self.path.startswith("/fail") else 200
             reply = b'{"ok": true}'
@@ -51,6 +55,11 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.write(reply)
         finally:
             self.server.left()
+
+    def handle_expect_100(self):
+        answered = super().handle_expect_100()
+        self.wfile.flush()  # the interim "100 Continue" must leave before the body is read
+        return answered
 
     def _reset_connection(self):
         """Abort the connection with a TCP RST, no response."""
@@ -206,6 +215,35 @@ def test_constant_rate_records_traceparent_and_timing(serve, tmp_path):
 
     assert len(progress) >= 3
     assert progress[-1]["completed"] == 100 and progress[-1]["p99_ms"] >= progress[-1]["p50_ms"] > 0
+
+
+def test_a_closed_keepalive_connection_is_retried_only_for_idempotent_requests(serve, tmp_path):
+    """A server that closes each kept-alive connection when its second request
+    arrives (no answer): a GET is sent again on a fresh connection and
+    succeeds; a POST may have been processed, so it is recorded as ``reset``."""
+    server = serve()
+    classes = [{"name": "get", "path": "/one-per-connection", "method": "GET", "weight": 1},
+               {"name": "post", "path": "/one-per-connection", "method": "POST", "weight": 1,
+                "payload": {"kind": "fixed", "body": "{}"}}]
+    result, _, rec = run_plan(tmp_path, _plan(server.url, classes=classes, duration_s=1.0,
+                                              max_in_flight=1))
+    outcome = {(c, k) for c, k in zip(rec["cls"], rec["error_kind"])}
+    assert ("get", "reset") not in outcome and ("get", None) in outcome
+    assert ("post", "reset") in outcome
+    assert len(rec["cls"]) == 50 == result["scheduled"]
+    retried = sum(1 for c, k in zip(rec["cls"], rec["error_kind"]) if k is None)
+    assert len(server.traceparents) > retried  # closed-on attempts reached the server too
+
+
+def test_expect_continue_goes_through_the_client_handshake(serve, tmp_path):
+    """A class asking for ``Expect: 100-continue`` is sent with the client's own
+    handshake (interim 100, then the body), not as prebuilt bytes."""
+    server = serve()
+    classes = [{"name": "upload", "path": "/", "method": "POST", "headers": {"Expect": "100-continue"},
+                "payload": {"kind": "fixed", "body": "x" * 300}}]
+    result, _, rec = run_plan(tmp_path, _plan(server.url, classes=classes, duration_s=0.5))
+    assert set(rec["error_kind"]) == {None} and set(rec["status"]) == {200}
+    assert server.body_sizes == [300] * 25 == [b for b in rec["bytes_out"]]
 
 
 def test_a_server_stall_shows_in_latency_from_scheduled_time(serve, tmp_path):
