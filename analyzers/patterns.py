@@ -113,8 +113,17 @@ def spectral_period(x: np.ndarray, rules: PatternRules) -> dict | None:
     best = fundamental(power, best, candidates[0])
     period_s = float(1.0 / freqs[best])
     lag = int(round(period_s))
-    acf = float(np.corrcoef(centred[:-lag], centred[lag:])[0, 1]) if 0 < lag < n - 2 else 0.0
+    acf = lag_correlation(centred, lag) if 0 < lag < n - 2 else 0.0
     return {"period_s": period_s, "fisher_g": g, "p_value": p_value, "autocorrelation": acf}
+
+
+def lag_correlation(x: np.ndarray, lag: int) -> float:
+    """Pearson correlation of ``x`` with itself ``lag`` steps later; 0.0 when
+    either part is constant (no correlation can be claimed)."""
+    head, tail = x[:-lag], x[lag:]
+    if np.ptp(head) == 0 or np.ptp(tail) == 0:
+        return 0.0
+    return float(np.corrcoef(head, tail)[0, 1])
 
 
 def fundamental(power: np.ndarray, peak: int, lowest: int) -> int:
