@@ -36,6 +36,10 @@ from .run_inputs import margin_ns
 #: Series-name prefix → cause kind (first match wins); unmatched series rank but name no kind.
 SERIES_KINDS = (
     ("cgroup.cpu.throttled", "cpu_throttling"), ("cgroup.cpu.nr_throttled", "cpu_throttling"),
+    ("host.cpu.iowait", "io_stall"), ("psi.io", "io_stall"), ("cgroup.psi.io", "io_stall"),
+    ("proc.threads_blocked", "io_stall"), ("proc.io.", "io_stall"), ("host.disk", "io_stall"),
+    ("host.procs_blocked", "io_stall"),
+    ("cgroup.psi.cpu", "cpu_contention"), ("cgroup.psi.memory", "swap"),
     ("proc.runqueue_wait", "cpu_contention"), ("proc.ctxt.nonvoluntary", "cpu_contention"),
     ("psi.cpu", "cpu_contention"), ("host.cpu", "cpu_contention"), ("host.load", "cpu_contention"),
     ("host.vm.pswp", "swap"), ("host.vm.pgmajfault", "swap"), ("proc.major_faults", "swap"),

@@ -15,10 +15,14 @@ that was already saturated, where a newcomer only displaces — the target
 waited more without doing more work (its CPU use did not rise):
 
 confidence = waiting × max(others, 0.7 × (1 − ramp(target CPU ratio, 1.1, 1.5)))
-           × (1 − throttling confidence)
+           × (1 − throttling confidence) × (1 − blocked-on-I/O confidence)
 
 waiting = best waiting signal × (0.75 + 0.25 × second best). Throttled
-threads wait too, hence the last factor.
+threads wait too, hence the throttling factor. A target blocked on its own
+storage I/O makes the kernel write its data back on kworker threads, which
+count as "other processes" and take the target's CPU (measured in the lab:
+about one core while it wrote 330 MB/s), hence the last factor (the
+io_stall detector's blocked evidence).
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import numpy as np
 
 from .causes import Finding, SpikeContext
 from .detect_cpu_throttling import throttling_confidence
+from .detect_io import blocked_on_io_confidence
 from .detector_kit import latency_split, ramp, signal_evidence, strongest
 
 OTHERS_CORES_MATERIAL = 0.3
@@ -78,19 +83,21 @@ class CpuContentionDetector:
         own_ratio = (own_contrast.spike / own_contrast.baseline
                      if own_contrast is not None and own_contrast.baseline > 0 else None)
         throttled, _ = throttling_confidence(ctx)
+        blocked_on_io, _ = blocked_on_io_confidence(ctx)
         factors = {"waiting": waiting,
                    "others_took_cpu": others.confidence if others is not None else 0.0,
                    "target_not_busier": 0.0 if own_ratio is None else 1.0 - ramp(own_ratio, 1.1, 1.5),
-                   "not_throttled": 1.0 - throttled}
+                   "not_throttled": 1.0 - throttled,
+                   "not_blocked_on_io": 1.0 - blocked_on_io}
         confidence = (factors["waiting"] * max(factors["others_took_cpu"], 0.7 * factors["target_not_busier"])
-                      * factors["not_throttled"])
+                      * factors["not_throttled"] * factors["not_blocked_on_io"])
         evidence = ([others.as_dict()] if others is not None else []) + waits
         return Finding(self.name, round(float(confidence), 4), {
-            "summary": _summary(others, waits, own_ratio, throttled), "signals": evidence,
+            "summary": _summary(others, waits, own_ratio, throttled, blocked_on_io), "signals": evidence,
             "target_cpu_ratio": own_ratio, "latency_split": latency_split(ctx).as_dict(), "factors": factors})
 
 
-def _summary(others, waits: list[dict], own_ratio: float | None, throttled: float) -> str:
+def _summary(others, waits: list[dict], own_ratio: float | None, throttled: float, blocked_on_io: float) -> str:
     parts = []
     if others is not None:
         parts.append(f"other processes used {others.contrast.spike:.2f} CPU cores vs "
@@ -111,4 +118,6 @@ def _summary(others, waits: list[dict], own_ratio: float | None, throttled: floa
     summary = "CPU contention: " + ("; ".join(parts) if parts else "no CPU signal moved")
     if throttled >= 0.5:
         summary += " (but the cgroup was throttled: see cpu_throttling)"
+    if blocked_on_io >= 0.5:
+        summary += " (but the target was blocked on storage I/O: see io_stall)"
     return summary

@@ -17,17 +17,23 @@ from .detector_kit import latency_split, server_side_factor, signal_evidence, st
 WEIGHTS = {"host.vm.pgmajfault": 0.8, "psi.memory.some_us": 0.8}
 
 
+def paging_confidence(ctx: SpikeContext) -> tuple[float, list[dict]]:
+    """(confidence, evidence) that memory pages were read back from swap or disk during the spike,
+    ignoring latency (the io_stall detector discounts its finding by it)."""
+    return strongest([
+        signal_evidence(ctx, "proc.major_faults", 20.0, floor=1.0),
+        signal_evidence(ctx, "host.vm.pswpin", 100.0, floor=5.0),
+        signal_evidence(ctx, "host.vm.pgmajfault", 50.0, floor=2.0),
+        signal_evidence(ctx, "psi.memory.some_us", 50e3, floor=1e3),
+    ], WEIGHTS)
+
+
 class SwapDetector:
     name = "swap"
     needs = ("signals",)
 
     def score(self, ctx: SpikeContext) -> Finding | None:
-        signal_confidence, evidence = strongest([
-            signal_evidence(ctx, "proc.major_faults", 20.0, floor=1.0),
-            signal_evidence(ctx, "host.vm.pswpin", 100.0, floor=5.0),
-            signal_evidence(ctx, "host.vm.pgmajfault", 50.0, floor=2.0),
-            signal_evidence(ctx, "psi.memory.some_us", 50e3, floor=1e3),
-        ], WEIGHTS)
+        signal_confidence, evidence = paging_confidence(ctx)
         if not evidence:
             return None
         split = latency_split(ctx)

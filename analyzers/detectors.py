@@ -13,17 +13,18 @@ from .detect_cpu_throttling import CpuThrottlingDetector
 from .detect_gc import GcDetector
 from .detect_generator import GeneratorDetector
 from .detect_gpu import GpuThrottlingDetector
+from .detect_io import IoStallDetector
 from .detect_queue import QueueSaturationDetector
 from .detect_swap import SwapDetector
 
 #: Every cause a spike can be given, ``unexplained`` last.
-CAUSE_KINDS = ("gc", "cpu_throttling", "cpu_contention", "swap", "queue_saturation", "gpu_throttling",
+CAUSE_KINDS = ("gc", "cpu_throttling", "cpu_contention", "swap", "io_stall", "queue_saturation", "gpu_throttling",
                "generator", "unexplained")
 
 
 def all_detectors() -> list:
     """New instances of every detector, in CAUSE_KINDS order."""
-    return [GcDetector(), CpuThrottlingDetector(), CpuContentionDetector(), SwapDetector(),
+    return [GcDetector(), CpuThrottlingDetector(), CpuContentionDetector(), SwapDetector(), IoStallDetector(),
             QueueSaturationDetector(), GpuThrottlingDetector(), GeneratorDetector()]
 
 

@@ -61,7 +61,7 @@ PANELS = (
     PanelSpec("runqueue_psi", "Run-queue wait & pressure stall (PSI)", "s/s", (
         r"proc\.runqueue_wait_ns", r"psi\.(cpu|memory|io)\.(some|full)_us", r"cgroup\.psi\.(cpu|memory|io)\.(some|full)_us")),
     PanelSpec("load", "Runnable and blocked tasks", "tasks", (
-        r"host\.procs_(running|blocked)", r"host\.load\.1m")),
+        r"host\.procs_(running|blocked)", r"host\.load\.1m", r"proc\.threads_blocked")),
     PanelSpec("ctxt", "Context switches", "/s", (r"proc\.ctxt\.(voluntary|nonvoluntary)", r"host\.ctxt")),
     PanelSpec("memory", "Memory & swap in use", "bytes", (
         r"host\.mem\.used_bytes", r"host\.swap\.used_bytes", r"proc\.rss_bytes",
@@ -69,6 +69,10 @@ PANELS = (
     PanelSpec("paging", "Swap I/O, major faults & memory-limit events", "/s", (
         r"host\.vm\.(pswpin|pswpout|pgmajfault|oom_kill)", r"proc\.major_faults", r"cgroup\.mem\.failcnt",
         r"cgroup\.mem\.events\.\w+")),
+    PanelSpec("disk_bytes", "Disk & target storage I/O", "bytes/s", (
+        r"host\.disk\.(read|write)_bytes", r"proc\.io\.(read|write)_bytes")),
+    PanelSpec("disk_requests", "Disk requests & cache flushes", "/s", (r"host\.disk\.(reads|writes|flushes)",)),
+    PanelSpec("disk_time", "Disk busy time & queue", "s/s", (r"host\.disk\.(busy|queue)_s",)),
     PanelSpec("gc", "GC pauses of the target", "ms", (r"gc\.pause_ms",)),
     PanelSpec("queue", "Queue depth", "requests", (
         r"queue\.(depth|capacity)", r"prom\..*(queue|pending|waiting|num_requests).*")),

@@ -1,7 +1,7 @@
 """io_stall: fsync'd writes in the target's request path, for a window.
 
 Mechanism: ``POST /admin/io_stall {"enabled": true, "kb": N}`` on the
-reference target makes each request's preprocessing write N KB to a file
+reference target makes each request's preprocessing append N KB to a file
 and ``fsync`` it, synchronously, in the event loop (as a per-request audit
 log would); ``{"enabled": false}`` ends it and deletes the file. The cost
 is the disk's flush latency: real on a disk, weak on tmpfs or a disk with a

@@ -27,7 +27,10 @@ throttle cpu_throttle   cpu_throttling   inference/preprocess; cgroup throttled 
 cpu      cpu_contention cpu_contention   preprocess/inference; other processes' CPU,
                                          run-queue wait, involuntary switches, PSI cpu
 swap     memory_swap    swap             preprocess/inference; swap-ins, major faults
-                                         (host and target), PSI memory
+                                         (host and target), PSI memory, blocked threads,
+                                         disk reads
+io       io_stall       io_stall         preprocess; threads blocked on I/O, PSI io,
+                                         the target's write bytes, disk busy and flushes
 queue    overload       queue_saturation arrivals ×(1 + ``surge``); queue wait, deep
                                          queue (``queue.depth``), a few 429s
 gpu      gpu_throttle   gpu_throttling   inference; SM clock drop, thermal clocks-event
@@ -77,6 +80,7 @@ SPIKE_KINDS = {
     "throttle": ("cpu_throttle", "cpu_throttling", {"preprocess": 0.2, "inference": 0.8}),
     "cpu": ("cpu_contention", "cpu_contention", {"preprocess": 0.3, "inference": 0.7}),
     "swap": ("memory_swap", "swap", {"preprocess": 0.5, "inference": 0.5}),
+    "io": ("io_stall", "io_stall", {"preprocess": 1.0}),
     "queue": ("overload", "queue_saturation", {"queue": 1.0}),
     "gpu": ("gpu_throttle", "gpu_throttling", {"inference": 1.0}),
     "generator": ("generator", "generator", {"lateness": 1.0, "client_network": 0.3}),
@@ -457,6 +461,11 @@ SIGNAL_SERIES = {
     "host.vm.pswpin": ("pages", "counter", "host_vmstat", "pages swapped in", 0.0),
     "host.vm.pswpout": ("pages", "counter", "host_vmstat", "pages swapped out", 0.0),
     "host.vm.pgmajfault": ("count", "counter", "host_vmstat", "major page faults", 0.5),
+    "host.cpu.iowait_s": ("s", "counter", "host_cpu", "CPU time idle waiting for I/O", 0.02),
+    "proc.threads_blocked": ("tasks", "gauge", "process", "target threads in state D (I/O)", 0.0),
+    "proc.io.write_bytes": ("bytes", "counter", "process", "target bytes written towards storage", 2e4),
+    "host.disk.busy_s": ("s", "counter", "host_disk", "time the disks had I/O in flight", 0.01),
+    "host.disk.flushes": ("count", "counter", "host_disk", "disk cache flushes", 1.0),
     "cgroup.cpu.usage_ns": ("ns", "counter", "cgroup", "CPU time used by the cgroup", 4e8),
     "cgroup.cpu.nr_periods": ("count", "counter", "cgroup", "CFS periods elapsed", 10.0),
     "cgroup.cpu.nr_throttled": ("count", "counter", "cgroup", "CFS periods throttled", 0.0),
@@ -476,7 +485,10 @@ SIGNAL_FOOTPRINTS = {
     "throttle": {"cgroup.cpu.throttled_ns": 4e8, "cgroup.cpu.nr_throttled": 8.0,
                  "proc.runqueue_wait_ns": 3e7, "psi.cpu.some_us": 3e4, "host.cpu.idle_s": 0.2},
     "swap": {"host.vm.pswpin": 3000.0, "host.vm.pswpout": 2000.0, "host.vm.pgmajfault": 800.0,
-             "proc.major_faults": 700.0, "psi.memory.some_us": 3e5, "psi.io.some_us": 2e5},
+             "proc.major_faults": 700.0, "psi.memory.some_us": 3e5, "psi.io.some_us": 2e5,
+             "proc.threads_blocked": 0.5, "host.disk.busy_s": 0.3},
+    "io": {"proc.threads_blocked": 0.4, "psi.io.some_us": 4e5, "proc.io.write_bytes": 5e7,
+           "host.disk.busy_s": 0.5, "host.disk.flushes": 50.0, "host.cpu.iowait_s": 0.3, "host.cpu.idle_s": -0.3},
     "queue": {"proc.cpu.user_s": 0.3, "host.cpu.user_s": 0.3, "host.cpu.idle_s": -0.3},
     "gc": {"proc.cpu.user_s": 0.2, "host.cpu.user_s": 0.2, "host.cpu.idle_s": -0.2},
     "generator": {"host.cpu.user_s": 0.1, "host.cpu.idle_s": -0.1},

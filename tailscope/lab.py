@@ -5,7 +5,8 @@ Each experiment (:mod:`tailscope.lab_plan`) runs in its own process
 agent, analysis and report). The lab then reads each run's
 ``analysis.json`` — the diagnosis as ``tailscope report`` made it, with
 whatever cause detectors are registered by default — and scores it against
-the fault's ground-truth window (:mod:`tailscope.lab_scoring`). Results are
+the fault's ground-truth window (:mod:`tailscope.lab_scoring`); it also
+analyses the run with the BARO-style baseline ranker and scores that beside. Results are
 written after every experiment (``lab.json``, atomically), so an
 interrupted lab keeps what it measured; at the end ``lab.html`` and the
 score table follow (:mod:`tailscope.lab_report`).
@@ -26,6 +27,7 @@ import sys
 import time
 from dataclasses import dataclass
 
+from tailscope.analyzers.analysis import analyze_run
 from tailscope.faults.base import FaultCleanupError
 from tailscope.faults.own_cgroup import remove_leftover_cgroups
 from tailscope.faults.processes import stop_process
@@ -168,10 +170,13 @@ def _score(result: dict) -> None:
         return
     result["load_start_ns"] = (analysis.get("run") or {}).get("load_start_ns")
     result["run_status"] = (analysis.get("run") or {}).get("status")
+    baro = analyze_run(result["run_dir"], method="baro")
     if result["kind"] == CONTROL:
         result["score"] = score_control_run(analysis)
+        result["baro_score"] = score_control_run(baro)
     else:
         result["score"] = score_fault_run(analysis)
+        result["baro_score"] = score_fault_run(baro)
         if not result["score"]["ground_truth"]:
             result.update(status="error", error="the run has no fault event (the fault never started)")
         elif result["score"].get("fault_error"):

@@ -26,31 +26,38 @@ def _num(value: float | None, digits: int = 1, unit: str = "") -> str:
 
 
 def score_rows(scores: dict) -> list[list[str]]:
-    """Rows of the per-kind table: kind, n, detection, AC@1, AC@3, time to detect, impact."""
+    """Rows of the per-kind table: kind, n, detection, AC@1, AC@3, BARO's AC@1 and AC@3,
+    time to detect, impact."""
     rows = []
+    baro = (scores.get("baro") or {}).get("kinds") or {}
     for kind, s in scores["kinds"].items():
+        b = baro.get(kind) or {}
         rows.append([kind, f"{s['scored']}/{s['experiments']}", _pct(s["detection_rate"]), _pct(s["ac1"]),
-                     _pct(s["ac3"]), _num(s["mean_time_to_detect_s"], 1, " s"), _num(s["mean_impact"], 2, "×")])
+                     _pct(s["ac3"]), _pct(b.get("ac1")), _pct(b.get("ac3")),
+                     _num(s["mean_time_to_detect_s"], 1, " s"), _num(s["mean_impact"], 2, "×")])
     return rows
 
 
-SCORE_HEADERS = ["fault kind", "scored", "detected", "AC@1", "AC@3", "time to detect", "P99 impact"]
+SCORE_HEADERS = ["fault kind", "scored", "detected", "AC@1", "AC@3", "BARO AC@1", "BARO AC@3", "time to detect",
+                 "P99 impact"]
 
 
 def control_line(scores: dict) -> str:
     c = scores["control"]
-    return (f"control runs: {c['scored']}/{c['runs']} scored, false-alarm rate {_pct(c['false_alarm_rate'])}, "
-            f"{_num(c['false_alarms_per_run'], 2)} named spikes per run, "
+    baro = ((scores.get("baro") or {}).get("control") or {}).get("false_alarm_rate")
+    return (f"control runs: {c['scored']}/{c['runs']} scored, false-alarm rate {_pct(c['false_alarm_rate'])}"
+            f" (BARO {_pct(baro)}), {_num(c['false_alarms_per_run'], 2)} named spikes per run, "
             f"{_num(c['spikes_per_run'], 2)} spikes per run")
 
 
 #: Shorter headers for the terminal, so the table fits 80 columns.
-TERMINAL_HEADERS = ["fault kind", "n", "detected", "AC@1", "AC@3", "TTD", "P99 ×"]
+TERMINAL_HEADERS = ["fault kind", "n", "det.", "AC@1", "AC@3", "B@1", "B@3", "TTD", "P99 ×"]
 
 
 def score_table(scores: dict) -> Table:
     table = Table(title="tailscope lab: diagnosis vs ground truth",
-                  caption="n: scored/run; TTD: time to detect; P99 ×: P99 inside the fault over outside")
+                  caption="n: scored/run; B@k: the BARO-style baseline's AC@k on the same runs; TTD: time to "
+                          "detect; P99 ×: P99 inside the fault over outside")
     for header in TERMINAL_HEADERS:
         table.add_column(header, justify="left" if header == "fault kind" else "right", no_wrap=True)
     for row in score_rows(scores):
@@ -125,7 +132,7 @@ th {{ background: #f3f4f6; }}
 <p class="note">Suite <b>{e(lab['suite'])}</b>, {e(str(len(lab['experiments'])))} experiments, created {e(created)} UTC,
 status {e(lab['status'])}. Each fault ran on the reference target with a real mechanism and wrote its window as
 ground truth; each run was analysed as <code>tailscope report</code> does. AC@k: a top-k cause of the spike
-overlapping the fault window names the fault. P99 impact: highest window P99 inside the fault over the median
+overlapping the fault window names the fault; BARO AC@k: the same with the BARO-style baseline ranker's causes. P99 impact: highest window P99 inside the fault over the median
 window P99 outside it (about 1× means the fault did not hurt).</p>
 <table id="scores"><tr>{head}</tr>{score_body}</table>
 <p id="control">{e(control_line(scores))}</p>

@@ -21,7 +21,10 @@ run, *false alarms* are spikes whose top cause is not ``unexplained``.
 Per kind: ``experiments``, ``detection_rate``, ``ac1``, ``ac3`` (shares of
 the kind's experiments that scored), ``mean_time_to_detect_s`` (of detected
 ones) and ``mean_impact``; controls: ``false_alarm_rate`` (share of control
-runs with at least one false alarm) and ``false_alarms_per_run``.
+runs with at least one false alarm) and ``false_alarms_per_run``. The same
+runs analysed with the BARO-style baseline ranker (``analyze_run(...,
+method="baro")``, which always names a cause) are scored the same way under
+``baro``.
 """
 
 from __future__ import annotations
@@ -166,4 +169,19 @@ def aggregate(results: list[dict]) -> dict:
         "ac3": _mean([k["ac3"] for k in scored_all]),
         "detection_rate": _mean([k["detection_rate"] for k in scored_all]),
     }
-    return {"kinds": kinds, "control": control, "overall": overall}
+    return {"kinds": kinds, "control": control, "overall": overall, "baro": aggregate_baro(results)}
+
+
+def aggregate_baro(results: list[dict]) -> dict:
+    """The BARO-style baseline's scores over the same runs (results' ``baro_score``, when present):
+    per kind ``scored``, ``detection_rate``, ``ac1``, ``ac3``; controls ``false_alarm_rate``."""
+    kinds = {}
+    for kind in sorted({r["kind"] for r in results if r["kind"] != "control"}):
+        scored = [r["baro_score"] for r in results if r["kind"] == kind and r["status"] == "ok"
+                  and (r.get("baro_score") or {}).get("ground_truth")]
+        kinds[kind] = {"scored": len(scored), "detection_rate": _share([s["detected"] for s in scored]),
+                       "ac1": _share([s["ac1"] for s in scored]), "ac3": _share([s["ac3"] for s in scored])}
+    controls = [r["baro_score"] for r in results if r["kind"] == "control" and r["status"] == "ok"
+                and r.get("baro_score") is not None]
+    return {"kinds": kinds, "control": {"scored": len(controls),
+                                        "false_alarm_rate": _share([c["false_alarms"] > 0 for c in controls])}}

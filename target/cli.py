@@ -13,7 +13,7 @@ from typing import Any
 from tailscope.target.config import TargetConfig, build_config, knob_fields, load_config_file
 from tailscope.target.server import run_target
 
-_BOOLEAN_KNOBS = frozenset({"tracing", "access_log", "admin", "metrics"})
+_BOOLEAN_KNOBS = frozenset({"tracing", "access_log", "admin", "metrics", "gc_freeze"})
 _LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
 
 

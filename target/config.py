@@ -86,6 +86,10 @@ class TargetConfig:
     tracing: bool = _knob(
         True, "export spans over OTLP/HTTP to OTEL_EXPORTER_OTLP_ENDPOINT (default http://127.0.0.1:4318)"
     )
+    gc_freeze: bool = _knob(
+        False, "after start-up, collect once and move every object alive to the permanent generation "
+        "(gc.freeze), so full collections no longer traverse the imported modules and the model, as "
+        "long-running Python services do")
     gc_min_pause_ms: float = _knob(0.0, "GC pauses shorter than this are not reported as gc.pause spans (ms)")
     graceful_shutdown_s: float = _knob(5.0, "on SIGTERM/SIGINT, time given to in-flight requests to finish (s)")
     access_log: bool = _knob(False, "log every request (uvicorn access log, on stdout after the LISTENING line)")

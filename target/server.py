@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import signal
 import socket
 import sys
@@ -113,6 +114,9 @@ def run_target(config: TargetConfig, *, announce_to: TextIO | None = None) -> No
         with _exit_on_signals(server), contextlib.closing(bind_listening_socket(config.host, config.port)) as sock:
             if gc_reporter is not None:
                 gc_reporter.start()
+            if config.gc_freeze:
+                gc.collect()
+                gc.freeze()
             announce_port(sock.getsockname()[1], announce_to or sys.stdout)
             asyncio.run(server.serve(sockets=[sock]))
     finally:

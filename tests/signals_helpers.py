@@ -12,11 +12,22 @@ import time
 from tailscope.rundir import read_json, read_stream, schema
 
 BURNER_CODE = "while True: pass"
+#: A child that writes 4 MiB and fsyncs it, over and over (it spends most of its time in state D).
+FSYNC_WRITER_CODE = (
+    "import os, sys, tempfile\n"
+    "fd, path = tempfile.mkstemp(dir=sys.argv[1]); os.unlink(path); block = os.urandom(4 << 20)\n"
+    "while True:\n    os.pwrite(fd, block, 0); os.fsync(fd)\n"
+)
 
 
 def start_burner(preexec_fn=None) -> subprocess.Popen:
     """A child process spinning one CPU until killed."""
     return subprocess.Popen([sys.executable, "-c", BURNER_CODE], preexec_fn=preexec_fn)
+
+
+def start_fsync_writer(directory: str) -> subprocess.Popen:
+    """A child process writing and fsyncing 4 MiB in a loop, in a file (already unlinked) in ``directory``."""
+    return subprocess.Popen([sys.executable, "-c", FSYNC_WRITER_CODE, directory])
 
 
 def stop_process(process: subprocess.Popen) -> None:

@@ -21,7 +21,7 @@ from tailscope.analyzers.stages import stage_matrix
 from tailscope.rundir import load_run
 from tailscope.rundir.synthetic import SPIKE_KINDS, write_synthetic_run
 
-FAULT_KINDS = ("gc", "throttle", "cpu", "swap", "queue", "gpu", "generator")
+FAULT_KINDS = ("gc", "throttle", "cpu", "swap", "io", "queue", "gpu", "generator")
 UNEXPLAINED_KINDS = ("network", "postprocess")
 FIRES = 0.5
 
@@ -81,9 +81,9 @@ def test_faults_without_a_detector_are_unexplained_with_the_grown_stage(fault_ru
     evidence = cause["evidence"]
     stage = "client_network" if kind == "network" else "postprocess"
     assert evidence["decomposition"]["dominant_stage"] == stage
-    # 6 of 7 detectors had inputs (no GPU series), none was tempted: confidence 6/7
-    assert evidence["coverage"] == pytest.approx(6 / 7)
-    assert cause["confidence"] == pytest.approx(6 / 7, abs=0.05)
+    # 7 of 8 detectors had inputs (no GPU series), none was tempted: confidence 7/8
+    assert evidence["coverage"] == pytest.approx(7 / 8)
+    assert cause["confidence"] == pytest.approx(7 / 8, abs=0.05)
 
 
 def test_unexplained_is_weak_when_signals_are_missing(tmp_path):
@@ -93,8 +93,8 @@ def test_unexplained_is_weak_when_signals_are_missing(tmp_path):
     assert cause["kind"] == "unexplained"
     # without signals only gc (events), queue_saturation (spans) and generator could look
     assert set(cause["evidence"]["detectors_without_inputs"]) == {
-        "cpu_throttling", "cpu_contention", "swap", "gpu_throttling"}
-    assert cause["confidence"] == pytest.approx(3 / 7, abs=0.05)
+        "cpu_throttling", "cpu_contention", "swap", "io_stall", "gpu_throttling"}
+    assert cause["confidence"] == pytest.approx(3 / 8, abs=0.05)
 
 
 def _clean_context(path, start_s: float, length_s: float) -> SpikeContext:

@@ -12,7 +12,7 @@ from cli_helpers import run_tailscope
 from tailscope.faults.cgroupfs import target_cgroup
 from tailscope.faults.swapfile import active_swap_files
 from tailscope.lab_plan import CONTROL, build_suite, fault_window
-from tailscope.lab_report import render_html
+from tailscope.lab_report import control_line, render_html, score_rows
 from tailscope.lab_scoring import aggregate, matching_spike, score_control_run, score_fault_run
 from tailscope.rundir import load_run
 
@@ -81,6 +81,22 @@ def test_aggregate_scores_per_kind_and_control_false_alarms():
     assert gc["mean_time_to_detect_s"] == 1.5
     assert scores["control"] == {"runs": 2, "scored": 2, "false_alarm_rate": 0.5, "false_alarms_per_run": 0.5,
                                  "spikes_per_run": 1.0}
+
+
+def test_baro_baseline_is_scored_beside_ours_on_the_same_runs():
+    ours = _analysis(("io_stall", 10 * S, 15 * S), spikes=[_spike(10, 12, "io_stall", "swap")])
+    baro = _analysis(("io_stall", 10 * S, 15 * S), spikes=[_spike(10, 12, "cpu_contention", "io_stall")])
+    results = [
+        {"kind": "io_stall", "status": "ok", "score": score_fault_run(ours), "baro_score": score_fault_run(baro)},
+        {"kind": CONTROL, "status": "ok", "score": score_control_run(_analysis(spikes=[_spike(1, 2, "unexplained")])),
+         "baro_score": score_control_run(_analysis(spikes=[_spike(1, 2, "gc")]))},
+    ]
+    scores = aggregate(results)
+    assert scores["kinds"]["io_stall"]["ac1"] == 1.0 and scores["control"]["false_alarm_rate"] == 0.0
+    assert scores["baro"]["kinds"]["io_stall"] == {"scored": 1, "detection_rate": 1.0, "ac1": 0.0, "ac3": 1.0}
+    assert scores["baro"]["control"] == {"scored": 1, "false_alarm_rate": 1.0}
+    assert score_rows(scores)[0][3:7] == ["100%", "100%", "0%", "100%"]  # ours AC@1, AC@3, then BARO's
+    assert "false-alarm rate 0% (BARO 100%)" in control_line(scores)
 
 
 def test_summary_page_escapes_untrusted_text(tmp_path):

@@ -17,13 +17,20 @@ from tailscope.tracing.signals.cgroup import (
     read_cgroup_values,
 )
 from tailscope.tracing.signals.gpu import GpuSampler, decode_clocks_event_reasons
-from tailscope.tracing.signals.host import parse_meminfo, parse_proc_stat
-from tailscope.tracing.signals.process import ThreadSumCounter, parse_pid_stat, parse_status_ctxt
+from tailscope.tracing.signals.host import parse_diskstats, parse_meminfo, parse_proc_stat, physical_disks
+from tailscope.tracing.signals.process import (
+    ThreadSumCounter,
+    parse_pid_io,
+    parse_pid_stat,
+    parse_status_blocked,
+    parse_status_ctxt,
+)
 from tailscope.tracing.signals.psi import parse_pressure
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures")
 V1 = os.path.join(FIXTURES, "cgroup_v1")
 V2 = os.path.join(FIXTURES, "cgroup_v2")
+PROC = os.path.join(FIXTURES, "proc")
 
 
 def fixture(directory: str, name: str) -> str:
@@ -197,6 +204,35 @@ def test_pid_stat_with_spaces_and_parens_in_command_name():
 def test_status_context_switches():
     text = "Name:\tpython\nvoluntary_ctxt_switches:\t150\nnonvoluntary_ctxt_switches:\t9\n"
     assert parse_status_ctxt(text) == (150, 9)
+
+
+def test_status_blocked_state_recorded_during_fsync():
+    assert parse_status_blocked(fixture(PROC, "status_blocked"))  # recorded while a thread waited in fsync
+    assert not parse_status_blocked("Name:\tpython\nState:\tS (sleeping)\n")
+    assert not parse_status_blocked("Name:\tpython\n")
+
+
+def test_pid_io_bytes():
+    assert parse_pid_io(fixture(PROC, "pid_io")) == (0, 1052672)  # recorded after a 1 MiB write + fsync
+    assert parse_pid_io("rchar: 5\n") == (0, 0)
+
+
+def test_diskstats_sums_chosen_disks_in_bytes_and_seconds():
+    values = parse_diskstats(fixture(PROC, "diskstats"), ["vda"])  # recorded: vda, loops and zram idle
+    assert values == {"reads": 46520, "writes": 5367, "read_bytes": 1578338 * 512, "write_bytes": 2854360 * 512,
+                      "in_flight": 0, "busy_s": pytest.approx(5.48), "queue_s": pytest.approx(18.706),
+                      "flushes": 254}
+    old_kernel = "   8       0 sda 10 0 80 5 20 0 160 7 1 30 12\n   8       1 sda1 9 0 72 5 20 0 160 7 0 29 12\n"
+    both = parse_diskstats(old_kernel)
+    assert both["reads"] == 19 and "flushes" not in both  # 11 fields: no flush counts
+    assert parse_diskstats(old_kernel, ["sda"])["write_bytes"] == 160 * 512 and parse_diskstats(old_kernel, ["sda"])["in_flight"] == 1
+
+
+def test_physical_disks_leave_out_virtual_devices(tmp_path):
+    for name in ("vda", "nvme0n1", "loop0", "zram0", "dm-0", "ram1"):
+        (tmp_path / name).mkdir()
+    assert physical_disks(str(tmp_path)) == ["nvme0n1", "vda"]
+    assert physical_disks(str(tmp_path / "absent")) == []
 
 
 def test_thread_sum_counter_keeps_exited_threads():

@@ -6,7 +6,14 @@ import threading
 
 import pytest
 
-from signals_helpers import read_series, read_signals_meta, run_sampler_process, start_burner, stop_process
+from signals_helpers import (
+    read_series,
+    read_signals_meta,
+    run_sampler_process,
+    start_burner,
+    start_fsync_writer,
+    stop_process,
+)
 from tailscope.tracing.signals import SeriesMeta, default_samplers, run_sampling
 from tailscope.tracing.signals.base import GAUGE
 
@@ -44,6 +51,27 @@ def test_sampler_process_watches_a_cpu_burner(tmp_path):
     assert series["proc.rss_bytes"][-1][1] > 1e6
     # 20 Hz for ~1.5 s, minus interpreter start-up.
     assert 10 <= len(series["host.load.1m"]) <= 40
+
+
+def test_sampler_sees_a_process_blocked_in_fsync(tmp_path):
+    writer = start_fsync_writer(str(tmp_path))  # the test's own directory: a disk, not tmpfs, here
+    (tmp_path / "run").mkdir()
+    try:
+        rc = run_sampler_process(str(tmp_path / "run"), writer.pid, rate_hz=20, duration_s=2.0)
+    finally:
+        stop_process(writer)
+    assert rc == 0
+    meta = read_signals_meta(str(tmp_path / "run"))
+    series = read_series(str(tmp_path / "run"))
+    written = series["proc.io.write_bytes"]
+    assert written[-1][1] - written[0][1] >= 4 << 20  # at least one 4 MiB write reached the counter
+    assert meta["series"]["proc.threads_blocked"]["kind"] == GAUGE
+    if not meta["sources"]["host_disk"]["available"]:
+        pytest.skip(f"no disk statistics here: {meta['sources']['host_disk']['reason']}")
+    disk = series["host.disk.write_bytes"]
+    assert disk[-1][1] - disk[0][1] >= 4 << 20  # the fsyncs reached a disk
+    blocked = [v for _, v in series["proc.threads_blocked"]]
+    assert max(blocked) >= 1, "the writer was never seen in state D while it fsynced"
 
 
 def test_sampler_without_pid_reports_why_process_sources_are_off(tmp_path):

@@ -1,4 +1,4 @@
-"""Host-wide signals from /proc: CPU time, context switches, load, memory, vmstat.
+"""Host-wide signals from /proc: CPU time, context switches, load, memory, vmstat, disks.
 
 Each sampler reads its file once per tick. Parsers are pure functions over the
 file text so they can be tested against recorded content.
@@ -6,6 +6,7 @@ file text so they can be tested against recorded content.
 
 from __future__ import annotations
 
+import os
 from typing import Iterable
 
 from .base import CLOCK_TICKS_PER_S, COUNTER, GAUGE, OpenFiles, SeriesMeta, find_line_int, probe_readable, read_text
@@ -14,6 +15,8 @@ PROC_STAT = "/proc/stat"
 PROC_LOADAVG = "/proc/loadavg"
 PROC_MEMINFO = "/proc/meminfo"
 PROC_VMSTAT = "/proc/vmstat"
+PROC_DISKSTATS = "/proc/diskstats"
+SYS_BLOCK = "/sys/block"
 
 # /proc/stat cpu line fields (clock ticks), in order.
 _USER, _NICE, _SYSTEM, _IDLE, _IOWAIT, _IRQ, _SOFTIRQ, _STEAL = range(8)
@@ -204,3 +207,93 @@ class VmstatSampler:
             if value is not None:
                 out.append((f"host.vm.{key}", float(value)))
         return out
+
+
+#: /proc/diskstats fields after (major, minor, name), 0-based: reads completed, sectors read,
+#: writes completed, sectors written, I/Os in flight, ms doing I/O, weighted ms, flushes completed.
+_READS, _SECTORS_READ, _WRITES, _SECTORS_WRITTEN, _IN_FLIGHT, _IO_MS, _WEIGHTED_MS, _FLUSHES = 0, 2, 4, 6, 8, 9, 10, 15
+SECTOR_BYTES = 512  # diskstats sectors are always 512 bytes
+#: Block devices that are not disks (their I/O is memory, or stacked on a disk already counted).
+VIRTUAL_DISK_PREFIXES = ("loop", "ram", "zram", "dm-", "md", "nbd", "sr")
+DISK_SERIES = {
+    "reads": ("count", COUNTER, "read requests completed, all disks"),
+    "writes": ("count", COUNTER, "write requests completed, all disks"),
+    "read_bytes": ("bytes", COUNTER, "bytes read from disk, all disks"),
+    "write_bytes": ("bytes", COUNTER, "bytes written to disk, all disks"),
+    "flushes": ("count", COUNTER, "cache-flush requests completed (fsync, journal commits), all disks"),
+    "busy_s": ("s", COUNTER, "time the disks had I/O in flight (io_ticks), summed over disks"),
+    "queue_s": ("s", COUNTER, "request time summed over requests (weighted io_ticks): its rate is the mean "
+                "number of requests in the disks' queues"),
+    "in_flight": ("requests", GAUGE, "I/O requests in flight, all disks"),
+}
+
+
+def parse_diskstats(text: str, devices: Iterable[str] | None = None) -> dict[str, float]:
+    """Sum /proc/diskstats over ``devices`` (None: every device) into ``DISK_SERIES`` keys.
+
+    Bytes from 512-byte sectors, times in seconds; ``flushes`` only when the
+    kernel reports them (5.5+: 17 fields after the name). Devices absent from the text are skipped.
+    """
+    wanted = None if devices is None else set(devices)
+    out = {key: 0.0 for key in DISK_SERIES if key != "flushes"}
+    flushes = None
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) < 14 or (wanted is not None and parts[2] not in wanted):
+            continue
+        fields = [int(v) for v in parts[3:]]
+        out["reads"] += fields[_READS]
+        out["writes"] += fields[_WRITES]
+        out["read_bytes"] += fields[_SECTORS_READ] * SECTOR_BYTES
+        out["write_bytes"] += fields[_SECTORS_WRITTEN] * SECTOR_BYTES
+        out["in_flight"] += fields[_IN_FLIGHT]
+        out["busy_s"] += fields[_IO_MS] / 1000.0
+        out["queue_s"] += fields[_WEIGHTED_MS] / 1000.0
+        if len(fields) > _FLUSHES:
+            flushes = (flushes or 0.0) + fields[_FLUSHES]
+    if flushes is not None:
+        out["flushes"] = flushes
+    return out
+
+
+def physical_disks(sys_block: str = SYS_BLOCK) -> list[str]:
+    """Whole disks under /sys/block, without loop, RAM, device-mapper and other virtual devices."""
+    try:
+        names = sorted(os.listdir(sys_block))
+    except OSError:
+        return []
+    return [name for name in names if not name.startswith(VIRTUAL_DISK_PREFIXES)]
+
+
+class DiskSampler:
+    """Disk I/O summed over the host's whole disks (/proc/diskstats): requests, bytes,
+    flushes, busy time and queue time. Partitions and virtual devices are left out, so
+    nothing is counted twice."""
+
+    name = "host_disk"
+
+    def __init__(self, path: str = PROC_DISKSTATS, sys_block: str = SYS_BLOCK):
+        self.path = path
+        self.sys_block = sys_block
+        self._devices: list[str] = []
+        self._has_flushes = False
+        self._files = OpenFiles()
+
+    def probe(self) -> str | None:
+        reason = probe_readable(self.path)
+        if reason is not None:
+            return reason
+        self._devices = physical_disks(self.sys_block)
+        if not self._devices:
+            return f"no disk in {self.sys_block}"
+        self._has_flushes = "flushes" in parse_diskstats(read_text(self.path), self._devices)
+        return None
+
+    def series(self) -> dict[str, SeriesMeta]:
+        disks = ", ".join(self._devices) or "none"
+        return {f"host.disk.{key}": SeriesMeta(unit, kind, f"{text} ({disks})")
+                for key, (unit, kind, text) in DISK_SERIES.items() if key != "flushes" or self._has_flushes}
+
+    def read(self, now_ns: int) -> Iterable[tuple[str, float]]:
+        values = parse_diskstats(self._files.read(self.path), self._devices)
+        return [(f"host.disk.{key}", value) for key, value in values.items()]

@@ -1,5 +1,6 @@
 """Signals of the target process from /proc/<pid>: CPU, memory, threads,
-context switches, major faults, run-queue wait, open sockets.
+context switches, major faults, run-queue wait, threads blocked in
+uninterruptible sleep (I/O), storage I/O bytes, open sockets.
 
 Per-thread counters (context switches, schedstat wait) are summed over the
 process's threads and, by default, over its descendants too (a pre-fork
@@ -45,6 +46,22 @@ def parse_status_ctxt(text: str) -> tuple[int, int]:
     voluntary = find_line_int(text, "voluntary_ctxt_switches:")
     nonvoluntary = find_line_int(text, "nonvoluntary_ctxt_switches:")
     return voluntary or 0, nonvoluntary or 0
+
+
+def parse_status_blocked(text: str) -> bool:
+    """Whether a /proc/.../status text says the task is in uninterruptible sleep (``State: D``):
+    waiting for I/O (disk, a page fault's read, an fsync) or another kernel wait it cannot leave."""
+    start = text.find("State:")
+    if start < 0:
+        return False
+    state = text[start + len("State:"):start + len("State:") + 8].split()
+    return bool(state) and state[0] == "D"
+
+
+def parse_pid_io(text: str) -> tuple[int, int]:
+    """(read_bytes, write_bytes) from /proc/<pid>/io: bytes the process made the storage layer read
+    and write (page-cache hits are not reads; writes count when the pages are dirtied)."""
+    return find_line_int(text, "read_bytes:") or 0, find_line_int(text, "write_bytes:") or 0
 
 
 def parse_schedstat_wait_ns(text: str) -> int:
@@ -151,9 +168,11 @@ class ProcessSampler:
         self.include_children = include_children
         self._tree = ProcessTree(pid, include_children, proc_root) if pid is not None else None
         self._counters = {key: ThreadSumCounter() for key in (
-            "cpu_user_s", "cpu_system_s", "major_faults", "voluntary", "nonvoluntary", "wait")}
+            "cpu_user_s", "cpu_system_s", "major_faults", "voluntary", "nonvoluntary", "wait",
+            "read_bytes", "write_bytes")}
         self._files = OpenFiles()
         self._used: set[str] = set()  # files read this tick; the others (exited threads) are closed
+        self._io = False  # /proc/<pid>/io readable (needs ptrace-read permission on the target)
 
     def probe(self) -> str | None:
         if self.pid is None:
@@ -162,6 +181,11 @@ class ProcessSampler:
             read_text(f"{self.proc_root}/{self.pid}/stat")
         except OSError as exc:
             return f"process {self.pid} not readable: {exc.strerror or exc}"
+        try:
+            read_text(f"{self.proc_root}/{self.pid}/io")
+            self._io = True
+        except OSError:
+            self._io = False
         return None
 
     def series(self) -> dict[str, SeriesMeta]:
@@ -176,11 +200,17 @@ class ProcessSampler:
             "proc.ctxt.voluntary": SeriesMeta("count", COUNTER, f"voluntary context switches, {scope}, summed over threads"),
             "proc.ctxt.nonvoluntary": SeriesMeta("count", COUNTER, f"involuntary context switches (preemptions), {scope}, summed over threads"),
             "proc.runqueue_wait_ns": SeriesMeta("ns", COUNTER, f"time runnable but waiting for a CPU, {scope}, summed over threads (schedstat)"),
+            "proc.threads_blocked": SeriesMeta("tasks", GAUGE, f"threads in uninterruptible sleep (state D: waiting for I/O), {scope}; "
+                                               "sampled each tick, so a bin's mean is the mean number blocked"),
+            **({
+                "proc.io.read_bytes": SeriesMeta("bytes", COUNTER, f"bytes the storage layer read for the {scope} (/proc/PID/io)"),
+                "proc.io.write_bytes": SeriesMeta("bytes", COUNTER, f"bytes written (dirtied) towards storage by the {scope} (/proc/PID/io)"),
+            } if self._io else {}),
         }
 
     def read(self, now_ns: int) -> Iterable[tuple[str, float]]:
-        per_process = {key: {} for key in ("cpu_user_s", "cpu_system_s", "major_faults")}
-        per_thread = {key: {} for key in ("voluntary", "nonvoluntary", "wait")}
+        per_process = {key: {} for key in ("cpu_user_s", "cpu_system_s", "major_faults", "read_bytes", "write_bytes")}
+        per_thread = {key: {} for key in ("voluntary", "nonvoluntary", "wait", "blocked")}
         rss = threads = processes = 0
         self._used = set()
         for pid in self._tree.pids():
@@ -195,8 +225,10 @@ class ProcessSampler:
                 if pid == self.pid:
                     raise ProcessLookupError(f"process {self.pid} exited (zombie)")
                 continue
-            for key, values in per_process.items():
-                values[pid] = stat[key]
+            for key in ("cpu_user_s", "cpu_system_s", "major_faults"):
+                per_process[key][pid] = stat[key]
+            if self._io:
+                self._read_io(pid, per_process)
             rss += stat["rss_bytes"]
             threads += stat["threads"]
             processes += 1
@@ -213,14 +245,26 @@ class ProcessSampler:
             ("proc.ctxt.voluntary", float(counters["voluntary"].update(per_thread["voluntary"]))),
             ("proc.ctxt.nonvoluntary", float(counters["nonvoluntary"].update(per_thread["nonvoluntary"]))),
             ("proc.runqueue_wait_ns", float(counters["wait"].update(per_thread["wait"]))),
-        ]
+            ("proc.threads_blocked", float(sum(per_thread["blocked"].values()))),
+        ] + ([
+            ("proc.io.read_bytes", float(counters["read_bytes"].update(per_process["read_bytes"]))),
+            ("proc.io.write_bytes", float(counters["write_bytes"].update(per_process["write_bytes"]))),
+        ] if self._io else [])
+
+    def _read_io(self, pid: int, out: dict[str, dict]) -> None:
+        """Add ``pid``'s storage read/write bytes to ``out``; a child we may not read is skipped."""
+        try:
+            out["read_bytes"][pid], out["write_bytes"][pid] = parse_pid_io(self._read(f"{self.proc_root}/{pid}/io"))
+        except (FileNotFoundError, ProcessLookupError, PermissionError):
+            if pid == self.pid and not os.path.exists(f"{self.proc_root}/{pid}"):
+                raise ProcessLookupError(f"process {self.pid} exited") from None
 
     def _read(self, path: str) -> str:
         self._used.add(path)
         return self._files.read(path)
 
     def _read_threads(self, pid: int, out: dict[str, dict]) -> None:
-        """Add ``pid``'s per-thread (voluntary, nonvoluntary, run-queue wait ns) to ``out``,
+        """Add ``pid``'s per-thread (voluntary, nonvoluntary, run-queue wait ns, blocked) to ``out``,
         keyed by tid (tids are unique system-wide); vanished threads are skipped."""
         directory = f"{self.proc_root}/{pid}/task"
         for name in os.listdir(directory):
@@ -235,6 +279,7 @@ class ProcessSampler:
             w = parse_schedstat_wait_ns(schedstat)
             tid = int(name)
             out["voluntary"][tid], out["nonvoluntary"][tid], out["wait"][tid] = v, nv, w
+            out["blocked"][tid] = parse_status_blocked(status)
 
 
 SOCKET_LINK_PREFIX = "socket:"

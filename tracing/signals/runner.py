@@ -29,7 +29,7 @@ from tailscope.rundir import Appender, PeriodicFlusher, schema, write_json_atomi
 from .base import Sampler
 from .cgroup import CgroupLocation, CgroupSampler
 from .gpu import GpuSampler
-from .host import HostCpuSampler, LoadAvgSampler, MemorySampler, VmstatSampler
+from .host import DiskSampler, HostCpuSampler, LoadAvgSampler, MemorySampler, VmstatSampler
 from .process import ConnectionsSampler, ProcessSampler
 from .prometheus import DEFAULT_SCRAPE_TIMEOUT_S, PrometheusSampler
 from .psi import PressureSampler
@@ -60,6 +60,7 @@ def default_samplers(pid: int | None, config: SamplerConfig | None = None) -> li
         LoadAvgSampler(),
         MemorySampler(),
         VmstatSampler(),
+        DiskSampler(),
         PressureSampler(),
         ProcessSampler(pid, include_children=config.include_children),
         ConnectionsSampler(pid, include_children=config.include_children),
