@@ -27,6 +27,10 @@ SWAP_MB = 256
 LIMIT_BYTES = 64 * 2**20
 TOUCH_MB = 150
 MEMORY_HIERARCHY = "/sys/fs/cgroup/memory"
+#: How far v1's usage_in_bytes may read above the limit: the kernel charges memory to a
+#: cgroup in per-CPU batches of up to 64 pages (MEMCG_CHARGE_BATCH), so the counter can
+#: briefly overshoot by up to one batch per CPU before reclaim brings it back.
+CHARGE_SLACK_BYTES = 64 * 4096 * (os.cpu_count() or 1)
 
 TOUCHER = f"""
 import sys, time
@@ -137,6 +141,6 @@ def test_memory_limit_with_swap_shows_swap_traffic_and_major_faults(tmp_path, sw
     assert swapped_in_mb > 10
     assert rise("proc.major_faults") > 1000
     assert max(v for _, v in series["host.swap.used_bytes"]) > 40 * 2**20
-    assert max(v for _, v in series["cgroup.mem.current_bytes"]) <= LIMIT_BYTES
+    assert max(v for _, v in series["cgroup.mem.current_bytes"]) <= LIMIT_BYTES + CHARGE_SLACK_BYTES
     assert series["cgroup.mem.max_bytes"][-1][1] == LIMIT_BYTES
     assert rise("cgroup.mem.failcnt") > 0
