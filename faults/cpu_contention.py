@@ -6,7 +6,9 @@ each pinned with ``sched_setaffinity`` to the target's allowed CPUs (or to
 target's threads then wait in the run queue: ``proc.runqueue_wait_ns`` and
 ``proc.ctxt.nonvoluntary`` rise, ``host.cpu`` saturates. The burners run in
 the agent's cgroup, beside the target (CFS shares split the CPUs between
-cgroups). Needs nothing special (no root).
+cgroups). ``nice`` sets the burners' niceness: below 0 (root only) they
+outrank the target, as a higher-priority neighbour does, and the target no
+longer wins its CPU back on every wake-up. Needs nothing special otherwise.
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ class CpuContention(Injector):
     params = {
         "processes": Param("integer", 0, "burner processes (0: one per CPU used)", minimum=0, maximum=256),
         "cpus": Param("string", "", "CPUs to burn, e.g. '0-1' (default: the target's allowed CPUs)"),
+        "nice": Param("integer", 0, "niceness of the burners (below 0 needs root: they outrank the target)",
+                      minimum=-20, maximum=19),
     }
 
     def __init__(self, spec, target) -> None:
@@ -61,9 +65,20 @@ class CpuContention(Injector):
         cpus = self._cpus or self._resolve_cpus()
         count = self.spec.params["processes"] or len(cpus)
         bound_s = str(self.spec.duration_s + BURNER_SLACK_S)
+        nice = self.spec.params["nice"]
         for _ in range(count):
-            self._burners.append(start_python_module("tailscope.faults.burner", [bound_s], cpus=cpus))
-        return {"processes": count, "cpus": cpus, "pids": [p.pid for p in self._burners]}
+            burner = start_python_module("tailscope.faults.burner", [bound_s], cpus=cpus)
+            self._burners.append(burner)
+            self._renice(burner, nice)
+        return {"processes": count, "cpus": cpus, "nice": nice, "pids": [p.pid for p in self._burners]}
+
+    def _renice(self, burner: subprocess.Popen, nice: int) -> None:
+        if nice == 0:
+            return
+        try:
+            os.setpriority(os.PRIO_PROCESS, burner.pid, nice)
+        except PermissionError as exc:
+            raise FaultSetupError(f"{self.kind}: params.nice {nice} needs root (CAP_SYS_NICE): {exc}") from exc
 
     def revert(self) -> dict:
         cpu_s = 0.0
