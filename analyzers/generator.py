@@ -14,6 +14,13 @@ by *scheduled* time for counts, by end time for completions):
 - ``gc_pause_ms``: the generator's GC pauses (``generator_gc`` events) that
   started in the window, summed.
 
+Several generator processes (a distributed run's workers write
+``generator.cpu_percent{worker="i"}`` etc.): per window, ``cpu_percent`` and
+``runqueue_wait_ms`` are the busiest process's (each process is one event
+loop, so one saturated worker limits its share of the schedule), ``in_flight``
+the sum over processes, ``gc_pause_ms`` the sum of every process's pauses;
+``processes`` lists each process's own CPU, run-queue wait and GC totals.
+
 A window is **generator-limited** when more than 1% of its sends were late;
 adjacent ones merge into intervals, each with its likely cause: ``cpu_contention``
 (the event loop waited for a CPU ≥ 5 ms in a window: other processes),
@@ -25,7 +32,11 @@ per-window lateness quantiles; memory O(n + windows).
 
 from __future__ import annotations
 
+import json
+import re
+
 import numpy as np
+import pyarrow.compute as pc
 
 from .percentiles import grouped_quantile
 from .records import NS_PER_MS, NS_PER_S, RequestArrays, int_column
@@ -40,6 +51,9 @@ SATURATED_CPU_PERCENT = 90.0
 GC_CAUSE_MS = 5.0
 #: Most intervals listed.
 MAX_INTERVALS = 50
+#: The generator's gauges, and how they combine over several generator processes.
+GAUGES = {"generator.cpu_percent": "max", "generator.runqueue_wait_ms": "max", "generator.in_flight": "sum"}
+_WORKER_LABEL = re.compile(r'\{worker="(\d+)"\}')
 
 
 def load_model(manifest: dict) -> dict:
@@ -61,33 +75,78 @@ def _bin(times_ns: np.ndarray, origin_ns: int, window_ns: int, n: int) -> np.nda
     return ((times_ns - origin_ns) // window_ns).clip(0, n - 1)
 
 
-def _signal_means(signals, names: tuple[str, ...], origin_ns: int, window_ns: int, n: int) -> dict:
-    """{series: per-window mean (NaN where no reading)} of the generator's gauges."""
-    out = {name: np.full(n, np.nan) for name in names}
+def series_worker(series: str, base: str) -> tuple[bool, int | None]:
+    """(whether ``series`` is ``base`` as written by a generator process, that process's
+    worker index or None when unlabelled): ``base`` or ``base{worker="i"}``."""
+    if series == base:
+        return True, None
+    found = _WORKER_LABEL.fullmatch(series, len(base)) if series.startswith(base) else None
+    return (True, int(found.group(1))) if found else (False, None)
+
+
+def _gauge_means(signals, origin_ns: int, window_ns: int, n: int) -> dict[str, dict]:
+    """{gauge: {worker (None: unlabelled): per-window mean, NaN where no reading}} of
+    the generator processes' gauges (:data:`GAUGES`)."""
+    out: dict[str, dict] = {name: {} for name in GAUGES}
     if signals is None or len(signals) == 0:
+        return out
+    signals = signals.filter(pc.fill_null(pc.starts_with(signals.column("series"), "generator."), False))
+    if len(signals) == 0:
         return out
     series = signals.column("series").to_numpy(zero_copy_only=False)
     t_ns, _ = int_column(signals, "t_ns")
     values = signals.column("value").to_numpy(zero_copy_only=False).astype(np.float64)
-    for name in names:
-        mask = series == name
-        if not mask.any():
-            continue
-        # a reading at t covers the second before it: bin it by t - 1 ns
-        index = _bin(t_ns[mask] - 1, origin_ns, window_ns, n)
-        inside = (t_ns[mask] > origin_ns) & (t_ns[mask] <= origin_ns + n * window_ns)
-        sums = np.bincount(index[inside], weights=values[mask][inside], minlength=n)
-        counts = np.bincount(index[inside], minlength=n)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            out[name] = np.where(counts > 0, sums / np.maximum(counts, 1), np.nan)
+    for label in sorted(set(series)):
+        for name in GAUGES:
+            matched, worker = series_worker(label, name)
+            if matched:
+                out[name][worker] = _window_mean(t_ns, values, series == label, origin_ns, window_ns, n)
     return out
 
 
-def _gc_per_window(events, origin_ns: int, window_ns: int, n: int) -> tuple[np.ndarray, dict]:
-    """(GC pause ms per window, totals) of the generator's ``generator_gc`` events."""
+def _window_mean(t_ns, values, mask, origin_ns: int, window_ns: int, n: int) -> np.ndarray:
+    # a reading at t covers the second before it: bin it by t - 1 ns
+    index = _bin(t_ns[mask] - 1, origin_ns, window_ns, n)
+    inside = (t_ns[mask] > origin_ns) & (t_ns[mask] <= origin_ns + n * window_ns)
+    sums = np.bincount(index[inside], weights=values[mask][inside], minlength=n)
+    counts = np.bincount(index[inside], minlength=n)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(counts > 0, sums / np.maximum(counts, 1), np.nan)
+
+
+def _combined(per_process: dict, how: str, n: int) -> np.ndarray:
+    """One per-window series over the processes: the max, or the sum (NaN where none read)."""
+    if not per_process:
+        return np.full(n, np.nan)
+    stacked = np.vstack(list(per_process.values()))
+    if how == "max":
+        return np.fmax.reduce(stacked, axis=0)
+    covered = np.isfinite(stacked).any(axis=0)
+    return np.where(covered, np.nansum(stacked, axis=0), np.nan)
+
+
+def _process_records(gauges: dict, gc_by_worker: dict) -> list[dict]:
+    """Each generator process's own CPU (mean and max of its window means, % of one core),
+    run-queue wait (total ms) and GC pauses, by worker index (None: the only process)."""
+    workers = set(gauges["generator.cpu_percent"]) | set(gauges["generator.runqueue_wait_ms"]) | set(gc_by_worker)
+    out = []
+    for worker in sorted(workers, key=lambda w: -1 if w is None else w):
+        cpu = gauges["generator.cpu_percent"].get(worker, np.zeros(0))
+        wait = gauges["generator.runqueue_wait_ms"].get(worker, np.zeros(0))
+        pauses, total_ms = gc_by_worker.get(worker, (0, 0.0))
+        out.append({"worker": worker, "cpu_mean_percent": _finite_stat(np.nanmean, cpu),
+                    "cpu_max_percent": _finite_stat(np.nanmax, cpu),
+                    "runqueue_wait_ms": _finite_stat(np.nansum, wait),
+                    "gc_pauses": pauses, "gc_total_ms": total_ms})
+    return out
+
+
+def _gc_per_window(events, origin_ns: int, window_ns: int, n: int) -> tuple[np.ndarray, dict, dict]:
+    """(GC pause ms per window, totals, {worker: (pauses, total ms)}) of the generator
+    processes' ``generator_gc`` events (worker None: events without a ``worker`` attribute)."""
     per_window = np.zeros(n)
     if events is None or len(events) == 0:
-        return per_window, {"pauses": 0, "total_ms": 0.0, "max_ms": None}
+        return per_window, {"pauses": 0, "total_ms": 0.0, "max_ms": None}, {}
     kinds = events.column("kind").to_numpy(zero_copy_only=False)
     start, _ = int_column(events, "start_ns")
     end, _ = int_column(events, "end_ns")
@@ -96,8 +155,23 @@ def _gc_per_window(events, origin_ns: int, window_ns: int, n: int) -> tuple[np.n
     inside = (start[mask] >= origin_ns) & (start[mask] < origin_ns + n * window_ns)
     per_window += np.bincount(_bin(start[mask][inside], origin_ns, window_ns, n), weights=pause_ms[inside],
                               minlength=n)
+    attributes = events.column("attributes").to_numpy(zero_copy_only=False)[mask]
+    by_worker: dict = {}
+    for text, ms in zip(attributes, pause_ms):
+        worker = _event_worker(text)
+        pauses, total = by_worker.get(worker, (0, 0.0))
+        by_worker[worker] = (pauses + 1, total + float(ms))
     return per_window, {"pauses": int(mask.sum()), "total_ms": float(pause_ms.sum()),
-                        "max_ms": float(pause_ms.max()) if len(pause_ms) else None}
+                        "max_ms": float(pause_ms.max()) if len(pause_ms) else None}, by_worker
+
+
+def _event_worker(text) -> int | None:
+    """The ``worker`` attribute of a generator event (JSON text), None when absent or unreadable."""
+    try:
+        worker = json.loads(text).get("worker") if text else None
+    except (ValueError, AttributeError):
+        return None
+    return worker if isinstance(worker, int) else None
 
 
 def generator_section(req: RequestArrays, run, period: tuple[int, int] | None, window_s: float) -> dict:
@@ -109,15 +183,15 @@ def generator_section(req: RequestArrays, run, period: tuple[int, int] | None, w
             "max_in_flight": options.get("max_in_flight"),
             "dropped": int(np.sum(req.error_kind == "dropped")), "windows": [], "limited": False,
             "limited_windows": [], "cpu": {"mean_percent": None, "max_percent": None},
-            "gc": {"pauses": 0, "total_ms": 0.0, "max_ms": None}, "runqueue_wait_ms": None}
+            "gc": {"pauses": 0, "total_ms": 0.0, "max_ms": None}, "runqueue_wait_ms": None, "processes": []}
     if period is None or req.n == 0:
         return base
     origin, end = period
     window_ns, n = _window_geometry(origin, end, window_s)
     table = _window_columns(req, origin, window_ns, n, window_ns / NS_PER_S)
-    gauges = _signal_means(run.signals, ("generator.cpu_percent", "generator.runqueue_wait_ms",
-                                         "generator.in_flight"), origin, window_ns, n)
-    gc_ms, gc_totals = _gc_per_window(run.events, origin, window_ns, n)
+    per_process = _gauge_means(run.signals, origin, window_ns, n)
+    gauges = {name: _combined(per_process[name], how, n) for name, how in GAUGES.items()}
+    gc_ms, gc_totals, gc_by_worker = _gc_per_window(run.events, origin, window_ns, n)
     table.update(cpu_percent=gauges["generator.cpu_percent"], runqueue_wait_ms=gauges["generator.runqueue_wait_ms"],
                  in_flight=gauges["generator.in_flight"], gc_pause_ms=gc_ms)
     late_share_all = float(np.mean(req.lateness_ms[req.has_sent] > LATE_THRESHOLD_MS)) if req.has_sent.any() else 0.0
@@ -133,6 +207,7 @@ def generator_section(req: RequestArrays, run, period: tuple[int, int] | None, w
         "cpu": {"mean_percent": _finite_stat(np.nanmean, cpu), "max_percent": _finite_stat(np.nanmax, cpu)},
         "gc": gc_totals,
         "runqueue_wait_ms": _finite_stat(np.nansum, wait),
+        "processes": _process_records(per_process, gc_by_worker),
     }
 
 

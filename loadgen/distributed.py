@@ -12,24 +12,35 @@ Poisson arrivals: k superposed constant or gamma processes are neither
 constant nor gamma.) Each worker generates the whole schedule and keeps 1/k
 of it; generation is vectorised numpy, a few ns per offset.
 
-**Merge.** A worker's recorder writes rows into a :class:`ColumnBuffer`; every
-:data:`BATCH_INTERVAL_S` the buffer's columns travel to the master in one
-Locust message, and the master appends them unchanged to ``requests.arrow``
-(:class:`MergedRecords`). A worker ends with a report of its totals (rows,
-scheduled, sent, completed, errors); the master checks that it received every
-row each worker reported. The merged table holds exactly the concatenation of
-the workers' rows, so percentiles over it are percentiles over all requests.
+**Merge.** A worker's recorder writes rows into a :class:`ColumnBuffer`, and
+so do its streamed-chunk timer and its self-check (:class:`WorkerOutbox`:
+request rows, ``chunks.arrow`` rows, generator gauges for
+``signals.generator.arrow`` and ``generator_gc`` events). Every
+:data:`BATCH_INTERVAL_S` the buffers' columns travel to the master in Locust
+messages of at most :data:`MAX_MESSAGE_ROWS` rows per kind, and the master
+appends them unchanged to the run directory's streams (:class:`MergedRecords`).
+A worker ends with a report of its totals (rows of each kind, scheduled, sent,
+completed, errors); the master checks that it received every row each worker
+reported. The merged table holds exactly the concatenation of the workers'
+rows, so percentiles over it are percentiles over all requests.
+
+A records message is ``{"worker", "seq", "columns", "in_flight"}`` plus,
+optionally, ``"chunks"``, ``"signals"`` and ``"events"`` (each
+``{column: values}`` in its schema's columns). Unknown keys are ignored and
+absent parts mean none (an older worker); a part or column that does not fit
+its schema raises :class:`ProtocolError` and nothing of that message is kept.
 """
 
 from __future__ import annotations
 
 import itertools
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Iterable, Iterator
 
 import numpy as np
+import pyarrow as pa
 
-from tailscope.rundir.schema import REQUESTS_SCHEMA
+from tailscope.rundir.schema import CHUNKS_SCHEMA, EVENTS_SCHEMA, REQUESTS_SCHEMA, SIGNALS_SCHEMA
 
 from .recorder import LATE_THRESHOLD_NS, LIVE_WINDOW_S, LiveStats, WindowedStats
 
@@ -45,7 +56,13 @@ BATCH_INTERVAL_S = 0.5
 #: share message and Locust's spawn message to reach every worker.
 ORIGIN_LEAD_S = 0.5
 
+#: Most rows of one kind in one records message; a fuller buffer goes in several messages.
+MAX_MESSAGE_ROWS = 20_000
+
 REQUEST_COLUMNS = tuple(REQUESTS_SCHEMA.names)
+#: The companion rows a records message may carry, by message key: the schema of their rows
+#: (the run directory's ``chunks.arrow``, ``signals.generator.arrow`` and ``events.arrow``).
+PART_SCHEMAS = {"chunks": CHUNKS_SCHEMA, "signals": SIGNALS_SCHEMA, "events": EVENTS_SCHEMA}
 
 
 class ProtocolError(ValueError):
@@ -107,12 +124,13 @@ def share_seed(seed: int, index: int, count: int) -> int:
 
 
 class ColumnBuffer:
-    """A request sink (``append(*values)`` in REQUESTS_SCHEMA order) that keeps
-    rows column-wise until :meth:`take` hands them over. Memory: the rows
-    appended since the last take (one batch interval's worth)."""
+    """A sink (``append(*values)`` in ``names`` order, by default REQUESTS_SCHEMA's)
+    that keeps rows column-wise until :meth:`take` hands them over. Memory: the
+    rows appended since the last take (one batch interval's worth)."""
 
-    def __init__(self):
-        self._columns: list[list] = [[] for _ in REQUEST_COLUMNS]
+    def __init__(self, names: tuple[str, ...] = REQUEST_COLUMNS):
+        self.names = tuple(names)
+        self._columns: list[list] = [[] for _ in self.names]
         self.appended = 0
 
     def append(self, *values) -> None:
@@ -123,18 +141,61 @@ class ColumnBuffer:
     def pending(self) -> int:
         return len(self._columns[0])
 
-    def take(self) -> dict[str, list] | None:
-        """The buffered rows as ``{column: values}``, emptying the buffer; None when empty."""
+    def take(self, limit: int | None = None) -> dict[str, list] | None:
+        """The oldest buffered rows (at most ``limit``) as ``{column: values}``,
+        removed from the buffer; None when it is empty."""
         if not self._columns[0]:
             return None
-        columns, self._columns = self._columns, [[] for _ in REQUEST_COLUMNS]
-        return dict(zip(REQUEST_COLUMNS, columns))
+        if limit is None or limit >= len(self._columns[0]):
+            columns, self._columns = self._columns, [[] for _ in self.names]
+        else:
+            columns = [column[:limit] for column in self._columns]
+            self._columns = [column[limit:] for column in self._columns]
+        return dict(zip(self.names, columns))
 
 
-def records_message(worker: int, seq: int, columns: dict[str, list], in_flight: int = 0) -> dict:
+def records_message(worker: int, seq: int, columns: dict[str, list] | None, in_flight: int = 0,
+                    parts: dict[str, dict[str, list]] | None = None) -> dict:
     """The payload of a :data:`MESSAGE_RECORDS` message (``in_flight``: the
-    worker's requests in flight when it was sent)."""
-    return {"worker": worker, "seq": seq, "columns": columns, "in_flight": in_flight}
+    worker's requests in flight when it was sent). ``columns`` None: no request
+    rows; ``parts``: companion rows by :data:`PART_SCHEMAS` key (empty ones left out)."""
+    if columns is None:
+        columns = {name: [] for name in REQUEST_COLUMNS}
+    message = {"worker": worker, "seq": seq, "columns": columns, "in_flight": in_flight}
+    message.update({key: part for key, part in (parts or {}).items() if part})
+    return message
+
+
+class WorkerOutbox:
+    """One worker's outgoing rows: ``requests`` (the recorder's sink) and ``parts``
+    (a :class:`ColumnBuffer` per :data:`PART_SCHEMAS` key: the chunk, generator
+    signal and generator event sinks), handed over as records messages.
+    Call from one thread (the worker's event loop)."""
+
+    def __init__(self, worker: int, max_rows: int = MAX_MESSAGE_ROWS):
+        if max_rows < 1:
+            raise ValueError(f"max_rows must be >= 1, got {max_rows!r}")
+        self.worker = worker
+        self.max_rows = max_rows
+        self.requests = ColumnBuffer()
+        self.parts = {key: ColumnBuffer(tuple(schema.names)) for key, schema in PART_SCHEMAS.items()}
+        self.seq = 0
+
+    def messages(self, in_flight: int = 0) -> Iterator[dict]:
+        """Records messages until every buffer is empty, each with at most
+        ``max_rows`` rows of each kind; numbered on from the last one."""
+        while True:
+            columns = self.requests.take(self.max_rows)
+            parts = {key: buffer.take(self.max_rows) for key, buffer in self.parts.items()}
+            if columns is None and not any(parts.values()):
+                return
+            message = records_message(self.worker, self.seq, columns, in_flight, parts)
+            self.seq += 1
+            yield message
+
+    def counted(self, totals: "WorkerTotals") -> "WorkerTotals":
+        """``totals`` with the companion row counts filled in (rows appended so far)."""
+        return replace(totals, **{key: buffer.appended for key, buffer in self.parts.items()})
 
 
 @dataclass
@@ -149,40 +210,64 @@ class WorkerTotals:
     errors: int
     stop_reason: str
     failure: str | None = None  # the worker's load failed (message), None when it ran
+    chunks: int = 0  # streamed-chunk rows it produced (PART_SCHEMAS keys: rows sent in record batches)
+    signals: int = 0  # generator signal rows
+    events: int = 0  # generator event rows
 
     def to_message(self) -> dict:
         return asdict(self)
 
     @classmethod
     def from_message(cls, data) -> "WorkerTotals":
+        """The totals of a :data:`MESSAGE_DONE` payload; the companion row counts
+        default to 0 (a worker that sent none)."""
         if not isinstance(data, dict):
             raise ProtocolError(f"done message: expected a mapping, got {type(data).__name__}")
         try:
-            return cls(**{name: data[name] for name in cls.__dataclass_fields__ if name != "failure"},
-                       failure=data.get("failure"))
+            required = {name: data[name] for name in _TOTALS_COUNTS}
+            stop_reason = data["stop_reason"]
         except KeyError as exc:
             raise ProtocolError(f"done message: missing {exc.args[0]!r}") from None
+        optional = {key: data.get(key, 0) for key in PART_SCHEMAS}
+        counts = {**required, **optional}
+        bad = sorted(name for name, value in counts.items() if not isinstance(value, int) or value < 0)
+        failure = data.get("failure")
+        if bad or not isinstance(stop_reason, str) or not (failure is None or isinstance(failure, str)):
+            raise ProtocolError(f"done message: counts {bad} must be integers >= 0, "
+                                "stop_reason a string and failure a string or null")
+        return cls(**counts, stop_reason=stop_reason, failure=failure)
+
+
+_TOTALS_COUNTS = ("worker", "records", "scheduled", "sent", "completed", "errors")
 
 
 class MergedRecords:
-    """The master's side of the merge: every worker's rows into one sink.
+    """The master's side of the merge: every worker's rows into the run's sinks.
 
     ``sink`` has ``append(*values)`` in REQUESTS_SCHEMA order (a
-    :class:`tailscope.rundir.Appender` or the conductor's record keeper). Live statistics (for progress) are
-    kept over the merged rows like a single process's recorder keeps them.
-    Call from one thread (the master's event loop).
+    :class:`tailscope.rundir.Appender` or the conductor's record keeper);
+    ``chunks``, ``signals`` and ``events`` (optional, :class:`~tailscope.rundir.Appender`
+    or anything with ``append(*values)``) take the companion rows of the same
+    names (:data:`PART_SCHEMAS`); a part without a sink is dropped and not
+    checked. Live statistics (for progress) are kept over the merged rows like
+    a single process's recorder keeps them. Call from one thread (the master's
+    event loop).
     """
 
-    def __init__(self, sink, window_s: int = LIVE_WINDOW_S):
+    def __init__(self, sink, window_s: int = LIVE_WINDOW_S, *, chunks=None, signals=None, events=None):
         self.sink = sink
+        self.part_sinks = {key: part for key, part in
+                           (("chunks", chunks), ("signals", signals), ("events", events)) if part is not None}
         self.live = WindowedStats(window_s)
         self.received: dict[int, int] = {}  # worker → rows received
+        self.parts_received: dict[str, dict[int, int]] = {key: {} for key in PART_SCHEMAS}
         self.totals: dict[int, WorkerTotals] = {}  # worker → its final report
         self.completed = 0
         self.errors = 0
         self._next_seq: dict[int, int] = {}
         self._in_flight: dict[int, int] = {}
         self.out_of_order: list[str] = []
+        self.rejected: list[str] = []  # malformed messages, as the master's role noted them
 
     @property
     def rows(self) -> int:
@@ -194,8 +279,9 @@ class MergedRecords:
         return sum(self._in_flight.values())
 
     def add_batch(self, data) -> int:
-        """Append one :data:`MESSAGE_RECORDS` payload; return its row count."""
-        worker, seq, columns = _batch_parts(data)
+        """Append one :data:`MESSAGE_RECORDS` payload (all of it, or nothing when it
+        is malformed: :class:`ProtocolError`); return its request row count."""
+        worker, seq, columns, parts = _batch_parts(data)
         expected = self._next_seq.get(worker, 0)
         if seq != expected:
             self.out_of_order.append(f"worker {worker}: batch {seq} arrived, expected {expected}")
@@ -207,6 +293,13 @@ class MergedRecords:
             self.sink.append(*row)
         self.received[worker] = self.received.get(worker, 0) + n
         self._count(columns)
+        for key, part in parts.items():
+            target = self.part_sinks.get(key)
+            if target is None:
+                continue
+            _append_columns(target, PART_SCHEMAS[key].names, part)
+            received = self.parts_received[key]
+            received[worker] = received.get(worker, 0) + len(part[PART_SCHEMAS[key].names[0]])
         return n
 
     def _count(self, columns: dict[str, list]) -> None:
@@ -221,7 +314,7 @@ class MergedRecords:
             self.live.add(end, end - scheduled, sent - scheduled > LATE_THRESHOLD_NS, is_error)
 
     def finish(self, data) -> WorkerTotals:
-        """Record one worker's :data:`MESSAGE_DONE` report."""
+        """Record one worker's :data:`MESSAGE_DONE` report (:class:`ProtocolError` when malformed)."""
         totals = WorkerTotals.from_message(data)
         self.totals[totals.worker] = totals
         self._in_flight[totals.worker] = 0
@@ -231,8 +324,9 @@ class MergedRecords:
         return all(w in self.totals for w in workers)
 
     def problems(self, workers: Iterable[int]) -> list[str]:
-        """Why the merge is not exact: missing reports, rows lost, failed workers."""
-        problems = list(self.out_of_order)
+        """Why the merge is not exact: malformed or reordered messages, missing
+        reports, rows of any kind lost, failed workers."""
+        problems = list(self.rejected) + list(self.out_of_order)
         for worker in workers:
             totals = self.totals.get(worker)
             received = self.received.get(worker, 0)
@@ -242,6 +336,11 @@ class MergedRecords:
             if totals.records != received:
                 problems.append(f"worker {worker}: reported {totals.records} rows, "
                                 f"{received} reached the master")
+            for key in self.part_sinks:
+                got = self.parts_received[key].get(worker, 0)
+                if getattr(totals, key) != got:
+                    problems.append(f"worker {worker}: reported {getattr(totals, key)} {key} rows, "
+                                    f"{got} reached the master")
             if totals.failure:
                 problems.append(f"worker {worker}: load failed: {totals.failure}")
         return problems
@@ -250,20 +349,48 @@ class MergedRecords:
         return self.live.snapshot(now_ns)
 
 
-def _batch_parts(data) -> tuple[int, int, dict[str, list]]:
-    """(worker, seq, columns) of a records payload, validated."""
+def _append_columns(sink, names, columns: dict[str, list]) -> None:
+    """Rows given column-wise into a sink: in one call where it takes columns, else row by row."""
+    if hasattr(sink, "append_columns"):
+        sink.append_columns(columns)
+        return
+    for row in zip(*(columns[name] for name in names)):
+        sink.append(*row)
+
+
+def _batch_parts(data) -> tuple[int, int, dict[str, list], dict[str, dict[str, list]]]:
+    """(worker, seq, request columns, companion parts) of a records payload, validated."""
     if not isinstance(data, dict):
         raise ProtocolError(f"records message: expected a mapping, got {type(data).__name__}")
     worker, seq, columns = data.get("worker"), data.get("seq"), data.get("columns")
     if not isinstance(worker, int) or not isinstance(seq, int) or not isinstance(columns, dict):
         raise ProtocolError("records message: needs integer 'worker' and 'seq' and a 'columns' mapping")
-    missing = [name for name in REQUEST_COLUMNS if name not in columns]
+    requests = _checked_columns(columns, REQUESTS_SCHEMA, "records message")
+    parts = {key: _checked_columns(data[key], schema, f"records message {key!r}")
+             for key, schema in PART_SCHEMAS.items() if data.get(key) is not None}
+    return worker, seq, requests, parts
+
+
+def _checked_columns(columns, schema: pa.Schema, what: str) -> dict[str, list]:
+    """``{column: list}`` for every column of ``schema``: present, lists of one
+    length, each value of the column's type (checked by converting to Arrow)."""
+    if not isinstance(columns, dict):
+        raise ProtocolError(f"{what}: expected a mapping of columns, got {type(columns).__name__}")
+    missing = [name for name in schema.names if name not in columns]
     if missing:
-        raise ProtocolError(f"records message: missing columns {missing}")
-    lengths = {len(columns[name]) for name in REQUEST_COLUMNS}
+        raise ProtocolError(f"{what}: missing columns {missing}")
+    picked = {name: columns[name] for name in schema.names}
+    if not all(isinstance(values, list) for values in picked.values()):
+        raise ProtocolError(f"{what}: every column must be a list")
+    lengths = {len(values) for values in picked.values()}
     if len(lengths) != 1:
-        raise ProtocolError(f"records message: columns of unequal length {sorted(lengths)}")
-    return worker, seq, {name: columns[name] for name in REQUEST_COLUMNS}
+        raise ProtocolError(f"{what}: columns of unequal length {sorted(lengths)}")
+    for field in schema:
+        try:
+            pa.array(picked[field.name], type=field.type)
+        except (pa.ArrowException, TypeError, ValueError, OverflowError) as exc:
+            raise ProtocolError(f"{what}: column {field.name!r} is not {field.type}: {exc}") from None
+    return picked
 
 
 def merged_load_summary(totals: Iterable[WorkerTotals], start_ns: int, end_ns: int,

@@ -6,7 +6,8 @@ Imports Locust (gevent monkey-patching): import it only in the conductor.
 loopback port, starts N worker processes (``python -m
 tailscope.loadgen.worker``; each loads the same scenario file), waits until
 they are connected, starts the test, and merges every worker's rows into
-``sink`` (:class:`~.locust_roles.MasterRole`). It returns when every worker
+``sink`` — and its streamed chunks and self-check rows into ``chunks``,
+``events`` and ``signals`` (:class:`~.locust_roles.MasterRole`). It returns when every worker
 has walked its share and reported, or soon after ``stop`` is set. Worker
 processes are stopped by PID in every case (SIGTERM, then SIGKILL).
 """
@@ -53,9 +54,10 @@ def worker_command(master_port: int, scenario_path: str, plan: LoadPlan) -> list
 class _ConductorRun:
     """The master role's run handle: the conductor owns the run directory."""
 
-    def __init__(self, sink):
+    def __init__(self, sink, chunks=None, events=None, signals=None):
         self.path = "conductor"
         self.sink = sink
+        self.chunks, self.events, self.signals = chunks, events, signals
         self.load: dict | None = None
         self.problems: list[str] = []
 
@@ -73,9 +75,15 @@ def run_distributed_load(
     on_progress: Callable[[Progress], None] | None = None,
     progress_interval_s: float = 1.0,
     stop: StopFlag | None = None,
+    chunks=None,
+    events=None,
+    signals=None,
 ) -> LoadResult:
     """Run ``plan`` on ``workers`` local Locust worker processes; rows go to ``sink``
     (``append(*values)`` in REQUESTS_SCHEMA order, as for :func:`~.runner.run_load`).
+    Optional sinks, as for run_load: ``chunks`` (every worker's streamed chunks),
+    ``events`` (their ``generator_gc`` events), ``signals`` (their self-check
+    gauges, labelled ``{worker="i"}``).
 
     Raises :class:`LoadError` when the workers do not connect, a worker's load
     fails, or rows are lost in the merge (the run directory keeps what arrived).
@@ -86,7 +94,7 @@ def run_distributed_load(
         raise LoadError("--workers needs an open-loop arrival process; a closed loop runs in one process")
     environment = Environment(user_classes=[TailscopeSchedule], host=plan.target)
     runner = environment.create_master_runner("127.0.0.1", 0)
-    conductor_run = _ConductorRun(sink)
+    conductor_run = _ConductorRun(sink, chunks, events, signals)
     role = MasterRole(environment, lambda _env: plan, lambda _plan, _role: conductor_run)
     processes: list[subprocess.Popen] = []
     try:

@@ -20,8 +20,11 @@ Importing this module registers tailscope's command-line options
 parameters) and an ``init`` listener with Locust's global ``locust.events``.
 When the locustfile defines a subclass of :class:`OpenLoopUser`, every test
 (headless, or each Start in the web UI) becomes a run directory with
-``manifest.json`` and ``requests.arrow`` (and the receiver's spans when a
-receiver port is given), analysed at the end into ``report.html``.
+``manifest.json``, ``requests.arrow``, ``chunks.arrow`` (streamed
+responses), the generator processes' self-check (``signals.generator.arrow``,
+``generator_gc`` events in ``events.arrow``; labelled per worker when
+distributed) and the receiver's spans when a receiver port is given, analysed
+at the end into ``report.html``.
 
 The offered load is the scenario's arrival process, not Locust's user count:
 each process walks the schedule (workers each take an interleaved share, see
@@ -128,6 +131,9 @@ class NativeRun:
             "locust": {**role, "command": " ".join(sys.argv)},
         })
         self.sink = self.writer.requests
+        self.chunks = self.writer.chunks
+        self.events = self.writer.events
+        self.signals = self.writer.generator_signals
         logger.info("tailscope: run directory %s", self.path)
 
     def _start_receiver(self, port: int):

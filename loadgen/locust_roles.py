@@ -5,12 +5,14 @@ Imports Locust (gevent monkey-patching): use it only in load-generating processe
 - :class:`LocalRole` (``LocalRunner``): walks the whole schedule and writes the
   run directory.
 - :class:`WorkerRole` (``WorkerRunner``): walks its share of the schedule (sent
-  by the master) and streams its rows to the master every
+  by the master) and streams its rows — requests, streamed chunks, and its
+  self-check's gauges and GC events — to the master every
   :data:`~.distributed.BATCH_INTERVAL_S` over Locust's message channel.
 - :class:`MasterRole` (``MasterRunner``): at test start, gives each connected
   worker its share and one shared origin; merges every row into the run
   directory; when the test stops, tells the workers to halt and waits for
-  their final reports before the run is closed.
+  their final reports before the run is closed. A malformed message from a
+  worker is logged and listed in the run's merge problems, never raised.
 
 :func:`attach_role` picks the role from ``environment.runner``. Roles hook
 Locust's ``test_start``, ``test_stopping`` and ``test_stop`` events, so they
@@ -38,12 +40,12 @@ from .distributed import (
     MESSAGE_RECORDS,
     MESSAGE_SHARE,
     ORIGIN_LEAD_S,
-    ColumnBuffer,
     MergedRecords,
+    ProtocolError,
     ScheduleShare,
+    WorkerOutbox,
     WorkerTotals,
     merged_load_summary,
-    records_message,
 )
 from .spec import LoadPlan
 from .users import DRAIN_GRACE_S
@@ -57,7 +59,9 @@ logger = logging.getLogger("tailscope.loadgen")
 
 
 class RunHandle(Protocol):
-    """An open run directory, as the roles use it."""
+    """An open run directory, as the roles use it. It may also have ``chunks``,
+    ``events`` and ``signals`` sinks (CHUNKS_SCHEMA, EVENTS_SCHEMA and the
+    generator's SIGNALS_SCHEMA rows; absent or None: not recorded)."""
 
     path: str
     sink: object  # append(*values) in REQUESTS_SCHEMA order (rundir.Appender)
@@ -71,6 +75,11 @@ PlanFactory = Callable[[object], LoadPlan]
 RunOpener = Callable[[LoadPlan, dict], RunHandle]
 #: Called (in its own greenlet) when the whole schedule has been walked.
 FinishedCallback = Callable[[object], None]
+
+
+def run_sinks(run) -> dict:
+    """The optional ``chunks`` / ``events`` / ``signals`` sinks of a run handle (None where absent)."""
+    return {key: getattr(run, key, None) for key in ("chunks", "events", "signals")}
 
 
 def attach_role(environment, make_plan: PlanFactory, open_run: RunOpener | None,
@@ -111,7 +120,7 @@ class LocalRole:
     def on_test_start(self, environment, **_) -> None:
         plan = self.make_plan(environment)
         self.run = self.open_run(plan, {"role": "local", "workers": 1})
-        self.load = ProcessLoad(plan, self.run.sink, environment.events.request)
+        self.load = ProcessLoad(plan, self.run.sink, environment.events.request, **run_sinks(self.run))
         self.load.start()
         gevent.spawn(self._notify_finished, self.load)
 
@@ -139,14 +148,13 @@ class LocalRole:
 
 
 class _RecordStream:
-    """A worker's rows on their way to the master: one message per batch interval."""
+    """A worker's rows on their way to the master: every batch interval, the
+    outbox's messages (more than one when a buffer holds more than a message's worth)."""
 
-    def __init__(self, runner, buffer: ColumnBuffer, worker: int, load: ProcessLoad):
+    def __init__(self, runner, outbox: WorkerOutbox, load: ProcessLoad):
         self.runner = runner
-        self.buffer = buffer
-        self.worker = worker
+        self.outbox = outbox
         self.load = load
-        self.seq = 0
         self.finished = gevent.event.Event()
         self._loop = gevent.spawn(self._send_periodically)
 
@@ -156,19 +164,16 @@ class _RecordStream:
             self.send_pending()
 
     def send_pending(self) -> None:
-        columns = self.buffer.take()
-        if columns is not None:
-            message = records_message(self.worker, self.seq, columns, self.load.session.in_flight)
+        for message in self.outbox.messages(self.load.session.in_flight):
             self.runner.send_message(MESSAGE_RECORDS, message)
-            self.seq += 1
 
     def finish(self, totals: WorkerTotals) -> None:
-        """Send the last rows and the final report (once)."""
+        """Send the last rows and the final report, with the rows of each kind counted (once)."""
         if self.finished.is_set():
             return
         self._loop.kill(block=True)
         self.send_pending()
-        self.runner.send_message(MESSAGE_DONE, totals.to_message())
+        self.runner.send_message(MESSAGE_DONE, self.outbox.counted(totals).to_message())
         self.finished.set()
 
 
@@ -197,9 +202,9 @@ class WorkerRole:
         plan = self.make_plan(environment)
         if share.duration_s:
             plan = dataclasses.replace(plan, duration_s=share.duration_s)
-        buffer = ColumnBuffer()
-        self.load = ProcessLoad(plan, buffer, environment.events.request, share)
-        self.stream = _RecordStream(environment.runner, buffer, share.index, self.load)
+        outbox = WorkerOutbox(share.index)
+        self.load = ProcessLoad(plan, outbox.requests, environment.events.request, share, **outbox.parts)
+        self.stream = _RecordStream(environment.runner, outbox, self.load)
         self.load.start()
         gevent.spawn(self._finish_when_done, self.load, self.stream)
 
@@ -254,7 +259,7 @@ class MasterRole:
         self.workers = list(range(len(clients)))
         self.all_reported.clear()
         self.run = self.open_run(self.plan, {"role": "master", "workers": len(clients)})
-        self.merged = MergedRecords(self.run.sink)
+        self.merged = MergedRecords(self.run.sink, **run_sinks(self.run))
         self.origin_ns = time.time_ns() + int(self.lead_s * 1e9)
         self.last_report_ns = None
         run_id = self.run.path
@@ -266,12 +271,24 @@ class MasterRole:
         if self.merged is None:
             logger.warning("tailscope: records from %s arrived outside a run; ignored", msg.node_id)
             return
-        self.merged.add_batch(msg.data)
+        try:
+            self.merged.add_batch(msg.data)
+        except ProtocolError as exc:
+            self._reject(msg, exc)
+
+    def _reject(self, msg, exc: ProtocolError) -> None:
+        """Note a malformed message (kept out of the run) in the merge problems."""
+        logger.error("tailscope: malformed message from %s ignored: %s", msg.node_id, exc)
+        self.merged.rejected.append(f"malformed {msg.type} message from {msg.node_id}: {exc}")
 
     def _on_done(self, msg, **_) -> None:
         if self.merged is None:
             return
-        self.merged.finish(msg.data)
+        try:
+            self.merged.finish(msg.data)
+        except ProtocolError as exc:
+            self._reject(msg, exc)
+            return
         self.last_report_ns = time.time_ns()
         if self.merged.all_done(self.workers) and not self.all_reported.is_set():
             self.all_reported.set()

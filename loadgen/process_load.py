@@ -23,7 +23,11 @@ from .distributed import ScheduleShare, WorkerTotals, share_seed, take_share
 from .exchange import Exchanger
 from .mix import RequestMix
 from .recorder import Recorder
+from .selfcheck import GeneratorMonitor
 from .spec import LoadPlan
+
+#: How often the generator's self-check is polled (GC events drained, gauges once a second), s.
+MONITOR_TICK_S = 0.1
 
 
 class ScheduleHolder(User):
@@ -56,23 +60,39 @@ class SharedLoadSession(LoadSession):
         return take_share(offsets, self.share.index, self.share.count)
 
 
+def _poll_forever(monitor: GeneratorMonitor) -> None:
+    while True:
+        gevent.sleep(MONITOR_TICK_S)
+        monitor.poll()
+
+
 class ProcessLoad:
     """Walks ``plan``'s schedule (or ``share`` of it) in one greenlet, writing a
     record per request to ``sink`` (``append(*values)``, REQUESTS_SCHEMA order)
     and firing Locust's ``request`` event for each.
 
+    Optional sinks, as for :func:`~.runner.run_load`: ``chunks`` (CHUNKS_SCHEMA
+    rows of streamed responses), ``events`` and ``signals`` (the generator's
+    self-check, :class:`~.selfcheck.GeneratorMonitor`, polled every
+    :data:`MONITOR_TICK_S`; with a ``share`` its series and events are labelled
+    with the worker index). The monitor's last gauges are written before
+    :attr:`done` is set.
+
     Open-loop arrival processes only: a closed loop is Locust's own model
     (use :class:`tailscope.loadgen.locust_native.RecordingUser`).
     """
 
-    def __init__(self, plan: LoadPlan, sink, request_event, share: ScheduleShare | None = None):
+    def __init__(self, plan: LoadPlan, sink, request_event, share: ScheduleShare | None = None, *,
+                 chunks=None, events=None, signals=None):
         if plan.arrival.process == "closed":
             raise ValueError("a closed-loop arrival process has no schedule to walk; "
                              "use RecordingUser (Locust's own closed loop) instead")
         index, count = (share.index, share.count) if share is not None else (0, 1)
         self.plan = plan
         self.worker = index
-        self.recorder = Recorder(sink, worker=index)
+        self.recorder = Recorder(sink, worker=index, chunk_sink=chunks)
+        self._monitor_sinks = (events, signals)
+        self._monitor_label = share.index if share is not None else None
         mix = RequestMix(plan.classes, share_seed(plan.seed, index, count))
         self.session = SharedLoadSession(plan, self.recorder, mix, share)
         self._request_event = request_event
@@ -95,13 +115,27 @@ class ProcessLoad:
         clock = session.begin()
         exchanger = Exchanger(self._http.client.clientpool, plan.target, clock, plan.timeout_s,
                               self.recorder, self._request_event)
+        monitor, poller = self._start_monitor(clock)
         try:
             run_open_loop(session, exchanger)
         except Exception as exc:  # noqa: BLE001  (reported in the totals and the manifest)
             session.failure = exc
             session.halt("stopped")
         finally:
+            if monitor is not None:
+                poller.kill(block=True)
+                monitor.stop()
             session.done.set()
+
+    def _start_monitor(self, clock) -> tuple[GeneratorMonitor | None, gevent.Greenlet | None]:
+        """The self-check and the greenlet polling it; (None, None) without its sinks."""
+        events, signals = self._monitor_sinks
+        if events is None and signals is None:
+            return None, None
+        monitor = GeneratorMonitor(events, signals, clock.now_ns, lambda: self.session.in_flight,
+                                   worker=self._monitor_label)
+        monitor.start()
+        return monitor, gevent.spawn(_poll_forever, monitor)
 
     def halt(self, reason: str = "stopped") -> None:
         """Stop starting requests; in-flight ones may still end (see :meth:`drain`)."""

@@ -18,6 +18,11 @@ runner's watcher (about every 50 ms) and writes
   where the kernel has no schedstat). A late send with a large run-queue wait
   means CPU contention from other processes, not the generator's own work.
 
+In a distributed run each worker process runs its own monitor with
+``worker=i``: its series are labelled ``generator.cpu_percent{worker="i"}``
+(the run directory's label syntax, docs/signals.md) and its events carry
+``"worker": i``, so several generator processes stay apart in one run.
+
 The GC callback only appends a tuple to a list (no lock, no I/O: it runs
 inside the collector); the watcher drains the list into the sink. Memory:
 the pauses since the last poll.
@@ -50,6 +55,11 @@ SERIES = {
 SCHEDSTAT_PATH = "/proc/self/schedstat"
 
 
+def series_name(name: str, worker: int | None = None) -> str:
+    """``name`` as written by generator process ``worker`` (None: the only one, unlabelled)."""
+    return name if worker is None else f'{name}{{worker="{worker}"}}'
+
+
 def runqueue_wait_ns(path: str = SCHEDSTAT_PATH) -> int | None:
     """Cumulative ns the process's main thread waited on a run queue; None if unknown.
     ``schedstat`` holds "<on-CPU ns> <run-queue wait ns> <timeslices>"."""
@@ -70,14 +80,18 @@ class GeneratorMonitor:
     """Records the generator's GC pauses and CPU use while a load runs.
 
     ``now_ns`` gives epoch ns (the run clock); ``in_flight`` the current
-    number of requests in flight. Use as a context manager, or call
-    :meth:`start` / :meth:`stop` (which removes the GC callback); call
-    :meth:`poll` often from the event loop.
+    number of requests in flight; ``worker`` labels the series and events of
+    one worker process of a distributed run (None: a single process). Use as a
+    context manager, or call :meth:`start` / :meth:`stop` (which removes the GC
+    callback); call :meth:`poll` often from the event loop.
     """
 
-    def __init__(self, events, signals, now_ns: Callable[[], int], in_flight: Callable[[], int]):
+    def __init__(self, events, signals, now_ns: Callable[[], int], in_flight: Callable[[], int],
+                 worker: int | None = None):
         self.events = events
         self.signals = signals
+        self.worker = worker
+        self._names = {name: series_name(name, worker) for name in SERIES}
         self._now_ns = now_ns
         self._in_flight = in_flight
         self._pending: list[tuple] = []
@@ -130,9 +144,11 @@ class GeneratorMonitor:
             self.gc_pause_ns += end - start
             self._gc_ms_since_sample += (end - start) / 1e6
             if self.events is not None:
-                self.events.append(GC_EVENT, start + offset, end + offset, SOURCE, json.dumps(
-                    {"generation": generation, "collected": collected,
-                     "uncollectable": uncollectable, "pid": self._pid}))
+                attributes = {"generation": generation, "collected": collected,
+                              "uncollectable": uncollectable, "pid": self._pid}
+                if self.worker is not None:
+                    attributes["worker"] = self.worker
+                self.events.append(GC_EVENT, start + offset, end + offset, SOURCE, json.dumps(attributes))
         now = self._now_ns()
         interval_ns = now - self._last_sample_ns
         if interval_ns >= SAMPLE_INTERVAL_S * 1e9 or (force_sample and interval_ns > 0):
@@ -146,9 +162,10 @@ class GeneratorMonitor:
         waited = (wait_ns - self._last_wait_ns) if wait_ns is not None and self._last_wait_ns is not None else None
         self._last_wait_ns = wait_ns
         if self.signals is not None:
-            self.signals.append(now, "generator.cpu_percent", cpu_percent)
-            self.signals.append(now, "generator.in_flight", float(self._in_flight()))
-            self.signals.append(now, "generator.gc_pause_ms", self._gc_ms_since_sample)
+            names = self._names
+            self.signals.append(now, names["generator.cpu_percent"], cpu_percent)
+            self.signals.append(now, names["generator.in_flight"], float(self._in_flight()))
+            self.signals.append(now, names["generator.gc_pause_ms"], self._gc_ms_since_sample)
             if waited is not None:
-                self.signals.append(now, "generator.runqueue_wait_ms", waited / 1e6)
+                self.signals.append(now, names["generator.runqueue_wait_ms"], waited / 1e6)
         self._gc_ms_since_sample = 0.0

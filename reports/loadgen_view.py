@@ -44,6 +44,7 @@ def generator_data(analysis: dict) -> dict | None:
     origin = analysis["run"].get("load_start_ns")
     lateness = analysis["summary"].get("lateness_ms") or {}
     cpu, gc = generator.get("cpu") or {}, generator.get("gc") or {}
+    processes = generator.get("processes") or []
     facts = [
         {"key": "arrivals", "value": _arrival_text(generator.get("load_model") or {})},
         {"key": "in-flight cap", "value": f"{fmt_count(generator.get('max_in_flight'))} "
@@ -52,7 +53,9 @@ def generator_data(analysis: dict) -> dict | None:
         {"key": "lateness", "value": f"P50 {fmt_ms(lateness.get('p50_ms'))}, P99 {fmt_ms(lateness.get('p99_ms'))}, "
                                      f"{fmt_share(lateness.get('late_share'))} of sends > 1 ms late"},
         {"key": "generator CPU", "value": f"mean {fmt_number(cpu.get('mean_percent'))} %, "
-                                          f"max {fmt_number(cpu.get('max_percent'))} % of one core"},
+                                          f"max {fmt_number(cpu.get('max_percent'))} % of one core"
+                                          + (" (busiest process per window)" if len(processes) > 1 else "")},
+        *([{"key": "generator processes", "value": _processes_text(processes)}] if len(processes) > 1 else []),
         {"key": "generator GC", "value": f"{fmt_count(gc.get('pauses'))} pauses, {fmt_ms(gc.get('total_ms'))} "
                                          f"in total, longest {fmt_ms(gc.get('max_ms'))}"},
         {"key": "waiting for a CPU", "value": fmt_ms(generator.get("runqueue_wait_ms"))},
@@ -72,6 +75,14 @@ def generator_data(analysis: dict) -> dict | None:
         "intervals": intervals,
         "short_windows": f"{len(short)} of {len(windows)} windows achieved less than 90% of the offered rate",
     }
+
+
+def _processes_text(processes: list[dict]) -> str:
+    """Each generator process (distributed workers): its CPU and GC pauses, one clause each."""
+    return "; ".join(
+        f"worker {p.get('worker')}: CPU mean {fmt_number(p.get('cpu_mean_percent'))} %, "
+        f"max {fmt_number(p.get('cpu_max_percent'))} %, {fmt_count(p.get('gc_pauses'))} GC pauses"
+        for p in processes)
 
 
 def class_slo_cells(analysis: dict) -> dict:

@@ -306,14 +306,16 @@ def _child_failure(companions) -> str | None:
 def _generate_load(plan, sink, scenario: Scenario, options: RunOptions, run_dir: str, on_progress, stop,
                    extras: dict | None = None):
     """The load, in this process or (``options.workers``) on local Locust workers.
-    ``extras``: run_load's optional sinks and settings (one process only)."""
+    ``extras``: run_load's optional sinks and settings (workers get the sinks only)."""
+    extras = extras or {}
     if not options.workers:
-        return run_load(plan, sink, on_progress=on_progress, stop=stop, **(extras or {}))
+        return run_load(plan, sink, on_progress=on_progress, stop=stop, **extras)
     from tailscope.loadgen.distributed_runner import run_distributed_load
 
     return run_distributed_load(plan, sink, workers=options.workers,
                                 scenario_path=os.path.abspath(scenario.path), log_dir=run_dir,
-                                on_progress=on_progress, stop=stop)
+                                on_progress=on_progress, stop=stop,
+                                **{key: extras[key] for key in ("chunks", "events", "signals") if key in extras})
 
 
 def _fan_out(on_progress, companions):
