@@ -19,7 +19,7 @@ from typing import Mapping
 import numpy as np
 import pyarrow.compute as pc
 
-from tailscope.rundir import Run, load_run, schema as fmt
+from tailscope.rundir import Run, load_run, release_pages, schema as fmt
 
 from .causes import DetectorRegistry
 from .generator import generator_section
@@ -79,6 +79,7 @@ def analyze_run(run_or_path: Run | str | os.PathLike, *, window_s: float = 1.0,
     run = alignment.apply(run)  # server-clock times moved onto the generator's clock (a copy)
     matrix = stage_matrix(req, run.spans, resolved.rules, join=join)
     stage_map = stage_name_map(run.spans, resolved.rules)
+    release_pages(run)  # the join's columns (trace ids, names) are read: hand their pages back
     windows = (window_table(req, period[0], period[1], window_s, summary["latency_ms"]["p99"]["value_ms"])
                if period else None)
     retained = retained_view(run, req, window_s)  # records kept selectively: numbers from histograms
@@ -87,7 +88,8 @@ def analyze_run(run_or_path: Run | str | os.PathLike, *, window_s: float = 1.0,
         summary, windows = retained.summary, retained.windows
     detection = detect(req, windows, spike_rules) if windows else None
     spikes = (find_spikes(req, windows, matrix, run, registry, spike_rules, stage_map,
-                          detection=detection, method=method) if windows else [])
+                          detection=detection, method=method, span_request=join.span_request) if windows else [])
+    release_pages(run)
     slos, slo_warnings = parse_scenario_slos(scenario)
     times = stream_times(req, run.requests, *read_chunks(run.path))
     generator = generator_section(req, run, period, window_s)
@@ -107,7 +109,7 @@ def analyze_run(run_or_path: Run | str | os.PathLike, *, window_s: float = 1.0,
         "spike_detection": detection_facts(detection, spike_rules, method),
         "spikes": spikes,
         "patterns": analyze_patterns(req, spikes, SignalIndex(run.signals, run.signals_meta), period),
-        "signals": signals_section(run, req, period, window_s),
+        "signals": _then_release(signals_section(run, req, period, window_s), run),
         "events": event_digest(run),
         "receiver": run.receiver,
         "outages": find_outages(req, run.events),
@@ -128,6 +130,12 @@ def analyze_run(run_or_path: Run | str | os.PathLike, *, window_s: float = 1.0,
                             + run_health_warnings(run.manifest, analysis)
                             + load_warnings(analysis, run.manifest))
     return jsonable(analysis)
+
+
+def _then_release(value, run: Run):
+    """``value``, after handing back the run's resident file pages (:func:`release_pages`)."""
+    release_pages(run)
+    return value
 
 
 def parse_scenario_slos(scenario: dict) -> tuple[list, list[dict]]:

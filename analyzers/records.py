@@ -22,6 +22,7 @@ latency: they are counted as errors (and outages), never as latencies.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 import pyarrow as pa
@@ -39,6 +40,34 @@ def int_column(table: pa.Table, name: str) -> tuple[np.ndarray, np.ndarray]:
     values = pc.fill_null(column, 0).to_numpy().astype(np.int64, copy=False)
     present = pc.is_valid(column).to_numpy(zero_copy_only=False)
     return values, present
+
+
+def take_rows(data: pa.Table | pa.ChunkedArray | pa.Array, rows: np.ndarray) -> pa.Table | pa.ChunkedArray | pa.Array:
+    """``data.take(rows)``, chunk by chunk: Arrow's take on a chunked string column first
+    concatenates every chunk (a copy of the whole column); this copies only the rows taken.
+    O(len(rows) log chunks) plus the rows' bytes; rows in any order, repeats allowed."""
+    rows = np.asarray(rows, dtype=np.int64)
+    if isinstance(data, pa.Array):
+        return data.take(pa.array(rows))
+    chunks = data.to_batches() if isinstance(data, pa.Table) else data.chunks
+    if len(chunks) <= 1:
+        return data.take(pa.array(rows))
+    starts = np.cumsum([0] + [len(chunk) for chunk in chunks])
+    chunk_of = np.searchsorted(starts, rows, side="right") - 1
+    order = np.argsort(chunk_of, kind="stable")
+    grouped, pieces = chunk_of[order], []
+    bounds = np.searchsorted(grouped, np.arange(len(chunks) + 1))
+    for c in range(len(chunks)):
+        if bounds[c + 1] > bounds[c]:
+            local = rows[order[bounds[c]:bounds[c + 1]]] - starts[c]
+            pieces.append(chunks[c].take(pa.array(local)))
+    if isinstance(data, pa.Table):
+        taken = pa.Table.from_batches(pieces, schema=data.schema).combine_chunks()
+    else:
+        taken = pa.chunked_array(pieces, type=data.type).combine_chunks()
+    if len(rows) and np.any(np.diff(order) < 0):  # rows were not grouped by chunk: restore their order
+        taken = taken.take(pa.array(np.argsort(order, kind="stable")))
+    return taken if isinstance(data, pa.Table) else pa.chunked_array([taken], type=data.type)
 
 
 def string_column(table: pa.Table, name: str) -> np.ndarray:
@@ -77,7 +106,7 @@ class RequestArrays:
     cls: np.ndarray  # object: class name
     error_kind: np.ndarray  # object: None or kind
     error: np.ndarray  # object: None or message
-    trace_id: np.ndarray  # object: 32 hex or None
+    trace_ids: pa.ChunkedArray  # Arrow strings: 32 hex or null (``trace_id`` as Python objects)
     is_error: np.ndarray  # bool
     is_ok: np.ndarray  # bool: no error and an end time
     in_latency: np.ndarray  # bool: counts in latency percentiles (ok, http error or timeout, with an end)
@@ -89,9 +118,17 @@ class RequestArrays:
     def n(self) -> int:
         return len(self.scheduled_ns)
 
+    @cached_property
+    def trace_id(self) -> np.ndarray:
+        """Object array of str (None for null) of the trace ids, built on first use: n Python
+        strings (~90 bytes each), so large-run code paths read :attr:`trace_ids` instead."""
+        return self.trace_ids.to_numpy(zero_copy_only=False)
+
     def subset(self, mask: np.ndarray) -> "RequestArrays":
         """The requests selected by a boolean mask or index array."""
-        return RequestArrays(**{name: getattr(self, name)[mask] for name in self.__dataclass_fields__})
+        index = np.flatnonzero(mask) if np.asarray(mask).dtype == bool else np.asarray(mask)
+        return RequestArrays(**{name: take_rows(self.trace_ids, index) if name == "trace_ids"
+                                else getattr(self, name)[index] for name in self.__dataclass_fields__})
 
 
 def request_arrays(requests: pa.Table) -> RequestArrays:
@@ -112,7 +149,7 @@ def request_arrays(requests: pa.Table) -> RequestArrays:
         cls=category_column(requests, "cls"),
         error_kind=category_column(requests, "error_kind"),
         error=category_column(requests, "error"),
-        trace_id=string_column(requests, "trace_id"),
+        trace_ids=requests.column("trace_id"),
         is_error=is_error,
         is_ok=~is_error & has_end,
         in_latency=has_end & (~is_error | latency_error),

@@ -26,9 +26,10 @@ import pyarrow.compute as pc
 
 from tailscope.rundir import Run
 
-from .records import NS_PER_MS, NS_PER_S, RequestArrays, int_column
+from .records import NS_PER_MS, NS_PER_S, RequestArrays, int_column, take_rows
 from .signal_index import Contrast, SignalIndex, contrast
 from .stages import SPAN_KIND_SERVER, StageMatrix
+from .trace_join import trace_positions
 
 #: Grid step of the signals detectors compare (ns).
 GRID_NS = NS_PER_S
@@ -59,6 +60,9 @@ class RunInputs:
     end_ns: int
     threshold_ms: float
     spike_bounds: list[tuple[int, int]] = field(default_factory=list)
+    #: :func:`~.stages.request_of_span` of ``run.spans`` when known (the analysis' shared join):
+    #: every span↔request question is then answered from it instead of a join of its own.
+    span_request: np.ndarray | None = None
 
     # ------------------------------------------------------------------ signals
     @cached_property
@@ -128,13 +132,28 @@ class RunInputs:
 
     # ------------------------------------------------------------------ spans
     @cached_property
-    def _queue_table(self) -> pa.Table | None:
+    def _queue_rows_in_spans(self) -> np.ndarray:
+        """Rows of ``queue_wait`` spans in the spans table."""
         spans = self.run.spans
         if len(spans) == 0:
+            return np.zeros(0, np.int64)
+        return np.flatnonzero(pc.fill_null(pc.equal(spans.column("name"), "queue_wait"), False)
+                              .to_numpy(zero_copy_only=False))
+
+    @cached_property
+    def _queue_table(self) -> pa.Table | None:
+        rows = self._queue_rows_in_spans
+        if len(rows) == 0:
             return None
-        needed = spans.select(["name", "trace_id", "start_ns", "attributes"])  # copy only what is read
-        queue = needed.filter(pc.equal(needed.column("name"), "queue_wait"))
-        return queue if len(queue) else None
+        columns = ["start_ns", "attributes"] + (["trace_id"] if self.span_request is None else [])
+        return take_rows(self.run.spans.select(columns), rows)  # copy only what is read
+
+    def _queue_request(self, queue: pa.Table, rows: np.ndarray | None = None) -> np.ndarray:
+        """Request index of each row of ``queue`` (rows ``rows`` of the queue table; -1: none)."""
+        if self.span_request is not None:
+            span_rows = self._queue_rows_in_spans
+            return self.span_request[span_rows if rows is None else span_rows[rows]]
+        return trace_positions(queue.column("trace_id"), self.trace_ids)
 
     def queue_spans(self, limit: int | None = MAX_NORMAL_SAMPLE) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """(request index or -1, start_ns, depth, capacity) of ``queue_wait`` spans with a depth.
@@ -145,18 +164,17 @@ class RunInputs:
         queue = self._queue_table
         if queue is None:
             return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0), np.zeros(0)
+        rows = None
         if limit is not None and len(queue) > limit:
-            queue = queue.take(pa.array(np.linspace(0, len(queue) - 1, limit).astype(np.int64)))
-        return self._queue_rows(queue)
-
-    def _queue_rows(self, queue: pa.Table) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+            rows = np.linspace(0, len(queue) - 1, limit).astype(np.int64)
+            queue = take_rows(queue, rows)
         attributes = pc.fill_null(queue.column("attributes"), "")
         depth = _json_number(attributes, "queue.depth")
         capacity = _json_number(attributes, "queue.capacity")
         has = ~np.isnan(depth)
         start, _ = int_column(queue, "start_ns")
-        position = pc.fill_null(pc.index_in(queue.column("trace_id"), value_set=self.trace_ids), -1).to_numpy()
-        return position[has].astype(np.int64), start[has], depth[has], capacity[has]
+        position = self._queue_request(queue, rows)
+        return position[has], start[has], depth[has], capacity[has]
 
     @cached_property
     def _queue_row_of_request(self) -> np.ndarray:
@@ -165,7 +183,7 @@ class RunInputs:
         queue = self._queue_table
         if queue is None:
             return rows
-        position = pc.fill_null(pc.index_in(queue.column("trace_id"), value_set=self.trace_ids), -1).to_numpy()
+        position = self._queue_request(queue)
         joined = np.flatnonzero(position >= 0)
         rows[position[joined]] = joined
         return rows
@@ -180,7 +198,7 @@ class RunInputs:
         rows = self._queue_row_of_request[request_index]
         has = rows >= 0
         if has.any():
-            attributes = pc.fill_null(self._queue_table.column("attributes").take(pa.array(rows[has])), "")
+            attributes = pc.fill_null(take_rows(self._queue_table.column("attributes"), rows[has]), "")
             out[has] = _json_number(attributes, "queue.depth")
         return out
 
@@ -208,20 +226,23 @@ class RunInputs:
 
     @cached_property
     def trace_ids(self) -> pa.Array:
-        """Every request's trace id as Arrow strings (the requests table's own column when it
-        matches the arrays, avoiding a conversion of n Python strings)."""
-        column = self.run.requests.column("trace_id")
-        if len(column) == self.req.n:
-            return column.combine_chunks()
-        return pa.array(self.req.trace_id, type=pa.string())
+        """Every request's trace id as Arrow strings."""
+        return self.req.trace_ids.combine_chunks()
+
+    @cached_property
+    def _server_rows(self) -> np.ndarray:
+        """Rows of SERVER-kind spans in the spans table."""
+        kind = pc.fill_null(self.run.spans.column("kind"), 0).to_numpy(zero_copy_only=False)
+        return np.flatnonzero(kind == SPAN_KIND_SERVER)
 
     @cached_property
     def _server_spans(self) -> pa.Table | None:
         spans = self.run.spans
         if len(spans) == 0:
             return None
-        needed = spans.select(["kind", "trace_id", "start_ns", "end_ns", "status_code", "attributes"])
-        return needed.filter(pc.equal(pc.fill_null(needed.column("kind"), 0), SPAN_KIND_SERVER))
+        columns = ["start_ns", "end_ns", "status_code", "attributes"]
+        needed = spans.select(columns + (["trace_id"] if self.span_request is None else []))
+        return take_rows(needed, self._server_rows)
 
     @cached_property
     def server_starts_ns(self) -> np.ndarray:
@@ -237,9 +258,13 @@ class RunInputs:
         server = self._server_spans
         if server is None or len(server) == 0:
             return np.zeros(0, np.int64)
-        foreign = pc.invert(pc.is_in(server.column("trace_id"), value_set=self.trace_ids))
-        start, _ = int_column(server.filter(foreign), "start_ns")
-        return np.sort(start)
+        if self.span_request is not None:
+            foreign = self.span_request[self._server_rows] < 0
+        else:
+            foreign = pc.invert(pc.is_in(server.column("trace_id"), value_set=self.trace_ids)).to_numpy(
+                zero_copy_only=False)
+        start, _ = int_column(server, "start_ns")
+        return np.sort(start[foreign])
 
     @cached_property
     def completions_ns(self) -> np.ndarray:
@@ -262,10 +287,10 @@ class RunInputs:
 
     def per_second(self, times_ns: np.ndarray) -> np.ndarray:
         """Counts per grid bin of event times, per second."""
-        edges = self.edges
-        index = np.searchsorted(edges, times_ns, side="right") - 1
-        inside = (index >= 0) & (index < len(edges) - 1)
-        return np.bincount(index[inside], minlength=len(edges) - 1) / (GRID_NS / NS_PER_S)
+        bins = len(self.edges) - 1
+        index = np.floor_divide(np.asarray(times_ns, dtype=np.int64) - self.origin_ns, GRID_NS)  # edges are uniform
+        inside = (index >= 0) & (index < bins)
+        return np.bincount(index[inside], minlength=bins) / (GRID_NS / NS_PER_S)
 
     # ------------------------------------------------------------------ requests
     def normal_sample(self, normal_index: np.ndarray) -> np.ndarray:

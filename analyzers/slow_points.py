@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .records import RequestArrays
+from .records import RequestArrays, take_rows
 
 MAX_BUCKETS = 600
 TOP_PER_BUCKET = 5
@@ -52,5 +52,5 @@ def slow_request_points(req: RequestArrays, threshold_ms: float | None, period_n
         "t_ns": req.scheduled_ns[kept].tolist(),
         "latency_ms": req.latency_ms[kept].tolist(),
         "cls": [None if c is None else str(c) for c in req.cls[kept]],
-        "trace_id": [None if t is None else str(t) for t in req.trace_id[kept]],
+        "trace_id": take_rows(req.trace_ids, kept).to_pylist(),
     }

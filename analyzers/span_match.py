@@ -21,7 +21,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .records import NS_PER_MS, int_column
+from .records import NS_PER_MS, int_column, take_rows
 from .stage_rules import STAGE_IGNORE, SpanMatch, StageRules
 
 #: OTLP SpanKind of a server span.
@@ -31,16 +31,37 @@ UNMAPPED = -1
 IGNORED = -2
 
 
-def _strings(column: pa.ChunkedArray) -> pa.Array:
-    return pc.fill_null(column, "").combine_chunks() if isinstance(column, pa.ChunkedArray) else pc.fill_null(column, "")
+def _strings(column: pa.ChunkedArray | pa.Array) -> pa.ChunkedArray | pa.Array:
+    """The column with nulls as "" (chunks kept: no copy of the whole column)."""
+    return pc.fill_null(column, "")
 
 
-def _name_mask(names: pa.Array, pattern) -> np.ndarray:
-    """Rows whose name matches ``pattern`` (re.search), evaluated once per distinct name."""
+@dataclass(frozen=True)
+class NameCodes:
+    """The span names of a table (null as ""), dictionary-encoded once: row i is named
+    ``names[codes[i]]``. Shared by every rule that matches names."""
+
+    names: list[str]
+    codes: np.ndarray
+
+
+def name_codes(spans: pa.Table) -> NameCodes:
+    """:class:`NameCodes` of ``spans``: one hash pass over the names. O(spans)."""
+    names = _strings(spans.column("name"))
+    chunks = [c for c in pc.dictionary_encode(names).chunks if len(c)] if len(names) else []
+    if not chunks:
+        return NameCodes([], np.zeros(0, np.int64))
+    if all(c.dictionary.equals(chunks[0].dictionary) for c in chunks[1:]):
+        return NameCodes(chunks[0].dictionary.to_pylist(),
+                         np.concatenate([c.indices.to_numpy(zero_copy_only=False) for c in chunks]))
     distinct = pc.unique(names)
-    hits = np.array([pattern.search(n) is not None for n in distinct.to_pylist()], dtype=bool)
-    index = pc.index_in(names, value_set=distinct).to_numpy(zero_copy_only=False)
-    return hits[index] if len(hits) else np.zeros(len(names), dtype=bool)
+    return NameCodes(distinct.to_pylist(), pc.index_in(names, value_set=distinct).to_numpy(zero_copy_only=False))
+
+
+def _name_mask(names: NameCodes, pattern) -> np.ndarray:
+    """Rows whose name matches ``pattern`` (re.search), evaluated once per distinct name."""
+    hits = np.array([pattern.search(n) is not None for n in names.names], dtype=bool)
+    return hits[names.codes] if len(hits) else np.zeros(len(names.codes), dtype=bool)
 
 
 def _attribute_text(value) -> str:
@@ -56,7 +77,7 @@ def _attributes_mask(attributes: pa.Array, conditions, candidates: np.ndarray) -
     rows = np.flatnonzero(mask)
     if len(rows) == 0:
         return mask
-    texts = attributes.take(pa.array(rows)).to_pylist()
+    texts = take_rows(attributes, rows).to_pylist()
     verdict: dict[str, bool] = {}
     for row, text in zip(rows, texts):
         if text not in verdict:
@@ -71,11 +92,13 @@ def _attributes_mask(attributes: pa.Array, conditions, candidates: np.ndarray) -
     return mask
 
 
-def match_spans(spans: pa.Table, match: SpanMatch, candidates: np.ndarray | None = None) -> np.ndarray:
-    """Boolean mask of the rows of ``spans`` that ``match`` selects (within ``candidates``)."""
+def match_spans(spans: pa.Table, match: SpanMatch, candidates: np.ndarray | None = None,
+                names: NameCodes | None = None) -> np.ndarray:
+    """Boolean mask of the rows of ``spans`` that ``match`` selects (within ``candidates``);
+    ``names``: the :func:`name_codes` of ``spans`` when the caller has them."""
     mask = np.ones(len(spans), dtype=bool) if candidates is None else candidates.copy()
     if match.name is not None and mask.any():
-        mask &= _name_mask(_strings(spans.column("name")), match.name)
+        mask &= _name_mask(names if names is not None else name_codes(spans), match.name)
     if match.attributes and mask.any():
         mask = _attributes_mask(_strings(spans.column("attributes")), match.attributes, mask)
     return mask
@@ -87,10 +110,11 @@ def assign_span_stages(spans: pa.Table, rules: StageRules, stages: tuple[str, ..
     for an ``ignore`` rule, ``UNMAPPED`` when none does (rows outside ``eligible`` too)."""
     assigned = np.full(len(spans), UNMAPPED, dtype=np.int64)
     open_rows = eligible.copy()
+    names = name_codes(spans) if any(rule.match.name is not None for rule in rules.span_rules) else None
     for rule in rules.span_rules:
         if not open_rows.any():
             break
-        hit = match_spans(spans, rule.match, open_rows)
+        hit = match_spans(spans, rule.match, open_rows, names)
         assigned[hit] = IGNORED if rule.stage == STAGE_IGNORE else stages.index(rule.stage)
         open_rows &= ~hit
     return assigned
@@ -113,9 +137,16 @@ class ServerSpans:
 
 
 def _longest_per_position(rows: np.ndarray, position: np.ndarray, duration: np.ndarray) -> np.ndarray:
-    """Of ``rows``, the one with the longest duration per distinct position."""
+    """Of ``rows``, the one with the longest duration per distinct position (ties: the last
+    row), in position order. O(n) when no position repeats (one server span per trace, the
+    usual case), else one lexsort."""
     if len(rows) == 0:
         return rows
+    positions = position[rows]
+    row_at = np.full(int(positions.max()) + 1, -1, dtype=np.int64)
+    row_at[positions] = rows
+    if np.count_nonzero(row_at >= 0) == len(rows):  # every position once: nothing to choose
+        return row_at[row_at >= 0]
     order = rows[np.lexsort((duration[rows], position[rows]))]
     last = np.r_[position[order][1:] != position[order][:-1], True]
     return order[last]
@@ -128,7 +159,7 @@ def _parent_missing(spans: pa.Table, rows: np.ndarray) -> np.ndarray:
     of those parents), so the usual case, no such rows, costs nothing."""
     if len(rows) == 0:
         return np.zeros(0, dtype=bool)
-    parents = spans.column("parent_span_id").take(pa.array(rows))
+    parents = take_rows(spans.column("parent_span_id"), rows)
     stored = spans.column("span_id")
     found = stored.filter(pc.fill_null(pc.is_in(stored, value_set=pc.unique(parents)), False))
     has_parent = pc.fill_null(pc.is_in(parents, value_set=pc.unique(found)), False)
@@ -193,7 +224,7 @@ def event_stage_ms(spans: pa.Table, position: np.ndarray, rules: StageRules, sta
     rows = np.flatnonzero(with_events)
     if len(rows) == 0:
         return out
-    texts = spans.column("events").take(pa.array(rows)).to_pylist()
+    texts = take_rows(spans.column("events"), rows).to_pylist()
     per_trace = _first_event_times(texts, position[rows])
     for rule in rules.event_rules:
         column = stages.index(rule.stage)

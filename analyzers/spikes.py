@@ -79,23 +79,39 @@ def matrix_rows(matrix: StageMatrix, n_requests: int) -> np.ndarray:
     return row_of
 
 
+def stage_side(rows: np.ndarray, matrix: StageMatrix) -> dict[str, dict]:
+    """``{stage: {"mean_ms", "p50_ms", "count"}}`` over these stage-matrix rows."""
+    return {stage: _mean_p50(matrix.ms[rows, j]) for j, stage in enumerate(matrix.stages)}
+
+
+def joined_rows(index: np.ndarray, row_of: np.ndarray) -> np.ndarray:
+    """Stage-matrix rows of the joined requests among ``index``."""
+    rows = row_of[index]
+    return rows[rows >= 0]
+
+
 def decompose(slow_index: np.ndarray, normal_index: np.ndarray, matrix: StageMatrix, n_requests: int,
-              row_of: np.ndarray | None = None) -> dict:
+              row_of: np.ndarray | None = None, normal: dict[str, dict] | None = None) -> dict:
     """Stage means/medians of slow vs normal requests and the stage that grew most.
 
-    ``row_of`` (:func:`matrix_rows`) can be passed when decomposing several spikes of a run."""
+    ``row_of`` (:func:`matrix_rows`) and ``normal`` (:func:`stage_side` of the normal
+    requests' rows) can be passed when decomposing several spikes of a run: every spike
+    shares one normal set, so its statistics (a pass over nearly every request) are
+    computed once."""
     if row_of is None:
         row_of = matrix_rows(matrix, n_requests)
-    slow_rows = row_of[slow_index][row_of[slow_index] >= 0]
-    normal_rows = row_of[normal_index][row_of[normal_index] >= 0]
+    slow_rows = joined_rows(slow_index, row_of)
+    normal_rows = joined_rows(normal_index, row_of)
     result = {"slow_requests": int(len(slow_index)), "joined_slow_requests": int(len(slow_rows)),
               "normal_requests": int(len(normal_index)), "joined_normal_requests": int(len(normal_rows)),
               "stages": {}, "dominant_stage": None, "summary": None}
     if len(slow_rows) == 0 or len(normal_rows) == 0:
         result["summary"] = "no spans joined to the slow or normal requests; no stage decomposition"
         return result
-    for j, stage in enumerate(matrix.stages):
-        slow, normal = _mean_p50(matrix.ms[slow_rows, j]), _mean_p50(matrix.ms[normal_rows, j])
+    slow_side = stage_side(slow_rows, matrix)
+    normal_side = normal if normal is not None else stage_side(normal_rows, matrix)
+    for stage in matrix.stages:
+        slow, normal = slow_side[stage], normal_side[stage]
         growth = (slow["mean_ms"] - normal["mean_ms"]) if slow["count"] and normal["count"] else None
         result["stages"][stage] = {"slow": slow, "normal": normal, "growth_ms": growth}
     candidates = {s: v["growth_ms"] for s, v in result["stages"].items()
@@ -112,12 +128,15 @@ def decompose(slow_index: np.ndarray, normal_index: np.ndarray, matrix: StageMat
 
 def find_spikes(req: RequestArrays, windows: dict[str, np.ndarray], matrix: StageMatrix, run,
                 registry: DetectorRegistry | None = None, rules: SpikeRules = SpikeRules(),
-                stage_map=None, *, detection: TailTestResult | None = None, method: str = "detectors") -> list[dict]:
+                stage_map=None, *, detection: TailTestResult | None = None, method: str = "detectors",
+                span_request: np.ndarray | None = None) -> list[dict]:
     """The spikes of a run, each with decomposition, causes and a representative slow trace
     (:mod:`.traces`; ``stage_map`` names the stage of each span, default the span-name map).
 
     ``detection`` is :func:`detect`'s result when the caller already has it; ``method`` is
-    ``"detectors"`` (the registry; default :func:`~.detectors.default_registry`) or ``"baro"``.
+    ``"detectors"`` (the registry; default :func:`~.detectors.default_registry`) or ``"baro"``;
+    ``span_request`` is :func:`~.stages.request_of_span` of ``run.spans`` when the caller has it
+    (the detectors and the representative trace then need no span join of their own).
     """
     if method not in METHODS:
         raise ValueError(f"unknown cause method {method!r}; expected one of {', '.join(METHODS)}")
@@ -136,18 +155,20 @@ def find_spikes(req: RequestArrays, windows: dict[str, np.ndarray], matrix: Stag
         in_any |= (req.scheduled_ns >= lo) & (req.scheduled_ns < hi)
     normal_index = np.flatnonzero(req.is_ok & ~in_any)
     tau = result.threshold_ms
-    inputs = RunInputs(run, req, matrix, int(windows["start_ns"][0]), int(windows["end_ns"][-1]), tau, bounds)
+    inputs = RunInputs(run, req, matrix, int(windows["start_ns"][0]), int(windows["end_ns"][-1]), tau, bounds,
+                       span_request)
     available = available_inputs(run)
     row_of = matrix_rows(matrix, req.n)
+    normal = stage_side(joined_rows(normal_index, row_of), matrix)
     spikes = []
     for (first, last), (lo, hi) in zip(runs, bounds):
         spikes.append(_spike_record(req, result, first, last, lo, hi, tau, in_any, normal_index, matrix, run,
-                                    inputs, available, registry, method, stage_map, row_of))
+                                    inputs, available, registry, method, stage_map, row_of, normal))
     return spikes
 
 
 def _spike_record(req, result, first, last, lo, hi, tau, in_any, normal_index, matrix, run, inputs,
-                  available, registry, method, stage_map, row_of) -> dict:
+                  available, registry, method, stage_map, row_of, normal) -> dict:
     inside = (req.scheduled_ns >= lo) & (req.scheduled_ns < hi)
     latency = np.sort(req.latency_ms[inside & req.in_latency])
     p99 = float(latency[nearest_rank(len(latency), 0.99) - 1])
@@ -157,7 +178,7 @@ def _spike_record(req, result, first, last, lo, hi, tau, in_any, normal_index, m
     peak = first + int(np.argmax(shares))
     peak_lo, peak_hi = result.window_bounds(peak, peak)
     slow_index = np.flatnonzero(inside & req.is_ok & (req.latency_ms > tau))
-    decomposition = decompose(slow_index, normal_index, matrix, req.n, row_of)
+    decomposition = decompose(slow_index, normal_index, matrix, req.n, row_of, normal)
     ctx = SpikeContext(run, lo, hi, (peak_lo + peak_hi) // 2, slow_index, normal_index, decomposition, available,
                        inputs, tau)
     if method == "baro":
@@ -175,5 +196,6 @@ def _spike_record(req, result, first, last, lo, hi, tau, in_any, normal_index, m
         "peak_window_slow_share": float(shares[peak - first]),
         "requests": int(inside.sum()), "windows": last - first + 1,
         "decomposition": decomposition, "causes": causes,
-        "representative_trace": representative_trace(req, slow_index, run.spans, stage_map or DEFAULT_STAGE_MAP),
+        "representative_trace": representative_trace(req, slow_index, run.spans, stage_map or DEFAULT_STAGE_MAP,
+                                                     inputs.span_request),
     }

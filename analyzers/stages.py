@@ -27,13 +27,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .records import NS_PER_MS, RequestArrays, int_column
+from .records import NS_PER_MS, RequestArrays, int_column, take_rows
+from .trace_join import distinct_positions, trace_positions
 from .span_match import (SPAN_KIND_SERVER, UNMAPPED, ServerSpans, assign_span_stages, event_stage_ms,
                          server_span_rows)
 from .stage_rules import PRESETS, REFERENCE_SPAN_NAMES, StageRules, rules_from_stage_map
 
 __all__ = ["DEFAULT_STAGE_MAP", "DERIVED_STAGES", "SPAN_KIND_SERVER", "SpanJoin", "StageMatrix", "join_positions",
-           "join_spans",
+           "join_spans", "request_of_span",
            "stage_matrix", "stage_name_map", "summarize_stages"]
 
 #: Default stage mapping: span name → stage (the ``reference`` preset, docs/architecture.md).
@@ -74,15 +75,30 @@ def as_rules(rules: StageRules | Mapping[str, str] | None) -> StageRules:
     return rules if isinstance(rules, StageRules) else rules_from_stage_map(rules)
 
 
-def join_positions(req: RequestArrays, spans: pa.Table) -> tuple[np.ndarray, np.ndarray]:
+def request_of_span(req: RequestArrays, spans: pa.Table) -> np.ndarray | None:
+    """For each span, the index of the request with its trace id (-1: none), or None when
+    two requests share a trace id (callers then join the requests they need themselves).
+
+    With distinct ids one join answers every question about spans and requests (which
+    successful request a span belongs to, which spans come from elsewhere), exactly as a
+    join against any subset of the requests would (:mod:`.trace_join`)."""
+    return distinct_positions(spans.column("trace_id"), req.trace_ids)
+
+
+def join_positions(req: RequestArrays, spans: pa.Table,
+                   span_request: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(ok_index, position): the successful traced requests' indices, and for each span the
-    position in ok_index of its request (-1: its trace is not a successful request's)."""
-    ok_index = np.flatnonzero(req.is_ok & np.not_equal(req.trace_id, None))
+    position in ok_index of its request (-1: its trace is not a successful request's).
+
+    ``span_request``: :func:`request_of_span` of these spans, to skip the join."""
+    ok_index = np.flatnonzero(req.is_ok & pc.is_valid(req.trace_ids).to_numpy(zero_copy_only=False))
     if len(spans) == 0 or len(ok_index) == 0:
         return ok_index, np.full(len(spans), -1, dtype=np.int64)
-    ok_ids = pa.array(req.trace_id[ok_index], type=pa.string())
-    position = pc.fill_null(pc.index_in(spans.column("trace_id"), value_set=ok_ids), -1)
-    return ok_index, position.to_numpy(zero_copy_only=False).astype(np.int64)
+    if span_request is None:
+        return ok_index, trace_positions(spans.column("trace_id"), take_rows(req.trace_ids, ok_index))
+    ok_position = np.full(req.n + 1, -1, dtype=np.int64)  # the extra last entry maps -1 to -1
+    ok_position[ok_index] = np.arange(len(ok_index))
+    return ok_index, ok_position[span_request]
 
 
 @dataclass(frozen=True)
@@ -90,23 +106,26 @@ class SpanJoin:
     """Spans joined to the successful requests, with each joined trace's server span.
 
     ``ok_index``/``position`` as :func:`join_positions` returns them; ``servers`` from
-    :func:`~.span_match.server_span_rows`, or None when nothing joined. Computed once per
-    analysis and shared: positions, rows and durations do not change when the spans'
-    times are shifted by a clock offset (``servers.start_ns``/``end_ns`` are the times
-    of the spans the join was computed on)."""
+    :func:`~.span_match.server_span_rows`, or None when nothing joined; ``span_request``
+    the :func:`request_of_span` of every span (None when request trace ids repeat).
+    Computed once per analysis and shared: positions, rows and durations do not change
+    when the spans' times are shifted by a clock offset (``servers.start_ns``/``end_ns``
+    are the times of the spans the join was computed on)."""
 
     ok_index: np.ndarray
     position: np.ndarray
     servers: ServerSpans | None
+    span_request: np.ndarray | None = None
 
 
 def join_spans(req: RequestArrays, spans: pa.Table,
                rules: StageRules | Mapping[str, str] | None = None) -> SpanJoin:
     """The :class:`SpanJoin` of ``spans`` and ``req`` under ``rules``: one hash join, O(requests + spans)."""
-    ok_index, position = join_positions(req, spans)
+    span_request = request_of_span(req, spans) if len(spans) and req.n else None
+    ok_index, position = join_positions(req, spans, span_request)
     if len(spans) == 0 or len(ok_index) == 0:
-        return SpanJoin(ok_index, position, None)
-    return SpanJoin(ok_index, position, server_span_rows(spans, position, as_rules(rules)))
+        return SpanJoin(ok_index, position, None, span_request)
+    return SpanJoin(ok_index, position, server_span_rows(spans, position, as_rules(rules)), span_request)
 
 
 def stage_matrix(req: RequestArrays, spans: pa.Table,
@@ -136,15 +155,23 @@ def stage_matrix(req: RequestArrays, spans: pa.Table,
     stage_of = assign_span_stages(spans, rules, mapped, joined & ~servers.excluded)
     is_stage = stage_of >= 0
     key = position[is_stage] * n_mapped + stage_of[is_stage]
-    sums = np.bincount(key, weights=duration_ms[is_stage], minlength=n_ok * n_mapped).reshape(n_ok, n_mapped)
-    present = np.bincount(key, minlength=n_ok * n_mapped).reshape(n_ok, n_mapped) > 0
-    stage_ms = np.where(present, sums, np.nan)
-    from_events = event_stage_ms(spans, position, rules, mapped, n_ok)
-    stage_ms = np.where(np.isnan(from_events), stage_ms, np.nan_to_num(stage_ms) + np.nan_to_num(from_events))
+    stage_ms = np.bincount(key, weights=duration_ms[is_stage], minlength=n_ok * n_mapped).astype(
+        np.float64, copy=False).reshape(n_ok, n_mapped)  # (an empty bincount is int)
+    del duration_ms
+    present = np.zeros(n_ok * n_mapped, dtype=bool)
+    present[key] = True
+    del key
+    stage_ms[~present.reshape(n_ok, n_mapped)] = np.nan
+    del present
+    if rules.event_rules:
+        from_events = event_stage_ms(spans, position, rules, mapped, n_ok)
+        stage_ms = np.where(np.isnan(from_events), stage_ms, np.nan_to_num(stage_ms) + np.nan_to_num(from_events))
+        del from_events
 
     has_server = ~np.isnan(server_ms)
     rows = np.flatnonzero(has_server)
-    stage_ms, server_ms = stage_ms[rows], server_ms[rows]
+    if len(rows) < n_ok:  # keep only requests with a server span (usually all: no copy)
+        stage_ms, server_ms = stage_ms[rows], server_ms[rows]
     unaccounted = np.clip(server_ms - np.nansum(stage_ms, axis=1), 0.0, None)
     client_network = req.service_ms[ok_index[rows]] - server_ms
     matrix = np.column_stack([stage_ms, server_ms, unaccounted, client_network])

@@ -22,7 +22,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .records import NS_PER_MS, RequestArrays
+from .records import NS_PER_MS, RequestArrays, take_rows
 
 MAX_SPANS = 200
 MAX_ATTRIBUTES = 12
@@ -47,15 +47,24 @@ def bounded_attributes(raw) -> dict:
     return {_text(str(k)): _text(v) for k, v in list(parsed.items())[:MAX_ATTRIBUTES]}
 
 
-def pick_representative(req: RequestArrays, slow_index: np.ndarray, spans: pa.Table) -> int | None:
-    """Index (into ``req``) of the joined slow request with the median latency; None if none joined."""
-    with_trace = slow_index[np.array([req.trace_id[i] is not None for i in slow_index], dtype=bool)]
+def pick_representative(req: RequestArrays, slow_index: np.ndarray, spans: pa.Table,
+                        span_request: np.ndarray | None = None) -> int | None:
+    """Index (into ``req``) of the joined slow request with the median latency; None if none joined.
+
+    ``span_request``: :func:`~.stages.request_of_span` of ``spans`` when known (no pass over
+    the spans' trace ids then)."""
+    slow_index = np.asarray(slow_index, dtype=np.int64)
+    slow_ids = take_rows(req.trace_ids, slow_index)
+    with_trace = slow_index[pc.is_valid(slow_ids).to_numpy(zero_copy_only=False)]
     if len(with_trace) == 0 or len(spans) == 0:
         return None
-    ids = pa.array([str(req.trace_id[i]) for i in with_trace], pa.string())
-    span_ids = spans.column("trace_id")
-    present = pc.unique(span_ids.filter(pc.fill_null(pc.is_in(span_ids, value_set=ids), False)))
-    joined = pc.is_in(ids, value_set=present).to_numpy(zero_copy_only=False)
+    if span_request is not None:
+        joined = np.isin(with_trace, span_request)
+    else:
+        ids = pc.drop_null(slow_ids)
+        span_ids = spans.column("trace_id")
+        present = pc.unique(span_ids.filter(pc.fill_null(pc.is_in(span_ids, value_set=ids), False)))
+        joined = pc.is_in(ids, value_set=present).to_numpy(zero_copy_only=False)
     candidates = with_trace[joined]
     if len(candidates) == 0:
         return None
@@ -77,9 +86,15 @@ def span_depths(span_ids: list, parent_ids: list) -> list[int]:
     return depths
 
 
-def trace_spans(spans: pa.Table, trace_id: str, origin_ns: int, stage_map: Mapping[str, str]) -> list[dict]:
-    """The spans of one trace, by start time, as waterfall rows (ms since ``origin_ns``)."""
-    rows = spans.filter(pc.equal(spans.column("trace_id"), trace_id)).to_pylist()
+def trace_spans(spans: pa.Table, trace_id: str, origin_ns: int, stage_map: Mapping[str, str],
+                rows: np.ndarray | None = None) -> list[dict]:
+    """The spans of one trace, by start time, as waterfall rows (ms since ``origin_ns``).
+
+    ``rows``: the rows of ``spans`` in that trace when known (no pass over the trace ids)."""
+    if rows is None:
+        rows = spans.filter(pc.equal(spans.column("trace_id"), trace_id)).to_pylist()
+    else:
+        rows = take_rows(spans, rows).to_pylist()
     rows.sort(key=lambda r: (r["start_ns"] or 0, -(r["end_ns"] or 0)))
     rows = rows[:MAX_SPANS]
     depths = span_depths([r["span_id"] for r in rows], [r["parent_span_id"] for r in rows])
@@ -99,23 +114,26 @@ def trace_spans(spans: pa.Table, trace_id: str, origin_ns: int, stage_map: Mappi
 
 
 def representative_trace(req: RequestArrays, slow_index: np.ndarray, spans: pa.Table,
-                         stage_map: Mapping[str, str]) -> dict | None:
+                         stage_map: Mapping[str, str], span_request: np.ndarray | None = None) -> dict | None:
     """The waterfall of a typical slow request of a spike, or None when no slow request joined a span.
 
     ``{"trace_id", "cls", "latency_ms", "scheduled_ns", "sent_ms", "end_ms", "spans": [{"name",
     "stage", "service", "depth", "start_ms", "end_ms", "error", "attributes"}]}``; ``sent_ms`` and
     ``end_ms`` are the client's send and completion times relative to the scheduled send.
+    ``span_request``: :func:`~.stages.request_of_span` of ``spans`` when known.
     """
-    index = pick_representative(req, slow_index, spans)
+    index = pick_representative(req, slow_index, spans, span_request)
     if index is None:
         return None
     origin = int(req.scheduled_ns[index])
+    trace_id = str(req.trace_ids[index].as_py())
+    rows = None if span_request is None else np.flatnonzero(span_request == index)
     return {
-        "trace_id": str(req.trace_id[index]),
+        "trace_id": trace_id,
         "cls": None if req.cls[index] is None else str(req.cls[index]),
         "latency_ms": float(req.latency_ms[index]),
         "scheduled_ns": origin,
         "sent_ms": float(req.lateness_ms[index]) if req.has_sent[index] else None,
         "end_ms": float(req.latency_ms[index]),
-        "spans": trace_spans(spans, str(req.trace_id[index]), origin, stage_map),
+        "spans": trace_spans(spans, trace_id, origin, stage_map, rows),
     }

@@ -7,7 +7,7 @@ defined once, in :mod:`.schema`, and documented in docs/run-format.md.
 
 from .appender import Appender, DiskFullError, PeriodicFlusher, FLUSH_INTERVAL_S
 from .manifest import RunWriter, write_json_atomic, new_run_dir
-from .reader import Run, RunDirError, TableRead, load_run, read_json, read_stream
+from .reader import Run, RunDirError, TableRead, load_run, read_json, read_stream, release_pages
 from . import schema
 
 __all__ = [
@@ -23,6 +23,7 @@ __all__ = [
     "new_run_dir",
     "read_json",
     "read_stream",
+    "release_pages",
     "schema",
     "write_json_atomic",
 ]

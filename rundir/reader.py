@@ -7,6 +7,7 @@ partial last one is dropped and reported through ``truncated``.
 from __future__ import annotations
 
 import json
+import mmap
 import os
 from dataclasses import dataclass, field
 
@@ -26,19 +27,23 @@ class TableRead:
     table: pa.Table
     truncated: bool = False  # the file ended inside a batch (writer killed)
     missing: bool = False  # the file does not exist
+    #: The read-only memory map the table's buffers point into (None: nothing mapped).
+    mapped: mmap.mmap | None = field(default=None, repr=False, compare=False)
 
 
 def read_stream(path: str | os.PathLike, schema: pa.Schema) -> TableRead:
     """Read every complete record batch of an Arrow IPC stream file.
 
     Returns an empty table of ``schema`` when the file is missing or empty.
-    Cost: O(file size); memory: the table itself.
+    Cost: O(file size) to validate; memory: the table is a zero-copy view of a read-only
+    memory map, resident only while its pages are read (:func:`release_pages`).
     """
     path = os.fspath(path)
     if not os.path.exists(path):
         return TableRead(schema.empty_table(), missing=True)
     try:
-        batches, truncated = _read_valid_batches(path)
+        mapped = _map_read_only(path)
+        batches, truncated = _read_valid_batches(mapped) if mapped is not None else ([], False)
     except OSError as exc:
         raise RunDirError(f"{path}: cannot read: {exc.strerror or exc}") from exc
     if not batches:
@@ -49,35 +54,64 @@ def read_stream(path: str | os.PathLike, schema: pa.Schema) -> TableRead:
         except pa.ArrowInvalid:  # batches disagree on their schema: keep the first run of them
             table = pa.Table.from_batches([b for b in batches if b.schema.equals(batches[0].schema)])
             truncated = True
-        return TableRead(_conform(table, schema, path), truncated=truncated)
+        return TableRead(_conform(table, schema, path), truncated=truncated, mapped=mapped)
     except UnicodeDecodeError as exc:  # a damaged schema (e.g. a flipped byte in a column name)
         raise RunDirError(f"{path}: damaged stream header ({exc.reason}); not readable") from exc
 
 
-def _read_valid_batches(path: str) -> tuple[list[pa.RecordBatch], bool]:
+def _read_valid_batches(mapped: mmap.mmap) -> tuple[list[pa.RecordBatch], bool]:
     """Every complete, valid batch up to the first partial or corrupt one.
 
     Each batch is validated in full (offsets, lengths, UTF-8), so a file with
     flipped bits is cut at the damaged batch instead of crashing a reader later.
+    The batches are zero-copy views of a read-only memory map; after each batch is
+    validated its pages are dropped from the process (they stay in the page cache and
+    come back on first use), so validating a file costs no more resident memory than
+    its largest batch, and columns the analysis never reads are never resident.
     Returns (batches, truncated)."""
     batches: list[pa.RecordBatch] = []
-    with pa.memory_map(path, "r") as source:
-        if source.size() == 0:
-            return batches, False
+    try:
+        reader = pa.ipc.open_stream(pa.BufferReader(pa.py_buffer(mapped)))
+        _ = reader.schema.names  # a damaged header may hold names that are not UTF-8
+    except (OSError, pa.ArrowException, UnicodeDecodeError):
+        return batches, True
+    while True:
         try:
-            reader = pa.ipc.open_stream(source)
-            _ = reader.schema.names  # a damaged header may hold names that are not UTF-8
-        except (OSError, pa.ArrowException, UnicodeDecodeError):
+            batch = reader.read_next_batch()
+            batch.validate(full=True)
+        except StopIteration:
+            return batches, False
+        except (OSError, pa.ArrowException):
             return batches, True
-        while True:
-            try:
-                batch = reader.read_next_batch()
-                batch.validate(full=True)
-            except StopIteration:
-                return batches, False
-            except (OSError, pa.ArrowException):
-                return batches, True
-            batches.append(batch)
+        finally:
+            _release_pages(mapped)
+        batches.append(batch)
+
+
+def _map_read_only(path: str) -> mmap.mmap | None:
+    """A read-only shared memory map of the whole file; None for an empty file."""
+    with open(path, "rb") as fh:
+        if os.fstat(fh.fileno()).st_size == 0:
+            return None
+        return mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+
+
+def _release_pages(mapped: mmap.mmap) -> None:
+    """Drop the map's resident pages (clean, file-backed: later reads fault them back in)."""
+    if hasattr(mapped, "madvise") and hasattr(mmap, "MADV_DONTNEED") and not mapped.closed:
+        mapped.madvise(mmap.MADV_DONTNEED)
+
+
+def release_pages(run: "Run") -> None:
+    """Hand back the resident pages of the run's memory-mapped tables.
+
+    The pages are clean copies of the files (the kernel could drop them under pressure
+    anyway); a later read of a column faults its pages in again from the page cache, at
+    the cost of a minor fault per page. A long analysis calls this between phases so that
+    columns read once (trace ids for the join, names, attributes) stop counting in its
+    resident memory. The tables stay valid."""
+    for mapped in run.mapped:
+        _release_pages(mapped)
 
 
 def _conform(table: pa.Table, schema: pa.Schema, path: str = "") -> pa.Table:
@@ -128,6 +162,8 @@ class Run:
     truncated: dict[str, bool] = field(default_factory=dict)
     #: Per-window histograms (windows.arrow); empty for runs written before format 1.1.
     windows: pa.Table | None = None
+    #: The read-only memory maps the tables point into (see :func:`release_pages`).
+    mapped: list = field(default_factory=list, repr=False, compare=False)
 
     @property
     def complete(self) -> bool:
@@ -147,8 +183,10 @@ def load_run(path: str | os.PathLike) -> Run:
     check_version(manifest.get("format_version"), path)
     tables = {}
     truncated = {}
+    mapped = []
     for name, schema in fmt.SCHEMAS.items():
         reads = [read_stream(p, schema) for p in fmt.table_files(path, name)]
+        mapped += [r.mapped for r in reads if r.mapped is not None]
         tables[name] = (
             pa.concat_tables([r.table for r in reads]) if reads else schema.empty_table()
         )
@@ -164,6 +202,7 @@ def load_run(path: str | os.PathLike) -> Run:
         receiver=_json_object(os.path.join(path, fmt.RECEIVER_STATS)),
         truncated=truncated,
         windows=tables[fmt.WINDOWS],
+        mapped=mapped,
     )
 
 
