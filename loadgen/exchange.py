@@ -23,16 +23,22 @@ the recorder's chunk sink (``chunks.arrow``).
 The bytes of a request (head and body) are built by :meth:`Exchanger.encode`
 before its scheduled time (geventhttpclient's own request builder, so headers
 are exactly what ``client.request`` would send), and the send at the deadline
-is one ``sendall`` on a pooled keep-alive connection. A pooled connection the
-server has closed meanwhile is replaced and an idempotent request retried, as
+is one ``send`` on a pooled keep-alive connection (:func:`send_all`: no
+``SO_SNDBUF`` query per call, as gevent's ``sendall`` makes). A pooled
+connection is checked with one non-blocking ``MSG_PEEK`` read before reuse
+(:func:`pooled_socket`; geventhttpclient's own check costs a gevent
+``select`` per request); one the server has closed meanwhile is replaced, and
+an idempotent request whose connection turns out closed is retried, as
 geventhttpclient does.
 """
 
 from __future__ import annotations
 
 import errno
+import socket as _stdlib_socket
 
 import gevent
+import gevent.queue
 import gevent.socket
 from geventhttpclient.response import HTTPConnectionClosed, HTTPParseError, HTTPSocketPoolResponse
 from geventhttpclient.url import URL
@@ -51,6 +57,67 @@ _BROKEN_SEND_ERRNOS = frozenset({errno.ECONNRESET, errno.EPIPE})
 _CLIENT_HANDLED_HEADERS = frozenset({"expect", "transfer-encoding"})
 _IDEMPOTENT_METHODS = frozenset({"GET", "HEAD", "PUT", "DELETE", "OPTIONS", "TRACE"})
 _RESET_ERRNOS = frozenset({errno.ECONNRESET, errno.EPIPE, errno.ECONNABORTED})
+_PEEK_NOW = _stdlib_socket.MSG_PEEK | _stdlib_socket.MSG_DONTWAIT
+#: geventhttpclient ConnectionPool internals :func:`pooled_socket` needs (else it uses ``get_socket``).
+_POOL_INTERNALS = ("_semaphore", "_socket_queue", "_closed", "_create_socket", "_is_socket_alive")
+
+
+def idle_socket_alive(sock) -> bool | None:
+    """Whether an idle pooled keep-alive connection is still usable: one non-blocking
+    ``MSG_PEEK`` read that finds nothing to read. EOF (the server closed it), bytes
+    nobody asked for, or an error mean it is not. None when the socket cannot be
+    peeked at (TLS sockets refuse recv flags): ask the pool's own check then."""
+    raw = getattr(sock, "_sock", sock)
+    try:
+        raw.recv(1, _PEEK_NOW)
+    except BlockingIOError:
+        return True
+    except ValueError:
+        return None
+    except OSError:
+        return False
+    return False
+
+
+def pooled_socket(pool):
+    """A connection from a geventhttpclient ``ConnectionPool``: ``pool.get_socket()``
+    with :func:`idle_socket_alive` as the liveness check. Blocks until the pool has a
+    free slot; the caller returns the socket with ``pool.return_socket`` (the
+    response does) or ``pool.release_socket``. Falls back to ``get_socket`` when
+    the pool lacks the internals this relies on."""
+    if not all(hasattr(pool, name) for name in _POOL_INTERNALS):
+        return pool.get_socket()
+    pool._semaphore.acquire()
+    if pool._closed:
+        pool._semaphore.release()
+        raise RuntimeError("connection pool closed")
+    queue = pool._socket_queue
+    while not queue.empty():
+        try:
+            sock = queue.get(block=False)
+        except gevent.queue.Empty:
+            break
+        alive = idle_socket_alive(sock)
+        if alive or (alive is None and pool._is_socket_alive(sock)):
+            return sock
+        try:
+            sock.close()
+        except OSError:
+            pass
+    try:
+        return pool._create_socket()
+    except BaseException:
+        pool._semaphore.release()
+        raise
+
+
+def send_all(sock, data: bytes) -> None:
+    """Send every byte of ``data`` on a gevent socket (usually one ``send``)."""
+    sent = sock.send(data)
+    if sent < len(data):
+        view = memoryview(data)
+        while sent < len(data):
+            sent += sock.send(view[sent:])
 
 
 class RequestFailed(Exception):
@@ -185,9 +252,9 @@ class Exchanger:
         pool = client._connection_pool
         retries_left = pool.size + 1 if method in _IDEMPOTENT_METHODS else 0
         while True:
-            sock = pool.get_socket()
+            sock = pooled_socket(pool)
             try:
-                sock.sendall(wire)
+                send_all(sock, wire)
             except gevent.socket.error as exc:
                 if exc.errno not in _BROKEN_SEND_ERRNOS:
                     pool.release_socket(sock)

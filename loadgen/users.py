@@ -6,8 +6,8 @@ in the process that generates load.
 - :class:`OpenLoopUser` — one instance walks the arrival schedule. At each
   scheduled time (run origin + offset, slept to on the monotonic clock, so no
   drift) it takes a slot under the in-flight cap and switches straight into a
-  new greenlet that sends one request, whether or not earlier requests have
-  finished. When the
+  sender greenlet (:class:`~.senders.SenderPool`) that sends one request,
+  whether or not earlier requests have finished. When the
   cap is reached the scheduler waits for a slot; the waiting counts in the
   latency of every request that was due meanwhile (their ``scheduled_ns`` is
   the intended time). Requests still waiting when the run is halted are
@@ -27,7 +27,6 @@ from __future__ import annotations
 import gevent
 import gevent.event
 import gevent.lock
-import gevent.pool
 from locust import FastHttpUser, task
 from locust.exception import StopUser
 from locust.user.wait_time import constant
@@ -37,6 +36,7 @@ from .clock import RunClock
 from .exchange import Exchanger
 from .mix import RequestMix
 from .recorder import Recorder
+from .senders import SenderPool
 from .spec import LoadPlan
 
 #: Extra time, beyond the client timeout, that in-flight requests get to end
@@ -201,7 +201,6 @@ def run_open_loop(session: LoadSession, exchanger: Exchanger) -> None:
     """Walk the schedule, then give in-flight requests until the timeout to end."""
     plan, clock, mix = session.plan, session.clock, session.mix
     slots = gevent.lock.BoundedSemaphore(plan.max_in_flight)
-    in_flight = gevent.pool.Group()
 
     def send(request, scheduled_ns: int) -> None:
         try:
@@ -210,6 +209,7 @@ def run_open_loop(session: LoadSession, exchanger: Exchanger) -> None:
             session.in_flight -= 1
             slots.release()
 
+    senders = SenderPool(send)
     offsets = session.schedule()
     drop_when_full = plan.in_flight_policy == "drop"
     exhausted_reason = None
@@ -229,27 +229,13 @@ def run_open_loop(session: LoadSession, exchanger: Exchanger) -> None:
         session.scheduled += 1
         session.sent += 1
         session.in_flight += 1
-        _start_now(in_flight, send, request, clock.start_ns + offset)
+        senders.start(request, clock.start_ns + offset)
     else:
         exhausted_reason = "max_requests" if session.scheduled >= plan.max_requests else "duration"
     session.next_send_elapsed_ns = None
     session.end_scheduling(exhausted_reason)
-    in_flight.join(timeout=plan.timeout_s + DRAIN_GRACE_S)
-    in_flight.kill(block=True, timeout=DRAIN_GRACE_S)
-
-
-def _start_now(group: gevent.pool.Group, function, *args) -> None:
-    """Run ``function(*args)`` in a new greenlet of ``group`` at once, not on the
-    loop's next turn: the caller switches into it and resumes on that turn.
-
-    ``group.spawn`` would queue the start behind every callback already due
-    (responses being read), which delays a send by whole response handlings;
-    switching straight in makes the send leave at the deadline, and the new
-    greenlet gives the loop back as soon as it waits for its response."""
-    greenlet = gevent.Greenlet(function, *args)
-    group.add(greenlet)
-    gevent.get_hub().loop.run_callback(gevent.getcurrent().switch)
-    greenlet.switch()
+    senders.join(timeout=plan.timeout_s + DRAIN_GRACE_S)
+    senders.kill(timeout=DRAIN_GRACE_S)
 
 
 def _sleep_until(clock: RunClock, offset_ns: int, wait_s: float, halted: gevent.event.Event) -> bool:
