@@ -254,10 +254,14 @@ class DecodeScheduler:
                 self._active = [s for s in self._active if s not in finished]
             ended_ns = time.time_ns()
             for stream in finished:
+                # read before _END is delivered: the handler cancels a stream once it has ended
+                cancelled = stream.cancelled
                 stream._deliver(_END)
-                self._record_spans(stream, ended_ns)
+                self._record_spans(stream, ended_ns, cancelled)
 
-    def _record_spans(self, stream: GenerationStream, ended_ns: int) -> None:
+    def _record_spans(self, stream: GenerationStream, ended_ns: int, cancelled: bool) -> None:
+        """The stream's queue_wait, inference (``gen.cancelled``: it ended by the client's
+        disconnect, not by reaching its token count), prefill and decode spans."""
         admitted_ns = stream.admitted_ns or stream.enqueued_ns
         first_ns = stream.first_token_ns or ended_ns
         kit.record_stage(
@@ -275,7 +279,7 @@ class DecodeScheduler:
                 "gen.tokens": stream.produced,
                 "gen.max_tokens": stream.max_tokens,
                 "gen.first_token_ns": first_ns,
-                "gen.cancelled": stream.cancelled,
+                "gen.cancelled": cancelled,
             },
         )
         span.add_event("first_token", timestamp=first_ns)

@@ -26,8 +26,11 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor, SpanExporter
 from opentelemetry.trace import Link, Span, SpanContext, SpanKind
+from opentelemetry.util.re import parse_env_headers
 
 from tailscope.tracing.gc_events import GC_PAUSE_SPAN, GcPauseReporter
+from tailscope.tracing.lean import LeanTracerProvider
+from tailscope.tracing.lean_export import BatchExporter, GrpcTransport, HttpTransport, Transport
 from tailscope.tracing.kit_http import (
     INSTRUMENTATION_NAME,
     SERVER_SPAN_SCOPE_KEY,
@@ -42,6 +45,7 @@ __all__ = [
     "BATCH_WAIT",
     "DEFAULT_OTLP_ENDPOINT",
     "DEFAULT_OTLP_GRPC_ENDPOINT",
+    "ENGINES",
     "PROTOCOLS",
     "GC_PAUSE_SPAN",
     "INFERENCE",
@@ -61,6 +65,7 @@ __all__ = [
     "queue_attributes",
     "queue_wait",
     "record_stage",
+    "resolve_engine",
     "resolve_protocol",
     "resolve_traces_endpoint",
     "set_queue_depth",
@@ -86,6 +91,10 @@ _TRACES_PATH = "/v1/traces"
 #: OTLP transports the kit exports with (values of ``OTEL_EXPORTER_OTLP_PROTOCOL``).
 PROTOCOLS = ("http/protobuf", "grpc")
 
+#: Tracing engines of :func:`setup_tracing` (``engine=``, or ``TAILSCOPE_TRACING_ENGINE``).
+ENGINES = ("lean", "sdk")
+ENGINE_VARIABLE = "TAILSCOPE_TRACING_ENGINE"
+
 #: BatchSpanProcessor settings used unless the standard OTEL_BSP_* variables set them:
 #: export at least once a second (the run directory is flushed as often), and
 #: queue enough spans for a few seconds of a few hundred requests/s.
@@ -93,6 +102,9 @@ _BATCH_PROCESSOR_DEFAULTS = {
     "OTEL_BSP_SCHEDULE_DELAY": ("schedule_delay_millis", 1000),
     "OTEL_BSP_MAX_QUEUE_SIZE": ("max_queue_size", 16384),
 }
+_DEFAULT_EXPORT_BATCH_SIZE = 512
+_INTERNAL = SpanKind.INTERNAL
+_DEFAULT_OTLP_TIMEOUT_S = 10.0
 
 
 # --------------------------------------------------------------------------- setup
@@ -149,6 +161,52 @@ def _batch_processor_settings(environ: Mapping[str, str]) -> dict[str, int]:
     return {kwarg: value for variable, (kwarg, value) in _BATCH_PROCESSOR_DEFAULTS.items() if variable not in environ}
 
 
+def resolve_engine(engine: str | None, exporter: SpanExporter | None = None,
+                   environ: Mapping[str, str] = os.environ) -> str:
+    """``lean`` or ``sdk``: ``engine``, else ``sdk`` when an SDK ``exporter`` is given, else
+    ``TAILSCOPE_TRACING_ENGINE``, else ``lean``. Raises ValueError for an unknown engine, or for
+    ``lean`` with an SDK exporter (the lean engine exports OTLP only)."""
+    chosen = engine or ("sdk" if exporter is not None else environ.get(ENGINE_VARIABLE) or "lean")
+    if chosen not in ENGINES:
+        raise ValueError(f"unknown tracing engine {chosen!r}; expected one of {', '.join(ENGINES)}")
+    if chosen == "lean" and exporter is not None:
+        raise ValueError("an SDK span exporter needs engine='sdk'; the lean engine exports OTLP itself")
+    return chosen
+
+
+def _otlp_setting(environ: Mapping[str, str], name: str) -> str | None:
+    """``OTEL_EXPORTER_OTLP_TRACES_<name>``, else ``OTEL_EXPORTER_OTLP_<name>``, else None."""
+    return environ.get(f"OTEL_EXPORTER_OTLP_TRACES_{name}") or environ.get(f"OTEL_EXPORTER_OTLP_{name}") or None
+
+
+def otlp_transport(protocol: str, endpoint: str | None, environ: Mapping[str, str] = os.environ) -> Transport:
+    """The lean engine's OTLP transport for ``protocol``, honouring the standard ``OTEL_EXPORTER_OTLP_*``
+    endpoint, ``TIMEOUT`` (s), ``HEADERS`` and ``COMPRESSION`` (gzip/none) variables."""
+    timeout = float(_otlp_setting(environ, "TIMEOUT") or _DEFAULT_OTLP_TIMEOUT_S)
+    headers = dict(parse_env_headers(_otlp_setting(environ, "HEADERS") or "", liberal=True))
+    compression = (_otlp_setting(environ, "COMPRESSION") or "none").lower()
+    options = {"timeout_s": timeout, "headers": headers, "compression": None if compression == "none" else compression}
+    if protocol == "grpc":
+        return GrpcTransport(resolve_grpc_endpoint(endpoint, environ), **options)
+    return HttpTransport(resolve_traces_endpoint(endpoint, environ), **options)
+
+
+def lean_tracer_provider(
+    resource: Resource, protocol: str, endpoint: str | None, environ: Mapping[str, str] = os.environ
+) -> LeanTracerProvider:
+    """A :class:`~tailscope.tracing.lean.LeanTracerProvider` exporting to the OTLP endpoint; batching
+    follows ``OTEL_BSP_SCHEDULE_DELAY`` (ms, default 1000), ``OTEL_BSP_MAX_QUEUE_SIZE`` (16384) and
+    ``OTEL_BSP_MAX_EXPORT_BATCH_SIZE`` (512)."""
+    batching = BatchExporter(
+        otlp_transport(protocol, endpoint, environ),
+        resource.attributes,
+        max_queue_size=int(environ.get("OTEL_BSP_MAX_QUEUE_SIZE") or _BATCH_PROCESSOR_DEFAULTS["OTEL_BSP_MAX_QUEUE_SIZE"][1]),
+        schedule_delay_s=float(environ.get("OTEL_BSP_SCHEDULE_DELAY") or 1000) / 1000,
+        max_export_batch_size=int(environ.get("OTEL_BSP_MAX_EXPORT_BATCH_SIZE") or _DEFAULT_EXPORT_BATCH_SIZE),
+    )
+    return LeanTracerProvider(resource.attributes, batching)
+
+
 def setup_tracing(
     service_name: str,
     endpoint: str | None = None,
@@ -156,23 +214,34 @@ def setup_tracing(
     resource_attributes: Mapping[str, Any] | None = None,
     exporter: SpanExporter | None = None,
     protocol: str | None = None,
-) -> TracerProvider:
+    engine: str | None = None,
+) -> trace.TracerProvider:
     """Create a TracerProvider exporting this process's spans; it is returned, never set globally.
 
     The resource carries ``service.name`` and ``process.pid`` (plus
     ``resource_attributes`` and anything in ``OTEL_RESOURCE_ATTRIBUTES``).
-    Without ``exporter``, spans go through a BatchSpanProcessor (exports at
-    least once a second unless ``OTEL_BSP_SCHEDULE_DELAY`` says otherwise) to an
-    OTLP exporter: HTTP/protobuf at :func:`resolve_traces_endpoint` (``endpoint``),
-    or gRPC at :func:`resolve_grpc_endpoint` when ``protocol`` (or the standard
+    Spans are exported in batches (at least once a second unless
+    ``OTEL_BSP_SCHEDULE_DELAY`` says otherwise) over OTLP: HTTP/protobuf at
+    :func:`resolve_traces_endpoint` (``endpoint``), or gRPC at
+    :func:`resolve_grpc_endpoint` when ``protocol`` (or the standard
     ``OTEL_EXPORTER_OTLP_[TRACES_]PROTOCOL``) is ``grpc``.
-    With ``exporter`` (e.g. an ``InMemorySpanExporter`` in tests) each span is
-    handed to it synchronously when it ends (SimpleSpanProcessor).
 
-    Call ``provider.shutdown()`` before exiting: it flushes queued spans.
+    ``engine`` (:func:`resolve_engine`): ``lean`` (the default) is
+    :class:`~tailscope.tracing.lean.LeanTracerProvider`, a few microseconds per
+    span; ``sdk`` is the OpenTelemetry SDK's TracerProvider with a
+    BatchSpanProcessor and the SDK's OTLP exporter. Both produce the same spans.
+    With ``exporter`` (an SDK ``SpanExporter``, e.g. ``InMemorySpanExporter`` in
+    tests) the SDK engine hands each span to it when it ends (SimpleSpanProcessor).
+
+    Call ``provider.shutdown()`` before exiting: it exports queued spans.
+    Raises ValueError for an unknown engine or protocol.
     """
+    chosen = resolve_engine(engine, exporter)
     attributes = {**(resource_attributes or {}), "service.name": service_name, "process.pid": os.getpid()}
-    provider = TracerProvider(resource=Resource.create(attributes))
+    resource = Resource.create(attributes)
+    if chosen == "lean":
+        return lean_tracer_provider(resource, resolve_protocol(protocol), endpoint)
+    provider = TracerProvider(resource=resource)
     if exporter is not None:
         provider.add_span_processor(SimpleSpanProcessor(exporter))
     else:
@@ -198,7 +267,6 @@ def span_context_of(item: SpanContext | Span | otel_context.Context) -> SpanCont
     return trace.get_current_span(item).get_span_context()
 
 
-@contextmanager
 def stage(
     tracer: trace.Tracer,
     name: str,
@@ -206,7 +274,7 @@ def stage(
     parent: otel_context.Context | None = None,
     links: Iterable[Link] | None = None,
     **attributes: Any,
-) -> Iterator[Span]:
+) -> AbstractContextManager[Span]:
     """Time a stage as an INTERNAL span named ``name``, made current while the block runs.
 
     The span is a child of ``parent`` (default: the current context, e.g. the
@@ -214,17 +282,14 @@ def stage(
     attributes; pass dotted names as ``**{"batch.size": 4}``. An exception
     leaving the block is recorded on the span (status ERROR) and re-raised.
     """
-    with tracer.start_as_current_span(
-        name, context=parent, kind=SpanKind.INTERNAL, attributes=attributes or None, links=links
-    ) as span:
-        yield span
+    return tracer.start_as_current_span(name, parent, _INTERNAL, attributes or None, links)
 
 
 def preprocess(
     tracer: trace.Tracer, *, parent: otel_context.Context | None = None, **attributes: Any
 ) -> AbstractContextManager[Span]:
     """:func:`stage` named ``preprocess`` (decode, tokenise, resize)."""
-    return stage(tracer, PREPROCESS, parent=parent, **attributes)
+    return tracer.start_as_current_span(PREPROCESS, parent, _INTERNAL, attributes or None)
 
 
 def queue_wait(
@@ -232,14 +297,14 @@ def queue_wait(
 ) -> AbstractContextManager[Span]:
     """:func:`stage` named ``queue_wait`` (enqueue → picked into a batch); see :func:`record_stage`
     for the usual case where enqueue and pick happen on different threads."""
-    return stage(tracer, QUEUE_WAIT, parent=parent, **attributes)
+    return tracer.start_as_current_span(QUEUE_WAIT, parent, _INTERNAL, attributes or None)
 
 
 def batch_wait(
     tracer: trace.Tracer, *, parent: otel_context.Context | None = None, **attributes: Any
 ) -> AbstractContextManager[Span]:
     """:func:`stage` named ``batch_wait`` (picked into a batch → batch starts executing)."""
-    return stage(tracer, BATCH_WAIT, parent=parent, **attributes)
+    return tracer.start_as_current_span(BATCH_WAIT, parent, _INTERNAL, attributes or None)
 
 
 def inference(
@@ -257,7 +322,7 @@ def postprocess(
     tracer: trace.Tracer, *, parent: otel_context.Context | None = None, **attributes: Any
 ) -> AbstractContextManager[Span]:
     """:func:`stage` named ``postprocess`` (softmax, top-k, serialisation)."""
-    return stage(tracer, POSTPROCESS, parent=parent, **attributes)
+    return tracer.start_as_current_span(POSTPROCESS, parent, _INTERNAL, attributes or None)
 
 
 def record_stage(
@@ -279,15 +344,8 @@ def record_stage(
     """
     if end_ns < start_ns:
         raise ValueError(f"stage {name!r} ends before it starts: start_ns={start_ns}, end_ns={end_ns}")
-    span = tracer.start_span(
-        name,
-        context=parent_context,
-        kind=SpanKind.INTERNAL,
-        attributes=dict(attributes) if attributes else None,
-        links=links,
-        start_time=start_ns,
-    )
-    span.end(end_time=end_ns)
+    span = tracer.start_span(name, parent_context, _INTERNAL, attributes or None, links, start_ns)
+    span.end(end_ns)
     return span.get_span_context()
 
 

@@ -18,16 +18,19 @@ the application is recorded on the span and re-raised.
 
 from __future__ import annotations
 
+import re
 import time
-
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.propagators.textmap import Getter
-from opentelemetry.trace import Span, SpanKind, Status, StatusCode
+from opentelemetry.trace import NonRecordingSpan, Span, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+from opentelemetry.trace.span import DEFAULT_TRACE_STATE
+
+from tailscope.tracing.lean import context_with_span
 
 #: ASGI scope key holding the request's SERVER span.
 SERVER_SPAN_SCOPE_KEY = "tailscope.server_span"
@@ -38,6 +41,57 @@ INSTRUMENTATION_NAME = "tailscope.tracing.kit"
 
 _PROPAGATED_HEADERS = frozenset({b"traceparent", b"tracestate"})
 _PROPAGATOR = TraceContextTextMapPropagator()
+#: A version-00 traceparent (lower-case hex, no trailing fields): the common case, parsed without the propagator.
+_PLAIN_TRACEPARENT = re.compile(rb"[ \t]*00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})[ \t]*")
+_TRACE_FLAGS = [TraceFlags(flags) for flags in range(256)]
+_new_tuple = tuple.__new__
+
+
+def _plain_parent(traceparent: bytes) -> otel_context.Context | None:
+    """The Context of a plain version-00 ``traceparent`` value; None when it is not one (or invalid)."""
+    match = _PLAIN_TRACEPARENT.fullmatch(traceparent)
+    if match is None:
+        return None
+    trace_id, span_id = int(match[1], 16), int(match[2], 16)
+    if not (trace_id and span_id):
+        return None
+    # SpanContext(trace_id, span_id, is_remote=True, flags) without re-checking what the match guarantees.
+    parent = _new_tuple(SpanContext, (trace_id, span_id, True, _TRACE_FLAGS[int(match[3], 16)],
+                                      DEFAULT_TRACE_STATE, True))
+    return context_with_span(NonRecordingSpan(parent), otel_context.Context())
+
+
+def extract_trace_context(carrier: Mapping[str, str]) -> otel_context.Context:
+    """The parent Context of a request from its W3C headers (``carrier`` keys lower-case).
+
+    Same result as ``TraceContextTextMapPropagator().extract(carrier)``; a
+    plain version-00 ``traceparent`` without ``tracestate`` is parsed directly
+    (several times cheaper), anything else goes through the propagator.
+    """
+    traceparent = carrier.get("traceparent")
+    if traceparent is not None and "tracestate" not in carrier:
+        context = _plain_parent(traceparent.encode("latin-1"))
+        if context is not None:
+            return context
+    return _PROPAGATOR.extract(carrier)
+
+
+def asgi_parent_context(scope: Mapping[str, Any]) -> otel_context.Context:
+    """:func:`extract_trace_context` of an ASGI scope's headers, reading them once."""
+    traceparent = None
+    for name, value in scope.get("headers", ()):
+        lowered = name.lower()
+        if lowered == b"traceparent":
+            traceparent = value
+        elif lowered == b"tracestate":
+            traceparent = None
+            break
+    else:
+        if traceparent is not None:
+            context = _plain_parent(traceparent)
+            if context is not None:
+                return context
+    return _PROPAGATOR.extract(asgi_trace_headers(scope))
 
 
 def server_span_name(method: str, path: str) -> str:
@@ -113,14 +167,11 @@ class TraceContextMiddleware:
         if scope["type"] != "http":
             await self._app(scope, receive, send)
             return
-        parent = _PROPAGATOR.extract(asgi_trace_headers(scope))
+        parent = asgi_parent_context(scope)
         span = self._tracer.start_span(
-            server_span_name(scope["method"], scope["path"]),
-            context=parent,
-            kind=SpanKind.SERVER,
-            attributes=asgi_request_attributes(scope),
+            server_span_name(scope["method"], scope["path"]), parent, SpanKind.SERVER, asgi_request_attributes(scope)
         )
-        request_context = trace.set_span_in_context(span, parent)
+        request_context = context_with_span(span, parent)
         traced_scope = {**scope, SERVER_SPAN_SCOPE_KEY: span, TRACE_CONTEXT_SCOPE_KEY: request_context}
 
         # The span ends when the last body chunk is handed to the server, not
@@ -128,12 +179,15 @@ class TraceContextMiddleware:
         # and the server span must fit inside the client's view of the request.
         response_done_ns: list[int] = []
 
-        async def send_recording_status(message: dict[str, Any]) -> None:
-            if message["type"] == "http.response.start":
+        def send_recording_status(message: dict[str, Any]) -> Any:
+            # A plain function returning the server's awaitable: no coroutine of its own per message.
+            kind = message["type"]
+            if kind == "http.response.body":
+                if not message.get("more_body", False):
+                    response_done_ns.append(time.time_ns())
+            elif kind == "http.response.start":
                 record_http_status(span, int(message["status"]))
-            elif message["type"] == "http.response.body" and not message.get("more_body", False):
-                response_done_ns.append(time.time_ns())
-            await send(message)
+            return send(message)
 
         token = otel_context.attach(request_context)
         try:
