@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import os
 
@@ -10,10 +11,22 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span
 
 from tailscope.rundir import read_json, read_stream, schema
+from tailscope.tracing.receiver import OtlpReceiver
 
 TRACE_ID = bytes.fromhex("0af7651916cd43dd8448eb211c80319c")
 ROOT_ID = bytes.fromhex("b7ad6b7169203331")
 CHILD_ID = bytes.fromhex("00f067aa0ba902b7")
+
+
+@contextlib.contextmanager
+def running_receiver(run_dir, **options):
+    """An OtlpReceiver writing into ``run_dir``, started, and stopped on exit (also on failure)."""
+    rx = OtlpReceiver(str(run_dir), **options)
+    rx.start()
+    try:
+        yield rx
+    finally:
+        rx.stop()
 
 
 def kv(key: str, value) -> KeyValue:

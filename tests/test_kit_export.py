@@ -9,19 +9,14 @@ import os
 import pytest
 from opentelemetry.trace import SpanKind
 
-from receiver_helpers import receiver_stats, stored_events, stored_spans
+from receiver_helpers import receiver_stats, running_receiver, stored_events, stored_spans
 from tailscope.tracing import kit
-from tailscope.tracing.receiver import OtlpReceiver
 
 
 @pytest.fixture
 def receiver(tmp_path):
-    rx = OtlpReceiver(str(tmp_path), port=0, grpc_port=0)
-    rx.start()
-    try:
+    with running_receiver(tmp_path, port=0, grpc_port=0) as rx:
         yield rx
-    finally:
-        rx.stop()
 
 
 @pytest.mark.parametrize("protocol", ["http/protobuf", "grpc"])

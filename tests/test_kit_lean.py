@@ -16,13 +16,12 @@ from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, SpanKind, S
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 from opentelemetry.trace.span import TraceState
 
-from receiver_helpers import stored_spans
+from receiver_helpers import running_receiver, stored_spans
 from tailscope.tracing import kit
 from tailscope.tracing.kit_http import asgi_parent_context, extract_trace_context
 from tailscope.tracing.lean import LeanSpan, LeanTracerProvider
 from tailscope.tracing.lean_export import BatchExporter, HttpTransport
 from tailscope.tracing.otlp_encode import SpanEncoder, encode_export_request, resource_message, scope_message
-from tailscope.tracing.receiver import OtlpReceiver
 
 RESOURCE = {"service.name": "lean-test", "process.pid": os.getpid()}
 
@@ -36,12 +35,8 @@ def closed_port() -> int:
 
 @pytest.fixture
 def receiver(tmp_path):
-    rx = OtlpReceiver(str(tmp_path), port=0, grpc_port=0)
-    rx.start()
-    try:
+    with running_receiver(tmp_path, port=0, grpc_port=0) as rx:
         yield rx
-    finally:
-        rx.stop()
 
 
 def unstarted_exporter(max_queue_size: int = 1000, port: int | None = None) -> BatchExporter:

@@ -20,7 +20,8 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from receiver_helpers import CHILD_ID, receiver_stats, span, stored_metric_signals, stored_spans, trace_request
+from receiver_helpers import (CHILD_ID, receiver_stats, running_receiver, span, stored_metric_signals, stored_spans,
+                              trace_request)
 from tailscope.tracing.receiver import OtlpReceiver
 from tailscope.tracing.receiver_grpc import service_names
 
@@ -31,12 +32,8 @@ MAX_BODY = 64 * 1024
 
 @pytest.fixture
 def receiver(tmp_path):
-    rx = OtlpReceiver(str(tmp_path), port=0, max_body_bytes=MAX_BODY, queue_size=64, grpc_port=0)
-    rx.start()
-    try:
+    with running_receiver(tmp_path, port=0, max_body_bytes=MAX_BODY, queue_size=64, grpc_port=0) as rx:
         yield rx
-    finally:
-        rx.stop()
 
 
 @pytest.fixture

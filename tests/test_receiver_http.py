@@ -22,6 +22,7 @@ from receiver_helpers import (
     ROOT_ID,
     post,
     receiver_stats,
+    running_receiver,
     span,
     stored_events,
     stored_metric_signals,
@@ -34,12 +35,8 @@ from tailscope.tracing.receiver import OtlpReceiver
 
 @pytest.fixture
 def receiver(tmp_path):
-    rx = OtlpReceiver(str(tmp_path), port=0, max_body_bytes=64 * 1024, queue_size=64)
-    rx.start()
-    try:
+    with running_receiver(tmp_path, port=0, max_body_bytes=64 * 1024, queue_size=64) as rx:
         yield rx
-    finally:
-        rx.stop()
 
 
 def test_sdk_export_round_trip(receiver):
