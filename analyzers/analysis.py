@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import os
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from functools import partial
 from typing import Mapping
@@ -19,7 +20,7 @@ from typing import Mapping
 import numpy as np
 import pyarrow.compute as pc
 
-from tailscope.rundir import Run, load_run, release_pages, schema as fmt
+from tailscope.rundir import Run, load_run, release_pages
 
 from .causes import DetectorRegistry
 from .generator import generator_section
@@ -29,6 +30,7 @@ from .streaming import read_chunks, stream_times, streaming_section
 from .distribution import latency_distribution
 from .outages import find_outages
 from .percentiles import min_samples_for_claim
+from .queues import queue_points
 from .retained import retained_view
 from .run_health import run_health_warnings
 from .records import NS_PER_MS, NS_PER_S, RequestArrays, int_column, request_arrays
@@ -40,7 +42,7 @@ from .signal_index import SignalIndex
 from .spikes import SpikeRules, detect, detection_facts, find_spikes
 from .clock import align_clocks, clock_warnings
 from .stage_rules import rules_for_scenario
-from .stages import DEFAULT_STAGE_MAP, join_spans, stage_matrix, stage_name_map, summarize_stages
+from .stages import join_spans, stage_matrix, stage_name_map, summarize_stages
 from .soak import record_period_counts, soak_section
 from .summary import load_period_ns, summarize, summarize_classes
 from .windows import window_table, windows_as_records
@@ -66,6 +68,11 @@ def analyze_run(run_or_path: Run | str | os.PathLike, *, window_s: float = 1.0,
     (default: :func:`~.detectors.default_registry`, every detector); ``method`` chooses how
     spikes get their causes: ``"detectors"`` (the registry) or ``"baro"`` (the BARO-style
     baseline ranker the lab compares with, :mod:`.baro`).
+
+    The sections that read only the request records (:func:`record_sections`, and the
+    window table) run on a second thread while this one joins the spans and finds the
+    spikes; the analyzers are pure functions of read-only arrays, and numpy and Arrow
+    release the GIL in their heavy loops, so the two overlap on a second core.
     """
     run = run_or_path if isinstance(run_or_path, Run) else load_run(run_or_path)
     scenario = run.manifest.get("scenario") or {}
@@ -73,43 +80,52 @@ def analyze_run(run_or_path: Run | str | os.PathLike, *, window_s: float = 1.0,
     period = load_period_ns(req)
     duration_s = (period[1] - period[0]) / NS_PER_S if period else 0.0
     summary = summarize(req, duration_s)
-    resolved = rules_for_scenario(scenario, stage_map)  # the scenario's `stages:` rules (stage_rules.py)
-    join = join_spans(req, run.spans, resolved.rules)  # one span↔request join, shared
-    alignment = align_clocks(req, run.spans, resolved.rules, join=join)
-    run = alignment.apply(run)  # server-clock times moved onto the generator's clock (a copy)
-    matrix = stage_matrix(req, run.spans, resolved.rules, join=join)
-    stage_map = stage_name_map(run.spans, resolved.rules)
-    release_pages(run)  # the join's columns (trace ids, names) are read: hand their pages back
-    windows = (window_table(req, period[0], period[1], window_s, summary["latency_ms"]["p99"]["value_ms"])
-               if period else None)
     retained = retained_view(run, req, window_s)  # records kept selectively: numbers from histograms
     if retained is not None:
-        period, duration_s = retained.period, retained.duration_s
-        summary, windows = retained.summary, retained.windows
-    detection = detect(req, windows, spike_rules) if windows else None
-    spikes = (find_spikes(req, windows, matrix, run, registry, spike_rules, stage_map,
-                          detection=detection, method=method, span_request=join.span_request) if windows else [])
-    release_pages(run)
+        period, duration_s, summary = retained.period, retained.duration_s, retained.summary
+    p99_ms = summary["latency_ms"]["p99"]["value_ms"]
     slos, slo_warnings = parse_scenario_slos(scenario)
-    times = stream_times(req, run.requests, *read_chunks(run.path))
-    generator = generator_section(req, run, period, window_s)
+    resolved = rules_for_scenario(scenario, stage_map)  # the scenario's `stages:` rules (stage_rules.py)
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="tailscope-records") as pool:
+        windows_later = (pool.submit(window_table, req, period[0], period[1], window_s, p99_ms)
+                         if period and retained is None else None)
+        records_later = pool.submit(record_sections, req, run, period, duration_s, window_s, slos, retained, p99_ms)
+        join = join_spans(req, run.spans, resolved.rules)  # one span↔request join, shared
+        alignment = align_clocks(req, run.spans, resolved.rules, join=join)
+        run = alignment.apply(run)  # server-clock times moved onto the generator's clock (a copy)
+        release_pages(run)  # the join's columns (trace ids) are read: hand their pages back
+        matrix = stage_matrix(req, run.spans, resolved.rules, join=join)
+        stage_map = stage_name_map(run.spans, resolved.rules)
+        release_pages(run)
+        # read once (aligned times) for the queue chart and the detectors; each chunk's pages handed back
+        queue = queue_points(run.spans, after_chunk=partial(release_pages, run))
+        windows = retained.windows if retained is not None else windows_later.result() if windows_later else None
+        detection = detect(req, windows, spike_rules) if windows else None
+        spikes = (find_spikes(req, windows, matrix, run, registry, spike_rules, stage_map,
+                              detection=detection, method=method, span_request=join.span_request, queue=queue)
+                  if windows else [])
+        release_pages(run)
+        signals = _then_release(signals_section(run, req, period, window_s, queue=queue), run)
+        patterns = analyze_patterns(req, spikes, SignalIndex(run.signals, run.signals_meta), period)
+        records = records_later.result()
+    generator = records["generator"]
     summary = {**summary, "load_model": generator["load_model"]["loop"], "dropped": generator["dropped"],
-               "goodput": goodput_summary(req, slos, times, duration_s)}
+               "goodput": records["goodput"]}
     analysis = {
         "format_version": ANALYSIS_FORMAT_VERSION,
         "run": run_facts(run, period),
         "summary": summary,
-        "classes": retained.classes if retained is not None else summarize_classes(req, duration_s),
+        "classes": records["classes"],
         "stages": {**summarize_stages(matrix), "rules": resolved.rules.describe(),
                    "clock_alignment": alignment.as_dict()},
         "window_s": window_s,
         "windows": windows_as_records(windows) if windows else [],
-        "slow_requests": slow_request_points(req, summary["latency_ms"]["p99"]["value_ms"], period),
-        "distribution": latency_distribution(req),
+        "slow_requests": records["slow_requests"],
+        "distribution": records["distribution"],
         "spike_detection": detection_facts(detection, spike_rules, method),
         "spikes": spikes,
-        "patterns": analyze_patterns(req, spikes, SignalIndex(run.signals, run.signals_meta), period),
-        "signals": _then_release(signals_section(run, req, period, window_s), run),
+        "patterns": patterns,
+        "signals": signals,
         "events": event_digest(run),
         "receiver": run.receiver,
         "outages": find_outages(req, run.events),
@@ -117,7 +133,7 @@ def analyze_run(run_or_path: Run | str | os.PathLike, *, window_s: float = 1.0,
         "generator": generator,
         "generator_limited_windows": [{"start_ns": w["start_ns"], "end_ns": w["end_ns"]}
                                       for w in generator["limited_windows"]],
-        "streaming": streaming_section(req, times, duration_s),
+        "streaming": streaming_section(req, records["stream_times"], duration_s),
     }
     analysis["soak"] = soak_section(
         windows, run.signals, period,
@@ -130,6 +146,22 @@ def analyze_run(run_or_path: Run | str | os.PathLike, *, window_s: float = 1.0,
                             + run_health_warnings(run.manifest, analysis)
                             + load_warnings(analysis, run.manifest))
     return jsonable(analysis)
+
+
+def record_sections(req: RequestArrays, run: Run, period: tuple[int, int] | None, duration_s: float,
+                    window_s: float, slos: list, retained, p99_ms: float | None) -> dict:
+    """The sections that read only the request records (and the generator's own signals and
+    events, which no clock alignment moves): ``generator``, ``classes``, ``distribution``,
+    ``slow_requests``, ``stream_times`` (streamed chunks) and ``goodput``."""
+    times = stream_times(req, run.requests, *read_chunks(run.path))
+    return {
+        "generator": generator_section(req, run, period, window_s),
+        "classes": retained.classes if retained is not None else summarize_classes(req, duration_s),
+        "distribution": latency_distribution(req),
+        "slow_requests": slow_request_points(req, p99_ms, period),
+        "stream_times": times,
+        "goodput": goodput_summary(req, slos, times, duration_s),
+    }
 
 
 def _then_release(value, run: Run):

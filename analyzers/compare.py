@@ -115,7 +115,7 @@ class RunSide:
         req = self.req
         mask = req.in_latency & (req.has_sent if metric == "service_time_ms" else True)
         if cls is not None:
-            mask = mask & (req.cls == cls)
+            mask = mask & req.class_mask(cls)
         column = req.latency_ms if metric == "latency_ms" else req.service_ms
         return np.sort(column[mask])
 
@@ -130,7 +130,7 @@ class RunSide:
                 "error_rate": float(req.is_error.mean()) if req.n else 0.0, "duration_s": duration}
 
     def classes(self) -> set[str]:
-        return {c for c in np.unique(self.req.cls[self.req.cls != None]) if c is not None}  # noqa: E711
+        return set(self.req.class_names())
 
 
 def compare_runs(current, baseline, rules: CompareRules = CompareRules()) -> dict:

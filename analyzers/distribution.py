@@ -48,10 +48,9 @@ def latency_distribution(req: RequestArrays) -> dict:
     """
     edges = bin_edges_ms()
     ok = req.is_ok
-    names = sorted({c for c in req.cls[ok] if c is not None})
     full = {ALL_CLASSES: bin_counts(req.latency_ms[ok], edges)}
-    for name in names:
-        full[name] = bin_counts(req.latency_ms[ok & (req.cls == name)], edges)
+    for name in req.class_names(ok):
+        full[name] = bin_counts(req.latency_ms[ok & req.class_mask(name)], edges)
     occupied = np.flatnonzero(full[ALL_CLASSES])
     if len(occupied) == 0:
         return {"unit": "ms", "bin_edges_ms": [], "classes": {ALL_CLASSES: {"n": 0, "counts": []}}}

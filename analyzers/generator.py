@@ -38,7 +38,7 @@ import re
 import numpy as np
 import pyarrow.compute as pc
 
-from .percentiles import grouped_quantile
+from .percentiles import group_sort, grouped_quantile
 from .records import NS_PER_MS, NS_PER_S, RequestArrays, int_column
 
 #: A send later than this (ms) is late.
@@ -228,7 +228,7 @@ def _window_columns(req: RequestArrays, origin: int, window_ns: int, n: int, win
     ok_end = req.end_ns[req.is_ok]
     inside = (ok_end >= origin) & (ok_end < origin + n * window_ns)
     achieved = np.bincount(_bin(ok_end[inside], origin, window_ns, n), minlength=n)
-    order = np.lexsort((lateness, sent_index))
+    order = group_sort(sent_index, lateness)
     starts = np.concatenate(([0], np.cumsum(sent)[:-1]))
     with np.errstate(invalid="ignore", divide="ignore"):
         late_share = np.where(scheduled > 0, (late + dropped) / np.maximum(scheduled, 1), 0.0)

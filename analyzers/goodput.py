@@ -68,7 +68,7 @@ def good_requests(req: RequestArrays, slos: list[Slo], times: StreamTimes | None
     """Boolean per request: no error and every applicable per-request SLO met."""
     good = ~req.is_error & req.has_end
     for slo in per_request_slos(slos):
-        applies = np.ones(req.n, bool) if slo.cls is None else (req.cls == slo.cls)
+        applies = np.ones(req.n, bool) if slo.cls is None else req.class_mask(slo.cls)
         values = _values(slo, req, times)
         with np.errstate(invalid="ignore"):
             met = OPERATORS[slo.op](values, slo.threshold)
@@ -85,8 +85,8 @@ def goodput_summary(req: RequestArrays, slos: list[Slo], times: StreamTimes | No
     good = good_requests(req, slos, times)
     criteria = [s.text for s in per_request_slos(slos)]
     by_class = {}
-    for name in sorted({c for c in req.cls if c is not None}):
-        mask = req.cls == name
+    for name in req.class_names():
+        mask = req.class_mask(name)
         count = int(mask.sum())
         by_class[name] = {"share": float(good[mask].mean()) if count else None,
                           "good": int(good[mask].sum()), "total": count}

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
-from .percentiles import group_sort, grouped_quantile, min_samples_for_claim, nearest_rank
+from .percentiles import grouped_quantile, min_samples_for_claim, nearest_rank_value, stable_group_order
 from .records import NS_PER_S, RequestArrays
 from .signal_index import SignalIndex
 
@@ -83,8 +83,7 @@ def tail_share_series(req: RequestArrays, period: tuple[int, int]) -> np.ndarray
     latency = req.latency_ms[mask]
     if len(latency) == 0:
         return np.zeros(0)
-    ordered = np.sort(latency)
-    p90 = ordered[nearest_rank(len(ordered), 0.9) - 1]
+    p90 = nearest_rank_value(latency, 0.9)
     seconds = max(1, int(-(-(period[1] - period[0]) // NS_PER_S)))
     index = np.clip((req.scheduled_ns[mask] - period[0]) // NS_PER_S, 0, seconds - 1)
     counts = np.bincount(index, minlength=seconds)
@@ -185,14 +184,14 @@ def drift(req: RequestArrays, period: tuple[int, int] | None, rules: PatternRule
         return empty
     duration_ns = max(period[1] - period[0], 1)
     segments = int(min(rules.segments, max(8, duration_ns // NS_PER_S)))
-    index = np.clip(((req.scheduled_ns[mask] - period[0]) * segments) // duration_ns, 0, segments - 1)
-    latency = req.latency_ms[mask]
-    order = group_sort(index, latency)
-    counts = np.bincount(index, minlength=segments)
+    segment = np.clip(((req.scheduled_ns - period[0]) * segments) // duration_ns, 0, segments - 1)
+    rows = req.latency_rows(mask)
+    ordered = req.latency_ms[rows[stable_group_order(segment[rows])]]  # by (segment, latency)
+    counts = np.bincount(segment[mask], minlength=segments)
     starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
     mid_s = (np.arange(segments) + 0.5) * duration_ns / segments / NS_PER_S
-    medians = grouped_quantile(latency[order], starts, counts, 0.5)
-    p99 = grouped_quantile(latency[order], starts, counts, 0.99)
+    medians = grouped_quantile(ordered, starts, counts, 0.5)
+    p99 = grouped_quantile(ordered, starts, counts, 0.99)
     p99_claimed = bool(np.all(counts >= min_samples_for_claim(0.99, 0)))
     median_trend = trend(mid_s, medians)
     p99_trend = trend(mid_s, p99) if p99_claimed else None

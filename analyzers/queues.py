@@ -6,10 +6,14 @@ The instrumentation kit stamps each ``queue_wait`` span with ``queue.depth``
 its start time, so the series has one point per enqueued request: a queue that
 fills shows as a ramp to the capacity line. Several services get one series
 each (``queue.depth{service="name"}``). Cost: column-wise regex reads of the
-attributes (:mod:`.json_fields`), O(n log n) for the sort.
+attributes of the ``queue_wait`` rows (:mod:`.json_fields`), once per analysis
+(:func:`queue_points`), O(n log n) for the chart's sort.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
@@ -24,41 +28,83 @@ DEPTH_ATTRIBUTE = "queue.depth"
 CAPACITY_ATTRIBUTE = "queue.capacity"
 
 
-def _points_by_service(spans: pa.Table) -> dict[str | None, tuple[np.ndarray, np.ndarray, np.ndarray]]:
-    """``{service: (t_ns, depth, capacity)}`` of queue_wait spans that carry a numeric depth
-    (capacity NaN where absent), in table order."""
+@dataclass(frozen=True)
+class QueuePoints:
+    """The ``queue_wait`` spans of a run that carry a numeric ``queue.depth``, in table order.
+
+    ``rows``: their rows in the spans table; ``t_ns``: start times (epoch ns);
+    ``depth``, ``capacity`` (NaN where absent); ``service``: index into ``services``
+    (-1: no service name). Read once per analysis and shared by the queue chart
+    and the queue detector."""
+
+    rows: np.ndarray
+    t_ns: np.ndarray
+    depth: np.ndarray
+    capacity: np.ndarray
+    service: np.ndarray
+    services: list[str]
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+
+def queue_points(spans: pa.Table, after_chunk: Callable[[], None] | None = None) -> QueuePoints:
+    """:class:`QueuePoints` of ``spans``: a name comparison over the table, then only the
+    ``queue_wait`` rows' attributes (JSON, :mod:`.json_fields`), start times and services
+    are read. The attributes are read chunk by chunk of the table, calling ``after_chunk``
+    after each (e.g. to hand back a memory-mapped chunk's pages)."""
+    empty = QueuePoints(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0), np.zeros(0),
+                        np.zeros(0, np.int64), [])
     if len(spans) == 0:
-        return {}
-    needed = spans.select(["name", "service", "start_ns", "attributes"])
-    queue_spans = needed.filter(pc.equal(needed.column("name"), QUEUE_SPAN))
-    if len(queue_spans) == 0:
-        return {}
-    numbers = json_number_fields(queue_spans.column("attributes"), (DEPTH_ATTRIBUTE, CAPACITY_ATTRIBUTE))
-    depth, capacity = numbers[DEPTH_ATTRIBUTE], numbers[CAPACITY_ATTRIBUTE]
+        return empty
+    is_queue = pc.fill_null(pc.equal(spans.column("name"), QUEUE_SPAN), False)
+    rows = np.flatnonzero(is_queue.to_numpy(zero_copy_only=False))
+    if len(rows) == 0:
+        return empty
+    depth, capacity = _queue_numbers(spans.column("attributes"), is_queue, after_chunk)
     keep = ~np.isnan(depth)
     if not keep.any():
-        return {}
-    starts, _ = int_column(queue_spans, "start_ns")
-    services = pc.dictionary_encode(queue_spans.column("service").combine_chunks())
-    codes = pc.fill_null(services.indices, -1).to_numpy(zero_copy_only=False)
-    out: dict[str | None, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
-    for code, service in [(-1, None)] + list(enumerate(services.dictionary.to_pylist())):
-        rows = keep & (codes == code)
-        if rows.any():
-            out[service] = (starts[rows], depth[rows], capacity[rows])
-    return out
+        return empty
+    starts, _ = int_column(spans, "start_ns")
+    services = spans.column("service").filter(is_queue)
+    names = pc.drop_null(pc.unique(services))
+    codes = pc.fill_null(pc.index_in(services, value_set=names), -1).to_numpy(zero_copy_only=False)
+    return QueuePoints(rows=rows[keep], t_ns=starts[rows[keep]], depth=depth[keep], capacity=capacity[keep],
+                       service=codes[keep].astype(np.int64), services=names.to_pylist())
 
 
-def queue_depth_series(spans: pa.Table, max_points: int) -> list[dict]:
+def _queue_numbers(attributes: pa.ChunkedArray, is_queue: pa.ChunkedArray,
+                   after_chunk: Callable[[], None] | None) -> tuple[np.ndarray, np.ndarray]:
+    """(depth, capacity) of the rows ``is_queue`` selects, read one chunk at a time."""
+    mask = is_queue.combine_chunks()
+    depths, capacities, offset = [], [], 0
+    for chunk in attributes.chunks:
+        picked = chunk.filter(mask.slice(offset, len(chunk)))
+        offset += len(chunk)
+        if len(picked):
+            numbers = json_number_fields(picked, (DEPTH_ATTRIBUTE, CAPACITY_ATTRIBUTE))
+            depths.append(numbers[DEPTH_ATTRIBUTE])
+            capacities.append(numbers[CAPACITY_ATTRIBUTE])
+        if after_chunk is not None:
+            after_chunk()
+    if not depths:
+        return np.zeros(0), np.zeros(0)
+    return np.concatenate(depths), np.concatenate(capacities)
+
+
+def queue_depth_series(points: QueuePoints, max_points: int) -> list[dict]:
     """Chart series ``queue.depth`` and ``queue.capacity`` (gauges, unit "requests"),
-    in the shape of :func:`tailscope.analyzers.signals.signal_series`; [] without queue spans."""
-    by_service = _points_by_service(spans)
+    in the shape of :func:`tailscope.analyzers.signals.signal_series`; [] without queue spans.
+    Several services get one series each (``queue.depth{service="name"}``)."""
     result = []
-    for service in sorted(by_service, key=lambda s: s or ""):
-        t, depth, capacity = (np.asarray(v) for v in by_service[service])
-        order = np.argsort(t, kind="stable")
-        t, depth, capacity = t[order].astype(np.int64), depth[order], capacity[order]
-        suffix = f'{{service="{service}"}}' if len(by_service) > 1 and service else ""
+    codes = [code for code in [-1] + list(range(len(points.services))) if np.any(points.service == code)]
+    labelled = len(codes) > 1
+    for code in sorted(codes, key=lambda c: "" if c < 0 else points.services[c]):
+        mine = points.service == code
+        order = np.argsort(points.t_ns[mine], kind="stable")
+        t = points.t_ns[mine][order].astype(np.int64)
+        depth, capacity = points.depth[mine][order], points.capacity[mine][order]
+        suffix = f'{{service="{points.services[code]}"}}' if labelled and code >= 0 and points.services[code] else ""
         known = np.isfinite(capacity)
         for name, values, keep, description in (
             ("queue.depth", depth, np.ones(len(t), bool), "requests waiting when a request was enqueued (queue_wait spans)"),

@@ -75,17 +75,26 @@ def string_column(table: pa.Table, name: str) -> np.ndarray:
     return table.column(name).to_numpy(zero_copy_only=False)
 
 
+def category_codes(table: pa.Table, name: str) -> tuple[np.ndarray, list]:
+    """(code per row (int64, -1 for null), distinct non-null values) of a string column with
+    few distinct values: row i holds ``values[codes[i]]``. O(n) hash pass."""
+    column = table.column(name)
+    distinct = pc.drop_null(pc.unique(column)) if len(column) else pa.array([], pa.string())
+    codes = pc.fill_null(pc.index_in(column, value_set=distinct), -1).to_numpy(zero_copy_only=False)
+    return codes.astype(np.int64, copy=False), distinct.to_pylist()
+
+
 def category_column(table: pa.Table, name: str) -> np.ndarray:
     """Like :func:`string_column`, with one shared str object per distinct value: for
     columns with few distinct values (class names, error kinds), n pointers instead of
     n string objects. O(n) hash pass."""
-    column = table.column(name)
-    if len(column) == 0:
-        return string_column(table, name)
-    distinct = pc.unique(column)
-    names = np.empty(len(distinct), dtype=object)
-    names[:] = distinct.to_pylist()
-    return names[pc.index_in(column, value_set=distinct).to_numpy(zero_copy_only=False)]
+    return _category_objects(*category_codes(table, name))
+
+
+def _category_objects(codes: np.ndarray, values: list) -> np.ndarray:
+    names = np.empty(len(values) + 1, dtype=object)
+    names[:len(values)] = values  # code -1 picks the last entry: None
+    return names[codes]
 
 
 def _duration_ms(later: np.ndarray, earlier: np.ndarray, valid: np.ndarray) -> np.ndarray:
@@ -104,6 +113,8 @@ class RequestArrays:
     has_sent: np.ndarray  # bool
     has_end: np.ndarray  # bool
     cls: np.ndarray  # object: class name
+    cls_code: np.ndarray  # int64: index into cls_values (-1: no class)
+    cls_values: tuple  # the distinct class names, in first-seen order
     error_kind: np.ndarray  # object: None or kind
     error: np.ndarray  # object: None or message
     trace_ids: pa.ChunkedArray  # Arrow strings: 32 hex or null (``trace_id`` as Python objects)
@@ -124,11 +135,29 @@ class RequestArrays:
         strings (~90 bytes each), so large-run code paths read :attr:`trace_ids` instead."""
         return self.trace_ids.to_numpy(zero_copy_only=False)
 
-    def subset(self, mask: np.ndarray) -> "RequestArrays":
-        """The requests selected by a boolean mask or index array."""
-        index = np.flatnonzero(mask) if np.asarray(mask).dtype == bool else np.asarray(mask)
-        return RequestArrays(**{name: take_rows(self.trace_ids, index) if name == "trace_ids"
-                                else getattr(self, name)[index] for name in self.__dataclass_fields__})
+    @cached_property
+    def latency_order(self) -> np.ndarray:
+        """Indices of every request by ascending ``latency_ms`` (NaN last): one sort, shared by
+        every grouped latency quantile of the analysis (:meth:`latency_rows`)."""
+        return np.argsort(self.latency_ms)
+
+    def latency_rows(self, mask: np.ndarray) -> np.ndarray:
+        """Indices of the requests a boolean ``mask`` selects, by ascending latency. O(n)."""
+        order = self.latency_order
+        return order[mask[order]]
+
+    def class_names(self, where: np.ndarray | None = None) -> list[str]:
+        """The class names of the requests (those ``where`` selects), sorted."""
+        codes = self.cls_code if where is None else self.cls_code[where]
+        present = np.flatnonzero(np.bincount(codes + 1, minlength=len(self.cls_values) + 1)[1:])
+        return sorted(self.cls_values[i] for i in present)
+
+    def class_mask(self, name: str) -> np.ndarray:
+        """Boolean per request: its class is ``name`` (an integer comparison, not n string ones)."""
+        try:
+            return self.cls_code == self.cls_values.index(name)
+        except ValueError:
+            return np.zeros(self.n, dtype=bool)
 
 
 def request_arrays(requests: pa.Table) -> RequestArrays:
@@ -140,13 +169,16 @@ def request_arrays(requests: pa.Table) -> RequestArrays:
     latency_error = pc.fill_null(pc.is_in(requests.column("error_kind"),
                                           value_set=pa.array(LATENCY_ERROR_KINDS, pa.string())),
                                  False).to_numpy(zero_copy_only=False)
+    cls_code, cls_values = category_codes(requests, "cls")
     return RequestArrays(
         scheduled_ns=scheduled,
         sent_ns=sent,
         end_ns=end,
         has_sent=has_sent,
         has_end=has_end,
-        cls=category_column(requests, "cls"),
+        cls=_category_objects(cls_code, cls_values),
+        cls_code=cls_code,
+        cls_values=tuple(cls_values),
         error_kind=category_column(requests, "error_kind"),
         error=category_column(requests, "error"),
         trace_ids=requests.column("trace_id"),

@@ -151,7 +151,7 @@ def _summary(table: dict, mask: np.ndarray, duration_s: float, req: RequestArray
     sent = int(lateness.sum())
     late = int(table["late"][mask].sum())
     late_share = late / requests if requests else 0.0
-    chosen = req.is_error if class_name is None else req.is_error & (req.cls == class_name)
+    chosen = req.is_error if class_name is None else req.is_error & req.class_mask(class_name)
     messages = Counter(m if m is not None else "" for m in req.error[chosen])
     per_second = (lambda count: count / duration_s) if duration_s > 0 else (lambda count: None)
     return {

@@ -26,6 +26,7 @@ import pyarrow.compute as pc
 
 from tailscope.rundir import Run
 
+from .queues import QueuePoints, queue_points
 from .records import NS_PER_MS, NS_PER_S, RequestArrays, int_column, take_rows
 from .signal_index import Contrast, SignalIndex, contrast
 from .stages import SPAN_KIND_SERVER, StageMatrix
@@ -63,6 +64,8 @@ class RunInputs:
     #: :func:`~.stages.request_of_span` of ``run.spans`` when known (the analysis' shared join):
     #: every span↔request question is then answered from it instead of a join of its own.
     span_request: np.ndarray | None = None
+    #: :func:`~.queues.queue_points` of ``run.spans`` when the analysis read them already.
+    queue_points: QueuePoints | None = None
 
     # ------------------------------------------------------------------ signals
     @cached_property
@@ -132,74 +135,46 @@ class RunInputs:
 
     # ------------------------------------------------------------------ spans
     @cached_property
-    def _queue_rows_in_spans(self) -> np.ndarray:
-        """Rows of ``queue_wait`` spans in the spans table."""
-        spans = self.run.spans
-        if len(spans) == 0:
-            return np.zeros(0, np.int64)
-        return np.flatnonzero(pc.fill_null(pc.equal(spans.column("name"), "queue_wait"), False)
-                              .to_numpy(zero_copy_only=False))
+    def queue(self) -> QueuePoints:
+        """The run's ``queue_wait`` spans with a depth (:func:`~.queues.queue_points`), unless given."""
+        return self.queue_points if self.queue_points is not None else queue_points(self.run.spans)
 
     @cached_property
-    def _queue_table(self) -> pa.Table | None:
-        rows = self._queue_rows_in_spans
-        if len(rows) == 0:
-            return None
-        columns = ["start_ns", "attributes"] + (["trace_id"] if self.span_request is None else [])
-        return take_rows(self.run.spans.select(columns), rows)  # copy only what is read
-
-    def _queue_request(self, queue: pa.Table, rows: np.ndarray | None = None) -> np.ndarray:
-        """Request index of each row of ``queue`` (rows ``rows`` of the queue table; -1: none)."""
+    def _queue_request(self) -> np.ndarray:
+        """Request index of each queue point (-1: none); one join per run."""
+        rows = self.queue.rows
         if self.span_request is not None:
-            span_rows = self._queue_rows_in_spans
-            return self.span_request[span_rows if rows is None else span_rows[rows]]
-        return trace_positions(queue.column("trace_id"), self.trace_ids)
+            return self.span_request[rows]
+        return trace_positions(take_rows(self.run.spans.column("trace_id"), rows), self.trace_ids)
 
     def queue_spans(self, limit: int | None = MAX_NORMAL_SAMPLE) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """(request index or -1, start_ns, depth, capacity) of ``queue_wait`` spans with a depth.
 
-        At most ``limit`` spans, evenly spaced (JSON attributes are costly to read; a mean
-        per second needs no more); None for all of them.
+        At most ``limit`` spans, evenly spaced (a mean per second needs no more); None for all.
         """
-        queue = self._queue_table
-        if queue is None:
-            return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0), np.zeros(0)
-        rows = None
+        queue = self.queue
+        picked = slice(None)
         if limit is not None and len(queue) > limit:
-            rows = np.linspace(0, len(queue) - 1, limit).astype(np.int64)
-            queue = take_rows(queue, rows)
-        attributes = pc.fill_null(queue.column("attributes"), "")
-        depth = _json_number(attributes, "queue.depth")
-        capacity = _json_number(attributes, "queue.capacity")
-        has = ~np.isnan(depth)
-        start, _ = int_column(queue, "start_ns")
-        position = self._queue_request(queue, rows)
-        return position[has], start[has], depth[has], capacity[has]
+            picked = np.linspace(0, len(queue) - 1, limit).astype(np.int64)
+        return self._queue_request[picked], queue.t_ns[picked], queue.depth[picked], queue.capacity[picked]
 
     @cached_property
-    def _queue_row_of_request(self) -> np.ndarray:
-        """Row in the queue_wait table of each request's span (-1: none); one hash join per run."""
-        rows = np.full(self.req.n, -1, np.int64)
-        queue = self._queue_table
-        if queue is None:
-            return rows
-        position = self._queue_request(queue)
+    def _queue_point_of_request(self) -> np.ndarray:
+        """Queue point of each request's span (-1: none)."""
+        points = np.full(self.req.n, -1, np.int64)
+        position = self._queue_request
         joined = np.flatnonzero(position >= 0)
-        rows[position[joined]] = joined
-        return rows
+        points[position[joined]] = joined
+        return points
 
     def queue_depth_of(self, request_index: np.ndarray) -> np.ndarray:
-        """``queue.depth`` seen by each of these requests (NaN without a queue_wait span with one).
-
-        Only these requests' attributes are read: O(len(request_index)) after the run's join."""
+        """``queue.depth`` seen by each of these requests (NaN without a queue_wait span with one)."""
         out = np.full(len(request_index), np.nan)
-        if self._queue_table is None or len(request_index) == 0:
+        if len(self.queue) == 0 or len(request_index) == 0:
             return out
-        rows = self._queue_row_of_request[request_index]
-        has = rows >= 0
-        if has.any():
-            attributes = pc.fill_null(take_rows(self._queue_table.column("attributes"), rows[has]), "")
-            out[has] = _json_number(attributes, "queue.depth")
+        points = self._queue_point_of_request[request_index]
+        has = points >= 0
+        out[has] = self.queue.depth[points[has]]
         return out
 
     @cached_property

@@ -32,7 +32,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .queues import queue_depth_series
+from .queues import QueuePoints, queue_depth_series, queue_points
 from .records import NS_PER_MS, RequestArrays, int_column
 from .signals import MAX_POINTS, downsample_minmax, load_receiver_meta, signal_series, signal_sources
 
@@ -213,13 +213,14 @@ def lateness_series(req: RequestArrays, period: tuple[int, int] | None, window_s
 
 
 def signals_section(run, req: RequestArrays, period: tuple[int, int] | None, window_s: float,
-                    max_points: int = MAX_POINTS) -> dict:
+                    max_points: int = MAX_POINTS, queue: QueuePoints | None = None) -> dict:
     """The analysis's ``signals``: sampled and derived series, panels, sources, and
-    how the sampler kept its schedule (``sampling``, from signals.json; None if absent)."""
+    how the sampler kept its schedule (``sampling``, from signals.json; None if absent).
+    ``queue``: the run's :func:`~.queues.queue_points` when already read."""
     series = signal_series(run.signals, run.signals_meta, max_points, load_receiver_meta(run.path))
     series += throttled_period_share(run.signals, max_points)
     series += gc_pause_series(run.events, max_points)
-    series += queue_depth_series(run.spans, max_points)
+    series += queue_depth_series(queue if queue is not None else queue_points(run.spans), max_points)
     series += lateness_series(req, period, window_s)
     return {"series": series, "panels": build_panels(series), "sources": signal_sources(run.signals_meta),
             "sampling": (run.signals_meta or {}).get("sampling")}

@@ -33,7 +33,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from scipy import stats
 
-from .percentiles import group_sort, grouped_quantile, min_samples_for_claim
+from .percentiles import grouped_quantile, min_samples_for_claim, stable_group_order
 from .records import NS_PER_S, RequestArrays, int_column
 
 HOURLY_FROM_S = 3 * 3600
@@ -83,13 +83,13 @@ def record_period_counts(req: RequestArrays, origin_ns: int, period_ns: int, n: 
     """Per period (by scheduled time): requests, errors, ok, P50 and P99 latency (ms) from records."""
     index = np.clip((req.scheduled_ns - origin_ns) // period_ns, 0, n - 1)
     ok_index = index[req.is_ok]
-    latency = req.latency_ms[req.is_ok]
-    order = group_sort(ok_index, latency)  # only the sorted values are read: ties need no order
+    rows = req.latency_rows(req.is_ok)
+    ordered = req.latency_ms[rows[stable_group_order(index[rows])]]  # by (period, latency)
     ok = np.bincount(ok_index, minlength=n)
     starts = np.concatenate(([0], np.cumsum(ok)[:-1]))
     return {"requests": np.bincount(index, minlength=n), "errors": np.bincount(index[req.is_error], minlength=n),
-            "ok": ok, "p50_ms": grouped_quantile(latency[order], starts, ok, 0.50),
-            "p99_ms": grouped_quantile(latency[order], starts, ok, 0.99)}
+            "ok": ok, "p50_ms": grouped_quantile(ordered, starts, ok, 0.50),
+            "p99_ms": grouped_quantile(ordered, starts, ok, 0.99)}
 
 
 def period_rows(counts: dict, period: tuple[int, int], period_s: int, memory: dict) -> list[dict]:

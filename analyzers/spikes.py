@@ -28,6 +28,7 @@ from scipy import stats
 from .causes import DetectorRegistry, SpikeContext, available_inputs
 from .percentiles import min_samples_for_claim, nearest_rank
 from .records import RequestArrays
+from .queues import QueuePoints
 from .run_inputs import RunInputs
 from .stages import DEFAULT_STAGE_MAP, StageMatrix
 from .tail_test import TailTestResult, TailTestRules, merge_runs, tail_test
@@ -129,14 +130,15 @@ def decompose(slow_index: np.ndarray, normal_index: np.ndarray, matrix: StageMat
 def find_spikes(req: RequestArrays, windows: dict[str, np.ndarray], matrix: StageMatrix, run,
                 registry: DetectorRegistry | None = None, rules: SpikeRules = SpikeRules(),
                 stage_map=None, *, detection: TailTestResult | None = None, method: str = "detectors",
-                span_request: np.ndarray | None = None) -> list[dict]:
+                span_request: np.ndarray | None = None, queue: QueuePoints | None = None) -> list[dict]:
     """The spikes of a run, each with decomposition, causes and a representative slow trace
     (:mod:`.traces`; ``stage_map`` names the stage of each span, default the span-name map).
 
     ``detection`` is :func:`detect`'s result when the caller already has it; ``method`` is
     ``"detectors"`` (the registry; default :func:`~.detectors.default_registry`) or ``"baro"``;
     ``span_request`` is :func:`~.stages.request_of_span` of ``run.spans`` when the caller has it
-    (the detectors and the representative trace then need no span join of their own).
+    (the detectors and the representative trace then need no span join of their own), ``queue``
+    the run's :func:`~.queues.queue_points` when the caller read them.
     """
     if method not in METHODS:
         raise ValueError(f"unknown cause method {method!r}; expected one of {', '.join(METHODS)}")
@@ -156,7 +158,7 @@ def find_spikes(req: RequestArrays, windows: dict[str, np.ndarray], matrix: Stag
     normal_index = np.flatnonzero(req.is_ok & ~in_any)
     tau = result.threshold_ms
     inputs = RunInputs(run, req, matrix, int(windows["start_ns"][0]), int(windows["end_ns"][-1]), tau, bounds,
-                       span_request)
+                       span_request, queue)
     available = available_inputs(run)
     row_of = matrix_rows(matrix, req.n)
     normal = stage_side(joined_rows(normal_index, row_of), matrix)

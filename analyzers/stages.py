@@ -27,6 +27,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from .percentiles import nearest_rank, order_statistics
 from .records import NS_PER_MS, RequestArrays, int_column, take_rows
 from .trace_join import distinct_positions, trace_positions
 from .span_match import (SPAN_KIND_SERVER, UNMAPPED, ServerSpans, assign_span_stages, event_stage_ms,
@@ -205,15 +206,18 @@ def unmapped_names(spans: pa.Table) -> list[dict]:
 
 
 def stage_stats(values_ms: np.ndarray) -> dict:
-    """{"p50_ms", "p99_ms", "mean_ms", "count"} of one stage column (NaN ignored)."""
-    values = np.sort(values_ms[~np.isnan(values_ms)])
-    if len(values) == 0:
+    """{"p50_ms", "p99_ms" (nearest rank), "mean_ms", "count"} of one stage column (NaN ignored)."""
+    values = values_ms[~np.isnan(values_ms)]
+    n = len(values)
+    if n == 0:
         return {"p50_ms": None, "p99_ms": None, "mean_ms": None, "count": 0}
+    p50, p99 = nearest_rank(n, 0.5), nearest_rank(n, 0.99)
+    ordered = order_statistics(values, (p50, p99))
     return {
-        "p50_ms": float(np.quantile(values, 0.5, method="inverted_cdf")),
-        "p99_ms": float(np.quantile(values, 0.99, method="inverted_cdf")),
+        "p50_ms": float(ordered[p50 - 1]),
+        "p99_ms": float(ordered[p99 - 1]),
         "mean_ms": float(values.mean()),
-        "count": int(len(values)),
+        "count": int(n),
     }
 
 

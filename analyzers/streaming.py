@@ -128,7 +128,7 @@ def _gaps_of(times: StreamTimes, mask: np.ndarray) -> np.ndarray:
 def streaming_section(req: RequestArrays, times: StreamTimes, duration_s: float) -> dict:
     """The metrics over every streamed request (top level), ``classes`` (per class
     that streamed) and ``itl_available``; only the last two when nothing streamed."""
-    names = sorted({c for c in req.cls[times.chunks > 0] if c is not None})
-    classes = {name: _class_metrics(times, req.cls == name, duration_s) for name in names}
+    names = req.class_names(times.chunks > 0)
+    classes = {name: _class_metrics(times, req.class_mask(name), duration_s) for name in names}
     overall = _class_metrics(times, np.ones(req.n, bool), duration_s) if names else {}
     return {**overall, "classes": classes, "itl_available": times.has_chunk_file}

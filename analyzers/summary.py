@@ -35,9 +35,14 @@ def load_period_ns(req: RequestArrays) -> tuple[int, int] | None:
     return start, max(last_end, int(req.scheduled_ns.max()))
 
 
-def lateness_summary(req: RequestArrays) -> dict:
-    """Lateness (sent − scheduled) p50/p99 in ms, late share (> 1 ms), generator_limited."""
-    lateness = req.lateness_ms[req.has_sent]
+def _selected(mask: np.ndarray, where: np.ndarray | None) -> np.ndarray:
+    return mask if where is None else mask & where
+
+
+def lateness_summary(req: RequestArrays, where: np.ndarray | None = None) -> dict:
+    """Lateness (sent − scheduled) p50/p99 in ms, late share (> 1 ms), generator_limited, of
+    the requests ``where`` selects (default all)."""
+    lateness = req.lateness_ms[_selected(req.has_sent, where)]
     if len(lateness) == 0:
         return {"p50_ms": None, "p99_ms": None, "late_share": 0.0, "generator_limited": False}
     late_share = float(np.mean(lateness > LATE_THRESHOLD_MS))
@@ -49,40 +54,43 @@ def lateness_summary(req: RequestArrays) -> dict:
     }
 
 
-def error_breakdown(req: RequestArrays) -> tuple[dict, list]:
-    """({kind: count}, [{"message", "count"}] for the most frequent messages)."""
-    kinds = Counter(k for k in req.error_kind[req.is_error])
-    messages = Counter(m if m is not None else "" for m in req.error[req.is_error])
+def error_breakdown(req: RequestArrays, where: np.ndarray | None = None) -> tuple[dict, list]:
+    """({kind: count}, [{"message", "count"}] for the most frequent messages) of the requests
+    ``where`` selects (default all)."""
+    failed = _selected(req.is_error, where)
+    kinds = Counter(k for k in req.error_kind[failed])
+    messages = Counter(m if m is not None else "" for m in req.error[failed])
     top = [{"message": m, "count": c} for m, c in messages.most_common(TOP_ERRORS)]
     return dict(sorted(kinds.items())), top
 
 
-def summarize(req: RequestArrays, duration_s: float | None = None) -> dict:
-    """Summary of one set of requests. ``duration_s`` defaults to their own load period."""
+def summarize(req: RequestArrays, duration_s: float | None = None, where: np.ndarray | None = None) -> dict:
+    """Summary of the requests ``where`` (a boolean mask) selects, default all of them.
+    ``duration_s`` defaults to the load period of all requests."""
     if duration_s is None:
         period = load_period_ns(req)
         duration_s = (period[1] - period[0]) / NS_PER_S if period else 0.0
-    errors = int(req.is_error.sum())
-    completed = int(req.is_ok.sum())
-    errors_by_kind, top_errors = error_breakdown(req)
+    n = req.n if where is None else int(np.count_nonzero(where))
+    errors = int(np.count_nonzero(_selected(req.is_error, where)))
+    completed = int(np.count_nonzero(_selected(req.is_ok, where)))
+    errors_by_kind, top_errors = error_breakdown(req, where)
     per_second = (lambda count: count / duration_s) if duration_s > 0 else (lambda count: None)
     return {
-        "requests": req.n,
+        "requests": n,
         "completed": completed,
         "errors": errors,
-        "error_rate": errors / req.n if req.n else 0.0,
+        "error_rate": errors / n if n else 0.0,
         "errors_by_kind": errors_by_kind,
         "top_errors": top_errors,
         "duration_s": duration_s,
-        "offered_rps": per_second(req.n),
+        "offered_rps": per_second(n),
         "achieved_rps": per_second(completed),
-        "latency_ms": percentile_set(req.latency_ms[req.in_latency]),
-        "service_time_ms": percentile_set(req.service_ms[req.in_latency & req.has_sent]),
-        "lateness_ms": lateness_summary(req),
+        "latency_ms": percentile_set(req.latency_ms[_selected(req.in_latency, where)]),
+        "service_time_ms": percentile_set(req.service_ms[_selected(req.in_latency & req.has_sent, where)]),
+        "lateness_ms": lateness_summary(req, where),
     }
 
 
 def summarize_classes(req: RequestArrays, duration_s: float) -> dict:
     """{class name: summary} over the run's load period (shared ``duration_s``)."""
-    names = sorted({c for c in req.cls if c is not None})
-    return {name: summarize(req.subset(req.cls == name), duration_s) for name in names}
+    return {name: summarize(req, duration_s, req.class_mask(name)) for name in req.class_names()}

@@ -51,7 +51,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
-from .percentiles import group_sort, grouped_quantile, nearest_rank
+from .percentiles import group_sort, grouped_quantile, nearest_rank_value
 
 
 @dataclass(frozen=True)
@@ -131,8 +131,7 @@ def outlying_windows(index: np.ndarray, latency_ms: np.ndarray, m: int, rules: T
 
 
 def _baseline_threshold(latency_ms: np.ndarray, clean: np.ndarray, p: float) -> float:
-    values = np.sort(latency_ms[clean])
-    return float(values[nearest_rank(len(values), p) - 1])
+    return nearest_rank_value(latency_ms[clean], p)
 
 
 def _scaled(counts: np.ndarray, scale: int) -> np.ndarray:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .percentiles import group_sort, grouped_quantile, min_samples_for_claim
+from .percentiles import grouped_quantile, min_samples_for_claim, stable_group_order
 from .records import NS_PER_S, RequestArrays
 
 
@@ -36,8 +36,8 @@ def window_table(req: RequestArrays, origin_ns: int, end_ns: int, window_s: floa
     errors = np.bincount(index[req.is_error], minlength=n_windows)
     ok_index = index[req.in_latency]
     ok_latency = req.latency_ms[req.in_latency]
-    order = group_sort(ok_index, ok_latency)
-    sorted_latency = ok_latency[order]
+    rows = req.latency_rows(req.in_latency)
+    sorted_latency = req.latency_ms[rows[stable_group_order(index[rows])]]  # by (window, latency)
     ok_counts = np.bincount(ok_index, minlength=n_windows)
     starts = np.concatenate(([0], np.cumsum(ok_counts)[:-1])) if n_windows else np.zeros(0, np.int64)
     slow = (np.bincount(ok_index[ok_latency > slow_threshold_ms], minlength=n_windows)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import mmap
 import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -64,28 +65,55 @@ def _read_valid_batches(mapped: mmap.mmap) -> tuple[list[pa.RecordBatch], bool]:
 
     Each batch is validated in full (offsets, lengths, UTF-8), so a file with
     flipped bits is cut at the damaged batch instead of crashing a reader later.
-    The batches are zero-copy views of a read-only memory map; after each batch is
-    validated its pages are dropped from the process (they stay in the page cache and
-    come back on first use), so validating a file costs no more resident memory than
-    its largest batch, and columns the analysis never reads are never resident.
-    Returns (batches, truncated)."""
+    Validation runs on :data:`VALIDATION_THREADS` threads (Arrow releases the GIL
+    while it validates). The batches are zero-copy views of a read-only memory map;
+    after each batch is validated the map's pages are dropped from the process (they
+    stay in the page cache and come back on first use), so validating a file costs
+    little more resident memory than the batches being validated, and columns the
+    analysis never reads are never resident. Returns (batches, truncated)."""
     batches: list[pa.RecordBatch] = []
     try:
         reader = pa.ipc.open_stream(pa.BufferReader(pa.py_buffer(mapped)))
         _ = reader.schema.names  # a damaged header may hold names that are not UTF-8
     except (OSError, pa.ArrowException, UnicodeDecodeError):
         return batches, True
-    while True:
+    truncated = False
+    while True:  # framing only: cheap, and a partial last batch ends the stream
         try:
-            batch = reader.read_next_batch()
-            batch.validate(full=True)
+            batches.append(reader.read_next_batch())
         except StopIteration:
-            return batches, False
+            break
         except (OSError, pa.ArrowException):
-            return batches, True
+            truncated = True
+            break
+    valid = _validated_prefix(batches, mapped)
+    return batches[:valid], truncated or valid < len(batches)
+
+
+#: Threads that validate the batches of one file.
+VALIDATION_THREADS = max(1, min(2, os.cpu_count() or 1))
+
+
+def _validated_prefix(batches: list[pa.RecordBatch], mapped: mmap.mmap) -> int:
+    """How many leading batches pass full validation (all of them when none fails)."""
+    def valid(batch: pa.RecordBatch) -> bool:
+        try:
+            batch.validate(full=True)
+            return True
+        except (OSError, pa.ArrowException):
+            return False
         finally:
             _release_pages(mapped)
-        batches.append(batch)
+
+    if VALIDATION_THREADS == 1 or len(batches) < 2:
+        verdicts = map(valid, batches)
+    else:
+        with ThreadPoolExecutor(VALIDATION_THREADS, thread_name_prefix="tailscope-validate") as pool:
+            verdicts = list(pool.map(valid, batches))
+    for index, ok in enumerate(verdicts):
+        if not ok:
+            return index
+    return len(batches)
 
 
 def _map_read_only(path: str) -> mmap.mmap | None:

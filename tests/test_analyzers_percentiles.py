@@ -4,7 +4,9 @@ import numpy as np
 import pytest
 
 from tailscope.analyzers.percentiles import (
-    ci_ranks, grouped_quantile, max_tail_for_claim, min_samples_for_claim, percentile_ci, percentile_set)
+    STANDARD_PERCENTILES, ci_ranks, grouped_quantile, max_tail_for_claim, min_samples_for_claim, percentile_ci,
+    percentile_set)
+from tailscope.analyzers.stages import stage_stats
 
 
 @pytest.mark.parametrize("p, totals", [(0.99, (459, 662, 838)), (0.90, (44, 64, 81))])
@@ -70,3 +72,27 @@ def test_grouped_quantile_matches_per_group():
         expect = np.sort(values[groups == g])[int(np.ceil(counts[g] * 0.9)) - 1]
         assert got[g] == expect
     assert np.isnan(got[5])
+
+
+@pytest.mark.parametrize("n", [1, 2, 7, 458, 459, 1000, 20_000])
+def test_percentile_set_from_a_partition_equals_the_sorted_reference(n):
+    rng = np.random.default_rng(n)
+    values = np.round(rng.lognormal(2.0, 1.0, n), 1)  # rounding: many ties
+    before = values.copy()
+    ordered = np.sort(values)
+    expected = {name: percentile_ci(ordered, p) for name, p in STANDARD_PERCENTILES}
+    expected["max"] = {"value_ms": float(ordered[-1]), "n": n}
+    assert percentile_set(values) == expected
+    assert np.array_equal(values, before), "the caller's array is not reordered"
+
+
+def test_stage_stats_match_numpy_inverted_cdf_quantiles():
+    rng = np.random.default_rng(3)
+    column = rng.exponential(5.0, 10_001)
+    column[::7] = np.nan
+    stats = stage_stats(column)
+    finite = column[~np.isnan(column)]
+    assert stats["p50_ms"] == float(np.quantile(finite, 0.5, method="inverted_cdf"))
+    assert stats["p99_ms"] == float(np.quantile(finite, 0.99, method="inverted_cdf"))
+    assert stats["count"] == len(finite)
+    assert stats["mean_ms"] == pytest.approx(float(finite.mean()))

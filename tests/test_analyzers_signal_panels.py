@@ -10,7 +10,7 @@ import numpy as np
 import pyarrow as pa
 
 from tailscope.analyzers.analysis import analyze_run
-from tailscope.analyzers.queues import queue_depth_series
+from tailscope.analyzers.queues import queue_depth_series, queue_points
 from tailscope.analyzers.records import request_arrays
 from tailscope.analyzers.signal_panels import (
     PANELS,
@@ -79,7 +79,7 @@ def test_queue_depth_from_queue_wait_spans():
                        json.dumps({"queue.depth": 5})],
         "links": [None] * n, "pid": pa.array([1] * n, pa.int64()),
     })
-    series = {s["name"]: s for s in queue_depth_series(spans, 2000)}
+    series = {s["name"]: s for s in queue_depth_series(queue_points(spans), 2000)}
     assert series["queue.depth"]["t_ns"] == [T0 + MS, T0 + 3 * MS, T0 + 4 * MS]
     assert series["queue.depth"]["values"] == [1.0, 5.0, 9.0]
     assert series["queue.capacity"]["values"] == [64.0, 64.0]
