@@ -10,12 +10,19 @@ target or the generator — so there is no server-side factor here.
 
 The target's own overload also makes it wait, so waiting must come with
 *others* taking the CPU: either other processes' CPU rose (host busy CPU −
-the target's − the generator's, in cores; material 0.3), or — on a host
-that was already saturated, where a newcomer only displaces — the target
-waited more without doing more work (its CPU use did not rise):
+the target's − the generator's, in cores; material 0.3) while the target's
+own load did not surge, or — on a host that was already saturated, where a
+newcomer only displaces — the target waited more without doing more work
+(its CPU use did not rise):
 
-confidence = waiting × max(others, 0.7 × (1 − ramp(target CPU ratio, 1.1, 1.5)))
+confidence = waiting × max(others × not self-loaded, 0.7 × (1 − ramp(target CPU ratio, 1.1, 1.5)))
            × (1 − throttling confidence) × (1 − blocked-on-I/O confidence)
+self-loaded = ramp(target CPU ratio, 1.5, 3) × ramp(offered-load ratio, 1.5, 3)
+
+A target that received several times its load and used several times its
+CPU waits in the run queue by itself; the clients sending that load (a
+retry storm, a burst from a process on the same host) are the "others"
+then, and the queue, not a neighbour, is the cause (queue_saturation).
 
 waiting = best waiting signal × (0.75 + 0.25 × second best). Throttled
 threads wait too, hence the throttling factor. A target blocked on its own
@@ -32,6 +39,7 @@ import numpy as np
 from .causes import Finding, SpikeContext
 from .detect_cpu_throttling import throttling_confidence
 from .detect_io import blocked_on_io_confidence
+from .detect_queue import load_ratio
 from .detector_kit import latency_split, ramp, signal_evidence, strongest
 
 OTHERS_CORES_MATERIAL = 0.3
@@ -84,20 +92,27 @@ class CpuContentionDetector:
                      if own_contrast is not None and own_contrast.baseline > 0 else None)
         throttled, _ = throttling_confidence(ctx)
         blocked_on_io, _ = blocked_on_io_confidence(ctx)
+        offered, _ = load_ratio(ctx)
+        self_loaded = (ramp(own_ratio, 1.5, 3.0) * ramp(offered, 1.5, 3.0)
+                       if own_ratio is not None and offered is not None else 0.0)
         factors = {"waiting": waiting,
                    "others_took_cpu": others.confidence if others is not None else 0.0,
+                   "not_self_loaded": 1.0 - self_loaded,
                    "target_not_busier": 0.0 if own_ratio is None else 1.0 - ramp(own_ratio, 1.1, 1.5),
                    "not_throttled": 1.0 - throttled,
                    "not_blocked_on_io": 1.0 - blocked_on_io}
-        confidence = (factors["waiting"] * max(factors["others_took_cpu"], 0.7 * factors["target_not_busier"])
+        confidence = (factors["waiting"]
+                      * max(factors["others_took_cpu"] * factors["not_self_loaded"], 0.7 * factors["target_not_busier"])
                       * factors["not_throttled"] * factors["not_blocked_on_io"])
         evidence = ([others.as_dict()] if others is not None else []) + waits
         return Finding(self.name, round(float(confidence), 4), {
-            "summary": _summary(others, waits, own_ratio, throttled, blocked_on_io), "signals": evidence,
-            "target_cpu_ratio": own_ratio, "latency_split": latency_split(ctx).as_dict(), "factors": factors})
+            "summary": _summary(others, waits, own_ratio, throttled, blocked_on_io, self_loaded, offered),
+            "signals": evidence, "target_cpu_ratio": own_ratio, "offered_load_ratio": offered,
+            "latency_split": latency_split(ctx).as_dict(), "factors": factors})
 
 
-def _summary(others, waits: list[dict], own_ratio: float | None, throttled: float, blocked_on_io: float) -> str:
+def _summary(others, waits: list[dict], own_ratio: float | None, throttled: float, blocked_on_io: float,
+             self_loaded: float, offered: float | None) -> str:
     parts = []
     if others is not None:
         parts.append(f"other processes used {others.contrast.spike:.2f} CPU cores vs "
@@ -120,4 +135,6 @@ def _summary(others, waits: list[dict], own_ratio: float | None, throttled: floa
         summary += " (but the cgroup was throttled: see cpu_throttling)"
     if blocked_on_io >= 0.5:
         summary += " (but the target was blocked on storage I/O: see io_stall)"
+    if self_loaded >= 0.5:
+        summary += f" (but its offered load rose {offered:.1f}×: it waited on its own work, see queue_saturation)"
     return summary

@@ -7,8 +7,14 @@ target's threads then wait in the run queue: ``proc.runqueue_wait_ns`` and
 ``proc.ctxt.nonvoluntary`` rise, ``host.cpu`` saturates. The burners run in
 the agent's cgroup, beside the target (CFS shares split the CPUs between
 cgroups). ``nice`` sets the burners' niceness: below 0 (root only) they
-outrank the target, as a higher-priority neighbour does, and the target no
-longer wins its CPU back on every wake-up. Needs nothing special otherwise.
+outrank the target, as a higher-priority neighbour does. ``weight`` > 0
+(root, a writable cpu cgroup) puts the burners in a cgroup of their own,
+``tailscope-burners-<pid>`` under the agent's cpu cgroup, with that CPU weight
+(v1 ``cpu.shares``, default 1024; v2 ``cpu.weight`` = weight × 100 / 1024): a
+neighbour container with a larger CPU request. Between cgroups the scheduler
+splits a busy CPU by weight, so a target that sleeps between requests (and
+so wins its CPU back on every wake-up against neighbours of its own weight)
+now gets only its weight's share. The group is removed at the window's end.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import subprocess
 import psutil
 
 from .base import FaultCleanupError, FaultSetupError, Injector, Param
+from .cgroupfs import CgroupDir, make_child, move_process, remove_cgroup, target_cgroup
 from .processes import parse_cpu_list, start_python_module, stop_process
 
 #: A burner stops by itself this long after the window's planned end (s).
@@ -34,12 +41,16 @@ class CpuContention(Injector):
         "cpus": Param("string", "", "CPUs to burn, e.g. '0-1' (default: the target's allowed CPUs)"),
         "nice": Param("integer", 0, "niceness of the burners (below 0 needs root: they outrank the target)",
                       minimum=-20, maximum=19),
+        "weight": Param("integer", 0, "CPU weight of a cgroup of the burners' own (v1 cpu.shares scale, default "
+                        "1024; 0: no cgroup, they run in the agent's)", minimum=0, maximum=262144),
     }
 
     def __init__(self, spec, target) -> None:
         super().__init__(spec, target)
         self._burners: list[subprocess.Popen] = []
         self._cpus: list[int] = []
+        self._group: CgroupDir | None = None
+        self._home: CgroupDir | None = None
 
     def check(self) -> None:
         self._cpus = self._resolve_cpus()
@@ -65,12 +76,36 @@ class CpuContention(Injector):
         cpus = self._cpus or self._resolve_cpus()
         count = self.spec.params["processes"] or len(cpus)
         bound_s = str(self.spec.duration_s + BURNER_SLACK_S)
-        nice = self.spec.params["nice"]
+        nice, weight = self.spec.params["nice"], self.spec.params["weight"]
+        group = self._make_group(weight) if weight else None
         for _ in range(count):
             burner = start_python_module("tailscope.faults.burner", [bound_s], cpus=cpus)
             self._burners.append(burner)
             self._renice(burner, nice)
-        return {"processes": count, "cpus": cpus, "nice": nice, "pids": [p.pid for p in self._burners]}
+            if group is not None:
+                move_process(burner.pid, group)
+        return {"processes": count, "cpus": cpus, "nice": nice, "weight": weight,
+                "cgroup": group.path if group is not None else None, "pids": [p.pid for p in self._burners]}
+
+    def _make_group(self, weight: int) -> CgroupDir:
+        """The burners' own cpu cgroup with CPU weight ``weight`` (v1 shares scale)."""
+        if os.geteuid() != 0:
+            raise FaultSetupError(f"{self.kind}: params.weight needs root (a cgroup for the burners)")
+        home = target_cgroup(os.getpid(), "cpu")
+        name, value = ("cpu.shares", str(weight)) if home.version == 1 else \
+            ("cpu.weight", str(max(1, min(10000, round(weight * 100 / 1024)))))
+        try:
+            group = make_child(home, f"tailscope-burners-{os.getpid()}")
+        except OSError as exc:
+            raise FaultSetupError(f"{self.kind}: cannot create a cpu cgroup for the burners under {home.path}: "
+                                  f"{exc.strerror or exc} (params.weight 0 runs them without one)") from exc
+        self._group, self._home = group, home
+        try:
+            group.write(name, value)
+        except OSError as exc:
+            raise FaultSetupError(f"{self.kind}: cannot set {group.file(name)} to {value}: {exc.strerror or exc}") \
+                from exc
+        return group
 
     def _renice(self, burner: subprocess.Popen, nice: int) -> None:
         if nice == 0:
@@ -99,5 +134,11 @@ class CpuContention(Injector):
                 stop_process(burner)
             except (OSError, subprocess.SubprocessError) as exc:
                 failures.append(f"burner {burner.pid}: {exc}")
+        group, self._group = self._group, None
+        if group is not None:
+            try:
+                remove_cgroup(group, self._home)
+            except FaultCleanupError as exc:
+                failures.append(str(exc))
         if failures:
             raise FaultCleanupError("; ".join(failures))

@@ -38,7 +38,7 @@ TARGET_ARGS = ("--resident-mb", "192", "--gc-freeze", "--max-queue-size", "64",
 #: Fault parameters used by the lab (strong enough to matter on a 2-core machine).
 LAB_PARAMS: dict[str, dict] = {
     "cpu_throttle": {"cpus": 0.08},
-    "cpu_contention": {"processes": 8, "nice": -5},
+    "cpu_contention": {"processes": 4, "weight": 16384},
     "memory_swap": {"fraction": 0.3},
     "gc_pressure": {"mb_per_s": 60.0, "retained_mb": 160.0},
     "overload": {"rate": 800.0, "retries": 2, "text_chars": 200},

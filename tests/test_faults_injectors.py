@@ -121,6 +121,30 @@ def test_cpu_contention_pins_burners_to_the_targets_cpus_and_kills_them(own_targ
     assert target_process.is_running()
 
 
+def test_cpu_contention_weight_runs_the_burners_in_a_weighted_cgroup_then_removes_it(own_target, tmp_path):
+    if os.geteuid() != 0:
+        pytest.skip("needs root")
+    injector = _injector("cpu_contention", own_target, str(tmp_path), processes=2, weight=8192)
+    injector.check()
+    facts = injector.apply()
+    try:
+        group = facts["cgroup"]
+        assert group and os.path.basename(group) == f"tailscope-burners-{os.getpid()}"
+        version = target_cgroup(facts["pids"][0], "cpu").version
+        assert target_cgroup(facts["pids"][0], "cpu").path == group
+        if version == 1:
+            assert open(os.path.join(group, "cpu.shares")).read().strip() == "8192"
+        else:
+            assert open(os.path.join(group, "cpu.weight")).read().strip() == "800"
+        assert target_cgroup(own_target.pid, "cpu").path != group  # the target stays where it was
+        time.sleep(0.5)  # let them burn
+    finally:
+        observed = injector.revert()
+        injector.cleanup()
+    assert observed["burner_cpu_s"] > 0.1
+    assert not os.path.exists(group)
+
+
 def test_memory_swap_swaps_the_target_out_then_removes_swap_and_limit(own_target, tmp_path):
     try:
         type(_injector("memory_swap", own_target, str(tmp_path))).check_host()
