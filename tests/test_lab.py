@@ -139,6 +139,8 @@ def test_quick_lab_subset_runs_scores_and_shows_fault_windows(tmp_path):
         window = result["score"]["fault_window_ns"]
         assert window[1] - window[0] >= 2.4 * S
         assert result["kind"] in (open(os.path.join(result["run_dir"], "report.html")).read())
+        # each of these faults hurts P99 many times over: it is found, and named among the top causes
+        assert result["score"]["detected"] and result["score"]["ac3"], (result["kind"], result["score"])
 
     throttle = load_run(runs["cpu_throttle"]["run_dir"])
     start, end = runs["cpu_throttle"]["score"]["fault_window_ns"]
