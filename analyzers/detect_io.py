@@ -6,7 +6,10 @@ in uninterruptible sleep, state D, at each sampler tick: the mean number
 blocked; material 0.1), its cgroup's I/O pressure ``cgroup.psi.io.some_us``
 (material 100 ms/s), the host's ``psi.io.some_us`` (material 100 ms/s,
 weight 0.8: another process's I/O counts there too) and ``host.cpu.iowait_s``
-(idle CPU time while a task waited for I/O; material 0.1 s/s, weight 0.6).
+(idle CPU time while a task waited for I/O; material 0.1 s/s, weight 0.6). The
+two host-wide signals count half as much when the target's threads were
+watched (``proc.threads_blocked`` present) and never seen blocked: other
+processes' I/O raises them as well.
 
 *Volume* signals say the storage was doing the work: the target's own
 storage bytes ``proc.io.write_bytes`` + ``proc.io.read_bytes`` (material
@@ -57,13 +60,20 @@ def target_io_bytes(ctx: SpikeContext) -> np.ndarray | None:
 def blocked_on_io_confidence(ctx: SpikeContext) -> tuple[float, list[dict]]:
     """(confidence, evidence) that the target's threads were blocked on I/O during the spike,
     ignoring latency (the cpu_contention detector discounts its finding by it: the kernel
-    threads that write a process's data back take CPU beside it)."""
+    threads that write a process's data back take CPU beside it).
+
+    The host-wide signals (``psi.io``, iowait) count half when the target's own threads
+    were watched and never seen blocked: other processes' I/O (the harness writing its run
+    directory under a burst, a backup) raises them too."""
+    threads = signal_evidence(ctx, "proc.threads_blocked", BLOCKED_THREADS_MATERIAL, floor=0.02)
+    host_share = 1.0 if threads is None else 0.5 + 0.5 * threads.confidence
+    weights = {name: weight * host_share for name, weight in BLOCKED_WEIGHTS.items()}
     return strongest([
-        signal_evidence(ctx, "proc.threads_blocked", BLOCKED_THREADS_MATERIAL, floor=0.02),
+        threads,
         signal_evidence(ctx, "cgroup.psi.io.some_us", PSI_IO_US_MATERIAL, floor=1e3),
         signal_evidence(ctx, "psi.io.some_us", PSI_IO_US_MATERIAL, floor=1e3),
         signal_evidence(ctx, "host.cpu.iowait_s", IOWAIT_S_MATERIAL, floor=0.01),
-    ], BLOCKED_WEIGHTS)
+    ], weights)
 
 
 class IoStallDetector:

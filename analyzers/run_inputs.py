@@ -11,8 +11,9 @@ load from outside the harness counts).
 Spike boundaries are imprecise (they are whole detection windows and a cause
 can start before its effect): every detector looks at a spike widened by a
 *margin* (``max(2 s, duration / 2)``) and compares it with a baseline that
-excludes every spike widened by the same margin (by less, down to none, when
-that would leave fewer than 5 baseline seconds in a short run).
+excludes every spike widened by the same margin (by less — half, one second,
+none — when that would leave too few baseline seconds in a short run,
+:meth:`RunInputs.baseline_bins`).
 """
 
 from __future__ import annotations
@@ -90,14 +91,20 @@ class RunInputs:
 
     @cached_property
     def baseline_bins(self) -> np.ndarray:
-        """Bins outside every spike widened by its margin; with fewer than MIN_BASELINE_BINS left,
-        the margin shrinks (half, none); all bins as a last resort."""
-        for share in (1.0, 0.5, 0.0):
+        """Bins outside every spike widened by its margin. In a short run, where that leaves
+        fewer than MIN_BASELINE_BINS, the margin shrinks to half, then to one grid bin (a spike's
+        bounds are whole detection windows, and effects such as a draining queue outlast their
+        cause: a baseline next to the spike would hold its tail) with half as many bins
+        required, then to none; all bins as a last resort."""
+        for margin_of, needed in ((margin_ns, MIN_BASELINE_BINS),
+                                  (lambda start, end: margin_ns(start, end) // 2, MIN_BASELINE_BINS),
+                                  (lambda start, end: GRID_NS, MIN_BASELINE_BINS // 2),
+                                  (lambda start, end: 0, MIN_BASELINE_BINS // 2)):
             excluded = np.zeros(len(self.edges) - 1, dtype=bool)
             for start, end in self.spike_bounds:
-                margin = int(share * margin_ns(start, end))
+                margin = margin_of(start, end)
                 excluded |= self.bins_between(start - margin, end + margin)
-            if (~excluded).sum() >= MIN_BASELINE_BINS:
+            if (~excluded).sum() >= needed:
                 return ~excluded
         return np.ones(len(self.edges) - 1, dtype=bool)
 

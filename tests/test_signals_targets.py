@@ -18,6 +18,7 @@ from tailscope.tracing.signals.cgroup import (
     CgroupLocation,
     CgroupSampler,
     find_container_cgroup,
+    is_cgroup2_root,
     locate_cgroup_path,
     parse_cgroup_pressure,
     parse_memory_v1,
@@ -65,6 +66,22 @@ def test_v2_directory_reads_pressure_from_the_unified_dir():
     assert values["cgroup.psi.cpu.some_us"] == 4500000.0
     assert values["cgroup.mem.swap_max_bytes"] == 52428800.0
     assert "cgroup.psi.io.some_us" not in values  # io.pressure missing from the fixture: absent
+
+
+def test_the_cgroup2_root_pressure_is_not_read_as_the_cgroups(tmp_path):
+    # a process in no cgroup of its own (cgroup path "/"): the hierarchy root's pressure files hold
+    # the whole host's stalls (psi.*), not a cgroup's, so cgroup.psi.* stays absent
+    root = tmp_path / "unified"
+    child = root / "svc"
+    child.mkdir(parents=True)
+    for directory in (root, child):
+        (directory / "cpu.pressure").write_text("some avg10=0.00 avg60=0.00 avg300=0.00 total=4500000\n")
+    (child / "cgroup.type").write_text("domain\n")
+    assert is_cgroup2_root(str(root)) and not is_cgroup2_root(str(child))
+    at_root = CgroupLocation(dirs={"cpu": str(root)}, versions={"cpu": 2}, unified_dir=str(root), unified_is_root=True)
+    assert not any(k.startswith("cgroup.psi.") for k in read_cgroup_values(at_root))
+    below = CgroupLocation(dirs={"cpu": str(child)}, versions={"cpu": 2}, unified_dir=str(child))
+    assert read_cgroup_values(below)["cgroup.psi.cpu.some_us"] == 4500000.0
 
 
 def test_locate_cgroup_path_in_every_hierarchy_from_a_path_or_a_directory():

@@ -52,6 +52,9 @@ class CgroupLocation:
     versions: dict[str, int] = field(default_factory=dict)
     paths: dict[str, str] = field(default_factory=dict)  # hierarchy name → cgroup path
     unified_dir: str | None = None  # the cgroup2 directory (pressure files), v2 or hybrid
+    #: The cgroup2 directory is the hierarchy's root: its pressure files are the whole host's
+    #: (a process nobody put in a cgroup of its own), so they are not read as the cgroup's.
+    unified_is_root: bool = False
 
     @property
     def version(self) -> str:
@@ -406,12 +409,18 @@ def read_cgroup_values(location: CgroupLocation, read_optional=read_optional) ->
             read_optional(f"{memory}/memory.events"),
             read_optional(f"{memory}/memory.swap.max"),
         ))
-    if location.unified_dir is not None:
+    if location.unified_dir is not None and not location.unified_is_root:
         out.update(parse_cgroup_pressure({
             resource: read_optional(f"{location.unified_dir}/{resource}.pressure")
             for resource in PRESSURE_RESOURCES
         }))
     return out
+
+
+def is_cgroup2_root(directory: str) -> bool:
+    """Whether a cgroup2 directory is its hierarchy's root (only non-root cgroups have
+    ``cgroup.type``; a container's namespaced root is not the host's root and has it)."""
+    return os.path.isdir(directory) and not os.path.exists(os.path.join(directory, "cgroup.type"))
 
 
 def parse_cgroup_pressure(texts: dict[str, str | None]) -> dict[str, float]:
@@ -484,6 +493,8 @@ class CgroupSampler:
                 return f"cannot read cgroup of {self.pid}: {exc.strerror or exc}"
             if not self.location.dirs:
                 return f"process {self.pid} has no cpu or memory cgroup mounted here"
+        if self.location.unified_dir is not None:
+            self.location.unified_is_root = is_cgroup2_root(self.location.unified_dir)
         if not read_cgroup_values(self.location):
             return f"no readable cgroup files under {sorted(set(self.location.dirs.values()))}"
         return None
