@@ -105,7 +105,8 @@ def analyze_run(run_or_path: Run | str | os.PathLike, *, window_s: float = 1.0,
                               detection=detection, method=method, span_request=join.span_request, queue=queue)
                   if windows else [])
         release_pages(run)
-        signals = _then_release(signals_section(run, req, period, window_s, queue=queue), run)
+        signals = signals_section(run, req, period, window_s, queue=queue)
+        release_pages(run)
         patterns = analyze_patterns(req, spikes, SignalIndex(run.signals, run.signals_meta), period)
         records = records_later.result()
     generator = records["generator"]
@@ -162,12 +163,6 @@ def record_sections(req: RequestArrays, run: Run, period: tuple[int, int] | None
         "stream_times": times,
         "goodput": goodput_summary(req, slos, times, duration_s),
     }
-
-
-def _then_release(value, run: Run):
-    """``value``, after handing back the run's resident file pages (:func:`release_pages`)."""
-    release_pages(run)
-    return value
 
 
 def parse_scenario_slos(scenario: dict) -> tuple[list, list[dict]]:

@@ -105,7 +105,7 @@ class QueueSaturationDetector:
         slow_depth = ctx.inputs.queue_depth_of(ctx.slow_request_index)
         slow_depth = slow_depth[np.isfinite(slow_depth)]
         normal = ctx.inputs.normal_sample(ctx.normal_request_index)
-        normal_depth = ctx.inputs.normal_queue_depth(normal)
+        normal_depth = ctx.inputs.queue_depth_of(normal)
         normal_depth = normal_depth[np.isfinite(normal_depth)]
         median_depth = float(np.median(slow_depth)) if len(slow_depth) else None
         normal_p99 = float(np.quantile(normal_depth, 0.99, method="inverted_cdf")) if len(normal_depth) else None

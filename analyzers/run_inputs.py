@@ -190,15 +190,6 @@ class RunInputs:
         values, _ = int_column(self.run.requests, "status")
         return values
 
-    def normal_queue_depth(self, normal_sample: np.ndarray) -> np.ndarray:
-        """:meth:`queue_depth_of` (at most 20,000 of) the shared normal sample, read once per run."""
-        cached = self.__dict__.get("_normal_depth")
-        if cached is None or cached[0] is not normal_sample:
-            step = max(1, len(normal_sample) // 20_000)
-            cached = (normal_sample, self.queue_depth_of(normal_sample[::step]))
-            self.__dict__["_normal_depth"] = cached
-        return cached[1]
-
     @cached_property
     def queue_capacity(self) -> float | None:
         """The batcher queue's capacity (median ``queue.capacity`` of up to 1,000 spans), None when not reported."""

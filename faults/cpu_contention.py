@@ -54,6 +54,18 @@ class CpuContention(Injector):
 
     def check(self) -> None:
         self._cpus = self._resolve_cpus()
+        if self.spec.params["weight"]:
+            self._group_home()
+
+    def _group_home(self) -> CgroupDir:
+        """The agent's own cpu cgroup, under which the burners' cgroup goes; FaultSetupError
+        when ``weight`` cannot be honoured here (before the run starts, from :meth:`check`)."""
+        if os.geteuid() != 0:
+            raise FaultSetupError(f"{self.kind}: params.weight needs root (a cgroup for the burners)")
+        home = target_cgroup(os.getpid(), "cpu")
+        if not os.access(home.path, os.W_OK):
+            raise FaultSetupError(f"{self.kind}: params.weight needs a writable cpu cgroup; {home.path} is not")
+        return home
 
     def _resolve_cpus(self) -> list[int]:
         text = self.spec.params["cpus"]
@@ -89,9 +101,7 @@ class CpuContention(Injector):
 
     def _make_group(self, weight: int) -> CgroupDir:
         """The burners' own cpu cgroup with CPU weight ``weight`` (v1 shares scale)."""
-        if os.geteuid() != 0:
-            raise FaultSetupError(f"{self.kind}: params.weight needs root (a cgroup for the burners)")
-        home = target_cgroup(os.getpid(), "cpu")
+        home = self._group_home()
         name, value = ("cpu.shares", str(weight)) if home.version == 1 else \
             ("cpu.weight", str(max(1, min(10000, round(weight * 100 / 1024)))))
         try:
