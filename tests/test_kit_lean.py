@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import socket
 import time
+import weakref
 
 import pytest
 from opentelemetry import context as otel_context
@@ -19,9 +20,9 @@ from opentelemetry.trace.span import TraceState
 from receiver_helpers import running_receiver, stored_spans
 from tailscope.tracing import kit
 from tailscope.tracing.kit_http import asgi_parent_context, extract_trace_context
-from tailscope.tracing.lean import LeanSpan, LeanTracerProvider
+from tailscope.tracing.lean import LeanTracerProvider
 from tailscope.tracing.lean_export import BatchExporter, HttpTransport
-from tailscope.tracing.otlp_encode import SpanEncoder, encode_export_request, resource_message, scope_message
+from tailscope.tracing.otlp_encode import export_request, resource_message, scope_message
 
 RESOURCE = {"service.name": "lean-test", "process.pid": os.getpid()}
 
@@ -45,13 +46,10 @@ def unstarted_exporter(max_queue_size: int = 1000, port: int | None = None) -> B
     return BatchExporter(transport, RESOURCE, max_queue_size=max_queue_size, schedule_delay_s=3600)
 
 
-def finished_spans(exporter: BatchExporter) -> list[LeanSpan]:
-    return list(exporter._queue)  # noqa: SLF001 - the queued records are what the encoder reads
-
-
-def decoded(spans: list[LeanSpan]) -> ExportTraceServiceRequest:
-    body = encode_export_request(SpanEncoder(), resource_message(RESOURCE), spans)
-    return ExportTraceServiceRequest.FromString(body)
+def decoded(exporter: BatchExporter) -> ExportTraceServiceRequest:
+    """The export request the exporter's next batch is sent as (taken from its queue)."""
+    batch, _ = exporter._next_batch()  # noqa: SLF001 - the bytes the export thread would send
+    return ExportTraceServiceRequest.FromString(export_request(resource_message(RESOURCE), batch))
 
 
 def values(key_values) -> dict:
@@ -88,7 +86,7 @@ def test_every_field_round_trips_through_the_official_otlp_messages() -> None:
             pass
     other = tracer.start_span("explicit", otel_context.Context(), SpanKind.CLIENT, start_time=10, links=[Link(remote)])
     other.end(end_time=20)
-    request = decoded(finished_spans(exporter))
+    request = decoded(exporter)
 
     (resource_spans,) = request.resource_spans
     assert values(resource_spans.resource.attributes) == RESOURCE
@@ -142,7 +140,7 @@ def test_spans_of_several_tracers_are_grouped_by_scope() -> None:
     provider = LeanTracerProvider(RESOURCE, exporter)
     for name in ("a", "b", "a"):
         provider.get_tracer(name).start_span(f"from {name}").end()
-    (resource_spans,) = decoded(finished_spans(exporter)).resource_spans
+    (resource_spans,) = decoded(exporter).resource_spans
     grouped = {s.scope.name: [span.name for span in s.spans] for s in resource_spans.scope_spans}
     assert grouped == {"a": ["from a", "from a"], "b": ["from b"]}
     assert scope_message("a", None) == b"\x0a\x01a"
@@ -151,11 +149,43 @@ def test_spans_of_several_tracers_are_grouped_by_scope() -> None:
 def test_children_of_an_unsampled_parent_are_not_recorded() -> None:
     exporter = unstarted_exporter()
     tracer = LeanTracerProvider(RESOURCE, exporter).get_tracer("t")
-    unsampled = SpanContext(1, 2, True, TraceFlags(0))
+    state = TraceState([("vendor", "x1")])
+    unsampled = SpanContext(1, 2, True, TraceFlags(TraceFlags.RANDOM_TRACE_ID), state)
     span = tracer.start_span("dropped", trace.set_span_in_context(NonRecordingSpan(unsampled)))
-    assert not span.is_recording() and span.get_span_context().trace_id == 1
+    child = tracer.start_span("grandchild", trace.set_span_in_context(span))
+    for dropped in (span, child):
+        context = dropped.get_span_context()
+        assert not dropped.is_recording() and context.is_valid and not context.is_remote
+        assert (context.trace_id, context.trace_flags, context.trace_state) == (1, TraceFlags.RANDOM_TRACE_ID, state)
+    assert len({2, span.get_span_context().span_id, child.get_span_context().span_id}) == 3, "new span ids"
     span.end()
-    assert finished_spans(exporter) == []
+    child.end()
+    assert exporter.queued == 0
+
+
+def test_a_queued_span_is_bytes_and_keeps_no_span_object_alive() -> None:
+    exporter = unstarted_exporter()
+    tracer = LeanTracerProvider(RESOURCE, exporter).get_tracer("t")
+    with tracer.start_as_current_span("ended", attributes={"k": "v"}) as span:
+        span.add_link(SpanContext(5, 6, False, TraceFlags(1)))
+    alive = weakref.ref(span)
+    del span
+    assert exporter.queued == 1 and alive() is None, "the queue holds the encoding, not the span"
+    (resource_spans,) = decoded(exporter).resource_spans
+    assert [s.name for s in resource_spans.scope_spans[0].spans] == ["ended"] and exporter.queued == 0
+
+
+def test_a_span_that_cannot_be_encoded_is_dropped_and_counted_without_raising() -> None:
+    class BrokenState(TraceState):
+        def to_header(self) -> str:
+            raise RuntimeError("cannot serialize")
+
+    exporter = unstarted_exporter()
+    tracer = LeanTracerProvider(RESOURCE, exporter).get_tracer("t")
+    remote = SpanContext(7, 8, True, TraceFlags(1), BrokenState([("a", "b")]))
+    tracer.start_span("unencodable", trace.set_span_in_context(NonRecordingSpan(remote))).end()
+    tracer.start_span("fine").end()
+    assert exporter.spans_dropped == 1 and exporter.queued == 1
 
 
 def test_a_full_queue_drops_and_counts_and_the_rest_reaches_the_receiver(receiver) -> None:

@@ -168,9 +168,9 @@ class TraceContextMiddleware:
             await self._app(scope, receive, send)
             return
         parent = asgi_parent_context(scope)
-        span = self._tracer.start_span(
-            server_span_name(scope["method"], scope["path"]), parent, SpanKind.SERVER, asgi_request_attributes(scope)
-        )
+        span = self._tracer.start_span(server_span_name(scope["method"], scope["path"]), parent, SpanKind.SERVER)
+        if span.is_recording():  # an unsampled request costs no attributes
+            span.set_attributes(asgi_request_attributes(scope))
         request_context = context_with_span(span, parent)
         traced_scope = {**scope, SERVER_SPAN_SCOPE_KEY: span, TRACE_CONTEXT_SCOPE_KEY: request_context}
 

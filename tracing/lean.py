@@ -89,6 +89,23 @@ def _new_trace_id() -> int:
     return trace_id
 
 
+#: TraceFlags of an unsampled child, by the parent's flags (the SDK keeps only RANDOM_TRACE_ID).
+_UNSAMPLED_CHILD_FLAGS = [TraceFlags(flags & TraceFlags.RANDOM_TRACE_ID) for flags in range(256)]
+
+
+def _unsampled_child(parent_context: SpanContext) -> NonRecordingSpan:
+    """The non-recording child of an unsampled parent: the parent's trace, a new span id, as the SDK makes it.
+
+    Built without ``SpanContext``'s range checks (the parent's ids are valid,
+    the new span id is non-zero by construction): this is the whole cost of a
+    span in a trace the caller did not sample.
+    """
+    trace_id, _, _, flags, trace_state, _ = parent_context
+    return NonRecordingSpan(_new_tuple(SpanContext, (
+        trace_id, _new_span_id(), False, _UNSAMPLED_CHILD_FLAGS[flags & 0xFF], trace_state, True
+    )))
+
+
 def context_with_span(span: trace.Span, context: Context | None = None) -> Context:
     """``trace.set_span_in_context(span, context)``, without the generic copy path (~3x cheaper)."""
     new = Context(_get_current() if context is None else context)
@@ -152,6 +169,10 @@ class LeanSpan(trace.Span):
         attributes[key] = tuple(value) if type(value) is list else value
 
     def set_attributes(self, attributes: Mapping[str, Any]) -> None:
+        if self.attributes is None and not self.end_ns and len(attributes) <= MAX_ATTRIBUTES:
+            self.attributes = {key: tuple(value) if type(value) is list else value
+                               for key, value in attributes.items()}
+            return
         for key, value in attributes.items():
             self.set_attribute(key, value)
 
@@ -294,11 +315,12 @@ class LeanTracer(trace.Tracer):
             if parent.trace_state is not None:
                 span.trace_state = parent.trace_state
         else:
-            parent_context = parent.get_span_context() if isinstance(parent, trace.Span) else None
-            if parent_context is None or not parent_context.is_valid:
+            parent_context = (parent.get_span_context() if type(parent) is NonRecordingSpan
+                              or isinstance(parent, trace.Span) else None)
+            if parent_context is None or not parent_context[5]:  # no parent, or an invalid one
                 span.trace_id = _new_trace_id()
                 span.parent_id = 0
-            elif parent_context.trace_flags & _SAMPLED:
+            elif parent_context[3] & _SAMPLED:
                 span.trace_id = parent_context.trace_id
                 span.parent_id = parent_context.span_id
                 span.parent_remote = parent_context.is_remote
@@ -306,10 +328,7 @@ class LeanTracer(trace.Tracer):
                 if parent_context.trace_state:
                     span.trace_state = parent_context.trace_state
             else:  # ParentBased(ALWAYS_ON): an unsampled parent's children are not recorded
-                flags = TraceFlags(parent_context.trace_flags & TraceFlags.RANDOM_TRACE_ID)
-                return NonRecordingSpan(
-                    SpanContext(parent_context.trace_id, _new_span_id(), False, flags, parent_context.trace_state)
-                )
+                return _unsampled_child(parent_context)
         span.span_id = _new_span_id()
         span.name = name
         span.kind = kind

@@ -1,11 +1,20 @@
 """Batching and OTLP transport for the lean tracing engine (:mod:`tailscope.tracing.lean`).
 
-:class:`BatchExporter` holds finished spans in a bounded queue (a span that
-finds it full is dropped and counted, never blocking the caller) and a daemon
-thread that, at least every ``schedule_delay_s`` and as soon as half the queue
-is filled, encodes up to ``max_export_batch_size`` spans per request
-(:func:`~tailscope.tracing.otlp_encode.encode_export_request`) and sends them
-with a transport: :class:`HttpTransport` (OTLP/HTTP protobuf, a persistent
+:class:`BatchExporter` encodes each span when it ends
+(:meth:`~tailscope.tracing.otlp_encode.SpanEncoder.span`, a few µs in the
+thread that ends it) and queues the bytes, one bounded queue for all
+instrumentation scopes: a span that finds it full is dropped and counted,
+never blocking the caller, and a span that fails to encode is dropped and
+counted, never raising into the caller. Queued spans are bytes, so they keep
+no Python objects alive for the cyclic GC to traverse: with span objects
+queued for up to a second, a traced server ran ~25 young-generation
+collections per 1,000 requests instead of ~1, and promoted the spans into
+full collections (measured on the reference target).
+
+A daemon thread, at least every ``schedule_delay_s`` and as soon as half the
+queue is filled, joins up to ``max_export_batch_size`` spans per request
+(:func:`~tailscope.tracing.otlp_encode.export_request`) and sends them with a
+transport: :class:`HttpTransport` (OTLP/HTTP protobuf, a persistent
 connection) or :class:`GrpcTransport` (OTLP/gRPC, the encoded bytes sent as
 they are). A failed export is retried with exponential backoff within the
 transport's timeout, then its spans are dropped and counted.
@@ -22,7 +31,7 @@ from collections import deque
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-from tailscope.tracing.otlp_encode import SpanEncoder, encode_export_request, resource_message
+from tailscope.tracing.otlp_encode import SpanEncoder, export_request, resource_message
 
 #: HTTP statuses and gRPC status names the OTLP specification calls retryable.
 RETRYABLE_HTTP_STATUSES = frozenset({429, 502, 503, 504})
@@ -144,7 +153,7 @@ class GrpcTransport:
 
 
 class BatchExporter:
-    """Bounded span queue plus the thread that encodes and exports it (see the module docstring)."""
+    """Bounded queue of encoded spans plus the thread that exports it (see the module docstring)."""
 
     def __init__(
         self,
@@ -164,7 +173,11 @@ class BatchExporter:
         self._wake_at = max(1, min(max_queue_size // 2, max_export_batch_size * 4))
         self._schedule_delay_s = schedule_delay_s
         self._batch_size = max_export_batch_size
-        self._queue: deque[Any] = deque()
+        # One deque of encoded spans per instrumentation scope; the tuple is replaced, never
+        # changed, when a scope appears, so any thread may iterate it.
+        self._queue_of: dict[bytes, deque[bytes]] = {}
+        self._queues: tuple[deque[bytes], ...] = ()
+        self._scopes: tuple[bytes, ...] = ()
         self._wake = threading.Event()
         self._stopping = threading.Event()
         self._export_lock = threading.Lock()
@@ -175,16 +188,41 @@ class BatchExporter:
         self.spans_dropped = 0
         self.export_failures = 0
 
+    @property
+    def queued(self) -> int:
+        """Spans encoded and waiting to be exported."""
+        return sum(map(len, self._queues))
+
     def submit(self, span: Any) -> None:
-        """Queue a finished span (called by ``LeanSpan.end``); drops and counts it when the queue is full."""
-        queue = self._queue
-        if len(queue) < self._max_queue_size and not self._shut_down:
-            queue.append(span)
-            if len(queue) == self._wake_at:
-                self._wake.set()
-        else:
-            with self._count_lock:
-                self.spans_dropped += 1
+        """Encode and queue a finished span (called by ``LeanSpan.end``); never raises.
+
+        Drops and counts the span when the queue is full, when the exporter is
+        shut down, or when the span cannot be encoded.
+        """
+        queued = sum(map(len, self._queues))
+        if queued >= self._max_queue_size or self._shut_down:
+            self._drop(1)
+            return
+        try:
+            encoded = self._encoder.span(span)
+            queue = self._queue_of.get(span.scope)
+            if queue is None:
+                queue = self._add_scope(span.scope)
+        except Exception:  # noqa: BLE001 - a span that cannot be encoded must not fail the request
+            self._drop(1)
+            return
+        queue.append(encoded)
+        if queued + 1 == self._wake_at:
+            self._wake.set()
+
+    def _add_scope(self, scope: bytes) -> deque[bytes]:
+        with self._count_lock:
+            queue = self._queue_of.get(scope)
+            if queue is None:
+                queue = self._queue_of[scope] = deque()
+                self._queues += (queue,)
+                self._scopes += (scope,)
+            return queue
 
     def start(self) -> None:
         """Start the export thread. Raises RuntimeError if it already runs."""
@@ -216,8 +254,9 @@ class BatchExporter:
         deadline = time.monotonic() + (self._transport.timeout_s if timeout_s is None else timeout_s)
         with self._export_lock:
             if not self._export_queued(deadline, retry=False):
-                self._drop(len(self._queue))
-                self._queue.clear()
+                for queue in self._queues:
+                    self._drop(len(queue))
+                    queue.clear()
         self._transport.close()
 
     def _run(self) -> None:
@@ -227,21 +266,31 @@ class BatchExporter:
             with self._export_lock:
                 self._export_queued(time.monotonic() + self._transport.timeout_s)
 
+    def _next_batch(self) -> tuple[list[tuple[bytes, list[bytes]]], int]:
+        """Take up to one batch of queued spans: ``([(scope, encoded spans)], count)``."""
+        room = self._batch_size
+        batch = []
+        for scope, queue in zip(self._scopes, self._queues):
+            popleft = queue.popleft
+            taken = [popleft() for _ in range(min(room, len(queue)))]
+            if taken:
+                batch.append((scope, taken))
+                room -= len(taken)
+        return batch, self._batch_size - room
+
     def _export_queued(self, deadline: float, retry: bool = True) -> bool:
-        """Export the queue's spans in batches until it is empty; False at the first batch that failed."""
-        queue, popleft = self._queue, self._queue.popleft
-        while queue:
-            count = min(len(queue), self._batch_size)
-            batch = [popleft() for _ in range(count)]
-            body = encode_export_request(self._encoder, self._resource, batch)
-            if not self._send(body, deadline, retry):
+        """Export the queued spans in batches until none is left; False at the first batch that failed."""
+        while True:
+            batch, count = self._next_batch()
+            if not count:
+                return True
+            if not self._send(export_request(self._resource, batch), deadline, retry):
                 self._drop(count)
                 with self._count_lock:
                     self.export_failures += 1
                 return False
             with self._count_lock:
                 self.spans_exported += count
-        return True
 
     def _send(self, body: bytes, deadline: float, retry: bool) -> bool:
         backoff = _FIRST_BACKOFF_S

@@ -1,7 +1,8 @@
 """Hand-rolled protobuf encoding of OTLP ``ExportTraceServiceRequest`` bodies.
 
-The lean tracing engine (:mod:`tailscope.tracing.lean`) hands finished spans
-to :func:`encode_export_request`, which writes the protobuf wire format of
+The lean tracing engine (:mod:`tailscope.tracing.lean`) encodes each finished
+span with :meth:`SpanEncoder.span` and joins batches of them with
+:func:`export_request`, writing the protobuf wire format of
 ``opentelemetry.proto.collector.trace.v1.ExportTraceServiceRequest`` directly
 (field tags precomputed, per-name and per-attribute encodings cached), about
 ten times cheaper than building ``opentelemetry-proto`` messages. Any OTLP
@@ -170,17 +171,17 @@ class SpanEncoder:
 
     Span attributes whose value is a str or an int are cached as their whole
     encoded field, keyed by ``(key, value)`` (one cache per type, so ``1`` and
-    ``True`` never meet); a cache that reaches its bound is cleared. Not
-    thread-safe: one exporter thread owns one encoder.
+    ``True`` never meet); a cache that reaches its bound is cleared. Safe to
+    call from several threads at once: it keeps no per-call state, and its
+    caches only ever map a key to that key's one encoding.
     """
 
     def __init__(self) -> None:
         # keyed by (name, id(kind)): SpanKind members are singletons, and an Enum's own
         # __hash__ is a Python-level call on every lookup
         self._names: dict[tuple[str, int], bytes] = {}
-        self._str_attributes: dict[tuple[str, str], bytes | None] = {}
-        self._int_attributes: dict[tuple[str, int], bytes | None] = {}
-        self._dropped = 0
+        self._str_attributes: dict[tuple[str, str], bytes] = {}
+        self._int_attributes: dict[tuple[str, int], bytes] = {}
 
     def _name_and_kind(self, name: str, kind: Any) -> bytes:
         """Fields ``name`` and ``kind`` (``kind`` an API SpanKind: OTLP's value is one more)."""
@@ -196,7 +197,6 @@ class SpanEncoder:
         key, value = item
         key_value = _key_value(key, value)
         if key_value is None:
-            self._dropped += 1
             return b""
         encoded = length_delimited(9, key_value)
         kind = type(value)
@@ -211,14 +211,14 @@ class SpanEncoder:
         """Fields 9 (attributes) and, when some were dropped, 10 (dropped_attributes_count)."""
         strs, ints = self._str_attributes, self._int_attributes
         out = []
-        self._dropped = 0
         for item in attributes.items():
             kind = type(item[1])
             encoded = strs.get(item) if kind is str else ints.get(item) if kind is int else None
             out.append(encoded or self._attribute_miss(item))
-        if self._dropped:
-            out.append(b"\x50" + varint(self._dropped))
-        return b"".join(out)
+        joined = b"".join(out)
+        if b"" in out:  # dropped values encode to b"" (a kept one never does)
+            joined += b"\x50" + varint(out.count(b""))
+        return joined
 
     def _attribute_fields(self, attributes: Mapping[str, Any], field: int) -> bytes:
         """Repeated KeyValue field ``field`` of event or link attributes, then the dropped count (``field + 1``)."""
@@ -298,20 +298,14 @@ def resource_message(attributes: Mapping[str, Any]) -> bytes:
     return encode_attributes(attributes, 1)
 
 
-def encode_export_request(encoder: SpanEncoder, resource: bytes, spans: Iterable[Any]) -> bytes:
-    """A serialized ExportTraceServiceRequest holding ``spans`` under one resource, grouped by scope.
+def export_request(resource: bytes, scope_spans: Iterable[tuple[bytes, Sequence[bytes]]]) -> bytes:
+    """A serialized ExportTraceServiceRequest of already encoded spans under one resource.
 
-    ``resource`` is a :func:`resource_message`; each span's ``scope`` attribute
-    holds its encoded InstrumentationScope message (:func:`scope_message`).
+    ``resource`` is a :func:`resource_message`; ``scope_spans`` pairs an
+    encoded InstrumentationScope (:func:`scope_message`) with the
+    :meth:`SpanEncoder.span` encodings of its spans (scopes without spans are
+    left out).
     """
-    by_scope: dict[bytes, list[bytes]] = {}
-    for span in spans:
-        encoded = encoder.span(span)
-        try:
-            by_scope[span.scope].append(encoded)
-        except KeyError:
-            by_scope[span.scope] = [encoded]
-    scope_spans = [
-        length_delimited(2, length_delimited(1, scope) + b"".join(encoded)) for scope, encoded in by_scope.items()
-    ]
-    return length_delimited(1, length_delimited(1, resource) + b"".join(scope_spans))
+    encoded_scopes = [length_delimited(2, length_delimited(1, scope) + b"".join(spans))
+                      for scope, spans in scope_spans if spans]
+    return length_delimited(1, length_delimited(1, resource) + b"".join(encoded_scopes))
