@@ -32,7 +32,7 @@ from .outages import find_outages
 from .percentiles import min_samples_for_claim
 from .queues import queue_points
 from .retained import retained_view
-from .run_health import run_health_warnings
+from .run_health import run_health_warnings, trace_sample_rate
 from .records import NS_PER_MS, NS_PER_S, RequestArrays, int_column, request_arrays
 from .signal_panels import signals_section
 from .slo import evaluate, parse_slo
@@ -294,10 +294,11 @@ def run_warnings(run: Run, analysis: dict, windows, rules: SpikeRules, detection
             f"{min_samples_for_claim(0.99, 0)} at 99% confidence")})
     if len(run.spans) == 0:
         warnings.append({"code": "no_spans", "message": "no spans were recorded: no stage decomposition"})
-    elif stages["joined_fraction"] < MIN_JOINED_FRACTION:
+    elif stages["joined_fraction"] < MIN_JOINED_FRACTION * (sample_rate := trace_sample_rate(run.manifest)):
         warnings.append({"code": "partial_join", "message": (
-            f"only {stages['joined_fraction']:.1%} of successful requests joined a server span; "
-            "stage statistics cover the joined ones")})
+            f"only {stages['joined_fraction']:.1%} of successful requests joined a server span"
+            + (f" (a {sample_rate:g} share was sent for tracing)" if sample_rate < 1.0 else "")
+            + "; stage statistics cover the joined ones")})
     if windows is not None and detection is None:
         warnings.append({"code": "no_spike_detection", "message": (
             f"spike detection needs at least {rules.min_samples} latency samples")})

@@ -9,7 +9,10 @@ Each is ``{"code", "message"}`` like the other analysis warnings:
   under pressure (``receiver.json`` ``spans_dropped``: answered 503 /
   UNAVAILABLE when its queue was full) or rejected malformed payloads;
 * ``records_retained`` — under a retention policy, which records the numbers
-  and the stage statistics come from.
+  and the stage statistics come from;
+* ``traces_sampled`` — head sampling (scenario ``trace_sample_rate`` < 1):
+  which share of requests was sent with the sampled flag and has spans, so
+  the stage statistics come from that share.
 """
 
 from __future__ import annotations
@@ -41,13 +44,23 @@ def outage_warnings(outages: dict) -> list[dict]:
         "the run continued")}]
 
 
-def span_warnings(receiver: dict, stages: dict, summary: dict) -> list[dict]:
-    """Why requests lack spans, when the receiver shed or rejected some."""
+def trace_sample_rate(manifest: dict) -> float:
+    """The run's head-sampling rate (manifest ``options.trace_sample_rate``; 1 when absent)."""
+    rate = (manifest.get("options") or {}).get("trace_sample_rate")
+    return 1.0 if rate is None else float(rate)
+
+
+def span_warnings(receiver: dict, stages: dict, summary: dict, sample_rate: float = 1.0) -> list[dict]:
+    """Why requests lack spans, when the receiver shed or rejected some.
+
+    The share is of the requests sent for tracing (``sample_rate`` of them).
+    """
     shed = int(receiver.get("spans_dropped") or 0)
     rejected = receiver.get("rejected") or {}
     malformed = int(rejected.get("malformed") or 0) + int(rejected.get("oversized") or 0)
     joined = stages.get("joined_fraction")
-    missing = 1.0 - joined if joined is not None and summary["completed"] else 0.0
+    traced = joined / sample_rate if joined is not None and sample_rate > 0 else joined
+    missing = max(0.0, 1.0 - traced) if traced is not None and summary["completed"] else 0.0
     reasons = []
     if shed:
         reasons.append(f"the receiver shed {shed:,} spans (queue full: it answered 503 / UNAVAILABLE)")
@@ -55,7 +68,19 @@ def span_warnings(receiver: dict, stages: dict, summary: dict) -> list[dict]:
         reasons.append(f"{malformed:,} export requests were rejected as malformed or oversized")
     if not reasons:
         return []
-    return [{"code": "spans_shed", "message": f"{missing:.1%} of requests lack spans: {'; '.join(reasons)}"}]
+    share = "of requests" if sample_rate >= 1.0 else "of the requests sent for tracing"
+    return [{"code": "spans_shed", "message": f"{missing:.1%} {share} lack spans: {'; '.join(reasons)}"}]
+
+
+def sampling_warnings(sample_rate: float, stages: dict) -> list[dict]:
+    """What head sampling means for the stage statistics, when the run sampled traces."""
+    if sample_rate >= 1.0:
+        return []
+    joined = stages.get("joined_fraction") or 0.0
+    return [{"code": "traces_sampled", "message": (
+        f"head sampling: the load generator set the traceparent's sampled flag on a {sample_rate:g} share "
+        f"of requests (trace_sample_rate); {joined:.1%} of requests have spans, and the stage statistics, "
+        "queue depths and clock alignment come from them")}]
 
 
 def retention_warnings(retention: dict) -> list[dict]:
@@ -73,6 +98,8 @@ def retention_warnings(retention: dict) -> list[dict]:
 
 def run_health_warnings(manifest: dict, analysis: dict) -> list[dict]:
     """All of the above, in that order."""
+    sample_rate = trace_sample_rate(manifest)
     return (failure_warnings(manifest) + outage_warnings(analysis["outages"])
-            + span_warnings(analysis.get("receiver") or {}, analysis["stages"], analysis["summary"])
+            + span_warnings(analysis.get("receiver") or {}, analysis["stages"], analysis["summary"], sample_rate)
+            + sampling_warnings(sample_rate, analysis["stages"])
             + retention_warnings(analysis["retention"]))

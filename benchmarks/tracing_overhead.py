@@ -7,9 +7,12 @@ the OpenTelemetry SDK) — every traced mode with every stage span, batch spans,
 GC pause reporting and OTLP/HTTP export to a real receiver. A closed-loop load
 from a separate process pinned to CPU 1 (``--concurrency`` keep-alive HTTP/1.1
 connections on loopback, each sending its next request as soon as the last
-answer arrived, every request with a sampled ``traceparent``) drives one target
-at a time at its maximum throughput, in ``--seconds`` bursts, every mode once
-per round in a rotating order, for ``--rounds`` rounds (this shared VM's speed
+answer arrived, every request with a ``traceparent`` from the load generator's
+own ``new_traceparent``) drives one target at a time at its maximum
+throughput, in ``--seconds`` bursts. Each traced mode runs at every
+``--sample-rates`` rate (head sampling: that share of traceparents carries the
+sampled flag, the rest ``00``, as ``trace_sample_rate`` in a scenario makes
+them), every variant once per round in a rotating order, for ``--rounds`` rounds (this shared VM's speed
 drifts by ±15 % within seconds; short interleaved bursts expose every mode to
 the same drift). Reported per mode: medians of requests/s, P99 (ms) and the
 target process's CPU time per request (its exporter thread included; that no
@@ -25,7 +28,7 @@ SDK spans with the OTel SDK's own OTLP/HTTP protobuf exporter
 stored, from ``receiver.json``, as a ratio to the goal of 20,000 spans/s.
 
 Usage: ``python benchmarks/tracing_overhead.py [--seconds 3] [--rounds 8]
-[--model-dims 128 512] [--modes off lean sdk] [--parts 1 2] [--verbose]``.
+[--model-dims 128 512] [--modes off lean sdk] [--sample-rates 1 0.1] [--parts 1 2] [--verbose]``.
 Loopback only; every child process is stopped by PID at the end, also on error.
 """
 
@@ -35,6 +38,7 @@ import argparse
 import asyncio
 import json
 import os
+import random
 import secrets
 import signal
 import subprocess
@@ -44,6 +48,8 @@ import time
 
 import numpy as np
 import psutil
+
+from tailscope.loadgen.tracecontext import new_traceparent
 
 TEXT_BODY = json.dumps({"text": "the quick brown fox jumps over the lazy dog " * 6}).encode()
 SPANS_PER_BATCH = 512
@@ -85,11 +91,12 @@ def two_cpus() -> tuple[int, int]:
 # --------------------------------------------------------------------------- closed-loop client
 
 
-async def _connection(port: int, deadline: float, latencies: list, errors: list) -> None:
+async def _connection(port: int, deadline: float, latencies: list, errors: list, sample_rate: float) -> None:
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    rng = random.Random(secrets.randbits(64))
     try:
         while time.perf_counter() < deadline:
-            traceparent = f"00-{secrets.token_hex(16)}-{secrets.token_hex(8)}-01"
+            traceparent, _ = new_traceparent(rng, sample_rate)
             head = (f"POST /v1/infer/text HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                     f"traceparent: {traceparent}\r\nContent-Length: {len(TEXT_BODY)}\r\n\r\n").encode()
             started = time.perf_counter()
@@ -110,22 +117,23 @@ async def _connection(port: int, deadline: float, latencies: list, errors: list)
         writer.close()
 
 
-async def _closed_loop(port: int, seconds: float, concurrency: int) -> dict:
+async def _closed_loop(port: int, seconds: float, concurrency: int, sample_rate: float) -> dict:
     latencies: list[float] = []
     errors: list[bytes] = []
     deadline = time.perf_counter() + seconds
     started = time.perf_counter()
-    await asyncio.gather(*(_connection(port, deadline, latencies, errors) for _ in range(concurrency)))
+    await asyncio.gather(*(_connection(port, deadline, latencies, errors, sample_rate) for _ in range(concurrency)))
     elapsed = time.perf_counter() - started
     return {"completed": len(latencies), "errors": len(errors), "elapsed_s": elapsed,
             "p99_ms": float(np.quantile(latencies, 0.99)) * 1000 if latencies else None}
 
 
-def run_client(port: int, seconds: float, concurrency: int, cpu: int) -> dict:
-    """The closed-loop load in a separate process (this script with ``--client``)."""
+def run_client(port: int, seconds: float, concurrency: int, cpu: int, sample_rate: float = 1.0) -> dict:
+    """The closed-loop load in a separate process (this script with ``--client``); ``sample_rate``
+    of its traceparents carry the sampled flag (the load generator's head sampling)."""
     out = subprocess.run(
         [sys.executable, __file__, "--client", str(port), "--seconds", str(seconds),
-         "--concurrency", str(concurrency), "--client-cpu", str(cpu)],
+         "--concurrency", str(concurrency), "--client-cpu", str(cpu), "--sample-rate", repr(sample_rate)],
         capture_output=True, text=True, timeout=seconds + 60, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -148,12 +156,22 @@ def start_target(mode: str, receiver_port: int, model_dim: int, cpu: int) -> tup
     return start_child(argv, cpu, env)
 
 
-def burst(target: subprocess.Popen, port: int, args, client_cpu: int) -> dict:
+def mode_variants(modes: list[str], sample_rates: list[float]) -> dict[str, tuple[str, float]]:
+    """Part 1's variants, ``label -> (mode, sample rate)``: ``off`` once, each traced mode at each rate
+    (labelled ``lean`` at rate 1, ``lean@0.1`` at 0.1)."""
+    variants = {}
+    for mode in modes:
+        for rate in ([1.0] if mode == "off" else sample_rates):
+            variants[mode if rate >= 1.0 else f"{mode}@{rate:g}"] = (mode, rate)
+    return variants
+
+
+def burst(target: subprocess.Popen, port: int, args, client_cpu: int, sample_rate: float = 1.0) -> dict:
     """One burst of closed-loop load on a running target: req/s, P99 and the target's CPU per request
     (its exporter thread included; neither engine uses a helper process, which is checked)."""
     process = psutil.Process(target.pid)
     cpu_before = sum(process.cpu_times()[:2])
-    result = run_client(port, args.seconds, args.concurrency, client_cpu)
+    result = run_client(port, args.seconds, args.concurrency, client_cpu, sample_rate)
     cpu_s = sum(process.cpu_times()[:2]) - cpu_before
     result["rps"] = result["completed"] / result["elapsed_s"]
     result["cpu_ms"] = cpu_s * 1000 / max(result["completed"], 1)
@@ -174,18 +192,21 @@ def part1(args, model_dim: int, cpus, workdir: str) -> dict:
         [sys.executable, "-m", "tailscope.tracing.receiver", "--run-dir", os.path.join(workdir, f"dim{model_dim}"),
          "--port", "0", "--no-grpc"], cpus[1])
     targets: dict[str, tuple[subprocess.Popen, int]] = {}
-    results: dict[str, list[dict]] = {mode: [] for mode in args.modes}
+    variants = mode_variants(args.modes, args.sample_rates)
+    results: dict[str, list[dict]] = {label: [] for label in variants}
     try:
         for mode in args.modes:
             targets[mode] = start_target(mode, receiver_port, model_dim, cpus[0])
             run_client(targets[mode][1], args.warmup, args.concurrency, cpus[1])
+        labels = list(variants)
         for round_index in range(args.rounds):
-            shift = round_index % len(args.modes)
-            for mode in args.modes[shift:] + args.modes[:shift]:
-                r = burst(*targets[mode], args, cpus[1])
-                results[mode].append(r)
+            shift = round_index % len(labels)
+            for label in labels[shift:] + labels[:shift]:
+                mode, sample_rate = variants[label]
+                r = burst(*targets[mode], args, cpus[1], sample_rate)
+                results[label].append(r)
                 if args.verbose:
-                    print(f"  round {round_index + 1} {mode:>4}: {r['rps']:8.1f} req/s  P99 {r['p99_ms']:6.2f} ms  "
+                    print(f"  round {round_index + 1} {label:>8}: {r['rps']:8.1f} req/s  P99 {r['p99_ms']:6.2f} ms  "
                           f"CPU {r['cpu_ms']:.3f} ms/request  errors {r['errors']}  "
                           f"helper processes {r['helper_processes']}", flush=True)
     finally:
@@ -213,13 +234,13 @@ def part1(args, model_dim: int, cpus, workdir: str) -> dict:
 def print_part1(one: dict) -> None:
     modes, paired = one["modes"], one["paired"]
     print(f"  model dim {one['model_dim']}: medians over the rounds (spans stored {one['spans_stored']:,})")
-    print(f"  {'mode':>6} {'req/s':>9} {'P99 ms':>8} {'CPU ms/req':>11} {'errors':>7} {'helpers':>8} | "
+    print(f"  {'mode':>9} {'req/s':>9} {'P99 ms':>8} {'CPU ms/req':>11} {'errors':>7} {'helpers':>8} | "
           f"{'req/s ratio':>12} {'P99 ratio':>10} {'CPU capacity ratio':>19} {'+CPU us/req':>12}")
     for mode, m in modes.items():
         pair = paired.get(mode)
         ratios = (f"{pair['rps_ratio']:12.3f} {pair['p99_ratio']:10.3f} {pair['capacity_ratio']:19.3f} "
                   f"{pair['extra_us']:+12.0f}") if pair else f"{'1.000':>12} {'1.000':>10} {'1.000':>19} {'':>12}"
-        print(f"  {mode:>6} {m['rps']:9.1f} {m['p99_ms']:8.2f} {m['cpu_ms']:11.3f} {m['errors']:7d} "
+        print(f"  {mode:>9} {m['rps']:9.1f} {m['p99_ms']:8.2f} {m['cpu_ms']:11.3f} {m['errors']:7d} "
               f"{m['helpers']:8d} | {ratios}")
     for mode, pair in paired.items():
         verdict = "met" if pair["rps_ratio"] >= 1 - THROUGHPUT_LOSS_GOAL else "missed"
@@ -311,16 +332,20 @@ def main() -> int:
                              "default: 128, the target's default, ~0.5 ms of CPU; and 512, ~2.4 ms)")
     parser.add_argument("--modes", nargs="+", choices=list(MODES), default=["off", "lean", "sdk"],
                         help="part 1 modes, run in this order each round (default: off lean sdk)")
+    parser.add_argument("--sample-rates", nargs="+", type=float, default=[1.0, 0.1],
+                        help="part 1: head-sampling rates of the load's traceparents, each traced mode at each "
+                             "(default: 1 0.1)")
     parser.add_argument("--parts", nargs="+", type=int, choices=[1, 2], default=[1, 2],
                         help="which parts to run (default: 1 2)")
     parser.add_argument("--client", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--sender", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--client-cpu", type=int, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--sample-rate", type=float, default=1.0, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.client is not None:
         if args.client_cpu is not None:
             os.sched_setaffinity(0, {args.client_cpu})
-        print(json.dumps(asyncio.run(_closed_loop(args.client, args.seconds, args.concurrency))))
+        print(json.dumps(asyncio.run(_closed_loop(args.client, args.seconds, args.concurrency, args.sample_rate))))
         return 0
     if args.sender is not None:
         sender(args.sender, args.seconds, args.client_cpu)
@@ -329,8 +354,8 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="tailscope-bench-") as workdir:
         if 1 in args.parts:
             print(f"part 1: reference targets on CPU {cpus[0]}, closed-loop load ({args.concurrency} connections) "
-                  f"and receiver on CPU {cpus[1]}, modes {' '.join(args.modes)}, {args.rounds} rounds of "
-                  f"{args.seconds:g} s bursts per mode")
+                  f"and receiver on CPU {cpus[1]}, modes {' '.join(mode_variants(args.modes, args.sample_rates))}, "
+                  f"{args.rounds} rounds of {args.seconds:g} s bursts per mode")
             for model_dim in args.model_dims:
                 print_part1(part1(args, model_dim, cpus, workdir))
         if 2 not in args.parts:

@@ -39,7 +39,7 @@ class RequestMix:
     """
 
     def __init__(self, classes: tuple[RequestClass, ...], seed: int,
-                 trace_rng: random.Random | None = None):
+                 trace_rng: random.Random | None = None, trace_sample_rate: float = 1.0):
         if not classes:
             raise ValueError("a request mix needs at least one class")
         self.classes = classes
@@ -50,6 +50,7 @@ class RequestMix:
         self._cumulative = list(itertools.accumulate(c.weight for c in classes))
         self._base_headers = [_base_headers(c, m) for c, m in zip(classes, self._makers)]
         self._trace_rng = trace_rng if trace_rng is not None else random.Random()
+        self._trace_sample_rate = trace_sample_rate
 
     def draw_class(self) -> int:
         """Index of one class in ``classes``, with probability weight / sum of weights."""
@@ -57,8 +58,8 @@ class RequestMix:
         return min(bisect.bisect_right(self._cumulative, point), len(self.classes) - 1)
 
     def prepare(self, index: int) -> PreparedRequest:
-        """Body, headers (with a new sampled ``traceparent``) and trace id for class ``index``."""
-        traceparent, trace_id = new_traceparent(self._trace_rng)
+        """Body, headers (with a new ``traceparent``, head-sampled at the mix's rate) and trace id for class ``index``."""
+        traceparent, trace_id = new_traceparent(self._trace_rng, self._trace_sample_rate)
         headers = dict(self._base_headers[index])
         headers[TRACEPARENT_HEADER] = traceparent
         return PreparedRequest(self.classes[index], self._makers[index].make(), headers, trace_id)

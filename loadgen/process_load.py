@@ -93,7 +93,8 @@ class ProcessLoad:
         self.recorder = Recorder(sink, worker=index, chunk_sink=chunks)
         self._monitor_sinks = (events, signals)
         self._monitor_label = share.index if share is not None else None
-        mix = RequestMix(plan.classes, share_seed(plan.seed, index, count))
+        mix = RequestMix(plan.classes, share_seed(plan.seed, index, count),
+                         trace_sample_rate=plan.trace_sample_rate)
         self.session = SharedLoadSession(plan, self.recorder, mix, share)
         self._request_event = request_event
         self._http = FastHttpSession(plan.target, request_event, None, concurrency=plan.max_in_flight,

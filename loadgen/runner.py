@@ -129,7 +129,7 @@ def run_load(
         raise ValueError(f"stat_windows_s must be within 1..{MAX_STAT_WINDOW_S} s, got {stat_windows_s!r}")
     recorder = Recorder(sink, chunk_sink=chunks,
                         window_s=max((LIVE_WINDOW_S, *(int(w) for w in stat_windows_s))))
-    session = LoadSession(plan, recorder, RequestMix(plan.classes, plan.seed))
+    session = LoadSession(plan, recorder, RequestMix(plan.classes, plan.seed, trace_sample_rate=plan.trace_sample_rate))
     environment = Environment(user_classes=[bind_user_class(session)], host=plan.target)
     runner = environment.create_local_runner()
     users = plan.arrival.users if plan.arrival.process == "closed" else 1

@@ -334,6 +334,8 @@ class LoadPlan:
     #: When the cap is reached: "wait" (send when a slot frees; the wait counts in
     #: latency) or "drop" (record the request as error_kind "dropped", never sent).
     in_flight_policy: str = "wait"
+    #: Share of requests whose traceparent carries the sampled flag (head sampling; 1: all).
+    trace_sample_rate: float = 1.0
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self):
@@ -347,6 +349,8 @@ class LoadPlan:
             raise SpecError("timeout", f"must be > 0, got {self.timeout_s!r}")
         if self.max_in_flight < 1:
             raise SpecError("max_in_flight", f"must be >= 1, got {self.max_in_flight!r}")
+        if not (0.0 <= self.trace_sample_rate <= 1.0):
+            raise SpecError("trace_sample_rate", f"must be between 0 and 1, got {self.trace_sample_rate!r}")
         if self.in_flight_policy not in IN_FLIGHT_POLICIES:
             raise SpecError("in_flight_policy", f"unknown policy {self.in_flight_policy!r}; expected one of "
                             f"{', '.join(IN_FLIGHT_POLICIES)}")

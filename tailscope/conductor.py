@@ -238,6 +238,7 @@ class _Session:
                 "timeout_s": plan.timeout_s,
                 "max_in_flight": plan.max_in_flight,
                 "in_flight_policy": plan.in_flight_policy,
+                "trace_sample_rate": plan.trace_sample_rate,
                 "receiver_port": receiver_port,
                 "receiver_grpc_port": receiver_grpc_port,
                 "signal_rate_hz": scenario.signal_rate_hz,

@@ -43,7 +43,7 @@ LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 TOP_LEVEL_FIELDS = {
     "name", "description", "target", "duration", "max_requests", "seed", "timeout",
     "max_in_flight", "arrival", "classes", "slo", "signals",
-    "in_flight_policy",
+    "in_flight_policy", "trace_sample_rate",
 }
 ARRIVAL_FIELDS = {"process", "rate", "burstiness", "users", "think_time", "profile",
                   "file", "format", "unit", "speed", "loop"}
@@ -94,6 +94,8 @@ class Scenario:
     sections: dict[str, Any] = field(default_factory=dict)
     #: When max_in_flight is reached: "wait" (the wait counts in latency) or "drop".
     in_flight_policy: str = "wait"
+    #: Head sampling: share of requests sent with the traceparent's sampled flag.
+    trace_sample_rate: float = 1.0
 
     def load_plan(self, target: str | None = None, duration_s: float | None = None) -> LoadPlan:
         """The load plan, with the command line's ``--target``/``--duration`` applied."""
@@ -107,6 +109,7 @@ class Scenario:
             timeout_s=self.timeout_s,
             max_in_flight=self.max_in_flight,
             in_flight_policy=self.in_flight_policy,
+            trace_sample_rate=self.trace_sample_rate,
         )
 
 
@@ -224,6 +227,9 @@ class FieldReader:
         in_flight_policy = self.string(top, (), "in_flight_policy", "wait")
         if in_flight_policy not in ("wait", "drop"):
             raise self.fail(("in_flight_policy",), f"expected wait or drop, got {in_flight_policy!r}")
+        trace_sample_rate = self.number(top, (), "trace_sample_rate", 1.0)
+        if not 0.0 <= trace_sample_rate <= 1.0:
+            raise self.fail(("trace_sample_rate",), f"must be between 0 and 1, got {trace_sample_rate}")
         name = self.string(top, (), "name", None) or os.path.splitext(os.path.basename(self.file))[0]
         sections = {key: SECTION_PARSERS[key](top[key], (key,), self)
                     for key in top if key in SECTION_PARSERS}
@@ -245,6 +251,7 @@ class FieldReader:
             raw=data,
             sections=sections,
             in_flight_policy=in_flight_policy,
+            trace_sample_rate=float(trace_sample_rate),
         )
 
     def prometheus_urls(self, value: Any, path: Path) -> tuple[str, ...]:

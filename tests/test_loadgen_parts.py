@@ -16,6 +16,7 @@ from tailscope.loadgen.recorder import Recorder, WindowedStats, bucket_value_ms,
 from tailscope.loadgen.spec import PayloadSpec, RequestClass, SizeSpec
 from tailscope.loadgen.tracecontext import new_traceparent
 from tailscope.rundir import Appender, read_stream, schema
+from tailscope.rundir.retention import trace_sampled
 
 TRACEPARENT = re.compile(r"^00-([0-9a-f]{32})-([0-9a-f]{16})-01$")
 
@@ -85,6 +86,17 @@ def test_traceparent_is_valid_sampled_and_random():
         assert set(trace_id) != {"0"} and set(match.group(2)) != {"0"}
         seen.add(trace_id)
     assert len(seen) == 1000
+
+
+@pytest.mark.parametrize("rate", [0.0, 0.1, 0.5])
+def test_head_sampling_flags_the_retention_rules_share_of_traces(rate):
+    rng = random.Random(3)
+    drawn = [new_traceparent(rng, rate) for _ in range(20_000)]
+    flags = [header.rsplit("-", 1)[1] for header, _ in drawn]
+    assert set(flags) <= {"00", "01"}
+    assert [f == "01" for f in flags] == [trace_sampled(trace_id, rate) for _, trace_id in drawn]
+    assert flags.count("01") / len(flags) == pytest.approx(rate, abs=0.015)
+    assert all(new_traceparent(rng, 1.0)[0].endswith("-01") for _ in range(100))
 
 
 class _ZeroFirst(random.Random):

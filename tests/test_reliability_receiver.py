@@ -66,6 +66,8 @@ def test_the_report_names_the_share_of_requests_without_spans_and_why():
         "20.0% of requests lack spans: the receiver shed 12,345 spans (queue full: it answered 503 / "
         "UNAVAILABLE); 2 export requests were rejected as malformed or oversized")}]
     assert span_warnings({"spans_dropped": 0}, {"joined_fraction": 1.0}, {"completed": 10}) == []
+    sampled = span_warnings({"spans_dropped": 7}, {"joined_fraction": 0.45}, {"completed": 1000}, sample_rate=0.5)
+    assert sampled[0]["message"].startswith("10.0% of the requests sent for tracing lack spans: the receiver shed 7")
 
 
 bodies = st.one_of(st.binary(max_size=300), st.builds(lambda name: trace_request([span(name)]),

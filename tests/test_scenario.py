@@ -67,6 +67,17 @@ def test_bad_rate_is_named():
     assert "positive" in err.message
 
 
+def test_trace_sample_rate_reaches_the_plan_and_a_bad_one_is_named():
+    plan = parse_scenario(GOOD.replace("duration: 30s\n", "duration: 30s\ntrace_sample_rate: 0.25\n"),
+                          "good.yaml").load_plan()
+    assert plan.trace_sample_rate == 0.25
+    assert parse_scenario(GOOD, "good.yaml").load_plan().trace_sample_rate == 1.0
+    err = bad(GOOD.replace("duration: 30s\n", "duration: 30s\ntrace_sample_rate: 1.5\n"))
+    assert (err.line, err.field) == (4, "trace_sample_rate") and "between 0 and 1" in err.message
+    err = bad(GOOD.replace("duration: 30s\n", "duration: 30s\ntrace_sample_rate: half\n"))
+    assert (err.line, err.field) == (4, "trace_sample_rate") and "expected a number" in err.message
+
+
 def test_missing_target_is_named():
     err = bad(GOOD.replace("target: http://127.0.0.1:8000\n", ""))
     assert err.field == "(top level)" and "target: missing" in err.message and err.line == 1
