@@ -17,7 +17,10 @@ drifts by ±15 % within seconds; short interleaved bursts expose every mode to
 the same drift). Reported per mode: medians of requests/s, P99 (ms) and the
 target process's CPU time per request (its exporter thread included; that no
 mode starts a helper process is checked and printed), and per traced mode the
-median over rounds of its ratio to ``off`` in the same round. Run at the
+median over rounds of its ratio to ``off`` in the same round. A control
+variant, ``off/2`` (a second untraced process, visited like the others), gives
+the noise floor: two identical processes differ by a few per cent here, so a
+traced mode's difference of that size is not the tracing's. Run at the
 target's default model width (128: ~0.5 ms of CPU per request) and at 512
 (~2.4 ms). Goal: throughput loss <= 5%.
 
@@ -156,13 +159,21 @@ def start_target(mode: str, receiver_port: int, model_dim: int, cpu: int) -> tup
     return start_child(argv, cpu, env)
 
 
-def mode_variants(modes: list[str], sample_rates: list[float]) -> dict[str, tuple[str, float]]:
-    """Part 1's variants, ``label -> (mode, sample rate)``: ``off`` once, each traced mode at each rate
-    (labelled ``lean`` at rate 1, ``lean@0.1`` at 0.1)."""
+#: Label of the control variant: a second ``off`` process, compared with the first like a traced mode.
+CONTROL = "off/2"
+
+
+def mode_variants(modes: list[str], sample_rates: list[float]) -> dict[str, tuple[str, str, float]]:
+    """Part 1's variants, ``label -> (process, mode, sample rate)``: ``off`` once, each traced mode at
+    each rate (labelled ``lean`` at rate 1, ``lean@0.1`` at 0.1), and with ``off`` the control
+    :data:`CONTROL`, a second untraced process: its ratio to ``off`` is the benchmark's noise floor
+    (two identical processes differ by a few per cent on this VM)."""
     variants = {}
     for mode in modes:
         for rate in ([1.0] if mode == "off" else sample_rates):
-            variants[mode if rate >= 1.0 else f"{mode}@{rate:g}"] = (mode, rate)
+            variants[mode if rate >= 1.0 else f"{mode}@{rate:g}"] = (mode, mode, rate)
+    if "off" in modes:
+        variants[CONTROL] = (CONTROL, "off", 1.0)
     return variants
 
 
@@ -195,15 +206,16 @@ def part1(args, model_dim: int, cpus, workdir: str) -> dict:
     variants = mode_variants(args.modes, args.sample_rates)
     results: dict[str, list[dict]] = {label: [] for label in variants}
     try:
-        for mode in args.modes:
-            targets[mode] = start_target(mode, receiver_port, model_dim, cpus[0])
-            run_client(targets[mode][1], args.warmup, args.concurrency, cpus[1])
+        for process_key, mode, _ in variants.values():
+            if process_key not in targets:
+                targets[process_key] = start_target(mode, receiver_port, model_dim, cpus[0])
+                run_client(targets[process_key][1], args.warmup, args.concurrency, cpus[1])
         labels = list(variants)
         for round_index in range(args.rounds):
             shift = round_index % len(labels)
             for label in labels[shift:] + labels[:shift]:
-                mode, sample_rate = variants[label]
-                r = burst(*targets[mode], args, cpus[1], sample_rate)
+                process_key, _, sample_rate = variants[label]
+                r = burst(*targets[process_key], args, cpus[1], sample_rate)
                 results[label].append(r)
                 if args.verbose:
                     print(f"  round {round_index + 1} {label:>8}: {r['rps']:8.1f} req/s  P99 {r['p99_ms']:6.2f} ms  "
@@ -242,7 +254,13 @@ def print_part1(one: dict) -> None:
                   f"{pair['extra_us']:+12.0f}") if pair else f"{'1.000':>12} {'1.000':>10} {'1.000':>19} {'':>12}"
         print(f"  {mode:>9} {m['rps']:9.1f} {m['p99_ms']:8.2f} {m['cpu_ms']:11.3f} {m['errors']:7d} "
               f"{m['helpers']:8d} | {ratios}")
+    control = paired.get(CONTROL)
+    if control is not None:
+        print(f"  noise floor ({CONTROL}, a second untraced process): throughput ratio {control['rps_ratio']:.3f}, "
+              f"{control['extra_us']:+.0f} us CPU per request -- differences of that size are not the tracing's")
     for mode, pair in paired.items():
+        if mode == CONTROL:
+            continue
         verdict = "met" if pair["rps_ratio"] >= 1 - THROUGHPUT_LOSS_GOAL else "missed"
         print(f"  {mode}: throughput loss {1 - pair['rps_ratio']:.1%}, one-core capacity loss "
               f"{1 - pair['capacity_ratio']:.1%} ({pair['extra_us']:+.0f} us CPU per request) -- goal <= "
