@@ -71,6 +71,26 @@ def test_a_large_spike_does_not_hide_in_its_own_baseline():
     assert result.threshold_ms < 25
 
 
+def test_a_spike_is_not_lost_when_outlying_windows_beside_it_are_not_flagged():
+    """The shape of a short overload run that lost its spike: windows 5 and 6 are outlying (screened out of
+    the first τ) but not flagged (their slow requests sit below the material floor), window 3 is flagged.
+    Recomputing τ from outside window 3 alone let 5 and 6 back in, lifted τ to 600 ms, above the spike."""
+    rng = np.random.default_rng(7)
+    t = np.concatenate([w * NS + np.sort(rng.uniform(0, NS, 40)) for w in range(10)]).astype(np.int64)
+    latency = 30 * np.exp(0.2 * rng.standard_normal(400))
+
+    def slow(window: int, values) -> None:
+        latency[np.flatnonzero(t // NS == window)[:len(values)]] = values
+
+    slow(4, [285, 286, 287])  # a few slow requests in a window that is neither outlying nor flagged
+    slow(3, np.linspace(520, 560, 12))
+    for window in (5, 6):
+        slow(window, [*np.linspace(300, 340, 12), 600, 610, 620])
+    result = tail_test(t, latency, 0, 10 * NS, NS)
+    assert merge_runs(result.flagged, 1) == [(3, 3)]
+    assert result.threshold_ms == pytest.approx(285)
+
+
 def test_many_merged_small_windows_are_not_widened_by_stray_slow_requests():
     rng = np.random.default_rng(5)
     t = np.sort(rng.uniform(0, 60 * NS, 1200)).astype(np.int64)
