@@ -292,9 +292,10 @@ def run_warnings(run: Run, analysis: dict, windows, rules: SpikeRules, detection
         warnings.append({"code": "too_few_samples", "message": (
             f"P99 from {p99['n']} successful requests is not claimed: early stopping needs at least "
             f"{min_samples_for_claim(0.99, 0)} at 99% confidence")})
+    sample_rate = trace_sample_rate(run.manifest)
     if len(run.spans) == 0:
         warnings.append({"code": "no_spans", "message": "no spans were recorded: no stage decomposition"})
-    elif stages["joined_fraction"] < MIN_JOINED_FRACTION * (sample_rate := trace_sample_rate(run.manifest)):
+    elif stages["joined_fraction"] < MIN_JOINED_FRACTION * sample_rate:
         warnings.append({"code": "partial_join", "message": (
             f"only {stages['joined_fraction']:.1%} of successful requests joined a server span"
             + (f" (a {sample_rate:g} share was sent for tracing)" if sample_rate < 1.0 else "")

@@ -41,8 +41,8 @@ window outlying or flagged so far and the test repeated (at most
 excluded set only grows, so τ only falls: outlying windows beside a spike that
 the test does not flag cannot come back into τ, lift it above the spike and
 make it vanish on the next iteration (seen in a 10 s lab run: τ went 285 →
-514 ms and the overload spike was lost). Only the binomial test flags windows; the outlier screen only keeps
-windows out of τ.
+514 ms and the overload spike was lost). Only the binomial test flags
+windows; the outlier screen only keeps windows out of τ.
 
 Cost: O(n) per iteration for the counts plus O(k log k) for the k slow
 requests' medians; memory O(n) booleans and int64 window indices.
@@ -212,14 +212,13 @@ def tail_test(scheduled_ns: np.ndarray, latency_ms: np.ndarray, origin_ns: int, 
         if clean.sum() < rules.min_samples:
             break
         tau = _baseline_threshold(latency_ms, clean, rules.tail_p)
-        new_flagged, n, k, p_unit, tests = _flag_once(index, latency_ms, m, tau, rules)
-        grown = excluded | new_flagged
-        if np.array_equal(grown, excluded) or iterations >= rules.max_iterations:
-            flagged = new_flagged
-            break
+        flagged, n, k, p_unit, tests = _flag_once(index, latency_ms, m, tau, rules)
         # a window once outlying or flagged stays out of τ, so τ only falls and the iteration settles
-        excluded = grown if (~grown[index]).sum() >= rules.min_samples else excluded
-        flagged = new_flagged
+        grown = excluded | flagged
+        if (np.array_equal(grown, excluded) or iterations >= rules.max_iterations
+                or (~grown[index]).sum() < rules.min_samples):
+            break
+        excluded = grown
     return TailTestResult(origin_ns, det_ns, n, k, p_unit, flagged, tau, 1.0 - rules.tail_p, tests, iterations)
 
 
