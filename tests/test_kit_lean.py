@@ -146,6 +146,26 @@ def test_spans_of_several_tracers_are_grouped_by_scope() -> None:
     assert scope_message("a", None) == b"\x0a\x01a"
 
 
+def test_a_batch_span_links_every_valid_request_context_and_skips_invalid_ones() -> None:
+    exporter = unstarted_exporter()
+    tracer = kit.get_tracer(LeanTracerProvider(RESOURCE, exporter))
+    requests = [tracer.start_span(f"request {n}") for n in range(3)]
+    contexts = [requests[0], requests[1].get_span_context(), trace.set_span_in_context(requests[2]),
+                trace.INVALID_SPAN_CONTEXT, otel_context.Context()]
+    with kit.batch_span(tracer, contexts, 3, start_ns=5, **{"batch.id": 9}) as batch:
+        requests[0].add_link(batch.get_span_context(), {"role": "batch"})
+        requests[0].add_link(trace.INVALID_SPAN_CONTEXT)
+    for request in requests:
+        request.end()
+    spans = {span.name: span for span in decoded(exporter).resource_spans[0].scope_spans[0].spans}
+    batch_pb = spans["batch"]
+    assert [(link.trace_id, link.span_id) for link in batch_pb.links] == [
+        (spans[f"request {n}"].trace_id, spans[f"request {n}"].span_id) for n in range(3)]
+    assert values(batch_pb.attributes) == {"batch.size": 3, "batch.id": 9}
+    (link,) = spans["request 0"].links
+    assert (link.span_id, values(link.attributes)) == (batch_pb.span_id, {"role": "batch"})
+
+
 def test_children_of_an_unsampled_parent_are_not_recorded() -> None:
     exporter = unstarted_exporter()
     tracer = LeanTracerProvider(RESOURCE, exporter).get_tracer("t")

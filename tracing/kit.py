@@ -262,9 +262,9 @@ def span_context_of(item: SpanContext | Span | otel_context.Context) -> SpanCont
     """The SpanContext of a SpanContext, a Span, or a Context's current span."""
     if isinstance(item, SpanContext):
         return item
-    if isinstance(item, Span):
-        return item.get_span_context()
-    return trace.get_current_span(item).get_span_context()
+    if isinstance(item, otel_context.Context):
+        return trace.get_current_span(item).get_span_context()
+    return item.get_span_context()
 
 
 def stage(
@@ -366,15 +366,16 @@ def batch_span(
     (the requests' stage spans stay children of their own SERVER spans). It
     ends when the block exits; an escaping exception is recorded on it.
     """
-    links = [Link(ctx) for ctx in map(span_context_of, request_contexts) if ctx.is_valid]
     span = tracer.start_span(
         BATCH,
         context=otel_context.Context(),
         kind=SpanKind.INTERNAL,
         attributes={"batch.size": size, **attributes},
-        links=links,
         start_time=start_ns,
     )
+    add_link = span.add_link  # skips invalid contexts; cheaper than building Link objects for start_span
+    for context in map(span_context_of, request_contexts):
+        add_link(context)
     try:
         yield span
     except BaseException as exc:

@@ -120,8 +120,9 @@ class LeanSpan(trace.Span):
     (0 for a root), ``parent_remote``, ``trace_flags``, ``trace_state``, ``name``,
     ``kind`` (SpanKind), ``start_ns``/``end_ns`` (epoch ns; ``end_ns`` 0 while
     open), ``attributes`` (dict or None), ``events`` (list of ``(name, t_ns,
-    attributes)``), ``links`` (list of ``Link``), ``status_code`` (0 unset, 1 ok,
-    2 error), ``status_message``, ``scope`` (encoded InstrumentationScope).
+    attributes)``), ``links`` (list of ``(SpanContext, attributes or None)``
+    pairs, valid contexts only: cheaper than ``Link`` objects), ``status_code``
+    (0 unset, 1 ok, 2 error), ``status_message``, ``scope`` (encoded InstrumentationScope).
     """
 
     # Set on every span; the rarely used fields below are class-level defaults,
@@ -187,14 +188,14 @@ class LeanSpan(trace.Span):
         events.append((name, timestamp if timestamp is not None else _time_ns(), dict(attributes) if attributes else None))
 
     def add_link(self, context: SpanContext, attributes: Mapping[str, Any] | None = None) -> None:
-        if self.end_ns or context is None or not context.is_valid:
+        if self.end_ns or context is None or not context[5]:  # [5]: SpanContext.is_valid
             return
         links = self.links
         if links is None:
             links = self.links = []
         elif len(links) >= MAX_LINKS:
             return
-        links.append(Link(context, dict(attributes) if attributes else None))
+        links.append((context, dict(attributes) if attributes else None))
 
     def update_name(self, name: str) -> None:
         if not self.end_ns:
@@ -338,7 +339,7 @@ class LeanTracer(trace.Tracer):
         span.scope = self._scope
         span._submit = self._submit
         if links:
-            valid = [link for link in links if link.context.is_valid][:MAX_LINKS]
+            valid = [(link.context, link.attributes) for link in links if link.context[5]][:MAX_LINKS]
             if valid:
                 span.links = valid
         if not record_exception:

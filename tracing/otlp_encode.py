@@ -234,9 +234,10 @@ class SpanEncoder:
             body += self._attribute_fields(attributes, 3)
         return length_delimited(11, body)
 
-    def _link(self, link: Any) -> bytes:
-        trace_id, span_id, is_remote, _, trace_state, valid = link.context
-        attributes = link.attributes
+    def _link(self, link: tuple[Any, Mapping[str, Any] | None]) -> bytes:
+        """One Link message (field 13) of a lean span's ``(SpanContext, attributes)`` pair."""
+        context, attributes = link
+        trace_id, span_id, is_remote, _, trace_state, _ = context
         flags = _LINK_FLAGS_REMOTE if is_remote else _LINK_FLAGS_LOCAL
         if not attributes and (trace_state is DEFAULT_TRACE_STATE or not trace_state):
             return b"".join((_PLAIN_LINK_HEAD, trace_id.to_bytes(16, "big"), _LINK_SPAN_ID, span_id.to_bytes(8, "big"),
@@ -255,7 +256,7 @@ class SpanEncoder:
         if span.events:
             parts.extend(map(self._event, span.events))
         if span.links:
-            parts.extend(self._link(link) for link in span.links if link.context[5])
+            parts.extend(map(self._link, span.links))
         if span.status_code:
             status = tag(3, _VARINT) + varint(span.status_code)
             if span.status_message:
