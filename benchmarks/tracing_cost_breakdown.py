@@ -1,13 +1,13 @@
 """Where a traced request's CPU goes, in isolation: the kit's middleware, its stage spans, OTLP encoding.
 
 Complements ``tracing_overhead.py`` (the whole reference target under load,
-where the same code costs four to six times as much: caches shared with the
-server and the model, and the batch's spans made on the model's thread). Here one process, pinned to one CPU, drives the
-kit's real ``TraceContextMiddleware`` around a trivial ASGI app that makes the
-reference target's stage calls through the kit (``preprocess`` with an
-attribute set inside, ``queue_wait`` and ``batch_wait`` via ``record_stage``,
-``inference`` linked to a ``batch`` span shared by 8 requests, ``postprocess``),
-8 concurrent requests per batch on one asyncio loop. Variants, each timed in
+where the same code costs three to six times as much, see docs/tracing.md).
+Here one process, pinned to one CPU, drives the kit's real
+``TraceContextMiddleware`` around a trivial ASGI app that makes the reference
+target's stage calls through the kit (``preprocess`` with an attribute set
+inside, ``queue_wait`` and ``batch_wait`` via ``record_stage``, ``inference``
+linked to a ``batch`` span shared by 8 requests, ``postprocess``), 8
+concurrent requests per batch on one asyncio loop. Variants, each timed in
 ``--requests`` bursts, interleaved over ``--rounds`` rounds (minimum per
 variant reported, as µs of CPU per request):
 
