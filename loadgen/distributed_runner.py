@@ -108,7 +108,8 @@ def run_distributed_load(
     if conductor_run.load is None:
         raise LoadError("the distributed load ended without a summary")
     if conductor_run.problems:
-        raise LoadError("distributed load: " + "; ".join(conductor_run.problems))
+        raise LoadError("distributed load: " + "; ".join(conductor_run.problems)
+                        + f" (the workers' own output: {os.path.join(log_dir, 'worker-*.log')})")
     return _result(conductor_run.load)
 
 

@@ -418,7 +418,7 @@ def test_tailscope_run_with_workers_merges_into_one_run(tmp_path, serve):
     """))
     proc = run_tailscope("run", str(scenario), "--workers", "2", "--receiver-port", "0",
                          "--out", str(tmp_path / "runs"), timeout=180)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:] + _worker_logs(tmp_path / "runs")
     run_dir = _only_run(tmp_path / "runs")
     run = load_run(run_dir)
     assert Counter(run.requests.column("worker").to_pylist()).keys() == {0, 1}
@@ -426,6 +426,15 @@ def test_tailscope_run_with_workers_merges_into_one_run(tmp_path, serve):
     assert os.path.exists(os.path.join(run_dir, "worker-1.log"))
     with open(os.path.join(run_dir, "analysis.json"), encoding="utf-8") as fh:
         assert json.load(fh)["summary"]["requests"] == run.requests.num_rows
+
+
+def _worker_logs(runs) -> str:
+    """The tail of every worker's log under ``runs``, to explain a failed distributed run."""
+    tails = []
+    for log in sorted(glob.glob(os.path.join(runs, "*", "worker-*.log"))):
+        with open(log, encoding="utf-8", errors="replace") as fh:
+            tails.append(f"\n--- {log} ---\n{fh.read()[-2000:]}")
+    return "".join(tails)
 
 
 def test_workers_refuse_a_closed_loop_scenario(tmp_path):
@@ -473,7 +482,7 @@ def test_tailscope_run_with_workers_carries_streamed_chunks_and_self_check(tmp_p
     """))
     proc = run_tailscope("run", str(scenario), "--workers", "2", "--receiver-port", "0",
                          "--out", str(tmp_path / "runs"), timeout=180)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:] + _worker_logs(tmp_path / "runs")
     run_dir = _only_run(tmp_path / "runs")
     run, chunk_rows = _assert_workers_carried_chunks_and_self_check(run_dir)
     assert run.requests.num_rows == run.manifest["load"]["scheduled"] == 36
