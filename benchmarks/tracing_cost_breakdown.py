@@ -4,12 +4,12 @@ Complements ``tracing_overhead.py`` (the whole reference target under load,
 where the same code costs three to six times as much, see docs/tracing.md).
 Here one process, pinned to one CPU, drives the kit's real
 ``TraceContextMiddleware`` around a trivial ASGI app that makes the reference
-target's stage calls through the kit (``preprocess`` with an attribute set
-inside, ``queue_wait`` and ``batch_wait`` via ``record_stage``, ``inference``
-linked to a ``batch`` span shared by 8 requests, ``postprocess``), 8
-concurrent requests per batch on one asyncio loop. Variants, each timed in
-``--requests`` bursts, interleaved over ``--rounds`` rounds (minimum per
-variant reported, as µs of CPU per request):
+target's stage calls (``preprocess`` with an attribute set inside,
+``postprocess``, and each batch of 8 concurrent requests through the target's
+own ``TracedBatchRunner``: ``queue_wait``, ``batch_wait``, ``inference``
+linked to a ``batch`` span, on a stand-in model), on one asyncio loop.
+Variants, each timed in ``--requests`` bursts, interleaved over ``--rounds``
+rounds (minimum per variant reported, as µs of CPU per request):
 
 * ``app``: the app alone, stage helpers on the API's no-op tracer (as the
   target with tracing off) -- the reference;
@@ -36,20 +36,24 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import itertools
 import os
-import secrets
+import random
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy as np
 from opentelemetry import trace
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from opentelemetry.trace import SpanKind
 
+from tailscope.loadgen.tracecontext import new_traceparent
+from tailscope.target.batcher import Batch, PendingRequest
+from tailscope.target.pipeline import TracedBatchRunner
 from tailscope.tracing import kit
 from tailscope.tracing.kit_http import TRACE_CONTEXT_SCOPE_KEY, TraceContextMiddleware
 from tailscope.tracing.lean import LeanTracerProvider
@@ -116,48 +120,40 @@ def sample_spans(engine: str, requests: int) -> tuple[list, Callable[[list], Any
 
 
 class StageApp:
-    """An ASGI app making the reference target's stage calls through the kit, batching 8 requests."""
+    """An ASGI app making the reference target's stage calls through the kit, 8 requests per batch.
+
+    ``preprocess`` and ``postprocess`` as the target's app makes them; each
+    batch runs through the target's own :class:`TracedBatchRunner` (queue and
+    batch waits, inference spans linked to the batch span) on a stand-in model.
+    """
 
     def __init__(self, tracer: trace.Tracer) -> None:
         self._tracer = tracer
-        self._waiting: list[tuple[Any, int, int, asyncio.Future]] = []  # (context, enqueued ns, depth, done)
-        self._batch_id = 0
+        self._runner = TracedBatchRunner("text", lambda payloads: np.zeros((len(payloads), 4), np.float32),
+                                         tracer, queue_capacity=256)
+        self._waiting: list[PendingRequest] = []
+        self._batch_ids = itertools.count(1)
 
     async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
         tracer = self._tracer
         with kit.preprocess(tracer, **{"request.bytes": BODY_BYTES}) as span:
             span.set_attribute("request.tokens", 55)
-        enqueued_ns = time.time_ns()
-        done = asyncio.get_running_loop().create_future()
-        self._waiting.append((scope.get(TRACE_CONTEXT_SCOPE_KEY), enqueued_ns, len(self._waiting) + 1, done))
+        request = PendingRequest(None, scope.get(TRACE_CONTEXT_SCOPE_KEY), time.time_ns(), time.monotonic_ns(),
+                                 len(self._waiting) + 1, asyncio.get_running_loop().create_future())
+        self._waiting.append(request)
         if len(self._waiting) == BATCH:
             self._run_batch()
-        await done
+        await request.future
         with kit.postprocess(tracer):
             pass
         await send({"type": "http.response.start", "status": 200, "headers": []})
         await send({"type": "http.response.body", "body": b"{}", "more_body": False})
 
     def _run_batch(self) -> None:
-        batch, self._waiting = self._waiting, []
-        self._batch_id += 1
-        tracer, batch_id = self._tracer, self._batch_id
-        picked_ns = time.time_ns()
-        for context, enqueued_ns, depth, _ in batch:
-            kit.record_stage(tracer, kit.QUEUE_WAIT, enqueued_ns, picked_ns, context, kit.queue_attributes(depth, 256))
-            kit.record_stage(tracer, kit.BATCH_WAIT, picked_ns, picked_ns, context, {"batch.id": batch_id})
-        attributes = {"batch.size": len(batch), "batch.id": batch_id, "model.name": "text"}
-        inference = [tracer.start_span(kit.INFERENCE, context=context, kind=SpanKind.INTERNAL,
-                                       attributes=attributes, start_time=picked_ns) for context, *_ in batch]
-        with kit.batch_span(tracer, inference, len(batch), start_ns=picked_ns, **{"batch.id": batch_id}) as span:
-            batch_context = span.get_span_context()
-            for request_span in inference:
-                request_span.add_link(batch_context)
-        ended_ns = time.time_ns()
-        for request_span in inference:
-            request_span.end(end_time=ended_ns)
-        for *_, done in batch:
-            done.set_result(None)
+        requests, self._waiting = self._waiting, []
+        outputs = self._runner(Batch(next(self._batch_ids), requests, time.time_ns()))
+        for request, output in zip(requests, outputs):
+            request.future.set_result(output)
 
 
 def http_scope(traceparent: bytes, client_port: int) -> dict:
@@ -169,8 +165,9 @@ def http_scope(traceparent: bytes, client_port: int) -> dict:
 
 
 def scopes(count: int, sampled: bool) -> list[dict]:
-    flags = "01" if sampled else "00"
-    return [http_scope(f"00-{secrets.token_hex(16)}-{secrets.token_hex(8)}-{flags}".encode(), 40000 + n % 32)
+    """``count`` request scopes, each with a new traceparent (every one sampled, or none)."""
+    rng = random.Random()
+    return [http_scope(new_traceparent(rng, 1.0 if sampled else 0.0)[0].encode(), 40000 + n % 32)
             for n in range(count)]
 
 

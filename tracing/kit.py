@@ -373,9 +373,10 @@ def batch_span(
         attributes={"batch.size": size, **attributes},
         start_time=start_ns,
     )
-    add_link = span.add_link  # skips invalid contexts; cheaper than building Link objects for start_span
+    add_link = span.add_link  # cheaper than building Link objects for start_span
     for context in map(span_context_of, request_contexts):
-        add_link(context)
+        if context.is_valid:
+            add_link(context)
     try:
         yield span
     except BaseException as exc:
