@@ -151,8 +151,9 @@ def test_memory_swap_swaps_the_target_out_then_removes_swap_and_limit(own_target
     except FaultSetupError as exc:
         print(f"skipping: {exc}")
         pytest.skip(str(exc))
-    # 0.4, not lower: a tighter limit can get the target OOM-killed on a slow swap device.
-    injector = _injector("memory_swap", own_target, str(tmp_path), fraction=0.4)
+    # The injector's default, 0.5: at 0.4 the target was OOM-killed once on this VM's slow swap device
+    # (memcg OOM while its requests allocated faster than reclaim could swap).
+    injector = _injector("memory_swap", own_target, str(tmp_path), fraction=0.5)
     injector.check()
     injector.prepare()
     cgroup = target_cgroup(own_target.pid, "memory")
