@@ -42,7 +42,7 @@ from .signal_index import SignalIndex
 from .spikes import SpikeRules, detect, detection_facts, find_spikes
 from .clock import align_clocks, clock_warnings
 from .stage_rules import rules_for_scenario
-from .stages import join_spans, stage_matrix, stage_name_map, summarize_stages
+from .stages import join_spans, stage_matrix, stage_name_map, summarize_stages, traced_requests
 from .soak import record_period_counts, soak_section
 from .summary import load_period_ns, summarize, summarize_classes
 from .windows import window_table, windows_as_records
@@ -95,6 +95,7 @@ def analyze_run(run_or_path: Run | str | os.PathLike, *, window_s: float = 1.0,
         run = alignment.apply(run)  # server-clock times moved onto the generator's clock (a copy)
         release_pages(run)  # the join's columns (trace ids) are read: hand their pages back
         matrix = stage_matrix(req, run.spans, resolved.rules, join=join)
+        traced = traced_requests(req, join, trace_sample_rate(run.manifest))
         stage_map = stage_name_map(run.spans, resolved.rules)
         release_pages(run)
         # read once (aligned times) for the queue chart and the detectors; each chunk's pages handed back
@@ -117,7 +118,7 @@ def analyze_run(run_or_path: Run | str | os.PathLike, *, window_s: float = 1.0,
         "run": run_facts(run, period),
         "summary": summary,
         "classes": records["classes"],
-        "stages": {**summarize_stages(matrix), "rules": resolved.rules.describe(),
+        "stages": {**summarize_stages(matrix, traced), "rules": resolved.rules.describe(),
                    "clock_alignment": alignment.as_dict()},
         "window_s": window_s,
         "windows": windows_as_records(windows) if windows else [],
@@ -295,10 +296,10 @@ def run_warnings(run: Run, analysis: dict, windows, rules: SpikeRules, detection
     sample_rate = trace_sample_rate(run.manifest)
     if len(run.spans) == 0:
         warnings.append({"code": "no_spans", "message": "no spans were recorded: no stage decomposition"})
-    elif stages["joined_fraction"] < MIN_JOINED_FRACTION * sample_rate:
+    elif stages["joined_fraction"] < MIN_JOINED_FRACTION * stages["traced_fraction"]:
         warnings.append({"code": "partial_join", "message": (
             f"only {stages['joined_fraction']:.1%} of successful requests joined a server span"
-            + (f" (a {sample_rate:g} share was sent for tracing)" if sample_rate < 1.0 else "")
+            + (f" ({stages['traced_fraction']:.1%} were sent for tracing)" if sample_rate < 1.0 else "")
             + "; stage statistics cover the joined ones")})
     if windows is not None and detection is None:
         warnings.append({"code": "no_spike_detection", "message": (

@@ -53,13 +53,15 @@ def trace_sample_rate(manifest: dict) -> float:
 def span_warnings(receiver: dict, stages: dict, summary: dict, sample_rate: float = 1.0) -> list[dict]:
     """Why requests lack spans, when the receiver shed or rejected some.
 
-    The share is of the requests sent for tracing (``sample_rate`` of them).
+    The share is of the requests sent for tracing (``stages.traced_fraction`` of the successful
+    ones; ``sample_rate`` of them when an older analysis lacks it).
     """
     shed = int(receiver.get("spans_dropped") or 0)
     rejected = receiver.get("rejected") or {}
     malformed = int(rejected.get("malformed") or 0) + int(rejected.get("oversized") or 0)
     joined = stages.get("joined_fraction")
-    traced = joined / sample_rate if joined is not None and sample_rate > 0 else joined
+    sent = stages.get("traced_fraction", sample_rate)
+    traced = joined / sent if joined is not None and sent > 0 else joined
     missing = max(0.0, 1.0 - traced) if traced is not None and summary["completed"] else 0.0
     reasons = []
     if shed:
@@ -77,10 +79,11 @@ def sampling_warnings(sample_rate: float, stages: dict) -> list[dict]:
     if sample_rate >= 1.0:
         return []
     joined = stages.get("joined_fraction") or 0.0
+    sent = stages.get("traced_fraction", sample_rate)
     return [{"code": "traces_sampled", "message": (
         f"head sampling: the load generator set the traceparent's sampled flag on a {sample_rate:g} share "
-        f"of requests (trace_sample_rate); {joined:.1%} of requests have spans, and the stage statistics, "
-        "queue depths and clock alignment come from them")}]
+        f"of requests (trace_sample_rate; {sent:.1%} of the successful ones); {joined:.1%} of requests "
+        "have spans, and the stage statistics, queue depths and clock alignment come from them")}]
 
 
 def retention_warnings(retention: dict) -> list[dict]:

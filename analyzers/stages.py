@@ -29,14 +29,14 @@ import pyarrow.compute as pc
 
 from .percentiles import nearest_rank, order_statistics
 from .records import NS_PER_MS, RequestArrays, int_column, take_rows
-from .trace_join import distinct_positions, trace_positions
+from .trace_join import distinct_positions, sampled_mask, trace_positions
 from .span_match import (SPAN_KIND_SERVER, UNMAPPED, ServerSpans, assign_span_stages, event_stage_ms,
                          server_span_rows)
 from .stage_rules import PRESETS, REFERENCE_SPAN_NAMES, StageRules, rules_from_stage_map
 
 __all__ = ["DEFAULT_STAGE_MAP", "DERIVED_STAGES", "SPAN_KIND_SERVER", "SpanJoin", "StageMatrix", "join_positions",
            "join_spans", "request_of_span",
-           "stage_matrix", "stage_name_map", "summarize_stages"]
+           "stage_matrix", "stage_name_map", "summarize_stages", "traced_requests"]
 
 #: Default stage mapping: span name → stage (the ``reference`` preset, docs/architecture.md).
 DEFAULT_STAGE_MAP: Mapping[str, str] = dict(REFERENCE_SPAN_NAMES)
@@ -221,11 +221,24 @@ def stage_stats(values_ms: np.ndarray) -> dict:
     }
 
 
-def summarize_stages(matrix: StageMatrix) -> dict:
-    """The ``stages`` section: joined fraction, joined count, per-stage statistics."""
+def traced_requests(req: RequestArrays, join: SpanJoin, sample_rate: float) -> int:
+    """How many successful requests were sent for tracing: those with a trace id that the
+    head-sampling rule at ``sample_rate`` puts in the sample (their traceparent's sampled flag
+    was set, :func:`tailscope.loadgen.tracecontext.new_traceparent`). At rate 1 every
+    successful request (one without a trace id is then a gap in the tracing)."""
+    if sample_rate >= 1.0:
+        return int(np.count_nonzero(req.is_ok))
+    return int(sampled_mask(take_rows(req.trace_ids, join.ok_index), sample_rate).sum())
+
+
+def summarize_stages(matrix: StageMatrix, traced: int | None = None) -> dict:
+    """The ``stages`` section: joined fraction, joined count, the share sent for tracing
+    (``traced``: :func:`traced_requests`; None: every successful request), per-stage statistics."""
     joined = len(matrix.request_index)
+    ok = matrix.ok_requests
     return {
-        "joined_fraction": joined / matrix.ok_requests if matrix.ok_requests else 0.0,
+        "joined_fraction": joined / ok if ok else 0.0,
+        "traced_fraction": (ok if traced is None else traced) / ok if ok else 0.0,
         "joined_requests": joined,
         "by_stage": {stage: stage_stats(matrix.ms[:, j]) for j, stage in enumerate(matrix.stages)},
         "unmapped_span_names": matrix.unmapped,

@@ -17,11 +17,17 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from tailscope.rundir.retention import sample_threshold, trace_sampled
+
 #: Characters of a W3C trace id (16 bytes as lowercase hex).
 ID_CHARS = 32
 _WORDS = ID_CHARS // 8
 #: Odd multipliers (from splitmix64) mixing the words of an id into its key.
 _MIX = (np.uint64(0x9E3779B97F4A7C15), np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB))
+#: Value of each byte as a hex digit; 255 for a byte that is not one.
+_HEX_DIGIT = np.full(256, 255, np.uint8)
+for _digits in ("0123456789", "abcdef", "ABCDEF"):
+    _HEX_DIGIT[np.frombuffer(_digits.encode(), np.uint8)] = np.arange(len(_digits)) + (0 if _digits[0] == "0" else 10)
 #: Spans verified per block (bounds the temporaries of the verification to ~100 MB).
 _BLOCK = 1 << 21
 
@@ -122,3 +128,33 @@ def _confirm(position: np.ndarray, value_words: list[np.ndarray], set_words: np.
                 same &= block[hit, word] == set_words[candidate, word]
             pos[hit[~same]] = -1
         start += len(words)
+
+
+def sampled_mask(ids: pa.ChunkedArray | pa.Array, rate: float) -> np.ndarray:
+    """For each trace id, whether it is in the head-sampling / retention sample at ``rate``
+    (:func:`tailscope.rundir.retention.trace_sampled`, column-wise: the low 16 hex digits of
+    each id read from a zero-copy view, O(n) integer operations). A null or malformed id is
+    not sampled below rate 1."""
+    if rate >= 1.0:
+        return np.ones(len(ids), dtype=bool)
+    out = []
+    for chunk in (ids.chunks if isinstance(ids, pa.ChunkedArray) else [ids]):
+        words = _chunk_words(chunk)
+        if words is None:  # nulls or ids of another length: the rule one id at a time
+            out.append(np.fromiter((trace_sampled(t, rate) for t in chunk.to_pylist()), bool, len(chunk)))
+        else:
+            out.append(_sampled_words(words, rate))
+    return np.concatenate(out) if out else np.zeros(0, dtype=bool)
+
+
+def _sampled_words(words: np.ndarray, rate: float) -> np.ndarray:
+    """:func:`sampled_mask` of one chunk's (n, 4) id words."""
+    threshold = np.uint64(sample_threshold(max(rate, 0.0)))
+    sampled = np.zeros(len(words), dtype=bool)
+    for lo in range(0, len(words), _BLOCK):
+        digits = _HEX_DIGIT[words[lo:lo + _BLOCK].view(np.uint8)[:, ID_CHARS // 2:]]
+        low = np.zeros(len(digits), np.uint64)
+        for column in range(digits.shape[1]):
+            low = (low << np.uint64(4)) | digits[:, column].astype(np.uint64)
+        sampled[lo:lo + len(digits)] = (low < threshold) & np.all(digits < 16, axis=1)
+    return sampled

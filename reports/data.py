@@ -68,7 +68,9 @@ def class_rows(classes: dict) -> list[dict]:
 def stage_data(stages: dict) -> dict:
     return {
         "joined": f"{fmt_share(stages['joined_fraction'])} of successful requests "
-                  f"({fmt_count(stages['joined_requests'])}) joined a server span",
+                  f"({fmt_count(stages['joined_requests'])}) joined a server span"
+                  + (f" ({fmt_share(stages['traced_fraction'])} were sent for tracing)"
+                     if stages.get("traced_fraction", 1.0) < 1.0 else ""),
         "rows": [{"stage": name, "p50": fmt_ms(s["p50_ms"]), "p99": fmt_ms(s["p99_ms"]),
                   "mean": fmt_ms(s["mean_ms"]), "count": fmt_count(s["count"])}
                  for name, s in stages["by_stage"].items()],

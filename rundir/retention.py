@@ -36,6 +36,11 @@ from . import schema as fmt
 _LOW64 = (1 << 64) - 1
 
 
+def sample_threshold(rate: float) -> int:
+    """The bound below which a trace id's low 64 bits are in the ``rate`` sample (see module doc)."""
+    return int(rate * (_LOW64 + 1))
+
+
 def trace_sampled(trace_id: str | None, rate: float) -> bool:
     """True when ``trace_id`` (32 hex digits) is in the ``rate`` sample (see module doc)."""
     if rate >= 1.0:
@@ -46,7 +51,7 @@ def trace_sampled(trace_id: str | None, rate: float) -> bool:
         low = int(trace_id[-16:], 16)
     except ValueError:
         return False
-    return low < int(rate * (_LOW64 + 1))
+    return low < sample_threshold(rate)
 
 
 @dataclass

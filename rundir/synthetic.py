@@ -57,6 +57,7 @@ import pyarrow.compute as pc
 
 from . import schema as fmt
 from .manifest import RunWriter, write_json_atomic
+from .retention import trace_sampled
 
 #: 2026-01-01T00:00:00Z in epoch ns: synthetic runs are reproducible to the ns.
 SYNTHETIC_START_NS = 1_767_225_600 * 1_000_000_000
@@ -201,7 +202,8 @@ def write_synthetic_run(path, *, duration_s: float = 60, rate: float = 50, seed:
                         lateness_ms: float = 0.05, name: str = "synthetic", status: str = "complete",
                         stage_spans: Sequence[str] = tuple(n for n, _ in STAGE_SPANS),
                         signal_rate_hz: float = 2.0, gpu: bool = False, rss_growth_bytes_per_s: float = 0.0,
-                        latency_drift_per_s: float = 0.0, timeouts: int = 0, timeout_s: float = 10.0) -> dict:
+                        latency_drift_per_s: float = 0.0, timeouts: int = 0, timeout_s: float = 10.0,
+                        trace_sample_rate: float = 1.0) -> dict:
     """Write a seeded synthetic run to ``path``; return its ground truth.
 
     ``span_loss`` drops the whole trace of that share of requests (receiver
@@ -210,7 +212,9 @@ def write_synthetic_run(path, *, duration_s: float = 60, rate: float = 50, seed:
     GPU series (always added when a ``gpu`` spike is injected);
     ``rss_growth_bytes_per_s`` makes the target's RSS leak;
     ``latency_drift_per_s`` multiplies every stage by ``1 + drift·t``;
-    ``timeouts`` requests (at random) time out after ``timeout_s``.
+    ``timeouts`` requests (at random) time out after ``timeout_s``;
+    ``trace_sample_rate`` < 1 head-samples: only the traces the rule of
+    :func:`~.retention.trace_sampled` picks have spans (the manifest records the rate).
     Ground truth: ``{"path", "start_ns", "end_ns", "requests", "errors",
     "spans", "spikes": [{"kind", "fault", "expected_cause", "stage", "start_ns",
     "end_ns", "extra_ms", "requests_affected"}]}``.
@@ -284,7 +288,8 @@ def write_synthetic_run(path, *, duration_s: float = 60, rate: float = 50, seed:
     manifest = {
         "name": name, "start_ns": start_ns, "target": "http://127.0.0.1:8000", "seed": seed,
         "synthetic": True,
-        "options": {"duration_s": duration_s, "timeout_s": timeout_s, "signal_rate_hz": signal_rate_hz},
+        "options": {"duration_s": duration_s, "timeout_s": timeout_s, "signal_rate_hz": signal_rate_hz,
+                    "trace_sample_rate": trace_sample_rate},
         "scenario": {
             "name": name, "duration_s": duration_s,
             "arrival": {"process": "poisson", "rate": rate},
@@ -323,6 +328,8 @@ def write_synthetic_run(path, *, duration_s: float = 60, rate: float = 50, seed:
         spans_written = 0
         if with_spans:
             kept = rng.random(n) >= span_loss
+            if trace_sample_rate < 1.0:
+                kept &= np.array([trace_sampled(t, trace_sample_rate) for t in trace_ids.to_pylist()], dtype=bool)
             spans_written = _write_spans(path, rng, kept, is_error, trace_ids, server_start, server_end, bounds,
                                          queue_depth, tuple(stage_spans))
             _write_gc_events(path, rng, start_ns, duration_s, gc_pause_sets)

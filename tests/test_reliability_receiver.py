@@ -68,6 +68,10 @@ def test_the_report_names_the_share_of_requests_without_spans_and_why():
     assert span_warnings({"spans_dropped": 0}, {"joined_fraction": 1.0}, {"completed": 10}) == []
     sampled = span_warnings({"spans_dropped": 7}, {"joined_fraction": 0.45}, {"completed": 1000}, sample_rate=0.5)
     assert sampled[0]["message"].startswith("10.0% of the requests sent for tracing lack spans: the receiver shed 7")
+    realized = span_warnings({"spans_dropped": 7}, {"joined_fraction": 0.45, "traced_fraction": 0.46},
+                             {"completed": 1000}, sample_rate=0.5)
+    assert realized[0]["message"].startswith("2.2% of the requests sent for tracing lack spans"), \
+        "the share is of the requests actually sent sampled, not of the nominal rate"
 
 
 bodies = st.one_of(st.binary(max_size=300), st.builds(lambda name: trace_request([span(name)]),

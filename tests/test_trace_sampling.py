@@ -47,7 +47,11 @@ def test_a_head_sampled_run_traces_only_the_sampled_share(tmp_path):
     assert requests > 300
     assert 0.18 < len(server_traces) / requests < 0.42
     assert abs(analysis["stages"]["joined_fraction"] - len(server_traces) / requests) < 0.05
+    stages = analysis["stages"]
+    assert 0.18 < stages["traced_fraction"] < 0.42, "the drawn share sent with the sampled flag"
     codes = {w["code"] for w in analysis["warnings"]}
-    assert "traces_sampled" in codes and "partial_join" not in codes
+    assert "traces_sampled" in codes and "partial_join" not in codes, (
+        f"joined {stages['joined_fraction']:.3f} of {stages['traced_fraction']:.3f} sent for tracing; "
+        f"warnings {analysis['warnings']}")
     with open(os.path.join(run_dir, "report.html"), encoding="utf-8") as fh:
         assert "head sampling" in fh.read()
