@@ -22,30 +22,30 @@ import pyarrow.compute as pc
 
 from tailscope.rundir import Run, load_run, release_pages
 
-from .causes import DetectorRegistry
-from .generator import generator_section
-from .goodput import goodput_summary
-from .load_checks import abort_verdict, limited_windows_text, load_warnings
-from .streaming import read_chunks, stream_times, streaming_section
-from .distribution import latency_distribution
-from .outages import find_outages
-from .percentiles import min_samples_for_claim
-from .queues import queue_points
-from .retained import retained_view
-from .run_health import run_health_warnings, trace_sample_rate
-from .records import NS_PER_MS, NS_PER_S, RequestArrays, int_column, request_arrays
-from .signal_panels import signals_section
-from .slo import evaluate, parse_slo
-from .slow_points import slow_request_points
-from .patterns import analyze_patterns, pattern_warnings
-from .signal_index import SignalIndex
-from .spikes import SpikeRules, detect, detection_facts, find_spikes
-from .clock import align_clocks, clock_warnings
-from .stage_rules import rules_for_scenario
-from .stages import join_spans, stage_matrix, stage_name_map, summarize_stages, traced_requests
-from .soak import record_period_counts, soak_section
-from .summary import load_period_ns, summarize, summarize_classes
-from .windows import window_table, windows_as_records
+from tailscope.analyzers.causes.protocol import DetectorRegistry
+from tailscope.analyzers.health.generator import generator_section
+from tailscope.analyzers.stats.goodput import goodput_summary
+from tailscope.analyzers.health.load_checks import abort_verdict, limited_windows_text, load_warnings
+from tailscope.analyzers.stats.streaming import read_chunks, stream_times, streaming_section
+from tailscope.analyzers.stats.distribution import latency_distribution
+from tailscope.analyzers.health.outages import find_outages
+from tailscope.analyzers.stats.percentiles import min_samples_for_claim
+from tailscope.analyzers.inputs.queues import queue_points
+from tailscope.analyzers.inputs.retained import retained_view
+from tailscope.analyzers.health.run_health import run_health_warnings, trace_sample_rate
+from tailscope.analyzers.inputs.records import NS_PER_MS, NS_PER_S, RequestArrays, int_column, request_arrays
+from tailscope.analyzers.inputs.signal_panels import signals_section
+from tailscope.analyzers.stats.slo import evaluate, parse_slo
+from tailscope.analyzers.stats.slow_points import slow_request_points
+from tailscope.analyzers.patterns.trends import analyze_patterns, pattern_warnings
+from tailscope.analyzers.inputs.signal_index import SignalIndex
+from tailscope.analyzers.spikes.detection import SpikeRules, detect, detection_facts, find_spikes
+from tailscope.analyzers.stages.clock_alignment import align_clocks, clock_warnings
+from tailscope.analyzers.stages.rules import rules_for_scenario
+from tailscope.analyzers.stages.decomposition import join_spans, stage_matrix, stage_name_map, summarize_stages, traced_requests
+from tailscope.analyzers.patterns.soak import record_period_counts, soak_section
+from tailscope.analyzers.stats.summary import load_period_ns, summarize, summarize_classes
+from tailscope.analyzers.stats.windows import window_table, windows_as_records
 
 #: Version of the analysis dict (analysis.schema.json); bumped when a field changes meaning.
 ANALYSIS_FORMAT_VERSION = "1.0"

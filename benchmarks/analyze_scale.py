@@ -70,7 +70,7 @@ def main() -> int:
     parser.add_argument("--sizes", default="1,3,10", help="millions of requests, comma-separated")
     parser.add_argument("--keep", default=None, help="keep the generated runs in this folder")
     args = parser.parse_args()
-    from tailscope.rundir.synthetic import write_synthetic_run
+    from tailscope.testing.synthetic import write_synthetic_run
 
     root = args.keep or tempfile.mkdtemp(prefix="tailscope-scale-")
     print(f"{'requests':>10} {'spans':>11} {'signals':>9} {'write s':>8} {'load s':>7} {'sort s':>7} "

@@ -2,8 +2,8 @@
 
 Re-analyses every run directory of a lab output folder twice — with the
 registered detectors (``method="detectors"``) and with the BARO-style ranker
-(``method="baro"``, analyzers/baro.py) — and scores both with the lab's own
-scoring (tailscope.lab_scoring: AC@1, AC@3, detection rate per fault kind,
+(``method="baro"``, analyzers/causes/baro.py) — and scores both with the lab's own
+scoring (tailscope.lab.scoring: AC@1, AC@3, detection rate per fault kind,
 false alarms on control runs). Spike detection is the same for both, so the
 table compares attribution only. The baseline column is the reference
 measured in the same run.
@@ -18,7 +18,7 @@ import os
 import sys
 
 from tailscope.analyzers.analysis import analyze_run
-from tailscope.lab_scoring import aggregate, score_control_run, score_fault_run
+from tailscope.lab.scoring import aggregate, score_control_run, score_fault_run
 
 
 def score_all(lab_dir: str, method: str) -> dict:

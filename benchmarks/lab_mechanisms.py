@@ -20,8 +20,8 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import numpy as np  # noqa: E402
 
-from tailscope.target.gc_pressure import GcPressure  # noqa: E402
-from tailscope.target.generation import DecoderModel  # noqa: E402
+from tailscope.targets.reference.gc_pressure import GcPressure  # noqa: E402
+from tailscope.targets.reference.generation import DecoderModel  # noqa: E402
 
 DIM = 128
 STEPS = 200

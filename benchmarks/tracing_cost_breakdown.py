@@ -52,13 +52,13 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcess
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from tailscope.loadgen.tracecontext import new_traceparent
-from tailscope.target.batcher import Batch, PendingRequest
-from tailscope.target.pipeline import TracedBatchRunner
+from tailscope.targets.reference.batcher import Batch, PendingRequest
+from tailscope.targets.reference.pipeline import TracedBatchRunner
 from tailscope.tracing import kit
-from tailscope.tracing.kit_http import TRACE_CONTEXT_SCOPE_KEY, TraceContextMiddleware
-from tailscope.tracing.lean import LeanTracerProvider
-from tailscope.tracing.lean_export import BatchExporter
-from tailscope.tracing.otlp_encode import SpanEncoder
+from tailscope.tracing.kit.http_server import TRACE_CONTEXT_SCOPE_KEY, TraceContextMiddleware
+from tailscope.tracing.kit.lean import LeanTracerProvider
+from tailscope.tracing.kit.lean_export import BatchExporter
+from tailscope.tracing.kit.otlp_encode import SpanEncoder
 
 BATCH = 8
 RESOURCE = {"service.name": "breakdown", "process.pid": os.getpid()}

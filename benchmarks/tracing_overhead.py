@@ -154,7 +154,7 @@ def start_target(mode: str, receiver_port: int, model_dim: int, cpu: int) -> tup
     env = {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{receiver_port}",
            "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf", "OPENBLAS_NUM_THREADS": "1",
            "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TAILSCOPE_TRACING_ENGINE": engine or "lean"}
-    argv = [sys.executable, "-m", "tailscope.target", "--host", "127.0.0.1", "--port", "0",
+    argv = [sys.executable, "-m", "tailscope.targets.reference", "--host", "127.0.0.1", "--port", "0",
             "--model-dim", str(model_dim), "--tracing" if tracing else "--no-tracing"]
     return start_child(argv, cpu, env)
 
@@ -200,7 +200,7 @@ def part1(args, model_dim: int, cpus, workdir: str) -> dict:
     the machine's drift (±15 % over seconds on a shared VM) hits every mode alike. Per
     round, each traced mode is compared with ``off`` of the same round."""
     receiver, receiver_port = start_child(
-        [sys.executable, "-m", "tailscope.tracing.receiver", "--run-dir", os.path.join(workdir, f"dim{model_dim}"),
+        [sys.executable, "-m", "tailscope.tracing.ingest.receiver", "--run-dir", os.path.join(workdir, f"dim{model_dim}"),
          "--port", "0", "--no-grpc"], cpus[1])
     targets: dict[str, tuple[subprocess.Popen, int]] = {}
     variants = mode_variants(args.modes, args.sample_rates)
@@ -304,7 +304,7 @@ def sender(port: int, seconds: float, cpu: int) -> None:
 
 def part2(args, cpus, workdir: str, seconds: float) -> dict:
     run_dir = os.path.join(workdir, "ingest")
-    receiver, port = start_child([sys.executable, "-m", "tailscope.tracing.receiver", "--run-dir", run_dir,
+    receiver, port = start_child([sys.executable, "-m", "tailscope.tracing.ingest.receiver", "--run-dir", run_dir,
                                   "--port", "0", "--no-grpc", "--queue-size", "4096"], cpus[0])
     senders = []
     try:

@@ -6,7 +6,7 @@ import http.client
 import json
 from urllib.parse import urlparse
 
-from .base import FaultSetupError
+from tailscope.faults.injector import FaultSetupError
 
 TIMEOUT_S = 30.0
 

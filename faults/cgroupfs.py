@@ -22,7 +22,7 @@ import psutil
 
 from tailscope.tracing.signals.cgroup import locate_process_cgroups
 
-from .base import FaultCleanupError, FaultSetupError
+from tailscope.faults.injector import FaultCleanupError, FaultSetupError
 
 #: How long rmdir of a just-emptied cgroup is retried (the kernel frees it asynchronously).
 RMDIR_RETRY_S = 5.0

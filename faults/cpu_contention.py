@@ -24,9 +24,9 @@ import subprocess
 
 import psutil
 
-from .base import FaultCleanupError, FaultSetupError, Injector, Param
-from .cgroupfs import CgroupDir, make_child, move_process, remove_cgroup, target_cgroup
-from .processes import parse_cpu_list, start_python_module, stop_process
+from tailscope.faults.injector import FaultCleanupError, FaultSetupError, Injector, Param
+from tailscope.faults.cgroupfs import CgroupDir, make_child, move_process, remove_cgroup, target_cgroup
+from tailscope.faults.processes import parse_cpu_list, start_python_module, stop_process
 
 #: A burner stops by itself this long after the window's planned end (s).
 BURNER_SLACK_S = 30.0

@@ -12,8 +12,8 @@ target that serves the admin endpoint (the reference target), on loopback.
 
 from __future__ import annotations
 
-from . import admin_client
-from .base import Injector, Param
+from tailscope.faults import admin_client
+from tailscope.faults.injector import Injector, Param
 
 ENDPOINT = "/admin/gc_pressure"
 

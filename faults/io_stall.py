@@ -10,8 +10,8 @@ volatile write cache. Needs the reference target's admin endpoint on loopback.
 
 from __future__ import annotations
 
-from . import admin_client
-from .base import Injector, Param
+from tailscope.faults import admin_client
+from tailscope.faults.injector import Injector, Param
 
 ENDPOINT = "/admin/io_stall"
 

@@ -25,9 +25,9 @@ import errno
 import os
 import time
 
-from .base import FaultCleanupError, FaultSetupError, Injector, Param, require_root
-from .cgroupfs import CgroupDir, owns_cgroup, require_writable, target_cgroup
-from .swapfile import SwapFile, missing_tools
+from tailscope.faults.injector import FaultCleanupError, FaultSetupError, Injector, Param, require_root
+from tailscope.faults.cgroupfs import CgroupDir, owns_cgroup, require_writable, target_cgroup
+from tailscope.faults.swapfile import SwapFile, missing_tools
 
 _MB = 1024 * 1024
 #: Extra swap beyond the cgroup's usage, so the limit can always be met (MB).

@@ -15,8 +15,8 @@ import json
 import os
 import subprocess
 
-from .base import Injector, Param
-from .processes import start_python_module, stop_process
+from tailscope.faults.injector import Injector, Param
+from tailscope.faults.processes import start_python_module, stop_process
 
 
 class Overload(Injector):

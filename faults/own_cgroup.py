@@ -16,9 +16,9 @@ import argparse
 import os
 import sys
 
-from .base import FaultCleanupError, FaultSetupError
-from .cgroupfs import CgroupDir, make_child, move_process, remove_cgroup, target_cgroup
-from .processes import parse_cpu_list
+from tailscope.faults.injector import FaultCleanupError, FaultSetupError
+from tailscope.faults.cgroupfs import CgroupDir, make_child, move_process, remove_cgroup, target_cgroup
+from tailscope.faults.processes import parse_cpu_list
 
 CONTROLLERS = ("cpu", "memory")
 #: Created too when mounted as a hierarchy of its own (cgroup v1), so CPU usage is the target's.

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from .base import FaultSpec, FaultSpecError, Injector, TargetInfo, validate_params
-from .cpu_contention import CpuContention
-from .cpu_throttle import CpuThrottle
-from .gc_pressure import GcPressure
-from .io_stall import IoStall
-from .memory_swap import MemorySwap
-from .overload import Overload
+from tailscope.faults.injector import FaultSpec, FaultSpecError, Injector, TargetInfo, validate_params
+from tailscope.faults.cpu_contention import CpuContention
+from tailscope.faults.cpu_throttle import CpuThrottle
+from tailscope.faults.gc_pressure import GcPressure
+from tailscope.faults.io_stall import IoStall
+from tailscope.faults.memory_swap import MemorySwap
+from tailscope.faults.overload import Overload
 
 #: Every fault kind tailscope ships, by name.
 INJECTORS: dict[str, type[Injector]] = {
@@ -42,7 +42,7 @@ def build_spec(kind: str, at_s: float, duration_s: float, params: dict[str, Any]
 
 def parse_fault_option(text: str) -> FaultSpec:
     """``"cpu_throttle:at=10s,duration=5s,cpus=0.3"`` → FaultSpec. Raises FaultSpecError."""
-    from tailscope.scenario import parse_duration_s
+    from tailscope.scenario_model.scenario import parse_duration_s
 
     kind, _, rest = text.partition(":")
     values: dict[str, str] = {}

@@ -22,7 +22,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from .base import FaultError, Injector
+from tailscope.faults.injector import FaultError, Injector
 
 Record = Callable[[str, int, int, str, dict], None]
 

@@ -1,6 +1,6 @@
 """The scenario section ``faults:`` — a list of ``{kind, at, duration, params}``.
 
-Registered in :mod:`tailscope.scenario_sections`; errors name the file, the
+Registered in :mod:`tailscope.scenario_model.sections`; errors name the file, the
 line and the field like every scenario error::
 
     scenarios/lab.yaml:12: faults[0].params.cpus: must be >= 0.01, got 0
@@ -10,14 +10,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from .base import FaultSpec, FaultSpecError
-from .registry import build_spec
+from tailscope.faults.injector import FaultSpec, FaultSpecError
+from tailscope.faults.registry import build_spec
 
 ENTRY_FIELDS = {"kind", "at", "duration", "params"}
 
 
 def parse_faults_section(value: Any, path: tuple, reader: Any) -> list[FaultSpec]:
-    """Validate the ``faults`` list with ``reader`` (a tailscope.scenario.FieldReader)."""
+    """Validate the ``faults`` list with ``reader`` (a tailscope.scenario_model.scenario.FieldReader)."""
     if value is None:
         return []
     if not isinstance(value, list):

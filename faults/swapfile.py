@@ -14,7 +14,7 @@ import os
 import shutil
 import subprocess
 
-from .base import FaultCleanupError, FaultSetupError
+from tailscope.faults.injector import FaultCleanupError, FaultSetupError
 
 TOOLS = ("dd", "mkswap", "swapon", "swapoff")
 SWAPOFF_TIMEOUT_S = 300.0

@@ -36,7 +36,7 @@ from typing import Iterator
 
 import numpy as np
 
-from .spec import ArrivalSpec, RateProfile
+from tailscope.loadgen.spec import ArrivalSpec, RateProfile
 
 #: Offsets per yielded chunk.
 CHUNK_SIZE = 4096

@@ -42,7 +42,7 @@ import pyarrow as pa
 
 from tailscope.rundir.schema import CHUNKS_SCHEMA, EVENTS_SCHEMA, REQUESTS_SCHEMA, SIGNALS_SCHEMA
 
-from .recorder import LATE_THRESHOLD_NS, LIVE_WINDOW_S, LiveStats, WindowedStats
+from tailscope.loadgen.recorder import LATE_THRESHOLD_NS, LIVE_WINDOW_S, LiveStats, WindowedStats
 
 #: Master → worker: this worker's share of the schedule (:class:`ScheduleShare`).
 MESSAGE_SHARE = "tailscope_share"
@@ -134,8 +134,12 @@ class ColumnBuffer:
         self.appended = 0
 
     def append(self, *values) -> None:
+        """One row in ``names`` order; trailing columns left out are null."""
         for column, value in zip(self._columns, values):
             column.append(value)
+        if len(values) < len(self._columns):
+            for column in self._columns[len(values):]:
+                column.append(None)
         self.appended += 1
 
     def pending(self) -> int:

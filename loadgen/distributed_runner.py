@@ -4,7 +4,7 @@ Imports Locust (gevent monkey-patching): import it only in the conductor.
 
 :func:`run_distributed_load` starts a Locust ``MasterRunner`` on a free
 loopback port, starts N worker processes (``python -m
-tailscope.loadgen.worker``; each loads the same scenario file), waits until
+tailscope.conductor.locust_worker``; each loads the same scenario file), waits until
 they are connected, starts the test, and merges every worker's rows into
 ``sink`` — and its streamed chunks and self-check rows into ``chunks``,
 ``events`` and ``signals`` (:class:`~.locust_roles.MasterRole`). It returns when every worker
@@ -14,7 +14,7 @@ processes are stopped by PID in every case (SIGTERM, then SIGKILL).
 
 from __future__ import annotations
 
-from .locust_roles import MasterRole  # noqa: I001  (imports Locust: gevent first)
+from tailscope.loadgen.locust_roles import MasterRole  # noqa: I001  (imports Locust: gevent first)
 
 import os
 import subprocess
@@ -25,10 +25,10 @@ from typing import Callable, Sequence
 import gevent
 from locust.env import Environment
 
-from .process_load import ScheduleHolder
-from .runner import LoadError, LoadResult, Progress, StopFlag
-from .spec import LoadPlan
-from .users import DRAIN_GRACE_S
+from tailscope.loadgen.process_load import ScheduleHolder
+from tailscope.loadgen.runner import LoadError, LoadResult, Progress, StopFlag
+from tailscope.loadgen.spec import LoadPlan
+from tailscope.loadgen.users import DRAIN_GRACE_S
 
 #: Longest wait for the workers to connect to the master, s.
 CONNECT_TIMEOUT_S = 30.0
@@ -46,7 +46,7 @@ class TailscopeSchedule(ScheduleHolder):
 
 def worker_command(master_port: int, scenario_path: str, plan: LoadPlan) -> list[str]:
     """argv of one worker process for ``plan`` (loaded from ``scenario_path``)."""
-    return [sys.executable, "-m", "tailscope.loadgen.worker", "--master-port", str(master_port),
+    return [sys.executable, "-m", "tailscope.conductor.locust_worker", "--master-port", str(master_port),
             "--scenario", scenario_path, "--target", plan.target, "--duration", repr(plan.duration_s),
             "--rate", repr(plan.arrival.rate)]
 

@@ -43,10 +43,10 @@ import gevent.socket
 from geventhttpclient.response import HTTPConnectionClosed, HTTPParseError, HTTPSocketPoolResponse
 from geventhttpclient.url import URL
 
-from .clock import RunClock
-from .mix import PreparedRequest
-from .recorder import Recorder
-from .streams import ChunkTimer
+from tailscope.loadgen.clock import RunClock
+from tailscope.loadgen.mix import PreparedRequest
+from tailscope.loadgen.recorder import Recorder
+from tailscope.loadgen.streams import ChunkTimer
 
 _REFUSED_ERRNOS = frozenset({errno.ECONNREFUSED})
 #: Send errors after which the server may still have answered (it rejected the

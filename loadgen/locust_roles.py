@@ -23,7 +23,7 @@ the caller's ``open_run`` (:class:`RunHandle`).
 
 from __future__ import annotations
 
-from .process_load import ProcessLoad  # noqa: I001  (imports Locust: gevent first)
+from tailscope.loadgen.process_load import ProcessLoad  # noqa: I001  (imports Locust: gevent first)
 
 import dataclasses
 import logging
@@ -34,7 +34,7 @@ import gevent
 import gevent.event
 from locust.runners import LocalRunner, MasterRunner, WorkerRunner
 
-from .distributed import (
+from tailscope.loadgen.distributed import (
     BATCH_INTERVAL_S,
     MESSAGE_DONE,
     MESSAGE_RECORDS,
@@ -47,8 +47,8 @@ from .distributed import (
     WorkerTotals,
     merged_load_summary,
 )
-from .spec import LoadPlan
-from .users import DRAIN_GRACE_S
+from tailscope.loadgen.spec import LoadPlan
+from tailscope.loadgen.users import DRAIN_GRACE_S
 
 #: Master → workers: stop starting requests, drain, send your final report.
 MESSAGE_HALT = "tailscope_halt"

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .payloads import PayloadMaker
-from .spec import RequestClass
-from .tracecontext import TRACEPARENT_HEADER, new_traceparent
+from tailscope.loadgen.payloads import PayloadMaker
+from tailscope.loadgen.spec import RequestClass
+from tailscope.loadgen.tracecontext import TRACEPARENT_HEADER, new_traceparent
 
 
 @dataclass

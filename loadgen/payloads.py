@@ -17,8 +17,8 @@ import json
 
 import numpy as np
 
-from .spec import PayloadSpec, SizeSpec
-from .templates import TemplateMaker
+from tailscope.loadgen.spec import PayloadSpec, SizeSpec
+from tailscope.loadgen.templates import TemplateMaker
 
 #: Sizes drawn per call into the generator.
 SIZE_BATCH = 1024

@@ -12,19 +12,19 @@ that stands for it in Locust's user count; it sends nothing.
 
 from __future__ import annotations
 
-from .users import DRAIN_GRACE_S, LoadSession, run_open_loop  # noqa: I001  (imports Locust: gevent first)
+from tailscope.loadgen.users import DRAIN_GRACE_S, LoadSession, run_open_loop  # noqa: I001  (imports Locust: gevent first)
 
 import gevent
 import gevent.event
 from locust import User, constant, task
 from locust.contrib.fasthttp import FastHttpSession
 
-from .distributed import ScheduleShare, WorkerTotals, share_seed, take_share
-from .exchange import Exchanger
-from .mix import RequestMix
-from .recorder import Recorder
-from .selfcheck import GeneratorMonitor
-from .spec import LoadPlan
+from tailscope.loadgen.distributed import ScheduleShare, WorkerTotals, share_seed, take_share
+from tailscope.loadgen.exchange import Exchanger
+from tailscope.loadgen.mix import RequestMix
+from tailscope.loadgen.recorder import Recorder
+from tailscope.loadgen.selfcheck import GeneratorMonitor
+from tailscope.loadgen.spec import LoadPlan
 
 #: How often the generator's self-check is polled (GC events drained, gauges once a second), s.
 MONITOR_TICK_S = 0.1
@@ -79,7 +79,7 @@ class ProcessLoad:
     :attr:`done` is set.
 
     Open-loop arrival processes only: a closed loop is Locust's own model
-    (use :class:`tailscope.loadgen.locust_native.RecordingUser`).
+    (use :class:`tailscope.conductor.locust_plugin.RecordingUser`).
     """
 
     def __init__(self, plan: LoadPlan, sink, request_event, share: ScheduleShare | None = None, *,

@@ -9,7 +9,7 @@ writes through it unchanged. For each request it
 2. without a retention policy, writes its record to ``requests.arrow``;
 3. with a :class:`~.retention.RetentionPolicy`, writes the record at once when
    it is an error (``keep_errors``), when its trace is in the sample
-   (:func:`tailscope.rundir.retention.trace_sampled`) or when its scheduled time
+   (:func:`tailscope.rundir.retention_policy.trace_sampled`) or when its scheduled time
    is inside a keep interval; otherwise holds it in a ring for
    ``hold_s = full_records_around_spikes + client timeout + 2 windows``.
    When a window settles as a spike (:class:`~.window_stats.SpikeWatch`), the
@@ -30,12 +30,12 @@ from __future__ import annotations
 import time
 from collections import deque
 
-from tailscope.rundir.retention import RetentionState, save_retention, trace_sampled
+from tailscope.rundir.retention_policy import RetentionState, save_retention, trace_sampled
 from tailscope.rundir.schema import REQUESTS_SCHEMA
 
-from .disk_budget import DiskBudget
-from .retention import RetentionPolicy
-from .window_stats import SpikeWatch, WindowAggregator
+from tailscope.loadgen.disk_budget import DiskBudget
+from tailscope.loadgen.retention_section import RetentionPolicy
+from tailscope.loadgen.window_stats import SpikeWatch, WindowAggregator
 
 #: How often window increments are appended (seconds of request end time).
 EMIT_INTERVAL_S = 1.0

@@ -21,7 +21,7 @@ GC pauses are recorded by :class:`~.selfcheck.GeneratorMonitor`.
 
 from __future__ import annotations
 
-from .users import LoadSession, bind_user_class  # noqa: I001  (imports Locust: gevent first)
+from tailscope.loadgen.users import LoadSession, bind_user_class  # noqa: I001  (imports Locust: gevent first)
 
 import gc
 from dataclasses import dataclass, field
@@ -29,12 +29,12 @@ from typing import Callable, Protocol
 
 from locust.env import Environment
 
-from .locust_stats_trim import trimming
-from .mix import RequestMix
-from .recorder import LIVE_WINDOW_S, LiveStats, Recorder
-from .selfcheck import GeneratorMonitor
-from .spec import LoadPlan
-from .users import DRAIN_GRACE_S
+from tailscope.loadgen.locust_stats_trim import trimming
+from tailscope.loadgen.mix import RequestMix
+from tailscope.loadgen.recorder import LIVE_WINDOW_S, LiveStats, Recorder
+from tailscope.loadgen.selfcheck import GeneratorMonitor
+from tailscope.loadgen.spec import LoadPlan
+from tailscope.loadgen.users import DRAIN_GRACE_S
 
 #: Longest wait for Locust to start the first user, s.
 START_TIMEOUT_S = 10.0

@@ -1,6 +1,6 @@
 """What a load test asks for: arrival process, request classes, payloads, bounds.
 
-These are plain, validated values. The scenario parser (tailscope.scenario)
+These are plain, validated values. The scenario parser (tailscope.scenario_model.scenario)
 builds them from YAML and turns a ``SpecError`` into a message naming the
 file, line and field; the load generator consumes them.
 
@@ -277,7 +277,7 @@ class PayloadSpec:
             raise SpecError("kind", f"unknown payload kind {self.kind!r}; "
                             f"expected one of {', '.join(PAYLOAD_KINDS)}")
         if self.kind == "template":
-            from .templates import TemplateError, parse_template
+            from tailscope.loadgen.templates import TemplateError, parse_template
 
             try:
                 parse_template(self.body)

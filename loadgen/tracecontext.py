@@ -8,7 +8,7 @@ the target's spans. Cost: two ``getrandbits`` calls and two string formats
 
 **Head sampling.** With a ``sample_rate`` below 1 the sampled flag (``01``)
 is set only on the traces the rule of
-:func:`tailscope.rundir.retention.trace_sampled` picks (low 64 bits of the
+:func:`tailscope.rundir.retention_policy.trace_sampled` picks (low 64 bits of the
 trace id below ``rate·2^64``, OpenTelemetry's ``TraceIdRatioBased``); the
 others carry ``00``, and a target that honours its parent's decision (the
 OTel SDK's default ``ParentBased`` sampler, the tailscope kit) records no span
@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import random
 
-from tailscope.rundir.retention import trace_sampled
+from tailscope.rundir.retention_policy import trace_sampled
 
 TRACEPARENT_HEADER = "traceparent"
 
@@ -41,7 +41,7 @@ def new_traceparent(rng: random.Random, sample_rate: float = 1.0) -> tuple[str, 
     The header is ``00-<32 hex trace id>-<16 hex span id>-<flags>`` in
     lowercase hex, flags ``01`` (sampled) for every trace when ``sample_rate``
     is 1, else for the ``sample_rate`` share picked by
-    :func:`~tailscope.rundir.retention.trace_sampled` and ``00`` for the rest;
+    :func:`~tailscope.rundir.retention_policy.trace_sampled` and ``00`` for the rest;
     the trace id is returned alone (32 lowercase hex digits) for the record.
     ``rng`` is any object with ``getrandbits`` (a :class:`random.Random`);
     use one seeded from OS entropy so that runs never share trace ids.

@@ -31,13 +31,13 @@ from locust import FastHttpUser, task
 from locust.exception import StopUser
 from locust.user.wait_time import constant
 
-from .arrivals import schedule_offsets_ns
-from .clock import RunClock
-from .exchange import Exchanger
-from .mix import RequestMix
-from .recorder import Recorder
-from .senders import SenderPool
-from .spec import LoadPlan
+from tailscope.loadgen.arrivals import schedule_offsets_ns
+from tailscope.loadgen.clock import RunClock
+from tailscope.loadgen.exchange import Exchanger
+from tailscope.loadgen.mix import RequestMix
+from tailscope.loadgen.recorder import Recorder
+from tailscope.loadgen.senders import SenderPool
+from tailscope.loadgen.spec import LoadPlan
 
 #: Extra time, beyond the client timeout, that in-flight requests get to end
 #: after the schedule is over before they are abandoned.

@@ -11,7 +11,7 @@ each spike (all optional except the times): ``p99_ms``, ``baseline_p99_ms``,
 
 from __future__ import annotations
 
-from .formatting import fmt_count, fmt_ms, fmt_number, fmt_offset, fmt_signed_ms
+from tailscope.reports.formatting import fmt_count, fmt_ms, fmt_number, fmt_offset, fmt_signed_ms
 
 MAX_CARDS = 12
 MAX_EVIDENCE_ROWS = 16

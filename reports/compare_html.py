@@ -11,9 +11,9 @@ distributions renders its tables without the charts.
 
 from __future__ import annotations
 
-from .distribution_view import distribution_charts
-from .formatting import fmt_count, fmt_ms, fmt_rate, fmt_share, fmt_signed_ms
-from .html import render_page
+from tailscope.reports.distribution_view import distribution_charts
+from tailscope.reports.formatting import fmt_count, fmt_ms, fmt_rate, fmt_share, fmt_signed_ms
+from tailscope.reports.html import render_page
 
 COMPARE_SCRIPTS = ("report_common.js", "compare.js")
 PERCENTILE_NAMES = {"p50": "P50", "p90": "P90", "p95": "P95", "p99": "P99", "p999": "P99.9", "max": "max"}

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import json
 
-from . import extras, loadgen_view, reliability_view
-from .cards import spike_cards
-from .distribution_view import distribution_charts
-from .formatting import (NS_PER_S, fmt_count, fmt_iso, fmt_ms, fmt_observed, fmt_offset, fmt_rate,  # noqa: F401
+from tailscope.reports import extras, loadgen_view, reliability_view
+from tailscope.reports.cards import spike_cards
+from tailscope.reports.distribution_view import distribution_charts
+from tailscope.reports.formatting import (NS_PER_S, fmt_count, fmt_iso, fmt_ms, fmt_observed, fmt_offset, fmt_rate,  # noqa: F401
                          fmt_share, fmt_threshold)
-from .timeline import timeline_charts
-from .tracing_view import clock_text, receiver_rows, rules_text
+from tailscope.reports.timeline import timeline_charts
+from tailscope.reports.tracing_view import clock_text, receiver_rows, rules_text
 
 PERCENTILE_LABELS = (("p50", "P50"), ("p90", "P90"), ("p95", "P95"), ("p99", "P99"), ("p999", "P99.9"))
 HEADLINE = ("p50", "p99", "p999")

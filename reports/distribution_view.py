@@ -1,6 +1,6 @@
 """The latency-distribution view: histogram and CDF per request class, on log axes.
 
-Reads ``analysis["distribution"]`` (:mod:`tailscope.analyzers.distribution`:
+Reads ``analysis["distribution"]`` (:mod:`tailscope.analyzers.stats.distribution`:
 fixed log-spaced bins shared by every run). Per class the chart gets the bin
 centres (geometric means of the edges, ms), the share of requests in each bin
 (so classes of different sizes compare) and the cumulative share at each

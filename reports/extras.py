@@ -14,7 +14,7 @@ Keys read (all optional; docs/report.md lists them for the analyzers' authors):
 
 from __future__ import annotations
 
-from .formatting import fmt_count, fmt_ms, fmt_number, fmt_rate, fmt_share
+from tailscope.reports.formatting import fmt_count, fmt_ms, fmt_number, fmt_rate, fmt_share
 
 PERCENTILES = (("p50", "P50"), ("p90", "P90"), ("p99", "P99"), ("p999", "P99.9"))
 METRIC_LABELS = {"ttft_ms": "time to first token", "itl_ms": "inter-token latency",

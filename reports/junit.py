@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 
-from .formatting import fmt_observed, fmt_threshold
+from tailscope.reports.formatting import fmt_observed, fmt_threshold
 
 SUITE_NAME = "tailscope.slo"
 COMPARE_SUITE_NAME = "tailscope.compare"

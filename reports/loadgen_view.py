@@ -6,7 +6,7 @@ Reads only the analysis dict (``generator``, ``summary.goodput``, ``verdict``,
 
 from __future__ import annotations
 
-from .formatting import fmt_count, fmt_ms, fmt_number, fmt_offset, fmt_rate, fmt_share
+from tailscope.reports.formatting import fmt_count, fmt_ms, fmt_number, fmt_offset, fmt_rate, fmt_share
 
 CAUSE_TEXT = {
     "in_flight_cap": "the in-flight cap was full",

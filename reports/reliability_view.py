@@ -7,7 +7,7 @@ nothing to show, so the template can skip it.
 
 from __future__ import annotations
 
-from .formatting import fmt_count, fmt_ms, fmt_offset, fmt_rate, fmt_share
+from tailscope.reports.formatting import fmt_count, fmt_ms, fmt_offset, fmt_rate, fmt_share
 
 MB = "MB"
 

@@ -1,6 +1,6 @@
 """The sweep report: ``sweep.json`` → a self-contained ``sweep.html``.
 
-:func:`sweep_report_data` turns the sweep dict (analyzers/sweep.py) into
+:func:`sweep_report_data` turns the sweep dict (analyzers/patterns/load_sweep.py) into
 pre-formatted strings and chart series; the template (templates/sweep.html)
 only loops over them, and templates/sweep.js draws the throughput–latency
 curve with plotly's bundled JS (embedded like the run report's; no network). Every string from the run is
@@ -9,8 +9,8 @@ escaped by jinja2 or set as text by the page's JS.
 
 from __future__ import annotations
 
-from .formatting import fmt_ms, fmt_rate, fmt_share
-from .html import render_page
+from tailscope.reports.formatting import fmt_ms, fmt_rate, fmt_share
+from tailscope.reports.html import render_page
 
 #: The sweep page's scripts (after report_common.js's helpers).
 SWEEP_SCRIPTS = ("report_common.js", "sweep.js")

@@ -13,8 +13,8 @@ else one panel per series.
 
 from __future__ import annotations
 
-from .downsample import lttb
-from .formatting import NS_PER_S
+from tailscope.reports.downsample import lttb
+from tailscope.reports.formatting import NS_PER_S
 
 MAX_LINE_POINTS = 2000
 MAX_BANDS = 300

@@ -9,11 +9,11 @@ from __future__ import annotations
 import json
 import os
 
-from .compare_html import build_comparison_data, render_comparison
-from .data import build_report_data
-from .html import render_html
-from .junit import render_comparison_junit, render_junit
-from .markdown import render_comparison_markdown, render_markdown
+from tailscope.reports.compare_html import build_comparison_data, render_comparison
+from tailscope.reports.data import build_report_data
+from tailscope.reports.html import render_html
+from tailscope.reports.junit import render_comparison_junit, render_junit
+from tailscope.reports.markdown import render_comparison_markdown, render_markdown
 
 OUTPUT_FILES = {"analysis": "analysis.json", "html": "report.html", "junit": "junit.xml", "markdown": "summary.md"}
 COMPARISON_FILES = {"comparison": "comparison.json", "html": "comparison.html", "junit": "junit-compare.xml",

@@ -5,10 +5,10 @@ tolerating a truncated last batch (:mod:`.reader`). File names and columns are
 defined once, in :mod:`.schema`, and documented in docs/run-format.md.
 """
 
-from .appender import Appender, DiskFullError, PeriodicFlusher, FLUSH_INTERVAL_S
-from .manifest import RunWriter, write_json_atomic, new_run_dir
-from .reader import Run, RunDirError, TableRead, load_run, read_json, read_stream, release_pages
-from . import schema
+from tailscope.rundir.appender import Appender, DiskFullError, PeriodicFlusher, FLUSH_INTERVAL_S
+from tailscope.rundir.manifest import RunWriter, write_json_atomic, new_run_dir
+from tailscope.rundir.reader import Run, RunDirError, TableRead, load_run, read_json, read_stream, release_pages
+from tailscope.rundir import schema
 
 __all__ = [
     "Appender",

@@ -56,13 +56,17 @@ class Appender:
         self._closed = False
 
     def append(self, *values) -> None:
-        """Append one row, values in schema order."""
+        """Append one row, values in schema order; trailing columns left out are
+        null (so a writer that predates columns added at a schema's end still fits)."""
         with self._lock:
             if self.error is not None:
                 self.rows_lost += 1
                 return
             for column, value in zip(self._columns, values):
                 column.append(value)
+            if len(values) < len(self._columns):
+                for column in self._columns[len(values):]:
+                    column.append(None)
 
     def append_row(self, row: dict) -> None:
         """Append one row given as a dict; missing columns are null."""

@@ -18,8 +18,8 @@ from datetime import datetime, timezone
 
 import psutil
 
-from . import schema as fmt
-from .appender import Appender, PeriodicFlusher
+from tailscope.rundir import schema as fmt
+from tailscope.rundir.appender import Appender, PeriodicFlusher
 
 #: Space set aside when a run starts (a ballast file, ``.reserve-<harness pid>``)
 #: and given back when it ends, so that a run stopped by a full disk can still
@@ -71,13 +71,13 @@ class RunWriter:
     """
 
     def __init__(self, path: str, manifest: dict):
-        from tailscope import __version__
+        from tailscope.support.version import tailscope_version
 
         self.path = path
         os.makedirs(path, exist_ok=True)
         self.manifest = {
             "format_version": fmt.FORMAT_VERSION,
-            "tailscope_version": __version__,
+            "tailscope_version": tailscope_version(),
             "status": "running",
             "start_ns": time.time_ns(),
             "end_ns": None,

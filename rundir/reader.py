@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-from . import schema as fmt
+from tailscope.rundir import schema as fmt
 
 
 class RunDirError(Exception):

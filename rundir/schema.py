@@ -98,7 +98,7 @@ CHUNKS = "chunks.arrow"
 #: ``stream: true``), written by the harness: the request's trace id, the
 #: chunk's index in its response (0 = first token) and when it arrived.
 #: Not part of ``SCHEMAS`` (it can be large): read it with ``read_stream``
-#: over ``table_files(run, CHUNKS)`` (tailscope.analyzers.streaming does).
+#: over ``table_files(run, CHUNKS)`` (tailscope.analyzers.stats.streaming does).
 CHUNKS_SCHEMA = pa.schema(
     [
         ("trace_id", pa.string()),

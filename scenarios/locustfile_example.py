@@ -11,7 +11,7 @@ report.html; the offered load is the scenario's arrival process (see
 docs/locust.md). Start the reference target with ``tailscope target --port 8000``.
 """
 
-from tailscope.loadgen.locust_native import OpenLoopUser
+from tailscope.conductor.locust_plugin import OpenLoopUser
 
 
 class ReferenceInference(OpenLoopUser):

@@ -18,9 +18,9 @@ def free_port() -> int:
 
 def run_tailscope(*args: str, timeout: float = 240, cwd: str | None = None,
                   env: dict | None = None) -> subprocess.CompletedProcess:
-    """Run the real `tailscope` command (python -m tailscope.cli) and capture its output."""
+    """Run the real `tailscope` command (python -m tailscope.cli.main) and capture its output."""
     return subprocess.run(
-        [sys.executable, "-m", "tailscope.cli", *args],
+        [sys.executable, "-m", "tailscope.cli.main", *args],
         capture_output=True, text=True, timeout=timeout, cwd=cwd,
         env=dict(os.environ, **(env or {})),
     )

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from tailscope.faults.base import FaultSetupError
+from tailscope.faults.injector import FaultSetupError
 from tailscope.faults.own_cgroup import create_own_cgroups, remove_own_cgroups
 
 STARTUP_TIMEOUT_S = 30.0
@@ -31,10 +31,10 @@ def cgroups_or_skip(name: str):
 
 
 class LabTarget:
-    """``python -m tailscope.target`` (no tracing) on a free loopback port, optionally in ``cgroups`` and on ``cpus``."""
+    """``python -m tailscope.targets.reference`` (no tracing) on a free loopback port, optionally in ``cgroups`` and on ``cpus``."""
 
     def __init__(self, args: list[str], cgroups=(), cpus: str | None = None) -> None:
-        target = [sys.executable, "-m", "tailscope.target", "--host", "127.0.0.1", "--port", "0",
+        target = [sys.executable, "-m", "tailscope.targets.reference", "--host", "127.0.0.1", "--port", "0",
                   "--no-tracing", *args]
         placement = [a for c in cgroups for a in ("--cgroup", c.path)] + (["--cpus", cpus] if cpus else [])
         argv = [sys.executable, "-m", "tailscope.faults.own_cgroup", *placement, "--", *target] if placement else target

@@ -11,7 +11,7 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span
 
 from tailscope.rundir import read_json, read_stream, schema
-from tailscope.tracing.receiver import OtlpReceiver
+from tailscope.tracing.ingest.receiver import OtlpReceiver
 
 TRACE_ID = bytes.fromhex("0af7651916cd43dd8448eb211c80319c")
 ROOT_ID = bytes.fromhex("b7ad6b7169203331")

@@ -62,7 +62,7 @@ class OwnedProcess:
 def start_target(port: int, receiver_port: int | None = None, extra=()) -> OwnedProcess:
     """The reference target on 127.0.0.1:``port``, exporting spans to ``receiver_port`` (or not)."""
     env = dict(TARGET_ENV)
-    args = [sys.executable, "-m", "tailscope.target", "--host", "127.0.0.1", "--port", str(port), *extra]
+    args = [sys.executable, "-m", "tailscope.targets.reference", "--host", "127.0.0.1", "--port", str(port), *extra]
     if receiver_port is None:
         args.append("--no-tracing")
     else:
@@ -103,7 +103,7 @@ signals: {{rate: 2}}
 
 def start_run(scenario: str, out_dir: str, *args: str) -> OwnedProcess:
     """`tailscope run` as a subprocess (its own receiver on a free port)."""
-    return OwnedProcess([sys.executable, "-m", "tailscope.cli", "run", scenario, "--out", str(out_dir),
+    return OwnedProcess([sys.executable, "-m", "tailscope.cli.main", "run", scenario, "--out", str(out_dir),
                          "--receiver-port", str(free_port()), "--receiver-grpc-port", "-1", *args],
                         stdout=subprocess.PIPE)
 

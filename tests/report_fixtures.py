@@ -13,10 +13,10 @@ import os
 
 import numpy as np
 
-from tailscope.analyzers.records import request_arrays
-from tailscope.analyzers.spikes import decompose
-from tailscope.analyzers.stages import DEFAULT_STAGE_MAP, stage_matrix
-from tailscope.analyzers.traces import representative_trace
+from tailscope.analyzers.inputs.records import request_arrays
+from tailscope.analyzers.spikes.detection import decompose
+from tailscope.analyzers.stages.decomposition import DEFAULT_STAGE_MAP, stage_matrix
+from tailscope.analyzers.stages.representative_trace import representative_trace
 from tailscope.rundir import Appender, load_run, schema
 
 SCRIPT_PAYLOAD = "<script>window.__pwned = 'script'</script>"

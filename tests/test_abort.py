@@ -9,10 +9,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from tailscope.abort import AbortMonitor, parse_rule
+from tailscope.conductor.abort import AbortMonitor, parse_rule
 from tailscope.loadgen.recorder import LiveStats
 from tailscope.loadgen.spec import ArrivalSpec
-from tailscope.scenario import ScenarioError, parse_scenario
+from tailscope.scenario_model.scenario import ScenarioError, parse_scenario
 
 from cli_helpers import load_analysis, only_run_dir, run_tailscope
 from test_loadgen_runner import serve  # noqa: F401  (fixture)

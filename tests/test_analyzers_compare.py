@@ -8,8 +8,8 @@ import os
 import numpy as np
 import pytest
 
-from tailscope.analyzers.compare import CompareRules, _interval, bootstrap_quantiles, compare_runs
-from tailscope.rundir.synthetic import write_synthetic_run
+from tailscope.analyzers.comparison.baseline import CompareRules, _interval, bootstrap_quantiles, compare_runs
+from tailscope.testing.synthetic import write_synthetic_run
 
 from cli_helpers import run_tailscope
 

@@ -12,14 +12,14 @@ import numpy as np
 import pytest
 
 from tailscope.analyzers.analysis import analyze_run
-from tailscope.analyzers.causes import DetectorRegistry, SpikeContext, available_inputs
-from tailscope.analyzers.detectors import CAUSE_KINDS, all_detectors, default_registry
-from tailscope.analyzers.records import request_arrays
-from tailscope.analyzers.run_inputs import RunInputs
-from tailscope.analyzers.spikes import decompose
-from tailscope.analyzers.stages import stage_matrix
+from tailscope.analyzers.causes.protocol import DetectorRegistry, SpikeContext, available_inputs
+from tailscope.analyzers.causes.registry import CAUSE_KINDS, all_detectors, default_registry
+from tailscope.analyzers.inputs.records import request_arrays
+from tailscope.analyzers.inputs.run_inputs import RunInputs
+from tailscope.analyzers.spikes.detection import decompose
+from tailscope.analyzers.stages.decomposition import stage_matrix
 from tailscope.rundir import load_run
-from tailscope.rundir.synthetic import SPIKE_KINDS, write_synthetic_run
+from tailscope.testing.synthetic import SPIKE_KINDS, write_synthetic_run
 
 FAULT_KINDS = ("gc", "throttle", "cpu", "swap", "io", "queue", "gpu", "generator")
 UNEXPLAINED_KINDS = ("network", "postprocess")

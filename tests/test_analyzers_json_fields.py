@@ -9,8 +9,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from tailscope.analyzers import json_fields
-from tailscope.analyzers.json_fields import json_number_field, json_number_fields
+from tailscope.analyzers.inputs import json_fields
+from tailscope.analyzers.inputs.json_fields import json_number_field, json_number_fields
 
 CASES = [
     '{"queue.depth": 3, "queue.capacity": 256}', "{}", "", None, '{"queue.depth": true}',

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 from tailscope.analyzers.analysis import SCHEMA_PATH, analyze_run
-from tailscope.analyzers.causes import DetectorRegistry, Finding
-from tailscope.analyzers.signals import downsample_minmax
+from tailscope.analyzers.causes.protocol import DetectorRegistry, Finding
+from tailscope.analyzers.inputs.signal_series import downsample_minmax
 from tailscope.rundir import RunWriter, load_run
-from tailscope.rundir.synthetic import write_synthetic_run
+from tailscope.testing.synthetic import write_synthetic_run
 
 SPIKES = [{"kind": "gc", "at_s": 20, "duration_s": 3, "extra_ms": 150},
           {"kind": "queue", "at_s": 40, "duration_s": 2, "extra_ms": 100}]

@@ -10,9 +10,9 @@ import numpy as np
 import pyarrow as pa
 
 from tailscope.analyzers.analysis import analyze_run
-from tailscope.analyzers.queues import queue_depth_series, queue_points
-from tailscope.analyzers.records import request_arrays
-from tailscope.analyzers.signal_panels import (
+from tailscope.analyzers.inputs.queues import queue_depth_series, queue_points
+from tailscope.analyzers.inputs.records import request_arrays
+from tailscope.analyzers.inputs.signal_panels import (
     PANELS,
     build_panels,
     gc_pause_series,

@@ -2,7 +2,7 @@
 
 import pytest
 
-from tailscope.analyzers.slo import evaluate, parse_slo
+from tailscope.analyzers.stats.slo import evaluate, parse_slo
 
 
 @pytest.mark.parametrize("text, metric, op, threshold, cls", [

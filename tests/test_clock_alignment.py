@@ -11,11 +11,11 @@ import pytest
 
 from run_builders import TRITON_FIXTURE, triton_requests, write_requests_run
 from tailscope.analyzers.analysis import analyze_run
-from tailscope.analyzers.clock import align_clocks, feasible_interval
-from tailscope.analyzers.records import request_arrays
+from tailscope.analyzers.stages.clock_alignment import align_clocks, feasible_interval
+from tailscope.analyzers.inputs.records import request_arrays
 from tailscope.rundir import load_run, schema
-from tailscope.rundir.synthetic import write_synthetic_run
-from tailscope.tracing.importers import import_spans
+from tailscope.testing.synthetic import write_synthetic_run
+from tailscope.tracing.ingest.importers import import_spans
 
 SKEW_NS = 37_000_000  # the target's clock runs 37 ms ahead of the generator's
 

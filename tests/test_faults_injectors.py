@@ -15,7 +15,7 @@ import psutil
 import pytest
 
 from fault_helpers import LabTarget, cgroups_or_skip, close_all, timed_requests
-from tailscope.faults.base import FaultSetupError, TargetInfo
+from tailscope.faults.injector import FaultSetupError, TargetInfo
 from tailscope.faults.cgroupfs import target_cgroup
 from tailscope.faults.cpu_throttle import cpu_stat, read_limit
 from tailscope.faults.registry import build_spec, make_injector
@@ -251,7 +251,7 @@ def _start_agent(run_dir, target, specs):
     import sys
 
     agent = subprocess.Popen(
-        [sys.executable, "-m", "tailscope.faults.agent", "--run-dir", str(run_dir), "--run-id", "pytest",
+        [sys.executable, "-m", "tailscope.faults.fault_agent", "--run-dir", str(run_dir), "--run-id", "pytest",
          "--faults", json.dumps([spec.as_dict() for spec in specs]), "--target-pid", str(target.pid),
          "--target-url", target.url],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)

@@ -9,10 +9,10 @@ import sys
 import pyarrow as pa
 import pytest
 
-from tailscope.faults.base import FaultSpec, FaultSpecError, Injector, TargetInfo
+from tailscope.faults.injector import FaultSpec, FaultSpecError, Injector, TargetInfo
 from tailscope.faults.registry import INJECTORS, build_spec, parse_fault_option
 from tailscope.faults.schedule import FaultSchedule
-from tailscope.scenario import ScenarioError, parse_scenario
+from tailscope.scenario_model.scenario import ScenarioError, parse_scenario
 
 BASE_SCENARIO = """\
 name: faulty
@@ -151,7 +151,7 @@ def test_schedule_cuts_an_active_fault_short_and_records_a_failed_apply(tmp_path
 def test_agent_reports_a_setup_error_before_any_load_and_creates_nothing(tmp_path):
     faults = json.dumps([build_spec("gc_pressure", 0, 1, {}).as_dict()])
     agent = subprocess.run(
-        [sys.executable, "-m", "tailscope.faults.agent", "--run-dir", str(tmp_path), "--faults", faults,
+        [sys.executable, "-m", "tailscope.faults.fault_agent", "--run-dir", str(tmp_path), "--faults", faults,
          "--run-id", "t", "--target-url", "http://127.0.0.1:9"],
         input=b"", capture_output=True, timeout=60)
     assert agent.returncode == 2

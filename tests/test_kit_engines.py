@@ -17,10 +17,10 @@ import os
 import pytest
 
 from receiver_helpers import stored_events, stored_spans
-from tailscope.target.config import TargetConfig
-from tailscope.target.server import build_asgi_app
+from tailscope.targets.reference.config import TargetConfig
+from tailscope.targets.reference.server import build_asgi_app
 from tailscope.tracing import kit
-from tailscope.tracing.receiver import OtlpReceiver
+from tailscope.tracing.ingest.receiver import OtlpReceiver
 
 TRACE_ID = "0af7651916cd43dd8448eb211c80319c"
 REMOTE_PARENT = "b7ad6b7169203331"

@@ -19,10 +19,10 @@ from opentelemetry.trace.span import TraceState
 
 from receiver_helpers import running_receiver, stored_spans
 from tailscope.tracing import kit
-from tailscope.tracing.kit_http import asgi_parent_context, extract_trace_context
-from tailscope.tracing.lean import LeanTracerProvider
-from tailscope.tracing.lean_export import BatchExporter, HttpTransport
-from tailscope.tracing.otlp_encode import export_request, resource_message, scope_message
+from tailscope.tracing.kit.http_server import asgi_parent_context, extract_trace_context
+from tailscope.tracing.kit.lean import LeanTracerProvider
+from tailscope.tracing.kit.lean_export import BatchExporter, HttpTransport
+from tailscope.tracing.kit.otlp_encode import export_request, resource_message, scope_message
 
 RESOURCE = {"service.name": "lean-test", "process.pid": os.getpid()}
 

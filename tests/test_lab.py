@@ -11,9 +11,9 @@ import pytest
 from cli_helpers import run_tailscope
 from tailscope.faults.cgroupfs import target_cgroup
 from tailscope.faults.swapfile import active_swap_files
-from tailscope.lab_plan import CONTROL, build_suite, fault_window
-from tailscope.lab_report import control_line, render_html, score_rows
-from tailscope.lab_scoring import aggregate, matching_spike, score_control_run, score_fault_run
+from tailscope.lab.plan import CONTROL, build_suite, fault_window
+from tailscope.lab.outputs import control_line, render_html, score_rows
+from tailscope.lab.scoring import aggregate, matching_spike, score_control_run, score_fault_run
 from tailscope.rundir import load_run
 
 S = 1_000_000_000

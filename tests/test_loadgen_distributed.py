@@ -17,8 +17,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from tailscope.analyzers.records import request_arrays
-from tailscope.analyzers.summary import summarize
+from tailscope.analyzers.inputs.records import request_arrays
+from tailscope.analyzers.stats.summary import summarize
 from tailscope.loadgen.arrivals import schedule_offsets_ns
 from tailscope.loadgen.distributed import (
     PART_SCHEMAS,
@@ -301,7 +301,7 @@ def _generator_run(signal_rows: list[tuple], gc_events: list[tuple], origin: int
 def test_generator_analysis_keeps_worker_processes_apart():
     """Two workers' labelled gauges: per window the busiest process's CPU and run-queue wait,
     the sum of in-flight requests; each process's own totals in ``processes``."""
-    from tailscope.analyzers.generator import generator_section
+    from tailscope.analyzers.health.generator import generator_section
 
     origin = 1_800_000_000_000_000_000
     cpu = {0: (20.0, 20.0, 95.0, 20.0), 1: (30.0, 30.0, 30.0, 30.0)}
@@ -373,7 +373,7 @@ def test_inline_locustfile_with_processes_merges_two_workers(tmp_path, serve):
     server = serve(service_s=0.002)
     locustfile = tmp_path / "locustfile.py"
     locustfile.write_text(textwrap.dedent("""
-        from tailscope.loadgen.locust_native import OpenLoopUser
+        from tailscope.conductor.locust_plugin import OpenLoopUser
         from tailscope.loadgen.spec import ArrivalSpec, RequestClass
 
         class Inline(OpenLoopUser):
@@ -500,7 +500,7 @@ def test_tailscope_run_with_workers_carries_streamed_chunks_and_self_check(tmp_p
 def test_locust_processes_carry_streamed_chunks_and_self_check(tmp_path, stream_server):  # noqa: F811
     locustfile = tmp_path / "locustfile.py"
     locustfile.write_text(textwrap.dedent("""
-        from tailscope.loadgen.locust_native import OpenLoopUser
+        from tailscope.conductor.locust_plugin import OpenLoopUser
         from tailscope.loadgen.spec import ArrivalSpec, RequestClass
 
         class Chat(OpenLoopUser):

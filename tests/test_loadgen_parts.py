@@ -16,7 +16,7 @@ from tailscope.loadgen.recorder import Recorder, WindowedStats, bucket_value_ms,
 from tailscope.loadgen.spec import PayloadSpec, RequestClass, SizeSpec
 from tailscope.loadgen.tracecontext import new_traceparent
 from tailscope.rundir import Appender, read_stream, schema
-from tailscope.rundir.retention import trace_sampled
+from tailscope.rundir.retention_policy import trace_sampled
 
 TRACEPARENT = re.compile(r"^00-([0-9a-f]{32})-([0-9a-f]{16})-01$")
 

@@ -15,7 +15,7 @@ from tailscope.loadgen.datafiles import DataFileError, load_bodies, load_sizes
 from tailscope.loadgen.payloads import PayloadMaker
 from tailscope.loadgen.spec import PayloadSpec, SizeSpec, SpecError
 from tailscope.loadgen.templates import TemplateError, parse_template
-from tailscope.scenario import ScenarioError, parse_scenario
+from tailscope.scenario_model.scenario import ScenarioError, parse_scenario
 
 TEMPLATE = ('{"user": {{int:1:6}}, "temp": {{float:0.5:1.5}}, "mode": "{{choice:fast|slow|exact}}", '
             '"q": "{{text:12}}", "ctx": "{{text:3:8}}", "id": "{{uuid}}", "doc": "{{text}}"}')

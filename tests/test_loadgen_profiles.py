@@ -12,7 +12,7 @@ from tailscope.loadgen.arrivals import (cumulative_rate_inverse, expected_arriva
                                         schedule_offsets_ns)
 from tailscope.loadgen.datafiles import DataFileError, load_arrival_log
 from tailscope.loadgen.spec import ArrivalLog, ArrivalSpec, RateProfile, SpecError
-from tailscope.scenario import ScenarioError, parse_scenario
+from tailscope.scenario_model.scenario import ScenarioError, parse_scenario
 
 NS = 1e9
 

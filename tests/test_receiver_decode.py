@@ -13,7 +13,7 @@ from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord, ResourceLogs, ScopeL
 from opentelemetry.proto.metrics.v1.metrics_pb2 import Gauge, Metric, NumberDataPoint, ResourceMetrics, ScopeMetrics, Sum
 
 from receiver_helpers import CHILD_ID, ROOT_ID, TRACE_ID, kv, span, trace_request
-from tailscope.tracing.otlp_decode import (
+from tailscope.tracing.ingest.otlp_decode import (
     MalformedPayload,
     count_logs_json,
     count_logs_protobuf,

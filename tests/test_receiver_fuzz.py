@@ -17,8 +17,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from receiver_helpers import post, span, trace_request
-from tailscope.tracing.otlp_decode import MalformedPayload, decode_traces_protobuf
-from tailscope.tracing.receiver import OtlpReceiver
+from tailscope.tracing.ingest.otlp_decode import MalformedPayload, decode_traces_protobuf
+from tailscope.tracing.ingest.receiver import OtlpReceiver
 
 MAX_BODY = 32 * 1024
 TRACES_GRPC = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"

@@ -22,8 +22,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from receiver_helpers import (CHILD_ID, receiver_stats, running_receiver, span, stored_metric_signals, stored_spans,
                               trace_request)
-from tailscope.tracing.receiver import OtlpReceiver
-from tailscope.tracing.receiver_grpc import service_names
+from tailscope.tracing.ingest.receiver import OtlpReceiver
+from tailscope.tracing.ingest.receiver_grpc import service_names
 
 TRACES = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
 LOGS = "/opentelemetry.proto.collector.logs.v1.LogsService/Export"

@@ -30,7 +30,7 @@ from receiver_helpers import (
     trace_request,
 )
 from test_receiver_decode import _metrics_request, json_body
-from tailscope.tracing.receiver import OtlpReceiver
+from tailscope.tracing.ingest.receiver import OtlpReceiver
 
 
 @pytest.fixture

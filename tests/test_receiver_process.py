@@ -1,4 +1,4 @@
-"""``python -m tailscope.tracing.receiver`` as the conductor runs it: a real child process."""
+"""``python -m tailscope.tracing.ingest.receiver`` as the conductor runs it: a real child process."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from receiver_helpers import CHILD_ID, post, receiver_stats, span, stored_events
 def start_receiver(run_dir: str, *extra: str) -> tuple[subprocess.Popen, int]:
     """Start the receiver on a free port; return the process and the port it printed."""
     process = subprocess.Popen(
-        [sys.executable, "-m", "tailscope.tracing.receiver", "--run-dir", run_dir, "--port", "0",
+        [sys.executable, "-m", "tailscope.tracing.ingest.receiver", "--run-dir", run_dir, "--port", "0",
          "--grpc-port", "0", *extra],
         stdout=subprocess.PIPE, text=True,
     )
@@ -56,7 +56,7 @@ def test_busy_port_exits_with_a_message(tmp_path):
     process, port = start_receiver(str(tmp_path / "first"))
     try:
         second = subprocess.run(
-            [sys.executable, "-m", "tailscope.tracing.receiver", "--run-dir", str(tmp_path / "second"),
+            [sys.executable, "-m", "tailscope.tracing.ingest.receiver", "--run-dir", str(tmp_path / "second"),
              "--port", str(port), "--grpc-port", "0"],
             capture_output=True, text=True, timeout=30,
         )

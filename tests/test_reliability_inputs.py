@@ -16,9 +16,9 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from cli_helpers import run_tailscope
 from tailscope.loadgen.datafiles import DataFileError, load_arrival_log, load_bodies, load_sizes
 from tailscope.rundir import RunDirError, RunWriter, load_run, read_stream, schema
-from tailscope.scenario import ScenarioError, parse_scenario
-from tailscope.tracing.importers import FileImport, SpanImportError, read_jaeger, read_otlp_json_lines
-from tailscope.tracing.otlp_decode import (
+from tailscope.scenario_model.scenario import ScenarioError, parse_scenario
+from tailscope.tracing.ingest.importers import FileImport, SpanImportError, read_jaeger, read_otlp_json_lines
+from tailscope.tracing.ingest.otlp_decode import (
     MalformedPayload, decode_metrics_json, decode_metrics_protobuf, decode_traces_json, decode_traces_protobuf,
 )
 
@@ -225,7 +225,7 @@ def test_report_turns_a_damaged_run_into_exit_2_with_one_line(tmp_path, pristine
             w.write_batch(pa.RecordBatch.from_pylist([{"scheduled_ns": "soon"}], schema=wrong))
     else:
         os.unlink(run / "manifest.json")
-    from tailscope.cli import main  # the report command never imports Locust
+    from tailscope.cli.main import main  # the report command never imports Locust
 
     assert main(["report", str(run)]) == 2
     lines = capsys.readouterr().err.strip().splitlines()

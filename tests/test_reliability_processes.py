@@ -62,7 +62,7 @@ def test_kill_9_at_random_points_leaves_a_run_that_reports_up_to_the_last_flush(
             run.stop()
             target.stop(grace_s=1)
         assert children and not _wait_gone(children), "receiver and sampler die with the harness"
-        from tailscope.cli import main  # the report command never imports Locust
+        from tailscope.cli.main import main  # the report command never imports Locust
 
         assert main(["report", run_dir]) in (0, 1), capsys.readouterr().err
         analysis = load_analysis(run_dir)
@@ -122,8 +122,8 @@ def test_sigint_and_sigterm_stop_promptly_flush_report_and_clean_up(tmp_path, tr
 
 COMPANION_RUN = r"""
 import os, subprocess, sys
-from tailscope.conductor import Companion, RunOptions, execute_run
-from tailscope.scenario import load_scenario
+from tailscope.conductor.session import Companion, RunOptions, execute_run
+from tailscope.scenario_model.scenario import load_scenario
 
 class Leftovers(Companion):
     name = "leftovers"

@@ -17,9 +17,9 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from cli_helpers import free_port
 from receiver_helpers import post, span, trace_request
 from reliability_helpers import manifest, run_dir_of, start_run, start_target, write_scenario
-from tailscope.analyzers.run_health import span_warnings
+from tailscope.analyzers.health.run_health import span_warnings
 from tailscope.rundir import load_run, read_json
-from tailscope.tracing.receiver import OtlpReceiver
+from tailscope.tracing.ingest.receiver import OtlpReceiver
 
 FLOOD = os.path.join(os.path.dirname(__file__), "span_flood.py")
 

@@ -9,15 +9,15 @@ import numpy as np
 import pytest
 
 from tailscope.analyzers.analysis import analyze_run
-from tailscope.analyzers.percentiles import percentile_set
-from tailscope.analyzers.retained import grouped_quantiles_ms, histogram_percentile_set
+from tailscope.analyzers.stats.percentiles import percentile_set
+from tailscope.analyzers.inputs.retained import grouped_quantiles_ms, histogram_percentile_set
 from tailscope.loadgen.disk_budget import DiskBudget
 from tailscope.loadgen.locust_stats_trim import trim_per_second_counts
 from tailscope.loadgen.record_keeper import RecordKeeper
-from tailscope.loadgen.retention import RetentionPolicy
+from tailscope.loadgen.retention_section import RetentionPolicy
 from tailscope.loadgen.window_stats import SpikeWatch
 from tailscope.rundir import RunWriter, histograms as hist, load_run
-from tailscope.rundir.retention import load_retention, trace_sampled
+from tailscope.rundir.retention_policy import load_retention, trace_sampled
 
 START_NS = 1_767_225_600 * 10**9
 

@@ -16,7 +16,7 @@ import pytest
 
 from tailscope.analyzers.analysis import analyze_run
 from tailscope.reports.writer import write_comparison_outputs, write_outputs
-from tailscope.rundir.synthetic import write_synthetic_run
+from tailscope.testing.synthetic import write_synthetic_run
 
 from cli_helpers import only_run_dir, run_tailscope
 from report_fixtures import (ONERROR_PAYLOAD, SCRIPT_PAYLOAD, SVG_PAYLOAD, add_hostile_fault, add_hostile_spans,

@@ -7,10 +7,10 @@ import xml.etree.ElementTree as ET
 import numpy as np
 import pytest
 
-from tailscope.analyzers.distribution import bin_edges_ms, latency_distribution
-from tailscope.analyzers.records import request_arrays
-from tailscope.analyzers.slow_points import slow_request_points
-from tailscope.analyzers.traces import representative_trace, span_depths
+from tailscope.analyzers.stats.distribution import bin_edges_ms, latency_distribution
+from tailscope.analyzers.inputs.records import request_arrays
+from tailscope.analyzers.stats.slow_points import slow_request_points
+from tailscope.analyzers.stages.representative_trace import representative_trace, span_depths
 from tailscope.reports.cards import MAX_CARDS, evidence_rows, spike_cards
 from tailscope.reports.compare_html import build_comparison_data, render_comparison
 from tailscope.reports.downsample import lttb, lttb_indices
@@ -20,7 +20,7 @@ from tailscope.reports.junit import render_junit
 from tailscope.reports.markdown import cell, render_comparison_markdown
 from tailscope.reports.timeline import MAX_LINE_POINTS, latency_lines, signal_panels
 from tailscope.rundir import load_run
-from tailscope.rundir.synthetic import write_synthetic_run
+from tailscope.testing.synthetic import write_synthetic_run
 
 NS = 1_000_000_000
 

@@ -4,7 +4,7 @@ import textwrap
 
 import pytest
 
-from tailscope.scenario import ScenarioError, load_scenario, parse_duration_s, parse_scenario
+from tailscope.scenario_model.scenario import ScenarioError, load_scenario, parse_duration_s, parse_scenario
 
 GOOD = textwrap.dedent("""\
     name: t

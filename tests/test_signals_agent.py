@@ -13,10 +13,10 @@ import pyarrow as pa
 import pytest
 
 from signals_helpers import start_burner, stop_process
-from tailscope.analyzers.signals import load_receiver_meta, signal_series
+from tailscope.analyzers.inputs.signal_series import load_receiver_meta, signal_series
 from tailscope.rundir import read_stream, schema
-from tailscope.tracing.receiver import OtlpReceiver
-from tailscope.tracing.signals.agent import build_metrics_data, estimate_clock_offset, split_series
+from tailscope.tracing.ingest.receiver import OtlpReceiver
+from tailscope.tracing.signals.remote_agent import build_metrics_data, estimate_clock_offset, split_series
 
 HOST = "gpu-box-7"
 
@@ -44,7 +44,7 @@ def test_agent_command_sends_host_and_process_series_with_units_and_clock(tmp_pa
     target = start_burner()
     try:
         done = subprocess.run(
-            [sys.executable, "-m", "tailscope.cli", "agent", "--harness", f"http://127.0.0.1:{port}",
+            [sys.executable, "-m", "tailscope.cli.main", "agent", "--harness", f"http://127.0.0.1:{port}",
              "--target-pid", str(target.pid), "--host-label", HOST, "--rate", "10", "--duration", "2s",
              "--export-interval", "0.5s"],
             capture_output=True, text=True, timeout=60)
@@ -70,7 +70,7 @@ def test_agent_command_sends_host_and_process_series_with_units_and_clock(tmp_pa
 
 
 def test_agent_without_a_reachable_harness_exits_2():
-    done = subprocess.run([sys.executable, "-m", "tailscope.cli", "agent", "--harness", "http://127.0.0.1:9",
+    done = subprocess.run([sys.executable, "-m", "tailscope.cli.main", "agent", "--harness", "http://127.0.0.1:9",
                            "--duration", "1s"], capture_output=True, text=True, timeout=60)
     assert done.returncode == 2
     assert "does not answer /v1/time" in done.stderr

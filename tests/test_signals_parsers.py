@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from tailscope.tracing.signals.base import CLOCK_TICKS_PER_S
+from tailscope.tracing.signals.sampler import CLOCK_TICKS_PER_S
 from tailscope.tracing.signals.cgroup import (
     CgroupLocation,
     locate_cgroups,
@@ -360,7 +360,7 @@ def test_gpu_sampler_without_gpu_on_this_machine_degrades():
 
 
 def test_find_line_int_matches_whole_key_at_line_start():
-    from tailscope.tracing.signals.base import find_line_int
+    from tailscope.tracing.signals.sampler import find_line_int
 
     text = "nr_free_pages 10\npswpin 3\npswpout 4\npgmajfault 7"
     assert find_line_int(text, "nr_free_pages ") == 10

@@ -15,7 +15,7 @@ from signals_helpers import (
     stop_process,
 )
 from tailscope.tracing.signals import SeriesMeta, default_samplers, run_sampling
-from tailscope.tracing.signals.base import GAUGE
+from tailscope.tracing.signals.sampler import GAUGE
 
 
 def test_sampler_process_watches_a_cpu_burner(tmp_path):

@@ -13,7 +13,7 @@ import time
 import pytest
 
 from signals_helpers import stop_process
-from tailscope.tracing.signals.base import read_text
+from tailscope.tracing.signals.sampler import read_text
 from tailscope.tracing.signals.cgroup import (
     CgroupLocation,
     CgroupSampler,

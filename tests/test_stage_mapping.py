@@ -10,13 +10,13 @@ import pytest
 
 from run_builders import TRITON_FIXTURE, triton_requests, write_requests_run
 from tailscope.analyzers.analysis import analyze_run
-from tailscope.analyzers.records import request_arrays
-from tailscope.analyzers.stage_rules import PRESETS, StageRuleError, parse_stages_config, rules_for_scenario
-from tailscope.analyzers.stages import stage_matrix
+from tailscope.analyzers.inputs.records import request_arrays
+from tailscope.analyzers.stages.rules import PRESETS, StageRuleError, parse_stages_config, rules_for_scenario
+from tailscope.analyzers.stages.decomposition import stage_matrix
 from tailscope.rundir import load_run, schema
-from tailscope.rundir.synthetic import write_synthetic_run
-from tailscope.scenario import ScenarioError, parse_scenario
-from tailscope.tracing.importers import import_spans
+from tailscope.testing.synthetic import write_synthetic_run
+from tailscope.scenario_model.scenario import ScenarioError, parse_scenario
+from tailscope.tracing.ingest.importers import import_spans
 
 TRITON_STAGES = ("http_recv", "queue", "compute_input", "inference", "compute_output", "http_send")
 

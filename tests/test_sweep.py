@@ -11,8 +11,8 @@ import textwrap
 
 import pytest
 
-from tailscope.analyzers.sweep import find_knee, max_rate_under_slo, saturation, summarize_sweep
-from tailscope.loadgen.sweep import PeakSearch, parse_rates
+from tailscope.analyzers.patterns.load_sweep import find_knee, max_rate_under_slo, saturation, summarize_sweep
+from tailscope.loadgen.sweep_rates import PeakSearch, parse_rates
 from tailscope.reports.sweep_report import render_sweep_html, sweep_report_data
 
 from cli_helpers import run_tailscope
@@ -104,7 +104,7 @@ def test_sweep_report_is_self_contained_and_escapes_names():
 
 @pytest.fixture
 def reference_target():
-    proc = subprocess.Popen([sys.executable, "-m", "tailscope.target", "--port", "0", "--no-tracing"],
+    proc = subprocess.Popen([sys.executable, "-m", "tailscope.targets.reference", "--port", "0", "--no-tracing"],
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     try:
         line = proc.stdout.readline()

@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from tailscope.target.batcher import (
+from tailscope.targets.reference.batcher import (
     Batch,
     BatcherStoppedError,
     BatchPolicy,

@@ -6,8 +6,8 @@ import argparse
 
 import pytest
 
-from tailscope.target.cli import add_arguments, build_parser, config_from_args
-from tailscope.target.config import ConfigError, TargetConfig, knob_fields
+from tailscope.targets.reference.command import add_arguments, build_parser, config_from_args
+from tailscope.targets.reference.config import ConfigError, TargetConfig, knob_fields
 
 
 def parse(*argv: str) -> argparse.Namespace:

@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 
 from test_target_service import OtlpCollector, TargetProcess, traceparent
-from tailscope.target.gc_pressure import GcPressure, make_request_garbage
-from tailscope.target.generation import GENERATION_VOCAB, DecoderModel, token_text
-from tailscope.target.resident import ResidentSet
+from tailscope.targets.reference.gc_pressure import GcPressure, make_request_garbage
+from tailscope.targets.reference.generation import GENERATION_VOCAB, DecoderModel, token_text
+from tailscope.targets.reference.resident import ResidentSet
 
 
 def _stream(port: int, body: dict, headers: dict | None = None) -> tuple[int, list[bytes], list[float]]:

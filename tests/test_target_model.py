@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tailscope.target.model import ReferenceModel
-from tailscope.target.postprocessing import softmax, top_classes
-from tailscope.target.preprocessing import (
+from tailscope.targets.reference.model import ReferenceModel
+from tailscope.targets.reference.postprocessing import softmax, top_classes
+from tailscope.targets.reference.preprocessing import (
     CLS_TOKEN_ID,
     IMAGE_SIDE,
     InvalidInputError,

@@ -1,6 +1,6 @@
 """The reference target as a real process: HTTP over loopback, spans over real OTLP/HTTP.
 
-The target runs as ``python -m tailscope.target --port 0`` with
+The target runs as ``python -m tailscope.targets.reference --port 0`` with
 OTEL_EXPORTER_OTLP_ENDPOINT pointing at a small OTLP/HTTP collector served by
 this test; its spans are decoded from the protobuf bodies the SDK exporter sent.
 """
@@ -124,7 +124,7 @@ class OtlpCollector:
 
 
 class TargetProcess:
-    """``python -m tailscope.target`` on a free loopback port, stopped by PID in :meth:`close`."""
+    """``python -m tailscope.targets.reference`` on a free loopback port, stopped by PID in :meth:`close`."""
 
     def __init__(self, args: list[str], otlp_url: str | None) -> None:
         env = dict(os.environ, OTEL_BSP_SCHEDULE_DELAY="200", PYTHONUNBUFFERED="1")
@@ -132,7 +132,7 @@ class TargetProcess:
         if otlp_url is not None:
             env["OTEL_EXPORTER_OTLP_ENDPOINT"] = otlp_url
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "tailscope.target", "--host", "127.0.0.1", "--port", "0", *args],
+            [sys.executable, "-m", "tailscope.targets.reference", "--host", "127.0.0.1", "--port", "0", *args],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,

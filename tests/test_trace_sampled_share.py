@@ -11,10 +11,10 @@ import pyarrow as pa
 import pytest
 
 from tailscope.analyzers.analysis import analyze_run
-from tailscope.analyzers.trace_join import sampled_mask
+from tailscope.analyzers.inputs.trace_join import sampled_mask
 from tailscope.rundir import load_run
-from tailscope.rundir.retention import trace_sampled
-from tailscope.rundir.synthetic import write_synthetic_run
+from tailscope.rundir.retention_policy import trace_sampled
+from tailscope.testing.synthetic import write_synthetic_run
 
 RATE = 0.3
 #: A seed whose run drew fewer sampled trace ids than 0.9 × RATE (checked below).

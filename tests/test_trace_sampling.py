@@ -15,7 +15,7 @@ from receiver_helpers import stored_spans
 from test_loadgen_runs import CLASSES
 from test_target_service import TargetProcess
 from tailscope.analyzers.analysis import SCHEMA_PATH
-from tailscope.rundir.retention import trace_sampled
+from tailscope.rundir.retention_policy import trace_sampled
 
 RATE = 0.3
 SERVER = 2  # OTLP SpanKind

@@ -13,7 +13,7 @@ from tailscope.reports.data import build_report_data
 from tailscope.reports.tracing_view import clock_text, receiver_rows
 from tailscope.reports.writer import write_outputs
 from tailscope.rundir import write_json_atomic
-from tailscope.tracing.importers import import_spans
+from tailscope.tracing.ingest.importers import import_spans
 
 RECEIVER = {"spans_received": 1200, "spans_stored": 1150, "spans_dropped": 50, "gc_events": 3, "requests": 40,
             "requests_by_transport": {"http": 30, "grpc": 10},

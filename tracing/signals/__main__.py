@@ -12,11 +12,11 @@ import signal
 import sys
 import threading
 
-from .base import read_text
-from .cgroup import locate_cgroup_path
+from tailscope.tracing.signals.sampler import read_text
+from tailscope.tracing.signals.cgroup import locate_cgroup_path
 from tailscope.rundir.appender import EXIT_DISK_FULL
 
-from .runner import DEFAULT_RATE_HZ, SamplerConfig, run_sampling
+from tailscope.tracing.signals.runner import DEFAULT_RATE_HZ, SamplerConfig, run_sampling
 
 
 def add_sampler_arguments(parser: argparse.ArgumentParser) -> None:

@@ -28,7 +28,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from .base import COUNTER, GAUGE, OpenFiles, SeriesMeta, parse_key_value_lines, read_text
+from tailscope.tracing.signals.sampler import COUNTER, GAUGE, OpenFiles, SeriesMeta, parse_key_value_lines, read_text
 
 #: v1 memory limits at or above this mean "no limit" (the kernel reports ~2^63 rounded to pages).
 V1_UNLIMITED_BYTES = 1 << 62
@@ -425,7 +425,7 @@ def is_cgroup2_root(directory: str) -> bool:
 
 def parse_cgroup_pressure(texts: dict[str, str | None]) -> dict[str, float]:
     """``{resource: <resource>.pressure text or None}`` → ``cgroup.psi.<resource>.<scope>_us`` totals."""
-    from .psi import parse_pressure
+    from tailscope.tracing.signals.psi import parse_pressure
 
     out: dict[str, float] = {}
     for resource, text in texts.items():

@@ -12,8 +12,8 @@ import os
 
 import psutil
 
-from .base import read_text
-from .cgroup import CgroupLocation, cgroup_pids, find_container_cgroup, locate_cgroup_path, locate_process_cgroups
+from tailscope.tracing.signals.sampler import read_text
+from tailscope.tracing.signals.cgroup import CgroupLocation, cgroup_pids, find_container_cgroup, locate_cgroup_path, locate_process_cgroups
 
 _ANY_ADDRESSES = ("0.0.0.0", "::", "")
 MOUNTINFO = "/proc/self/mountinfo"

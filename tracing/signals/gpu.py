@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Callable, Iterable
 
-from .base import COUNTER, GAUGE, SeriesMeta
+from tailscope.tracing.signals.sampler import COUNTER, GAUGE, SeriesMeta
 
 #: NVML clocks-event (formerly "throttle") reason bits and their series names.
 CLOCKS_EVENT_REASONS = {

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from typing import Iterable
 
-from .base import CLOCK_TICKS_PER_S, COUNTER, GAUGE, OpenFiles, SeriesMeta, find_line_int, probe_readable, read_text
+from tailscope.tracing.signals.sampler import CLOCK_TICKS_PER_S, COUNTER, GAUGE, OpenFiles, SeriesMeta, find_line_int, probe_readable, read_text
 
 PROC_STAT = "/proc/stat"
 PROC_LOADAVG = "/proc/loadavg"

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from urllib.parse import urljoin
 
-from .discovery import (
+from tailscope.tracing.signals.discovery import (
     TargetNotFound,
     describe_process,
     find_cgroup_target,

@@ -16,7 +16,7 @@ from typing import Iterable
 
 import psutil
 
-from .base import CLOCK_TICKS_PER_S, COUNTER, GAUGE, OpenFiles, SeriesMeta, find_line_int, read_text
+from tailscope.tracing.signals.sampler import CLOCK_TICKS_PER_S, COUNTER, GAUGE, OpenFiles, SeriesMeta, find_line_int, read_text
 
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
 

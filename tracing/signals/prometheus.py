@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Iterable
 from urllib.parse import urlsplit
 
-from .base import COUNTER, GAUGE, SeriesMeta
+from tailscope.tracing.signals.sampler import COUNTER, GAUGE, SeriesMeta
 
 #: Longest a scrape may take, in seconds, before it counts as failed.
 DEFAULT_SCRAPE_TIMEOUT_S = 0.5

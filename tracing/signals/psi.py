@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from .base import COUNTER, OpenFiles, SeriesMeta, read_text
+from tailscope.tracing.signals.sampler import COUNTER, OpenFiles, SeriesMeta, read_text
 
 PRESSURE_DIR = "/proc/pressure"
 RESOURCES = ("cpu", "memory", "io")

@@ -26,13 +26,13 @@ from typing import Protocol
 
 from tailscope.rundir import Appender, PeriodicFlusher, schema, write_json_atomic
 
-from .base import Sampler
-from .cgroup import CgroupLocation, CgroupSampler
-from .gpu import GpuSampler
-from .host import DiskSampler, HostCpuSampler, LoadAvgSampler, MemorySampler, VmstatSampler
-from .process import ConnectionsSampler, ProcessSampler
-from .prometheus import DEFAULT_SCRAPE_TIMEOUT_S, PrometheusSampler
-from .psi import PressureSampler
+from tailscope.tracing.signals.sampler import Sampler
+from tailscope.tracing.signals.cgroup import CgroupLocation, CgroupSampler
+from tailscope.tracing.signals.gpu import GpuSampler
+from tailscope.tracing.signals.host import DiskSampler, HostCpuSampler, LoadAvgSampler, MemorySampler, VmstatSampler
+from tailscope.tracing.signals.process import ConnectionsSampler, ProcessSampler
+from tailscope.tracing.signals.prometheus import DEFAULT_SCRAPE_TIMEOUT_S, PrometheusSampler
+from tailscope.tracing.signals.psi import PressureSampler
 
 DEFAULT_RATE_HZ = 10.0
 #: Tick lateness values kept for the end-of-run percentiles (≈ 2.8 h at 10 Hz; 800 kB).

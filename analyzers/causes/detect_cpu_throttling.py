@@ -1,0 +1,49 @@
+"""``cpu_throttling``: the target's cgroup ran out of CFS quota during the spike.
+
+Signals: ``cgroup.cpu.throttled_ns`` (ns throttled per s) and
+``cgroup.cpu.nr_throttled`` (throttled periods per s), each contrasted with
+the baseline (robust z, detector_kit). Material excess: 50 ms of throttled
+time per second, 2 throttled periods per second (the default CFS period is
+100 ms, so 10 periods elapse per second).
+
+confidence = best signal × (0.75 + 0.25 × second) × server-side factor
+"""
+
+from __future__ import annotations
+
+from tailscope.analyzers.causes.protocol import Finding, SpikeContext
+from tailscope.analyzers.causes.kit import latency_split, server_side_factor, signal_evidence, strongest
+
+THROTTLED_NS_MATERIAL = 50e6
+THROTTLED_PERIODS_MATERIAL = 2.0
+
+
+def throttling_confidence(ctx: SpikeContext) -> tuple[float, list[dict]]:
+    """(confidence, evidence) that the cgroup was throttled during the spike, ignoring latency."""
+    return strongest([
+        signal_evidence(ctx, "cgroup.cpu.throttled_ns", THROTTLED_NS_MATERIAL, floor=1e6),
+        signal_evidence(ctx, "cgroup.cpu.nr_throttled", THROTTLED_PERIODS_MATERIAL, floor=0.1),
+    ])
+
+
+class CpuThrottlingDetector:
+    name = "cpu_throttling"
+    needs = ("cgroup.cpu.throttled_ns",)
+
+    def score(self, ctx: SpikeContext) -> Finding | None:
+        signal_confidence, evidence = throttling_confidence(ctx)
+        if not evidence:
+            return None
+        split = latency_split(ctx)
+        factors = {"throttling": signal_confidence, "server_side": server_side_factor(split)}
+        confidence = factors["throttling"] * factors["server_side"]
+        throttled = next((e for e in evidence if e["series"] == "cgroup.cpu.throttled_ns"), None)
+        periods = next((e for e in evidence if e["series"] == "cgroup.cpu.nr_throttled"), None)
+        summary = "CFS throttling of the target's cgroup"
+        if throttled and throttled["spike"] is not None:
+            summary += (f": {throttled['spike'] / 1e6:.0f} ms throttled per second vs "
+                        f"{throttled['baseline'] / 1e6:.1f} ms/s at baseline (z {throttled['z']:.1f})")
+        if periods and periods["spike"] is not None:
+            summary += f", {periods['spike']:.1f} throttled periods/s vs {periods['baseline']:.1f}"
+        return Finding(self.name, round(confidence, 4), {
+            "summary": summary, "signals": evidence, "latency_split": split.as_dict(), "factors": factors})

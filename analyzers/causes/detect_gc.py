@@ -1,0 +1,68 @@
+"""``gc``: slow requests that overlapped a garbage-collection pause of the target.
+
+Per request, the pause time inside its interval [sent, end] is computed
+exactly from the union of ``gc_pause`` events (a cumulative pause-time
+function, O(log pauses) per request). Evidence: the share of the spike's slow
+requests that overlapped a pause vs the share of normal requests that did,
+the pause lengths (longest, its generation), and how much of the slow
+requests' extra latency their median pause time covers.
+
+confidence = ramp(slow share − normal share, 0.2, 0.6)
+           × ramp(median pause overlap / median extra latency, 0.15, 0.5)
+           × server-side factor (detector_kit)
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tailscope.analyzers.causes.protocol import Finding, SpikeContext
+from tailscope.analyzers.causes.kit import latency_split, percent, ramp, server_side_factor
+
+
+class GcDetector:
+    name = "gc"
+    needs = ("events",)
+
+    def score(self, ctx: SpikeContext) -> Finding | None:
+        inputs = ctx.inputs
+        pauses = inputs.gc_pauses
+        slow = ctx.slow_request_index
+        if len(pauses) == 0 or len(slow) == 0:
+            return None
+        normal = inputs.normal_sample(ctx.normal_request_index)
+        overlap_slow = pauses.overlap_ms(*inputs.request_interval(slow))
+        overlap_normal = pauses.overlap_ms(*inputs.request_interval(normal)) if len(normal) else np.zeros(0)
+        share_slow = float(np.mean(overlap_slow > 0))
+        share_normal = float(np.mean(overlap_normal > 0)) if len(overlap_normal) else 0.0
+        latency = inputs.req.latency_ms
+        typical = float(np.median(latency[normal])) if len(normal) else float(ctx.threshold_ms or 0.0)
+        extra = float(np.median(latency[slow] - typical))
+        hit = overlap_slow > 0
+        median_overlap = float(np.median(overlap_slow[hit])) if hit.any() else 0.0
+        begin, end = inputs.request_interval(slow)
+        longest_ms, generation = pauses.longest_overlapping(begin, end)
+        in_spike = int(np.sum((pauses.start_ns < ctx.end_ns) & (pauses.end_ns > ctx.start_ns)))
+        split = latency_split(ctx)
+        factors = {"overlap_lift": ramp(share_slow - share_normal, 0.2, 0.6),
+                   "pause_explains_latency": ramp(median_overlap / extra if extra > 0 else 0.0, 0.15, 0.5),
+                   "server_side": server_side_factor(split)}
+        confidence = float(np.prod(list(factors.values())))
+        generation_text = f"gen-{generation} " if generation >= 0 else ""
+        summary = (f"{percent(share_slow)} of {len(slow):,} requests above P99 overlapped a GC pause "
+                   f"(vs {percent(share_normal)} of normal requests); longest {generation_text}pause "
+                   f"{longest_ms:.0f} ms; median pause time inside a slow request {median_overlap:.1f} ms "
+                   f"of {extra:.1f} ms extra latency")
+        return Finding(self.name, round(confidence, 4), {
+            "summary": summary,
+            "slow_requests": int(len(slow)),
+            "slow_overlapping_share": share_slow,
+            "normal_overlapping_share": share_normal,
+            "median_overlap_ms": median_overlap,
+            "median_extra_latency_ms": extra,
+            "longest_pause_ms": longest_ms,
+            "longest_pause_generation": generation,
+            "pauses_in_spike": in_spike,
+            "latency_split": split.as_dict(),
+            "factors": factors,
+        })

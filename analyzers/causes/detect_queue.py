@@ -1,0 +1,148 @@
+"""``queue_saturation``: more work arrived than the service could take, and it queued.
+
+Evidence:
+
+- the queue's share of the slow requests' server-time growth (``queue`` +
+  ``batch_wait`` stages in the decomposition);
+- offered load per second in the spike vs the baseline: the harness's
+  *scheduled* sends (the load it offered, whatever the target admitted — a
+  stalled target admits a backlog in bursts, which server-side arrival times
+  would mistake for a surge) plus SERVER spans of traces the harness did not
+  send (load from elsewhere);
+- queue depth: the ``queue.depth`` attribute of the slow requests' ``queue_wait``
+  spans vs the normal requests' P99 depth, and vs ``queue.capacity``;
+- rejections: the share of HTTP 429 answers in the spike vs the baseline.
+
+A service that merely slowed down (throttled, starved, paging) also builds
+a queue and rejects, but it is the *symptom* there: the work it completed
+per second fell. Saturation as a cause means demand rose above a capacity
+that held, so every piece of evidence is weighed by the throughput the
+target sustained during the spike (useful completions per second, SERVER
+spans answered below 400, vs the baseline), and deep-queue evidence is also
+discounted by the compute stages' relative growth.
+
+A flood far above the baseline rate (three times or more) can itself cut the
+throughput (the target spends its CPU parsing and rejecting), so a strong
+surge stands in for a held capacity:
+
+confidence = ramp(queue share, 0.3, 0.7)
+           × max(ramp(throughput ratio, 0.6, 0.9), ramp(load ratio, 1.5, 3.0))
+           × max(ramp(load ratio, 1.1, 1.4),
+                 ramp(depth ratio, 2, 5) × (1 − ramp(compute growth, 0.3, 1.0)),
+                 ramp(429 share − baseline 429 share, 0.005, 0.03))
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tailscope.analyzers.causes.protocol import Finding, SpikeContext
+from tailscope.analyzers.causes.kit import latency_split, percent, ramp
+
+QUEUE_STAGES = ("queue", "batch_wait")
+COMPUTE_STAGES = ("preprocess", "inference", "postprocess")
+
+
+def _growth(stages: dict, names) -> tuple[float, float]:
+    """(sum of mean growth, sum of normal means) over the named stages present."""
+    growth = sum((stages[s]["growth_ms"] or 0.0) for s in names if s in stages)
+    normal = sum((stages[s]["normal"]["mean_ms"] or 0.0) for s in names if s in stages)
+    return growth, normal
+
+
+def load_ratio(ctx: SpikeContext) -> tuple[float | None, str]:
+    """(spike offered rate / baseline median rate, what was counted)."""
+    inputs = ctx.inputs
+    external = inputs.external_arrivals_ns
+    rate = inputs.per_second(inputs.req.scheduled_ns)
+    label = "offered load"
+    if len(external):
+        rate = rate + inputs.per_second(external)
+        label = "offered load (harness + other clients)"
+    found = inputs.contrast_values(rate, ctx.start_ns, ctx.end_ns)
+    if found is None or found.baseline <= 0:
+        return None, label
+    return found.spike / found.baseline, label
+
+
+def throughput_ratio(ctx: SpikeContext) -> float | None:
+    """Useful completions per second in the spike / at baseline (None without data)."""
+    inputs = ctx.inputs
+    found = inputs.contrast_values(inputs.per_second(inputs.completions_ns), ctx.start_ns, ctx.end_ns)
+    if found is None or found.baseline <= 0:
+        return None
+    in_spike = inputs.bins_between(ctx.start_ns, ctx.end_ns)
+    rates = inputs.per_second(inputs.completions_ns)[in_spike]
+    return float(np.mean(rates)) / found.baseline if len(rates) else None
+
+
+def rejection_excess(ctx: SpikeContext) -> tuple[float, float]:
+    """(429 share inside the spike, 429 share outside every spike)."""
+    req = ctx.inputs.req
+    status = ctx.inputs.status
+    inside = (req.scheduled_ns >= ctx.start_ns) & (req.scheduled_ns < ctx.end_ns)
+    rejected = status == 429
+    outside = ~inside
+    spike_share = float(rejected[inside].mean()) if inside.any() else 0.0
+    base_share = float(rejected[outside].mean()) if outside.any() else 0.0
+    return spike_share, base_share
+
+
+class QueueSaturationDetector:
+    name = "queue_saturation"
+    needs = ("spans",)
+
+    def score(self, ctx: SpikeContext) -> Finding | None:
+        stages = ctx.decomposition.get("stages") or {}
+        server_growth = (stages.get("server") or {}).get("growth_ms")
+        if not stages or server_growth is None:
+            return None
+        queue_growth, _ = _growth(stages, QUEUE_STAGES)
+        compute_growth, compute_normal = _growth(stages, COMPUTE_STAGES)
+        queue_share = queue_growth / server_growth if server_growth > 0 else 0.0
+        compute_ratio = compute_growth / compute_normal if compute_normal > 0 else 0.0
+        ratio, load_label = load_ratio(ctx)
+        slow_depth = ctx.inputs.queue_depth_of(ctx.slow_request_index)
+        slow_depth = slow_depth[np.isfinite(slow_depth)]
+        normal = ctx.inputs.normal_sample(ctx.normal_request_index)
+        normal_depth = ctx.inputs.queue_depth_of(normal)
+        normal_depth = normal_depth[np.isfinite(normal_depth)]
+        median_depth = float(np.median(slow_depth)) if len(slow_depth) else None
+        normal_p99 = float(np.quantile(normal_depth, 0.99, method="inverted_cdf")) if len(normal_depth) else None
+        capacity = ctx.inputs.queue_capacity
+        depth_ratio = (median_depth / max(normal_p99, 1.0)) if median_depth is not None and normal_p99 is not None else None
+        spike_429, base_429 = rejection_excess(ctx)
+        held = throughput_ratio(ctx)
+        factors = {
+            "queue_dominant": ramp(queue_share, 0.3, 0.7),
+            "capacity_held": 1.0 if held is None else max(ramp(held, 0.6, 0.9), ramp(ratio, 1.5, 3.0)),
+            "load_surge": ramp(ratio, 1.1, 1.4),
+            "deep_queue": ramp(depth_ratio, 2.0, 5.0) * (1.0 - ramp(compute_ratio, 0.3, 1.0)),
+            "rejections": ramp(spike_429 - base_429, 0.005, 0.03),
+        }
+        confidence = (factors["queue_dominant"] * factors["capacity_held"]
+                      * max(factors["load_surge"], factors["deep_queue"], factors["rejections"]))
+        parts = [f"queue wait is {percent(max(queue_share, 0.0))} of the slow requests' extra server time "
+                 f"(+{queue_growth:.1f} ms)"]
+        if ratio is not None:
+            parts.append(f"{load_label} at {ratio:.2f}× the baseline rate")
+        if median_depth is not None:
+            parts.append(f"median queue depth {median_depth:.0f} vs normal P99 {normal_p99:.0f}"
+                         + (f" (capacity {capacity:.0f})" if capacity else ""))
+        if spike_429 > 0:
+            parts.append(f"{percent(spike_429)} answered 429 (baseline {percent(base_429)})")
+        if held is not None:
+            parts.append(f"throughput {held:.2f}× the baseline's"
+                         + (" (the service slowed: the queue is a symptom)" if held < 0.75 else ""))
+        return Finding(self.name, round(float(confidence), 4), {
+            "summary": "; ".join(parts),
+            "queue_share_of_server_growth": queue_share,
+            "queue_growth_ms": queue_growth,
+            "compute_growth_ratio": compute_ratio,
+            "load_ratio": ratio, "load_measured_by": load_label,
+            "median_slow_queue_depth": median_depth, "normal_p99_queue_depth": normal_p99,
+            "queue_capacity": capacity,
+            "rejected_429_share": spike_429, "baseline_429_share": base_429, "throughput_ratio": held,
+            "latency_split": latency_split(ctx).as_dict(),
+            "factors": factors,
+        })

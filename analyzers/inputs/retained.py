@@ -1,0 +1,273 @@
+"""Run numbers from the per-window histograms (``windows.arrow``) of a retained run.
+
+A run with a ``retention`` policy keeps full per-request records only around
+spikes and a sample elsewhere, so percentiles over its records would be biased
+towards the spikes. Its counts, rates, error kinds, latency / service-time /
+lateness percentiles, per-class summaries and per-window P50/P99 are therefore
+computed here from the histograms the harness wrote for *every* request
+(``tailscope.rundir.histograms``: log buckets 2 % wide, values within ±1 %).
+The records still serve what needs them: spike decomposition (full around
+spikes), stage statistics and trace joins (sampled).
+
+Percentile confidence intervals and the early-stopping claim use the same
+order-statistic ranks as :mod:`.percentiles`, read from the histogram.
+Windows: the analysis window must be a whole multiple of the harness's window
+(``retention.window``, default 1 s); others are rounded to the nearest one.
+Cost: O(rows × non-empty buckets); memory: one dense histogram per analysis
+window (9.6 kB each).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from tailscope.rundir import Run, histograms as hist
+from tailscope.rundir.retention_policy import load_retention
+from tailscope.rundir.schema import ERROR_KINDS
+
+from tailscope.analyzers.stats.percentiles import STANDARD_PERCENTILES, min_samples_for_claim, percentile_ci
+from tailscope.analyzers.inputs.records import NS_PER_S, RequestArrays
+from tailscope.analyzers.stats.summary import GENERATOR_LIMITED_SHARE, TOP_ERRORS
+from tailscope.analyzers.stats.windows import WINDOW_PERCENTILES
+
+
+@dataclass
+class RetainedView:
+    """Histogram-based replacements for the record-based analysis parts."""
+
+    period: tuple[int, int]
+    summary: dict
+    classes: dict
+    windows: dict[str, np.ndarray]
+    retention: dict
+    table: dict  # the windows.arrow columns, histograms flattened
+
+    def period_counts(self, origin_ns: int, period_ns: int, n: int) -> dict:
+        """Per period: requests, errors, ok and P50/P99 (ms) merged from the histograms."""
+        return histogram_period_counts(self.table, origin_ns, period_ns, n)
+
+    @property
+    def duration_s(self) -> float:
+        return (self.period[1] - self.period[0]) / NS_PER_S
+
+
+class SortedHistogramView:
+    """A histogram seen as its ascending sample: ``len()`` is the count and item ``k``
+    (0-based) the value (ms) of rank k+1 — so the order-statistic functions of
+    :mod:`.percentiles` apply unchanged, in O(buckets) memory."""
+
+    def __init__(self, dense: np.ndarray):
+        self._cumulative = np.cumsum(dense)
+        self._n = int(self._cumulative[-1]) if len(self._cumulative) else 0
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __getitem__(self, k: int) -> float:
+        if k < 0:
+            k += self._n
+        if not 0 <= k < self._n:
+            raise IndexError(k)
+        return float(hist.bucket_value_ms(int(np.searchsorted(self._cumulative, k + 1, side="left"))))
+
+
+def histogram_percentile(dense: np.ndarray, p: float) -> dict:
+    """One percentile entry (as :func:`.percentiles.percentile_ci`) from a histogram."""
+    return percentile_ci(SortedHistogramView(dense), p)
+
+
+def histogram_percentile_set(dense: np.ndarray) -> dict:
+    """The entries of :func:`.percentiles.percentile_set`, from a histogram."""
+    view = SortedHistogramView(dense)
+    result = {name: percentile_ci(view, p) for name, p in STANDARD_PERCENTILES}
+    result["max"] = {"value_ms": view[len(view) - 1] if len(view) else None, "n": len(view)}
+    return result
+
+
+@dataclass
+class _Flat:
+    """One histogram column of the windows table, flattened: an element per
+    (row, bucket) with its row index, bucket and count (numpy int64 arrays)."""
+
+    row: np.ndarray
+    bucket: np.ndarray
+    count: np.ndarray
+
+    def dense(self, rows: np.ndarray) -> np.ndarray:
+        """The merged histogram of the rows selected by a boolean mask."""
+        chosen = rows[self.row]
+        return np.bincount(self.bucket[chosen], weights=self.count[chosen],
+                           minlength=hist.BUCKETS).astype(np.int64)
+
+
+def _flat(windows: pa.Table, prefix: str) -> _Flat:
+    buckets, counts = windows.column(f"{prefix}_bucket"), windows.column(f"{prefix}_count")
+    bucket = pc.list_flatten(buckets).to_numpy(zero_copy_only=False).astype(np.int64)
+    count = pc.list_flatten(counts).to_numpy(zero_copy_only=False).astype(np.int64)
+    row = pc.list_parent_indices(buckets).to_numpy(zero_copy_only=False).astype(np.int64)
+    if len(bucket) != len(count):
+        from tailscope.rundir import RunDirError
+
+        raise RunDirError(f"windows.arrow: {prefix} histogram has {len(bucket)} buckets "
+                          f"but {len(count)} counts")
+    return _Flat(row, np.clip(bucket, 0, hist.BUCKETS - 1), count)
+
+
+def grouped_quantiles_ms(group: np.ndarray, bucket: np.ndarray, count: np.ndarray,
+                         n_groups: int, qs: tuple[float, ...]) -> dict[float, np.ndarray]:
+    """Nearest-rank quantiles (ms) of many histograms given as (group, bucket, count)
+    elements, without dense arrays: O(elements log elements). Empty groups give NaN."""
+    out = {q: np.full(n_groups, np.nan) for q in qs}
+    if len(group) == 0:
+        return out
+    keys, inverse = np.unique(group * hist.BUCKETS + bucket, return_inverse=True)
+    weights = np.bincount(inverse, weights=count).astype(np.int64)
+    key_group = keys // hist.BUCKETS
+    totals = np.bincount(key_group, weights=weights, minlength=n_groups).astype(np.int64)
+    cumulative = np.cumsum(weights)
+    offsets = np.concatenate(([0], np.cumsum(totals)[:-1]))
+    has = totals > 0
+    for q in qs:
+        ranks = np.clip(np.ceil(totals * q - 1e-9).astype(np.int64), 1, None)
+        index = np.searchsorted(cumulative, offsets + ranks, side="left")
+        values = hist.bucket_value_ms(keys[np.minimum(index, len(keys) - 1)] % hist.BUCKETS)
+        out[q][has] = values[has]
+    return out
+
+
+def _summary(table: dict, mask: np.ndarray, duration_s: float, req: RequestArrays,
+             class_name: str | None) -> dict:
+    """A summary dict (same keys as :func:`.summary.summarize`) over the chosen rows."""
+    requests = int(table["requests"][mask].sum())
+    ok = int(table["ok"][mask].sum())
+    errors = int(table["errors"][mask].sum())
+    by_kind = {kind: int(table[f"err_{kind}"][mask].sum()) for kind in ERROR_KINDS}
+    lateness = table["lateness"].dense(mask)
+    sent = int(lateness.sum())
+    late = int(table["late"][mask].sum())
+    late_share = late / requests if requests else 0.0
+    chosen = req.is_error if class_name is None else req.is_error & req.class_mask(class_name)
+    messages = Counter(m if m is not None else "" for m in req.error[chosen])
+    per_second = (lambda count: count / duration_s) if duration_s > 0 else (lambda count: None)
+    return {
+        "requests": requests,
+        "completed": ok,
+        "errors": errors,
+        "error_rate": errors / requests if requests else 0.0,
+        "errors_by_kind": {k: v for k, v in sorted(by_kind.items()) if v},
+        "top_errors": [{"message": m, "count": c} for m, c in messages.most_common(TOP_ERRORS)],
+        "duration_s": duration_s,
+        "offered_rps": per_second(requests),
+        "achieved_rps": per_second(ok),
+        "latency_ms": histogram_percentile_set(table["latency"].dense(mask)),
+        "service_time_ms": histogram_percentile_set(table["service"].dense(mask)),
+        "lateness_ms": {
+            "p50_ms": hist.quantile_ms(lateness, 0.5) if sent else None,
+            "p99_ms": hist.quantile_ms(lateness, 0.99) if sent else None,
+            "late_share": late_share,
+            "generator_limited": late_share > GENERATOR_LIMITED_SHARE,
+        },
+    }
+
+
+def _columns(windows: pa.Table) -> dict:
+    table = {name: pc.fill_null(windows.column(name), 0).to_numpy()
+             for name in ("start_ns", "end_ns", "requests", "ok", "errors", "late", "kept")}
+    for kind in ERROR_KINDS:
+        table[f"err_{kind}"] = pc.fill_null(windows.column(f"err_{kind}"), 0).to_numpy()
+    table["cls"] = windows.column("cls").to_numpy(zero_copy_only=False)
+    for prefix in ("latency", "service", "lateness"):
+        table[prefix] = _flat(windows, prefix)
+    return table
+
+
+def _window_table(table: dict, origin_ns: int, end_ns: int, window_ns: int,
+                  slow_threshold_ms: float | None) -> dict[str, np.ndarray]:
+    """Per analysis window: the same columns as :func:`.windows.window_table`."""
+    n = max(1, int(-(-(end_ns - origin_ns) // window_ns)))
+    row_window = np.clip((table["start_ns"] - origin_ns) // window_ns, 0, n - 1)
+    latency = table["latency"]
+    group = row_window[latency.row]
+    ok = np.bincount(group, weights=latency.count, minlength=n).astype(np.int64)
+    if slow_threshold_ms is not None:
+        above = latency.bucket > hist.bucket_of(int(slow_threshold_ms * 1e6))
+        slow = np.bincount(group[above], weights=latency.count[above], minlength=n)
+    else:
+        slow = np.zeros(n)
+    fractions = tuple(p for _, p in WINDOW_PERCENTILES) + (1.0,)
+    quantiles = grouped_quantiles_ms(group, latency.bucket, latency.count, n, fractions)
+    claimed = {}
+    for name, p in WINDOW_PERCENTILES:  # the same claim rule as the record-based window table
+        enough = ok >= min_samples_for_claim(p, 0)
+        claimed[f"{name}_ms"] = np.where(enough, quantiles[p], np.nan)
+        claimed[f"{name}_claimed"] = enough
+    start = origin_ns + np.arange(n, dtype=np.int64) * window_ns
+    with np.errstate(invalid="ignore", divide="ignore"):
+        slow_share = np.where(ok > 0, slow / np.maximum(ok, 1), np.nan)
+    return {
+        "start_ns": start,
+        "end_ns": start + window_ns,
+        "count": np.bincount(row_window, weights=table["requests"], minlength=n).astype(np.int64),
+        "ok": ok,
+        "errors": np.bincount(row_window, weights=table["errors"], minlength=n).astype(np.int64),
+        **claimed,
+        "max_ms": quantiles[1.0],
+        "slow_share": slow_share,
+    }
+
+
+def histogram_period_counts(table: dict, origin_ns: int, period_ns: int, n: int) -> dict:
+    """Per period of ``period_ns`` from ``origin_ns``: requests, errors, ok, P50/P99 (ms)."""
+    row_period = np.clip((table["start_ns"] - origin_ns) // period_ns, 0, n - 1)
+    latency = table["latency"]
+    group = row_period[latency.row]
+    quantiles = grouped_quantiles_ms(group, latency.bucket, latency.count, n, (0.5, 0.99))
+    return {"requests": np.bincount(row_period, weights=table["requests"], minlength=n),
+            "errors": np.bincount(row_period, weights=table["errors"], minlength=n),
+            "ok": np.bincount(group, weights=latency.count, minlength=n),
+            "p50_ms": quantiles[0.5], "p99_ms": quantiles[0.99]}
+
+
+def retained_view(run: Run, req: RequestArrays, window_s: float) -> RetainedView | None:
+    """The histogram-based view of a run whose records were retained selectively;
+    None for a run that kept every record (or has no windows.arrow)."""
+    state = load_retention(run.path)
+    windows = run.windows
+    if state is None or windows is None or len(windows) == 0:
+        return None
+    table = _columns(windows)
+    harness_window_ns = int(table["end_ns"][0] - table["start_ns"][0])
+    window_ns = max(1, round(window_s * NS_PER_S / harness_window_ns)) * harness_window_ns
+    origin, end = int(table["start_ns"].min()), int(table["end_ns"].max())
+    everything = np.ones(len(table["start_ns"]), dtype=bool)
+    summary = _summary(table, everything, (end - origin) / NS_PER_S, req, None)
+    duration_s = (end - origin) / NS_PER_S
+    classes = {str(name): _summary(table, table["cls"] == name, duration_s, req, str(name))
+               for name in sorted({c for c in table["cls"] if c is not None})}
+    requests = int(table["requests"].sum())
+    kept = int(table["kept"].sum())
+    return RetainedView(
+        period=(origin, end),
+        summary=summary,
+        classes=classes,
+        windows=_window_table(table, origin, end, window_ns, summary["latency_ms"]["p99"]["value_ms"]),
+        retention={
+            "sampled": True,
+            "requests": requests,
+            "records_kept": int(req.n),
+            "records_kept_counted": kept,
+            "kept_share": req.n / requests if requests else 0.0,
+            "sample_rate": state.sample_rate,
+            "configured_sample_rate": state.configured_sample_rate,
+            "full_records_around_spikes_s": state.full_records_around_spikes_s,
+            "keep_intervals": [[int(lo), int(hi)] for lo, hi in state.keep],
+            "disk_budget_bytes": state.disk_budget_bytes,
+            "window_s": window_ns / NS_PER_S,
+        },
+        table=table,
+    )

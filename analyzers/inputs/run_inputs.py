@@ -1,0 +1,389 @@
+"""What cause detectors read, prepared once per run and shared by every detector.
+
+:class:`RunInputs` holds the request arrays, the stage matrix, the spikes'
+bounds and the baseline threshold, and derives (lazily, once) what several
+detectors need: the signal index, a 1-s grid over the load period with a
+spike mask and a baseline mask, the target's GC pauses as a cumulative
+pause-time function, the ``queue.depth`` of every ``queue_wait`` span, and the
+server-side arrival times (SERVER spans of every trace, joined or not, so
+load from outside the harness counts).
+
+Spike boundaries are imprecise (they are whole detection windows and a cause
+can start before its effect): every detector looks at a spike widened by a
+*margin* (``max(2 s, duration / 2)``) and compares it with a baseline that
+excludes every spike widened by the same margin (by less — half, one second,
+none — when that would leave too few baseline seconds in a short run,
+:meth:`RunInputs.baseline_bins`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from tailscope.rundir import Run
+
+from tailscope.analyzers.inputs.queues import QueuePoints, queue_points
+from tailscope.analyzers.inputs.records import NS_PER_MS, NS_PER_S, RequestArrays, int_column, take_rows
+from tailscope.analyzers.inputs.signal_index import Contrast, SignalIndex, contrast
+from tailscope.analyzers.stages.decomposition import SPAN_KIND_SERVER, StageMatrix
+from tailscope.analyzers.inputs.trace_join import trace_positions
+
+#: Grid step of the signals detectors compare (ns).
+GRID_NS = NS_PER_S
+#: Smallest margin around a spike (ns).
+MIN_MARGIN_NS = 2 * NS_PER_S
+#: Widest rolling window (bins) a spike's level is averaged over: short, so that even a
+#: short run's baseline holds several such windows.
+MAX_LEVEL_BINS = 3
+#: Fewest baseline bins a contrast needs.
+MIN_BASELINE_BINS = 8
+#: Most normal requests sampled for per-request comparisons (seeded).
+MAX_NORMAL_SAMPLE = 200_000
+
+
+def margin_ns(start_ns: int, end_ns: int) -> int:
+    """The margin added on each side of a spike: max(2 s, half its duration)."""
+    return max(MIN_MARGIN_NS, (end_ns - start_ns) // 2)
+
+
+@dataclass
+class RunInputs:
+    """Shared, lazily derived inputs of the cause detectors for one run."""
+
+    run: Run
+    req: RequestArrays
+    matrix: StageMatrix
+    origin_ns: int
+    end_ns: int
+    threshold_ms: float
+    spike_bounds: list[tuple[int, int]] = field(default_factory=list)
+    #: :func:`~.stages.request_of_span` of ``run.spans`` when known (the analysis' shared join):
+    #: every span↔request question is then answered from it instead of a join of its own.
+    span_request: np.ndarray | None = None
+    #: :func:`~.queues.queue_points` of ``run.spans`` when the analysis read them already.
+    queue_points: QueuePoints | None = None
+
+    # ------------------------------------------------------------------ signals
+    @cached_property
+    def signals(self) -> SignalIndex:
+        return SignalIndex(self.run.signals, self.run.signals_meta)
+
+    @cached_property
+    def edges(self) -> np.ndarray:
+        """Grid edges (epoch ns) covering the load period, GRID_NS apart."""
+        bins = max(1, int(-(-(self.end_ns - self.origin_ns) // GRID_NS)))
+        return self.origin_ns + np.arange(bins + 1, dtype=np.int64) * GRID_NS
+
+    def bins_between(self, start_ns: int, end_ns: int) -> np.ndarray:
+        """Boolean mask of grid bins overlapping [start_ns, end_ns)."""
+        edges = self.edges
+        return (edges[1:] > start_ns) & (edges[:-1] < end_ns)
+
+    def spike_bins(self, start_ns: int, end_ns: int) -> np.ndarray:
+        """Bins of a spike widened by its margin."""
+        margin = margin_ns(start_ns, end_ns)
+        return self.bins_between(start_ns - margin, end_ns + margin)
+
+    @cached_property
+    def baseline_bins(self) -> np.ndarray:
+        """Bins outside every spike widened by its margin. In a short run, where that leaves
+        fewer than MIN_BASELINE_BINS, the margin shrinks to half, then to one grid bin (a spike's
+        bounds are whole detection windows, and effects such as a draining queue outlast their
+        cause: a baseline next to the spike would hold its tail) with half as many bins
+        required, then to none; all bins as a last resort."""
+        for margin_of, needed in ((margin_ns, MIN_BASELINE_BINS),
+                                  (lambda start, end: margin_ns(start, end) // 2, MIN_BASELINE_BINS),
+                                  (lambda start, end: GRID_NS, MIN_BASELINE_BINS // 2),
+                                  (lambda start, end: 0, MIN_BASELINE_BINS // 2)):
+            excluded = np.zeros(len(self.edges) - 1, dtype=bool)
+            for start, end in self.spike_bounds:
+                margin = margin_of(start, end)
+                excluded |= self.bins_between(start - margin, end + margin)
+            if (~excluded).sum() >= needed:
+                return ~excluded
+        return np.ones(len(self.edges) - 1, dtype=bool)
+
+    def binned(self, name: str) -> np.ndarray:
+        return self.signals.binned(name, self.edges)
+
+    def contrast_values(self, values: np.ndarray, start_ns: int, end_ns: int, floor: float = 0.0) -> Contrast | None:
+        """Contrast of per-bin values: the spike's best rolling mean (its own length, at most
+        MAX_LEVEL_BINS bins) inside the widened spike, against rolling means of the baseline
+        (single bins when a short run's baseline holds too few whole rolling windows)."""
+        width = int(min(MAX_LEVEL_BINS, max(1, round((end_ns - start_ns) / GRID_NS))))
+        while True:
+            base_ok = windows_inside(self.baseline_bins, width)
+            if width == 1 or base_ok.sum() >= MIN_BASELINE_BINS // 2:
+                break
+            width -= 1
+        rolled = rolling_mean(values, width)
+        spike_ok = windows_inside(self.spike_bins(start_ns, end_ns), width)
+        return contrast(rolled, spike_ok, base_ok, floor=floor, level=1.0)
+
+    def contrast(self, name: str, start_ns: int, end_ns: int, floor: float = 0.0) -> Contrast | None:
+        """Contrast of one signal series for a spike; None when the series is absent."""
+        if not self.signals.has(name):
+            return None
+        return self.contrast_values(self.binned(name), start_ns, end_ns, floor)
+
+    # ------------------------------------------------------------------ events
+    @cached_property
+    def gc_pauses(self) -> "Pauses":
+        return pauses_of(self.run.events, "gc_pause")
+
+    @cached_property
+    def generator_pauses(self) -> "Pauses":
+        return pauses_of(self.run.events, "generator_gc")
+
+    # ------------------------------------------------------------------ spans
+    @cached_property
+    def queue(self) -> QueuePoints:
+        """The run's ``queue_wait`` spans with a depth (:func:`~.queues.queue_points`), unless given."""
+        return self.queue_points if self.queue_points is not None else queue_points(self.run.spans)
+
+    @cached_property
+    def _queue_request(self) -> np.ndarray:
+        """Request index of each queue point (-1: none); one join per run."""
+        rows = self.queue.rows
+        if self.span_request is not None:
+            return self.span_request[rows]
+        return trace_positions(take_rows(self.run.spans.column("trace_id"), rows), self.trace_ids)
+
+    def queue_spans(self, limit: int | None = MAX_NORMAL_SAMPLE) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(request index or -1, start_ns, depth, capacity) of ``queue_wait`` spans with a depth.
+
+        At most ``limit`` spans, evenly spaced (a mean per second needs no more); None for all.
+        """
+        queue = self.queue
+        picked = slice(None)
+        if limit is not None and len(queue) > limit:
+            picked = np.linspace(0, len(queue) - 1, limit).astype(np.int64)
+        return self._queue_request[picked], queue.t_ns[picked], queue.depth[picked], queue.capacity[picked]
+
+    @cached_property
+    def _queue_point_of_request(self) -> np.ndarray:
+        """Queue point of each request's span (-1: none)."""
+        points = np.full(self.req.n, -1, np.int64)
+        position = self._queue_request
+        joined = np.flatnonzero(position >= 0)
+        points[position[joined]] = joined
+        return points
+
+    def queue_depth_of(self, request_index: np.ndarray) -> np.ndarray:
+        """``queue.depth`` seen by each of these requests (NaN without a queue_wait span with one)."""
+        out = np.full(len(request_index), np.nan)
+        if len(self.queue) == 0 or len(request_index) == 0:
+            return out
+        points = self._queue_point_of_request[request_index]
+        has = points >= 0
+        out[has] = self.queue.depth[points[has]]
+        return out
+
+    @cached_property
+    def status(self) -> np.ndarray:
+        """HTTP status of every request (0 when no response)."""
+        values, _ = int_column(self.run.requests, "status")
+        return values
+
+    @cached_property
+    def queue_capacity(self) -> float | None:
+        """The batcher queue's capacity (median ``queue.capacity`` of up to 1,000 spans), None when not reported."""
+        capacity = self.queue_spans(limit=1000)[3]
+        capacity = capacity[np.isfinite(capacity)]
+        return float(np.median(capacity)) if len(capacity) else None
+
+    @cached_property
+    def trace_ids(self) -> pa.Array:
+        """Every request's trace id as Arrow strings."""
+        return self.req.trace_ids.combine_chunks()
+
+    @cached_property
+    def _server_rows(self) -> np.ndarray:
+        """Rows of SERVER-kind spans in the spans table."""
+        kind = pc.fill_null(self.run.spans.column("kind"), 0).to_numpy(zero_copy_only=False)
+        return np.flatnonzero(kind == SPAN_KIND_SERVER)
+
+    @cached_property
+    def _server_spans(self) -> pa.Table | None:
+        spans = self.run.spans
+        if len(spans) == 0:
+            return None
+        columns = ["start_ns", "end_ns", "status_code", "attributes"]
+        needed = spans.select(columns + (["trace_id"] if self.span_request is None else []))
+        return take_rows(needed, self._server_rows)
+
+    @cached_property
+    def server_starts_ns(self) -> np.ndarray:
+        """Start times (epoch ns, sorted) of every SERVER span: the load the target saw."""
+        if self._server_spans is None:
+            return np.zeros(0, np.int64)
+        start, _ = int_column(self._server_spans, "start_ns")
+        return np.sort(start)
+
+    @cached_property
+    def external_arrivals_ns(self) -> np.ndarray:
+        """Start times (sorted) of SERVER spans of traces the harness did not send: load from elsewhere."""
+        server = self._server_spans
+        if server is None or len(server) == 0:
+            return np.zeros(0, np.int64)
+        if self.span_request is not None:
+            foreign = self.span_request[self._server_rows] < 0
+        else:
+            foreign = pc.invert(pc.is_in(server.column("trace_id"), value_set=self.trace_ids)).to_numpy(
+                zero_copy_only=False)
+        start, _ = int_column(server, "start_ns")
+        return np.sort(start[foreign])
+
+    @cached_property
+    def completions_ns(self) -> np.ndarray:
+        """When the target finished useful work (epoch ns): ends of SERVER spans that answered
+        below 400 (``http.response.status_code`` or ``http.status_code``; spans without either
+        count unless their status is error), or successful requests' ends in a run without
+        spans. Its rate is the throughput the target sustained, external load included."""
+        server = self._server_spans
+        if server is None or len(server) == 0:
+            return np.sort(self.req.end_ns[self.req.is_ok])
+        attributes = pc.fill_null(server.column("attributes"), "")
+        answered = pc.match_substring_regex(attributes, r'"http\.(response\.)?status_code"\s*:').to_numpy(
+            zero_copy_only=False)
+        rejected = pc.match_substring_regex(attributes, r'"http\.(response\.)?status_code"\s*:\s*[45]').to_numpy(
+            zero_copy_only=False)
+        failed = pc.fill_null(server.column("status_code"), 0).to_numpy() == 2
+        useful = np.where(answered, ~rejected, ~failed)
+        end, _ = int_column(server, "end_ns")
+        return np.sort(end[useful])
+
+    def per_second(self, times_ns: np.ndarray) -> np.ndarray:
+        """Counts per grid bin of event times, per second."""
+        bins = len(self.edges) - 1
+        index = np.floor_divide(np.asarray(times_ns, dtype=np.int64) - self.origin_ns, GRID_NS)  # edges are uniform
+        inside = (index >= 0) & (index < bins)
+        return np.bincount(index[inside], minlength=bins) / (GRID_NS / NS_PER_S)
+
+    # ------------------------------------------------------------------ requests
+    def normal_sample(self, normal_index: np.ndarray) -> np.ndarray:
+        """At most MAX_NORMAL_SAMPLE normal requests (seeded, sorted), for per-request comparisons.
+
+        Every spike of a run shares one normal set, so the sample is drawn once and reused."""
+        if len(normal_index) <= MAX_NORMAL_SAMPLE:
+            return normal_index
+        key = (len(normal_index), int(normal_index[0]), int(normal_index[-1]))
+        cached = self.__dict__.get("_normal_sample")
+        if cached is None or cached[0] != key:
+            rng = np.random.default_rng(0)
+            chosen = np.sort(rng.choice(len(normal_index), size=MAX_NORMAL_SAMPLE, replace=False))
+            cached = (key, normal_index[chosen])
+            self.__dict__["_normal_sample"] = cached
+        return cached[1]
+
+    def request_interval(self, index: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(sent or scheduled, end) epoch ns of requests: the time they were in the service's hands."""
+        begin = np.where(self.req.has_sent[index], self.req.sent_ns[index], self.req.scheduled_ns[index])
+        return begin, self.req.end_ns[index]
+
+
+@dataclass(frozen=True)
+class Pauses:
+    """Disjoint pause intervals (union of overlapping ones), sorted, with a cumulative pause time."""
+
+    start_ns: np.ndarray
+    end_ns: np.ndarray
+    generation: np.ndarray  # highest generation among the merged pauses (-1 unknown)
+    cumulative_ns: np.ndarray  # total pause time before each pause starts
+
+    def __len__(self) -> int:
+        return len(self.start_ns)
+
+    def paused_before(self, t_ns: np.ndarray) -> np.ndarray:
+        """Total pause time (ns) before each time (vectorised, O(log pauses) each)."""
+        if len(self) == 0:
+            return np.zeros(len(t_ns))
+        i = np.searchsorted(self.start_ns, t_ns, side="right") - 1
+        safe = np.clip(i, 0, None)
+        within = np.clip(t_ns - self.start_ns[safe], 0, self.end_ns[safe] - self.start_ns[safe])
+        return np.where(i >= 0, self.cumulative_ns[safe] + within, 0).astype(np.float64)
+
+    def overlap_ms(self, begin_ns: np.ndarray, end_ns: np.ndarray) -> np.ndarray:
+        """Pause time (ms) inside each interval [begin, end)."""
+        return (self.paused_before(end_ns) - self.paused_before(begin_ns)) / NS_PER_MS
+
+    def longest_overlapping(self, begin_ns: np.ndarray, end_ns: np.ndarray) -> tuple[float, int]:
+        """(longest pause in ms, its generation) among pauses overlapping any of the intervals."""
+        if len(self) == 0 or len(begin_ns) == 0:
+            return 0.0, -1
+        first = np.searchsorted(self.end_ns, begin_ns, side="right")
+        last = np.searchsorted(self.start_ns, end_ns, side="left")
+        hit = np.zeros(len(self) + 1, np.int64)
+        np.add.at(hit, first, 1)
+        np.add.at(hit, last, -1)
+        overlapping = np.cumsum(hit)[:-1] > 0
+        if not overlapping.any():
+            return 0.0, -1
+        lengths = (self.end_ns - self.start_ns) / NS_PER_MS
+        best = int(np.argmax(np.where(overlapping, lengths, -1)))
+        return float(lengths[best]), int(self.generation[best])
+
+
+def pauses_of(events: pa.Table, kind: str) -> Pauses:
+    """The union of the events of ``kind`` as :class:`Pauses` (generation parsed from attributes)."""
+    if len(events) == 0:
+        return Pauses(*(np.zeros(0, np.int64),) * 3, np.zeros(0))
+    chosen = events.filter(pc.equal(events.column("kind"), kind))
+    start, _ = int_column(chosen, "start_ns")
+    end, _ = int_column(chosen, "end_ns")
+    attributes = pc.fill_null(chosen.column("attributes"), "")
+    generation = np.nan_to_num(np.fmax(_json_number(attributes, "generation"),
+                                       _json_number(attributes, "gc.generation")), nan=-1).astype(np.int64)
+    order = np.argsort(start, kind="stable")
+    start, end, generation = start[order], np.maximum(end[order], start[order]), generation[order]
+    if len(start) == 0:
+        return Pauses(start, end, generation, np.zeros(0))
+    running_end = np.maximum.accumulate(end)
+    new_group = np.r_[True, start[1:] > running_end[:-1]]
+    group = np.cumsum(new_group) - 1
+    groups = int(group[-1]) + 1
+    merged_start = start[new_group]
+    merged_end = np.zeros(groups, np.int64)
+    np.maximum.at(merged_end, group, end)
+    merged_gen = np.full(groups, -1, np.int64)
+    np.maximum.at(merged_gen, group, generation)
+    lengths = merged_end - merged_start
+    cumulative = np.concatenate(([0], np.cumsum(lengths)[:-1])).astype(np.float64)
+    return Pauses(merged_start, merged_end, merged_gen, cumulative)
+
+
+def _json_number(texts: pa.Array | pa.ChunkedArray, key: str) -> np.ndarray:
+    """The number after ``"key":`` in each JSON text (NaN where absent), without parsing the JSON."""
+    pattern = '"' + key.replace(".", r"\.") + r'"\s*:\s*(?P<v>-?[0-9]+(?:\.[0-9]+)?)'
+    found = pc.struct_field(pc.extract_regex(texts, pattern), [0])
+    return pc.cast(found, pa.float64()).to_numpy(zero_copy_only=False).astype(np.float64)
+
+
+def rolling_mean(values: np.ndarray, width: int) -> np.ndarray:
+    """Mean of values[i:i+width] ignoring NaN (NaN where all are NaN); length len − width + 1."""
+    if width <= 1:
+        return values.astype(np.float64)
+    if len(values) < width:
+        return np.zeros(0)
+    finite = np.isfinite(values)
+    sums = np.concatenate(([0.0], np.cumsum(np.where(finite, values, 0.0))))
+    counts = np.concatenate(([0], np.cumsum(finite)))
+    total = sums[width:] - sums[:-width]
+    count = counts[width:] - counts[:-width]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(count > 0, total / np.maximum(count, 1), np.nan)
+
+
+def windows_inside(mask: np.ndarray, width: int) -> np.ndarray:
+    """For each rolling window start, whether all ``width`` bins are in ``mask``."""
+    if width <= 1:
+        return mask
+    if len(mask) < width:
+        return np.zeros(0, dtype=bool)
+    counts = np.concatenate(([0], np.cumsum(mask)))
+    return (counts[width:] - counts[:-width]) == width

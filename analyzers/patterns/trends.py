@@ -1,0 +1,253 @@
+"""Patterns across a run: periodic spikes, latency drift, memory leak.
+
+**Periodic spikes.** Two views, either one suffices:
+
+- the spikes' start times: with at least 3 spikes whose intervals vary little
+  (coefficient of variation <= 0.25), the period is their median interval;
+- the spectrum of the per-second share of requests above the run's P90
+  (``x_t``, mean removed): the periodogram's highest peak among periods
+  that fit at least 3 times in the run, tested with Fisher's g
+  (``g = max I_k / Σ I_k``, p ≈ M·(1 − g)^(M−1) for M frequencies); periodic
+  when p < ``alpha`` and the autocorrelation at that lag is >= 0.2.
+
+**Drift** (long runs). The load period is cut into at most 60 equal
+segments; the trend of the segments' median latency (and their P99, when
+every segment has enough samples to claim it) is the Theil–Sen slope, its
+significance the Mann–Kendall test (Kendall's tau of value vs time). Drift is
+flagged when p < ``alpha``, the change over the run is at least
+``min_drift`` (10%) of the median, and the run lasts at least
+``min_duration_s`` (10 minutes); the numbers are reported for any run.
+
+**Leak** (long runs). Theil–Sen slope and Mann–Kendall test of the target's
+RSS (``proc.rss_bytes``, at most 500 evenly spaced readings); flagged when
+p < ``alpha``, growth over the run is at least max(10 MB, 5% of the first
+reading) and the run lasts ``min_duration_s``.
+
+Costs: O(n) for the share series plus an FFT of one value per second;
+Theil–Sen is O(k²) on k <= 500 points.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import stats
+
+from tailscope.analyzers.stats.percentiles import grouped_quantile, min_samples_for_claim, nearest_rank_value, stable_group_order
+from tailscope.analyzers.inputs.records import NS_PER_S, RequestArrays
+from tailscope.analyzers.inputs.signal_index import SignalIndex
+
+RSS_SERIES = ("proc.rss_bytes", "target.rss_bytes")
+
+
+@dataclass(frozen=True)
+class PatternRules:
+    alpha: float = 0.01
+    min_cycles: int = 3
+    max_interval_cv: float = 0.25
+    min_autocorrelation: float = 0.2
+    segments: int = 60
+    min_drift: float = 0.10
+    min_duration_s: float = 600.0
+    min_leak_bytes: float = 10e6
+    min_leak_share: float = 0.05
+    max_trend_points: int = 500
+
+
+def analyze_patterns(req: RequestArrays, spikes: list[dict], signals: SignalIndex,
+                     period: tuple[int, int] | None, rules: PatternRules = PatternRules()) -> dict:
+    """The ``patterns`` section: ``{"periodic", "drift", "leak"}``."""
+    return {"periodic": periodicity(req, spikes, period, rules),
+            "drift": drift(req, period, rules),
+            "leak": leak(signals, period, rules)}
+
+
+# ---------------------------------------------------------------- periodicity
+def spike_interval_period(spikes: list[dict], rules: PatternRules) -> dict | None:
+    """Period (s) from regularly spaced spike starts, or None."""
+    if len(spikes) < 3:
+        return None
+    starts = np.array(sorted(s["start_ns"] for s in spikes), dtype=np.float64) / NS_PER_S
+    intervals = np.diff(starts)
+    mean = float(intervals.mean())
+    cv = float(intervals.std() / mean) if mean > 0 else np.inf
+    if cv > rules.max_interval_cv:
+        return None
+    return {"period_s": float(np.median(intervals)), "interval_cv": cv, "spikes": len(spikes)}
+
+
+def tail_share_series(req: RequestArrays, period: tuple[int, int]) -> np.ndarray:
+    """Per-second share of latency samples above the run's P90 (NaN-free: empty seconds → 0)."""
+    mask = req.in_latency
+    latency = req.latency_ms[mask]
+    if len(latency) == 0:
+        return np.zeros(0)
+    p90 = nearest_rank_value(latency, 0.9)
+    seconds = max(1, int(-(-(period[1] - period[0]) // NS_PER_S)))
+    index = np.clip((req.scheduled_ns[mask] - period[0]) // NS_PER_S, 0, seconds - 1)
+    counts = np.bincount(index, minlength=seconds)
+    above = np.bincount(index[latency > p90], minlength=seconds)
+    return np.where(counts > 0, above / np.maximum(counts, 1), 0.0)
+
+
+def spectral_period(x: np.ndarray, rules: PatternRules) -> dict | None:
+    """Fisher's g test on the periodogram of ``x`` (one value per second); None if too short."""
+    n = len(x)
+    if n < 4 * rules.min_cycles:
+        return None
+    centred = x - x.mean()
+    if not np.any(centred):
+        return None
+    power = np.abs(np.fft.rfft(centred)) ** 2
+    freqs = np.fft.rfftfreq(n, d=1.0)
+    usable = (freqs > 0) & (freqs >= rules.min_cycles / n) & (freqs < 0.5)
+    if usable.sum() < 2:
+        return None
+    candidates = np.flatnonzero(usable)
+    best = candidates[np.argmax(power[candidates])]
+    m = len(candidates)
+    g = float(power[best] / power[candidates].sum())
+    p_value = float(min(1.0, m * (1.0 - g) ** (m - 1)))
+    best = fundamental(power, best, candidates[0])
+    period_s = float(1.0 / freqs[best])
+    lag = int(round(period_s))
+    acf = lag_correlation(centred, lag) if 0 < lag < n - 2 else 0.0
+    return {"period_s": period_s, "fisher_g": g, "p_value": p_value, "autocorrelation": acf}
+
+
+def lag_correlation(x: np.ndarray, lag: int) -> float:
+    """Pearson correlation of ``x`` with itself ``lag`` steps later; 0.0 when
+    either part is constant (no correlation can be claimed)."""
+    head, tail = x[:-lag], x[lag:]
+    if np.ptp(head) == 0 or np.ptp(tail) == 0:
+        return 0.0
+    return float(np.corrcoef(head, tail)[0, 1])
+
+
+def fundamental(power: np.ndarray, peak: int, lowest: int) -> int:
+    """The lowest sub-harmonic bin (peak / k) still holding half the peak's power.
+
+    A train of short spikes puts equal power at every multiple of its frequency, so the
+    highest bin may be a harmonic; the period is the fundamental's.
+    """
+    best = peak
+    for k in range(2, peak // max(lowest, 1) + 1):
+        bin_ = int(round(peak / k))
+        if bin_ < lowest:
+            break
+        if power[bin_] >= 0.5 * power[peak]:
+            best = bin_
+    return best
+
+
+def periodicity(req: RequestArrays, spikes: list[dict], period: tuple[int, int] | None,
+                rules: PatternRules) -> dict:
+    """``{"detected", "period_s", "method", "summary", "spike_intervals", "spectrum"}``."""
+    by_spikes = spike_interval_period(spikes, rules)
+    spectrum = spectral_period(tail_share_series(req, period), rules) if period else None
+    spectral_hit = (spectrum is not None and spectrum["p_value"] < rules.alpha
+                    and spectrum["autocorrelation"] >= rules.min_autocorrelation)
+    if by_spikes is not None:
+        chosen, method = by_spikes["period_s"], "spike_intervals"
+    elif spectral_hit:
+        chosen, method = spectrum["period_s"], "spectrum"
+    else:
+        chosen, method = None, None
+    summary = (f"slow requests recur every {chosen:.1f} s ({method.replace('_', ' ')})" if chosen is not None
+               else "no periodic pattern")
+    return {"detected": chosen is not None, "period_s": chosen, "method": method, "summary": summary,
+            "spike_intervals": by_spikes, "spectrum": spectrum}
+
+
+# ---------------------------------------------------------------- trends
+def trend(t_s: np.ndarray, values: np.ndarray) -> dict | None:
+    """Theil–Sen slope (per s) with its 95% interval and the Mann–Kendall p-value."""
+    keep = np.isfinite(values)
+    t_s, values = t_s[keep], values[keep]
+    if len(values) < 8 or np.ptp(t_s) <= 0:
+        return None
+    slope, intercept, low, high = stats.theilslopes(values, t_s, alpha=0.95)
+    tau, p_value = stats.kendalltau(t_s, values)
+    return {"slope_per_s": float(slope), "slope_low": float(low), "slope_high": float(high),
+            "intercept": float(intercept), "kendall_tau": float(tau) if np.isfinite(tau) else 0.0,
+            "p_value": float(p_value) if np.isfinite(p_value) else 1.0, "points": int(len(values))}
+
+
+def drift(req: RequestArrays, period: tuple[int, int] | None, rules: PatternRules) -> dict:
+    """Trend of segment median (and P99) latency; ``detected`` only for long, significant, material drift."""
+    empty = {"detected": False, "verdict": "insufficient data", "summary": "not enough data for a trend",
+             "median": None, "p99": None,
+             "segments": 0, "segment_s": None}
+    mask = req.in_latency
+    if period is None or mask.sum() < 100:
+        return empty
+    duration_ns = max(period[1] - period[0], 1)
+    segments = int(min(rules.segments, max(8, duration_ns // NS_PER_S)))
+    segment = np.clip(((req.scheduled_ns - period[0]) * segments) // duration_ns, 0, segments - 1)
+    rows = req.latency_rows(mask)
+    ordered = req.latency_ms[rows[stable_group_order(segment[rows])]]  # by (segment, latency)
+    counts = np.bincount(segment[mask], minlength=segments)
+    starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
+    mid_s = (np.arange(segments) + 0.5) * duration_ns / segments / NS_PER_S
+    medians = grouped_quantile(ordered, starts, counts, 0.5)
+    p99 = grouped_quantile(ordered, starts, counts, 0.99)
+    p99_claimed = bool(np.all(counts >= min_samples_for_claim(0.99, 0)))
+    median_trend = trend(mid_s, medians)
+    p99_trend = trend(mid_s, p99) if p99_claimed else None
+    duration_s = duration_ns / NS_PER_S
+    typical = float(np.nanmedian(medians))
+    detected, change = False, None
+    if median_trend is not None and typical > 0:
+        change = median_trend["slope_per_s"] * duration_s / typical
+        detected = (median_trend["p_value"] < rules.alpha and abs(change) >= rules.min_drift
+                    and duration_s >= rules.min_duration_s)
+    summary = ("median latency " + ("rose" if (change or 0) > 0 else "fell")
+               + f" {abs(change or 0):.0%} over the run (Theil–Sen {median_trend['slope_per_s'] * 3600:+.2f} ms/h, "
+               f"Mann–Kendall p = {median_trend['p_value']:.2g})" if median_trend is not None else empty["summary"])
+    if median_trend is not None and not detected:
+        summary = "no drift: " + summary
+    verdict = "drift" if detected else ("stable" if median_trend is not None else "insufficient data")
+    return {"detected": detected, "verdict": verdict, "summary": summary, "relative_change": change,
+            "median": median_trend, "p99": p99_trend, "segments": segments,
+            "segment_s": duration_s / segments}
+
+
+def leak(signals: SignalIndex, period: tuple[int, int] | None, rules: PatternRules) -> dict:
+    """Trend of the target's RSS; ``detected`` only for long, significant, material growth."""
+    name = next((n for n in RSS_SERIES if signals.has(n)), None)
+    empty = {"detected": False, "verdict": "insufficient data", "series": name,
+             "summary": "no RSS series of the target", "trend": None,
+             "growth_bytes": None, "slope_bytes_per_hour": None}
+    if name is None or period is None:
+        return empty
+    t, v = signals.readings(name)
+    inside = (t >= period[0]) & (t <= period[1])
+    t, v = t[inside], v[inside]
+    if len(t) > rules.max_trend_points:
+        pick = np.linspace(0, len(t) - 1, rules.max_trend_points).round().astype(np.int64)
+        t, v = t[pick], v[pick]
+    found = trend((t - period[0]) / NS_PER_S, v)
+    if found is None:
+        return {**empty, "summary": "too few RSS readings for a trend"}
+    duration_s = (period[1] - period[0]) / NS_PER_S
+    growth = found["slope_per_s"] * duration_s
+    material = max(rules.min_leak_bytes, rules.min_leak_share * float(v[0]))
+    detected = found["p_value"] < rules.alpha and growth >= material and duration_s >= rules.min_duration_s
+    summary = (f"target RSS grew {growth / 1e6:+.1f} MB over the run ({found['slope_per_s'] * 3600 / 1e6:+.1f} MB/h, "
+               f"Mann–Kendall p = {found['p_value']:.2g})")
+    if not detected:
+        summary = "no leak: " + summary
+    return {"detected": detected, "verdict": "leak" if detected else "flat", "series": name,
+            "summary": summary, "trend": found,
+            "growth_bytes": growth, "slope_bytes_per_hour": found["slope_per_s"] * 3600}
+
+
+def pattern_warnings(patterns: dict) -> list[dict]:
+    """``{code, message}`` for every detected pattern (periodic_spikes, latency_drift, memory_leak)."""
+    out = []
+    for key, code in (("periodic", "periodic_spikes"), ("drift", "latency_drift"), ("leak", "memory_leak")):
+        entry = patterns.get(key) or {}
+        if entry.get("detected"):
+            out.append({"code": code, "message": entry["summary"]})
+    return out

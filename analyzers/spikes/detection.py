@@ -1,0 +1,203 @@
+"""P99 spikes: detection, per-spike stage decomposition, and ranked causes.
+
+Detection is the tail-share test of :mod:`.tail_test`: windows holding
+significantly (Bonferroni over all windows and scales, alpha 1%) and
+materially more requests above the baseline P99 than the 1% a steady run
+holds. It works from 20 to 20,000 requests/s and at any run length, and
+keeps a steady run free of spikes with probability at least 99%. Flagged
+detection windows at most ``merge_gap`` windows apart merge into one spike
+with start, end, peak (its window with the highest slow share) and excess
+(the spike's P99 over the baseline P99).
+
+Per spike: the slow requests (scheduled inside it, latency above the
+baseline P99) are compared with the normal requests (outside every spike)
+stage by stage; the stage whose mean grew most is named with its numbers.
+Causes come from a :class:`~.causes.DetectorRegistry` (``method="detectors"``,
+``unexplained`` when none fires) or the BARO-style baseline ranker
+(``method="baro"``, :mod:`.baro`). Cost: O(requests) per test iteration, plus
+the detectors' work per spike.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import stats
+
+from tailscope.analyzers.causes.protocol import DetectorRegistry, SpikeContext, available_inputs
+from tailscope.analyzers.stats.percentiles import min_samples_for_claim, nearest_rank
+from tailscope.analyzers.inputs.records import RequestArrays
+from tailscope.analyzers.inputs.queues import QueuePoints
+from tailscope.analyzers.inputs.run_inputs import RunInputs
+from tailscope.analyzers.stages.decomposition import DEFAULT_STAGE_MAP, StageMatrix
+from tailscope.analyzers.spikes.tail_test import TailTestResult, TailTestRules, merge_runs, tail_test
+from tailscope.analyzers.stages.representative_trace import representative_trace
+
+#: Cause-attribution methods ``find_spikes`` accepts.
+METHODS = ("detectors", "baro")
+
+
+@dataclass(frozen=True)
+class SpikeRules(TailTestRules):
+    """The tail-share test's thresholds (:class:`~.tail_test.TailTestRules`) plus how windows merge."""
+
+    merge_gap: int = 1
+
+
+def detect(req: RequestArrays, windows: dict[str, np.ndarray], rules: SpikeRules = SpikeRules()) -> TailTestResult | None:
+    """The tail-share test over a run's latency samples, on the window table's time range."""
+    if len(windows["start_ns"]) == 0:
+        return None
+    origin, end = int(windows["start_ns"][0]), int(windows["end_ns"][-1])
+    window_ns = int(windows["end_ns"][0] - windows["start_ns"][0])
+    mask = req.in_latency
+    return tail_test(req.scheduled_ns[mask], req.latency_ms[mask], origin, end, window_ns, rules)
+
+
+def detection_facts(result: TailTestResult | None, rules: SpikeRules, method: str) -> dict:
+    """The ``spike_detection`` section: how spikes were looked for and against what baseline."""
+    if result is None:
+        return {"performed": False, "method": method, "detection_window_s": None, "baseline_p99_ms": None,
+                "expected_slow_share": 1.0 - rules.tail_p, "alpha": rules.alpha, "tests": 0, "iterations": 0}
+    return {"performed": True, "method": method, "detection_window_s": result.window_ns / 1e9,
+            "baseline_p99_ms": result.threshold_ms, "expected_slow_share": result.expected_share,
+            "alpha": rules.alpha, "tests": result.tests, "iterations": result.iterations}
+
+
+def _mean_p50(values: np.ndarray) -> dict:
+    values = values[~np.isnan(values)]
+    if len(values) == 0:
+        return {"mean_ms": None, "p50_ms": None, "count": 0}
+    return {"mean_ms": float(values.mean()),
+            "p50_ms": float(np.quantile(values, 0.5, method="inverted_cdf")), "count": int(len(values))}
+
+
+def matrix_rows(matrix: StageMatrix, n_requests: int) -> np.ndarray:
+    """Stage-matrix row of every request (-1: not joined)."""
+    row_of = np.full(n_requests, -1, dtype=np.int64)
+    row_of[matrix.request_index] = np.arange(len(matrix.request_index))
+    return row_of
+
+
+def stage_side(rows: np.ndarray, matrix: StageMatrix) -> dict[str, dict]:
+    """``{stage: {"mean_ms", "p50_ms", "count"}}`` over these stage-matrix rows."""
+    return {stage: _mean_p50(matrix.ms[rows, j]) for j, stage in enumerate(matrix.stages)}
+
+
+def joined_rows(index: np.ndarray, row_of: np.ndarray) -> np.ndarray:
+    """Stage-matrix rows of the joined requests among ``index``."""
+    rows = row_of[index]
+    return rows[rows >= 0]
+
+
+def decompose(slow_index: np.ndarray, normal_index: np.ndarray, matrix: StageMatrix, n_requests: int,
+              row_of: np.ndarray | None = None, normal: dict[str, dict] | None = None) -> dict:
+    """Stage means/medians of slow vs normal requests and the stage that grew most.
+
+    ``row_of`` (:func:`matrix_rows`) and ``normal`` (:func:`stage_side` of the normal
+    requests' rows) can be passed when decomposing several spikes of a run: every spike
+    shares one normal set, so its statistics (a pass over nearly every request) are
+    computed once."""
+    if row_of is None:
+        row_of = matrix_rows(matrix, n_requests)
+    slow_rows = joined_rows(slow_index, row_of)
+    normal_rows = joined_rows(normal_index, row_of)
+    result = {"slow_requests": int(len(slow_index)), "joined_slow_requests": int(len(slow_rows)),
+              "normal_requests": int(len(normal_index)), "joined_normal_requests": int(len(normal_rows)),
+              "stages": {}, "dominant_stage": None, "summary": None}
+    if len(slow_rows) == 0 or len(normal_rows) == 0:
+        result["summary"] = "no spans joined to the slow or normal requests; no stage decomposition"
+        return result
+    slow_side = stage_side(slow_rows, matrix)
+    normal_side = normal if normal is not None else stage_side(normal_rows, matrix)
+    for stage in matrix.stages:
+        slow, normal = slow_side[stage], normal_side[stage]
+        growth = (slow["mean_ms"] - normal["mean_ms"]) if slow["count"] and normal["count"] else None
+        result["stages"][stage] = {"slow": slow, "normal": normal, "growth_ms": growth}
+    candidates = {s: v["growth_ms"] for s, v in result["stages"].items()
+                  if s != "server" and v["growth_ms"] is not None}
+    if candidates:
+        dominant = max(candidates, key=candidates.get)
+        entry = result["stages"][dominant]
+        result["dominant_stage"] = dominant
+        result["summary"] = (f"{dominant} grew most: mean {entry['normal']['mean_ms']:.1f} ms → "
+                             f"{entry['slow']['mean_ms']:.1f} ms (+{entry['growth_ms']:.1f} ms) in "
+                             f"{len(slow_rows)} slow requests vs {len(normal_rows)} normal requests")
+    return result
+
+
+def find_spikes(req: RequestArrays, windows: dict[str, np.ndarray], matrix: StageMatrix, run,
+                registry: DetectorRegistry | None = None, rules: SpikeRules = SpikeRules(),
+                stage_map=None, *, detection: TailTestResult | None = None, method: str = "detectors",
+                span_request: np.ndarray | None = None, queue: QueuePoints | None = None) -> list[dict]:
+    """The spikes of a run, each with decomposition, causes and a representative slow trace
+    (:mod:`.traces`; ``stage_map`` names the stage of each span, default the span-name map).
+
+    ``detection`` is :func:`detect`'s result when the caller already has it; ``method`` is
+    ``"detectors"`` (the registry; default :func:`~.detectors.default_registry`) or ``"baro"``;
+    ``span_request`` is :func:`~.stages.request_of_span` of ``run.spans`` when the caller has it
+    (the detectors and the representative trace then need no span join of their own), ``queue``
+    the run's :func:`~.queues.queue_points` when the caller read them.
+    """
+    if method not in METHODS:
+        raise ValueError(f"unknown cause method {method!r}; expected one of {', '.join(METHODS)}")
+    result = detection if detection is not None else detect(req, windows, rules)
+    if result is None:
+        return []
+    runs = merge_runs(result.flagged, rules.merge_gap)
+    if not runs:
+        return []
+    if registry is None:
+        from tailscope.analyzers.causes.registry import default_registry
+        registry = default_registry()
+    bounds = [result.window_bounds(first, last) for first, last in runs]
+    in_any = np.zeros(req.n, dtype=bool)
+    for lo, hi in bounds:
+        in_any |= (req.scheduled_ns >= lo) & (req.scheduled_ns < hi)
+    normal_index = np.flatnonzero(req.is_ok & ~in_any)
+    tau = result.threshold_ms
+    inputs = RunInputs(run, req, matrix, int(windows["start_ns"][0]), int(windows["end_ns"][-1]), tau, bounds,
+                       span_request, queue)
+    available = available_inputs(run)
+    row_of = matrix_rows(matrix, req.n)
+    normal = stage_side(joined_rows(normal_index, row_of), matrix)
+    spikes = []
+    for (first, last), (lo, hi) in zip(runs, bounds):
+        spikes.append(_spike_record(req, result, first, last, lo, hi, tau, in_any, normal_index, matrix, run,
+                                    inputs, available, registry, method, stage_map, row_of, normal))
+    return spikes
+
+
+def _spike_record(req, result, first, last, lo, hi, tau, in_any, normal_index, matrix, run, inputs,
+                  available, registry, method, stage_map, row_of, normal) -> dict:
+    inside = (req.scheduled_ns >= lo) & (req.scheduled_ns < hi)
+    latency = np.sort(req.latency_ms[inside & req.in_latency])
+    p99 = float(latency[nearest_rank(len(latency), 0.99) - 1])
+    n_slow, n_all = int(result.slow[first:last + 1].sum()), int(result.n[first:last + 1].sum())
+    with np.errstate(invalid="ignore", divide="ignore"):
+        shares = np.where(result.n[first:last + 1] > 0, result.slow[first:last + 1] / np.maximum(result.n[first:last + 1], 1), 0)
+    peak = first + int(np.argmax(shares))
+    peak_lo, peak_hi = result.window_bounds(peak, peak)
+    slow_index = np.flatnonzero(inside & req.is_ok & (req.latency_ms > tau))
+    decomposition = decompose(slow_index, normal_index, matrix, req.n, row_of, normal)
+    ctx = SpikeContext(run, lo, hi, (peak_lo + peak_hi) // 2, slow_index, normal_index, decomposition, available,
+                       inputs, tau)
+    if method == "baro":
+        from tailscope.analyzers.causes.baro import baro_causes
+        causes = baro_causes(ctx)
+    else:
+        causes = registry.attribute(ctx)
+    return {
+        "start_ns": lo, "end_ns": hi, "peak_ns": (peak_lo + peak_hi) // 2,
+        "p99_ms": p99, "p99_claimed": len(latency) >= min_samples_for_claim(0.99, 0),
+        "baseline_p99_ms": tau, "excess_ms": p99 - tau,
+        "slow_requests": n_slow, "slow_share": n_slow / n_all if n_all else 0.0,
+        "expected_slow_share": result.expected_share,
+        "p_value": float(stats.binom.sf(n_slow - 1, max(n_all, 1), result.expected_share)),
+        "peak_window_slow_share": float(shares[peak - first]),
+        "requests": int(inside.sum()), "windows": last - first + 1,
+        "decomposition": decomposition, "causes": causes,
+        "representative_trace": representative_trace(req, slow_index, run.spans, stage_map or DEFAULT_STAGE_MAP,
+                                                     inputs.span_request),
+    }

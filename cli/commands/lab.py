@@ -1,0 +1,64 @@
+"""``tailscope lab``: (scenario × fault) experiments on the reference target, diagnosis scored."""
+
+from __future__ import annotations
+
+from tailscope.cli.commands.common import EXIT_OK, EXIT_SLO_FAILED, duration_arg, error
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "lab", help="inject real faults into the reference target and score the diagnosis",
+        description="Run a suite of short experiments — every fault kind (cpu_throttle, cpu_contention, "
+                    "memory_swap, gc_pressure, overload, io_stall) on the reference target, plus no-fault "
+                    "control runs — then score each run's diagnosis against the fault's ground-truth window: "
+                    "AC@1, AC@3, detection rate, time to detect, false-alarm rate. Writes lab.json, lab.html "
+                    "and scores.md. Faults that need root or writable cgroups are reported as errors where "
+                    "they cannot run. Exit 0 when every experiment ran, 1 when some could not, 2 on usage errors.")
+    p.add_argument("--quick", action="store_true",
+                   help="one seed, 20 s experiments (under 5 minutes for all kinds)")
+    p.add_argument("--seeds", type=int, default=None, metavar="N",
+                   help="experiments per fault kind and control runs (default 3; 1 with --quick)")
+    p.add_argument("--only", default=None, metavar="KINDS",
+                   help="comma-separated fault kinds to run, 'control' for the control runs "
+                        "(default: all kinds and control)")
+    p.add_argument("--duration", type=duration_arg, default=None, metavar="D",
+                   help="length of each experiment (default 40s; 20s with --quick); the fault runs from "
+                        "35%% to 60%% of it")
+    p.add_argument("--out", default=None, metavar="DIR",
+                   help="output folder (default runs/lab-<UTC time>)")
+    p.set_defaults(handler=handle)
+
+
+def handle(args) -> int:
+    import time
+
+    from rich.console import Console
+
+    from tailscope.lab.suite import run_lab
+    from tailscope.lab.plan import build_suite
+    from tailscope.lab.outputs import control_line, score_table
+
+    only = [kind.strip() for kind in args.only.split(",") if kind.strip()] if args.only else None
+    try:
+        suite = build_suite(quick=args.quick, seeds=args.seeds, only=only, duration_s=args.duration)
+    except ValueError as exc:
+        return error(str(exc))
+    out_dir = args.out or f"runs/lab-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"
+    console = Console()
+    name = "quick" if args.quick else "full"
+    console.print(f"tailscope lab ({name}): {len(suite)} experiments of {suite[0].duration_s:g} s → {out_dir}")
+
+    def progress(result: dict) -> None:
+        score = result.get("score") or {}
+        detail = result.get("error") or (", ".join(score.get("top_causes") or []) or "no cause")
+        console.print(f"  {result['name']}: {result['status']} ({result['wall_s']:.0f} s) {detail}",
+                      markup=False, highlight=False)
+
+    lab = run_lab(suite, out_dir, name, on_result=progress)
+    console.print(score_table(lab["scores"]))
+    console.print(control_line(lab["scores"]), markup=False, highlight=False)
+    console.print(f"lab.json, lab.html and scores.md in {out_dir}", markup=False, highlight=False)
+    if lab["status"] != "complete":
+        console.print("interrupted: the table covers the experiments that ran", markup=False)
+        return EXIT_SLO_FAILED
+    return EXIT_OK if all(r["status"] == "ok" for r in lab["experiments"]) else EXIT_SLO_FAILED

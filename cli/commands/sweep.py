@@ -1,0 +1,223 @@
+"""``tailscope sweep SCENARIO --rates 50:500:50``: rate steps, the highest rate under the SLOs.
+
+Each step is a full run (its own run directory, report and SLO verdict) of
+the scenario with the arrival rate replaced, lasting ``--step-duration``.
+The steps live in one sweep directory with ``sweep.json`` and ``sweep.html``
+(docs/sweep.md). Exit 0 when some step met every SLO (or the scenario has
+none), 1 when no step did, 2 on usage or setup errors.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import os
+
+from tailscope.cli.commands.common import (
+    EXIT_OK,
+    EXIT_SLO_FAILED,
+    add_run_options,
+    duration_arg,
+    error,
+    run_options_from,
+    workers_problem,
+)
+
+#: In a rate list, stop after this many consecutive steps failed their SLOs
+#: (the target is past its limit; more load only hurts it). --keep-going disables it.
+STOP_AFTER_FAILED_STEPS = 2
+SWEEP_JSON = "sweep.json"
+SWEEP_HTML = "sweep.html"
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "sweep", help="run successive rate steps; report the curve and the highest rate under the SLOs",
+        description="Run SCENARIO at each offered rate of --rates (one full run per step), or search "
+                    "for the peak rate (--search), and write sweep.json and sweep.html: achieved rate, "
+                    "P50/P99 with confidence intervals and error rate per step, the knee of the "
+                    "latency curve and the highest rate that met every SLO. Exit 0 when a step met "
+                    "the SLOs, 1 when none did, 2 on usage or setup errors.")
+    p.add_argument("scenario", help="scenario file (YAML) with an open-loop arrival process")
+    p.add_argument("--rates", required=True, metavar="RATES",
+                   help="START:STOP:STEP (e.g. 50:500:50) or a list (50,100,200) in requests/s; "
+                        "with --search, the bounds LOW:HIGH")
+    p.add_argument("--step-duration", type=duration_arg, metavar="D",
+                   help="length of each step (default --duration, else the scenario's duration)")
+    p.add_argument("--search", action="store_true",
+                   help="MLPerf-like peak finding: bisect between LOW and HIGH for the highest passing rate")
+    p.add_argument("--tolerance", type=float, metavar="RPS",
+                   help="search: stop when passing and failing rates are this close (default 5%% of LOW)")
+    p.add_argument("--max-steps", type=int, default=8, metavar="N", help="search: at most N steps (default 8)")
+    p.add_argument("--keep-going", action="store_true",
+                   help=f"run every listed rate, also after {STOP_AFTER_FAILED_STEPS} consecutive failing steps")
+    add_run_options(p)
+    p.set_defaults(handler=handle)
+
+
+def handle(args) -> int:
+    from tailscope.loadgen.sweep_rates import PeakSearch, parse_rates
+    from tailscope.scenario_model.scenario import ScenarioError, load_scenario
+
+    try:
+        scenario = load_scenario(args.scenario, target_override=args.target)
+    except ScenarioError as exc:
+        return error(str(exc))
+    if scenario.arrival.process == "closed":
+        return error("a sweep varies the offered rate: it needs an open-loop arrival process, not closed")
+    problem = workers_problem(args, scenario)
+    if problem:
+        return error(problem)
+    try:
+        if args.search:
+            low, high = _bounds(args.rates)
+            tolerance = args.tolerance if args.tolerance is not None else max(0.05 * low, 0.5)
+            plan = PeakSearch(low, high, tolerance, args.max_steps)
+        else:
+            plan = parse_rates(args.rates)
+    except ValueError as exc:
+        return error(f"--rates: {exc}" if "tolerance" not in str(exc) else str(exc))
+    return _Sweep(scenario, args).run(plan)
+
+
+def _bounds(text: str) -> tuple[float, float]:
+    from tailscope.loadgen.sweep_rates import parse_rates
+
+    parts = text.split(":")
+    if len(parts) != 2:
+        raise ValueError(f"--search takes LOW:HIGH, got {text!r}")
+    low, high = (parse_rates(p)[0] for p in parts)
+    return low, high
+
+
+class _Sweep:
+    """Runs the steps of one sweep and writes its outputs."""
+
+    def __init__(self, scenario, args):
+        from rich.console import Console
+
+        from tailscope.rundir import new_run_dir
+
+        self.scenario = scenario
+        self.args = args
+        self.console = Console()
+        os.makedirs(args.out, exist_ok=True)
+        self.path = new_run_dir(args.out, "sweep-" + _safe(scenario.name))
+        self.step_duration_s = args.step_duration or args.duration or scenario.duration_s
+        self.steps: list[dict] = []
+        self.interrupted = False
+
+    def run(self, plan) -> int:
+        from tailscope.loadgen.sweep_rates import PeakSearch
+
+        if isinstance(plan, PeakSearch):
+            while not self.interrupted and (rate := plan.next_rate()) is not None:
+                step = self.step(rate)
+                if step is None:
+                    return self._finish("search", _search_facts(plan), setup_failed=True)
+                plan.record(rate, bool(step["passed"]) if step["passed"] is not None else True)
+            return self._finish("search", _search_facts(plan))
+        failed_in_a_row = 0
+        for rate in plan:
+            if self.interrupted:
+                break
+            step = self.step(rate)
+            if step is None:
+                return self._finish("rates", None, setup_failed=True)
+            failed_in_a_row = failed_in_a_row + 1 if step["passed"] is False else 0
+            if failed_in_a_row >= STOP_AFTER_FAILED_STEPS and not self.args.keep_going:
+                self.console.print(f"[yellow]{failed_in_a_row} steps in a row failed their SLOs: "
+                                   "stopping the sweep (--keep-going runs every rate)[/]")
+                break
+        return self._finish("rates", None)
+
+    def step(self, rate: float) -> dict | None:
+        """Run one step; its record, or None when the run could not start."""
+        from tailscope.conductor.session import SetupError, execute_run  # imports Locust (gevent) first
+        from tailscope.conductor.children import ChildError
+
+        from tailscope.analyzers.analysis import analyze_run
+        from tailscope.analyzers.patterns.load_sweep import step_record
+        from tailscope.reports.writer import write_outputs
+        from tailscope.conductor.terminal import ProgressDisplay
+
+        index = len(self.steps)
+        scenario = _at_rate(self.scenario, rate)
+        options = dataclasses.replace(
+            run_options_from(self.args), out_dir=self.path, duration_s=self.step_duration_s,
+            extra_manifest={"sweep": {"path": self.path, "step": index, "rate": rate}})
+        try:
+            with ProgressDisplay(self.console, f"sweep step {index + 1}: {rate:g} req/s") as display:
+                outcome = execute_run(scenario, options, on_progress=display.update)
+        except (SetupError, ChildError) as exc:
+            error(str(exc))
+            return None
+        self.interrupted = outcome.status == "interrupted"
+        analysis = analyze_run(outcome.run_dir)
+        write_outputs(outcome.run_dir, analysis)
+        step = step_record(index, rate, outcome.run_dir, analysis)
+        self.steps.append(step)
+        self.console.print(_step_line(step))
+        return step
+
+    def _finish(self, mode: str, search: dict | None, setup_failed: bool = False) -> int:
+        from tailscope.analyzers.patterns.load_sweep import summarize_sweep
+        from tailscope.reports.sweep_report import render_sweep_html
+        from tailscope.reports.writer import write_text_atomic
+        from tailscope.rundir import write_json_atomic
+
+        sweep = summarize_sweep(self.scenario.name, mode, self.scenario.slos, self.steps, search)
+        sweep["path"] = self.path
+        sweep["step_duration_s"] = self.step_duration_s
+        sweep["interrupted"] = self.interrupted
+        write_json_atomic(os.path.join(self.path, SWEEP_JSON), sweep)
+        write_text_atomic(os.path.join(self.path, SWEEP_HTML), render_sweep_html(sweep))
+        self._print_summary(sweep)
+        if setup_failed:
+            return 2
+        return EXIT_SLO_FAILED if sweep["passed"] is False else EXIT_OK
+
+    def _print_summary(self, sweep: dict) -> None:
+        for warning in sweep["warnings"]:
+            self.console.print(f"[yellow]warning: {warning['message']}[/]")
+        best, knee = sweep["max_rate_under_slo"], sweep["knee"]
+        if sweep["passed"] is None:
+            self.console.print("no SLOs: no maximum rate under SLO")
+        elif best is None:
+            self.console.print("[red]FAILED: no step met the SLOs[/]")
+        else:
+            self.console.print(f"[green]max rate under SLO: {best:g} req/s[/]")
+        if knee is not None:
+            self.console.print(f"knee: {knee['rate']:g} req/s offered (P99 {knee['p99_ms']:.1f} ms)")
+        self.console.print(f"sweep: {os.path.join(self.path, SWEEP_JSON)}")
+        self.console.print(f"html: {os.path.join(self.path, SWEEP_HTML)}")
+
+
+def _at_rate(scenario, rate: float):
+    """The scenario with its arrival rate replaced (in the manifest's copy too)."""
+    raw = copy.deepcopy(scenario.raw)
+    raw.setdefault("arrival", {})["rate"] = rate
+    return dataclasses.replace(scenario, arrival=dataclasses.replace(scenario.arrival, rate=rate),
+                               name=f"{scenario.name}-{rate:g}rps", raw=raw)
+
+
+def _search_facts(search) -> dict:
+    passing, failing = search.bracket
+    return {"low": search.low, "high": search.high, "tolerance_rps": search.tolerance_rps,
+            "steps": len(search.history), "max_steps": search.max_steps,
+            "passing_rate": passing, "failing_rate": failing,
+            "history": [{"rate": r, "passed": p} for r, p in search.history]}
+
+
+def _step_line(step: dict) -> str:
+    def ms(entry):
+        return "—" if entry["value_ms"] is None else f"{entry['value_ms']:.1f} ms"
+
+    verdict = {True: "[green]pass[/]", False: "[red]fail[/]", None: "—"}[step["passed"]]
+    achieved = step["achieved_rps"] or 0.0
+    return (f"step {step['index'] + 1}: {step['rate']:g} req/s offered, {achieved:.1f} achieved, "
+            f"P50 {ms(step['p50'])}, P99 {ms(step['p99'])}, errors {step['error_rate']:.2%} → {verdict}")
+
+
+def _safe(name: str) -> str:
+    return "".join(ch if ch.isalnum() or ch in "-_." else "-" for ch in name)[:50] or "run"

@@ -1,0 +1,49 @@
+"""The ``tailscope`` command: a thin layer over the library.
+
+Each subcommand lives in ``tailscope.cli.commands.<name>``; this module only
+assembles them. Exit codes are decided by the command handlers alone
+(``tailscope.cli.commands.common``): 0 pass, 1 SLO failed or regression,
+2 usage or setup error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from tailscope.cli.commands import COMMAND_MODULES
+from tailscope.cli.commands.common import EXIT_USAGE
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from tailscope.support.version import tailscope_version
+
+    parser = argparse.ArgumentParser(
+        prog="tailscope",
+        description="Load-test a model-inference service and explain its tail latency.",
+    )
+    parser.add_argument("--version", action="version", version=f"tailscope {tailscope_version()}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        try:
+            module = importlib.import_module(f"tailscope.cli.commands.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"tailscope.cli.commands.{name}":
+                raise
+            continue  # a command not (yet) shipped in this build
+        module.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "handler", None):
+        parser.print_help()
+        return EXIT_USAGE
+    return args.handler(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,114 @@
+"""The run companion that injects a run's faults through the fault agent process.
+
+:class:`FaultInjection` is a :class:`tailscope.conductor.session.Companion` (duck
+typed: this module does not import the conductor, so it stays free of
+Locust). ``start`` launches ``python -m tailscope.faults.fault_agent`` beside the
+load, waits until every fault is checked and prepared — a fault that cannot
+run here fails the run *before any load* with :class:`FaultSetupError` — and
+then gives the agent the load's start time. ``stop`` asks the agent to cut
+active faults short and clean up (SIGTERM), waits for it, and raises
+:class:`FaultCleanupError` listing anything left behind (the conductor
+records it in the manifest's ``cleanup_errors``). The agent's log is
+``faults.log`` in the run directory; its ground truth is ``events.faults.arrow``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+
+from tailscope.faults.injector import FaultCleanupError, FaultSetupError, FaultSpec
+from tailscope.faults.processes import stop_process
+
+#: Longest wait for the agent's checks and preparation (a swap file of a few GB takes a while), s.
+READY_TIMEOUT_S = 300.0
+#: Longest wait for the agent to revert and clean up after SIGTERM (swapoff pages everything back in), s.
+STOP_TIMEOUT_S = 300.0
+LOG_NAME = "faults.log"
+
+
+def run_id_of(run_dir: str) -> str:
+    """A short name for what injectors create, from the run directory's name."""
+    name = re.sub(r"[^A-Za-z0-9-]", "-", os.path.basename(os.path.normpath(run_dir)))
+    return name[:40] or "run"
+
+
+class FaultInjection:
+    """Companion running ``specs`` against the run's target (see the module docstring)."""
+
+    name = "faults"
+
+    def __init__(self, specs: list[FaultSpec]) -> None:
+        self.specs = list(specs)
+        self._process: subprocess.Popen | None = None
+        self._log_path: str | None = None
+
+    def start(self, ctx) -> None:
+        pid = (ctx.target_process or {}).get("pid")
+        self._log_path = os.path.join(ctx.run_dir, LOG_NAME)
+        argv = [sys.executable, "-m", "tailscope.faults.fault_agent", "--run-dir", ctx.run_dir,
+                "--faults", json.dumps([spec.as_dict() for spec in self.specs]),
+                "--run-id", run_id_of(ctx.run_dir), "--target-url", ctx.plan.target,
+                *(["--target-pid", str(pid)] if pid else [])]
+        with open(self._log_path, "ab") as log:
+            self._process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log)
+        answer = self._first_line(READY_TIMEOUT_S)
+        if answer != "READY":
+            self._end_agent()
+            reason = answer[len("ERROR "):] if answer.startswith("ERROR ") else (
+                answer or f"the fault agent did not get ready; see {self._log_path}")
+            raise FaultSetupError(f"fault injection cannot start: {reason}")
+        assert self._process.stdin is not None
+        self._process.stdin.write(f"GO {time.time_ns()}\n".encode())
+        self._process.stdin.flush()
+
+    def on_progress(self, progress) -> None:
+        pass
+
+    def stop(self) -> None:
+        if self._process is None:
+            return
+        code = self._end_agent()
+        self._process = None
+        problems = self._cleanup_errors()
+        if code not in (0, None) or problems:
+            detail = "; ".join(problems) or f"the fault agent exited with status {code}; see {self._log_path}"
+            raise FaultCleanupError(detail)
+
+    def _first_line(self, timeout_s: float) -> str:
+        assert self._process is not None and self._process.stdout is not None
+        result: dict = {}
+        stdout = self._process.stdout
+
+        def reader() -> None:
+            result["line"] = stdout.readline().decode(errors="replace").strip()
+
+        thread = threading.Thread(target=reader, daemon=True)
+        thread.start()
+        thread.join(timeout_s)
+        return result.get("line", "")
+
+    def _end_agent(self) -> int | None:
+        process = self._process
+        if process is None:
+            return None
+        stop_process(process, grace_s=STOP_TIMEOUT_S)
+        for stream in (process.stdin, process.stdout):
+            if stream is not None:
+                try:
+                    stream.close()
+                except OSError:
+                    pass
+        return process.returncode
+
+    def _cleanup_errors(self) -> list[str]:
+        try:
+            with open(self._log_path or "", encoding="utf-8", errors="replace") as fh:
+                return [line.split(" ", 1)[1].strip() for line in fh if line.startswith("CLEANUP-ERROR ")]
+        except OSError:
+            return []

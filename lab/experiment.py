@@ -1,0 +1,106 @@
+"""``python -m tailscope.lab.experiment``: one lab experiment, in a process of its own.
+
+Runs the reference target in a cgroup of its own (when this process may
+create one: root, writable cgroups) and pinned to the last CPU (when there
+are two or more), one scenario against it with the
+experiment's fault (if any) injected by the fault agent, then analyses and
+reports the run exactly as ``tailscope report`` does. The lab
+(:mod:`tailscope.lab.suite`) starts one such process per experiment, so every
+experiment gets a fresh Locust, target and receiver.
+
+Last line on stdout: ``RUN_DIR <path>`` (exit 0), or ``ERROR <reason>``
+(exit 2) when the experiment could not start.
+"""
+
+from __future__ import annotations
+
+# The conductor imports Locust, which monkey-patches with gevent: first.
+from tailscope.conductor.session import RunOptions, SetupError, execute_run  # noqa: I001
+
+import argparse
+import json
+import os
+import sys
+
+from tailscope.conductor.children import Child, ChildError, ChildGroup, python_module
+from tailscope.conductor.reference_service import reference_target_env
+from tailscope.conductor.fault_companion import FaultInjection
+from tailscope.faults.injector import FaultError, FaultSetupError
+from tailscope.faults.own_cgroup import create_own_cgroups, remove_own_cgroups
+from tailscope.lab.plan import Experiment
+from tailscope.scenario_model.scenario import ScenarioError, load_scenario
+
+EXIT_SETUP = 2
+
+
+def target_cpus() -> str | None:
+    """The CPU the lab pins its target to: the last one we may use, when there are at least two.
+
+    Like a container with a cpuset: the target's CPU is where cpu_contention
+    burns, while the generator keeps the other CPUs."""
+    cpus = sorted(os.sched_getaffinity(0))
+    return str(cpus[-1]) if len(cpus) >= 2 else None
+
+
+def lab_target_launcher(target_args: tuple[str, ...], cgroup_dirs: list[str], cpus: str | None):
+    """A conductor TargetLauncher: the reference target with ``target_args``, inside ``cgroup_dirs``, on ``cpus``."""
+
+    def launch(children: ChildGroup, receiver_port: int, run_dir: str) -> tuple[Child, str]:
+        target = python_module("tailscope.targets.reference", "--host", "127.0.0.1", "--port", "0", *target_args)
+        placement = [arg for directory in cgroup_dirs for arg in ("--cgroup", directory)]
+        placement += ["--cpus", cpus] if cpus else []
+        argv = python_module("tailscope.faults.own_cgroup", *placement, "--", *target) if placement else target
+        child = children.start(Child("reference target", argv, env=reference_target_env(receiver_port),
+                                     log_path=os.path.join(run_dir, "target.log")), wait_listening=True)
+        return child, f"http://127.0.0.1:{child.port}"
+
+    return launch
+
+
+def run_experiment(experiment: Experiment, scenario_path: str, out_dir: str) -> str:
+    """Run and report one experiment; return its run directory. Raises SetupError, ChildError, FaultError."""
+    from rich.console import Console
+
+    from tailscope.cli.commands.common import analyse_and_report
+
+    scenario = load_scenario(scenario_path, require_target=False)
+    try:
+        cgroups = create_own_cgroups(f"tailscope-lab-{os.getpid()}")
+        placement_note = None
+    except FaultSetupError as exc:
+        cgroups, placement_note = [], str(exc)
+    try:
+        options = RunOptions(
+            out_dir=out_dir, receiver_port=0,
+            companions=[FaultInjection([experiment.fault])] if experiment.fault else [],
+            extra_manifest={"lab": {**experiment.as_dict(),
+                                    "target_cgroups": [c.path for c in cgroups],
+                                    "target_cgroup_note": placement_note,
+                                    "target_cpus": target_cpus()}},
+        )
+        launcher = lab_target_launcher(experiment.target_args, [c.path for c in cgroups], target_cpus())
+        outcome = execute_run(scenario, options, launch_target=launcher)
+    finally:
+        remove_own_cgroups(cgroups)
+    analyse_and_report(outcome.run_dir, Console(width=120))
+    return outcome.run_dir
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tailscope.lab.experiment")
+    parser.add_argument("--experiment", required=True, help="JSON of a tailscope.lab.plan.Experiment")
+    parser.add_argument("--scenario", required=True, help="the experiment's scenario file")
+    parser.add_argument("--out", required=True, help="parent folder of the run directory")
+    args = parser.parse_args(argv)
+    experiment = Experiment.from_dict(json.loads(args.experiment))
+    try:
+        run_dir = run_experiment(experiment, args.scenario, args.out)
+    except (SetupError, ChildError, FaultError, ScenarioError) as exc:
+        print(f"ERROR {exc}", flush=True)
+        return EXIT_SETUP
+    print(f"RUN_DIR {run_dir}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,183 @@
+"""``tailscope lab``: run a suite of (scenario × fault) experiments and score the diagnosis.
+
+Each experiment (:mod:`tailscope.lab.plan`) runs in its own process
+(:mod:`tailscope.lab.experiment`: target in its own cgroup, load, fault
+agent, analysis and report). The lab then reads each run's
+``analysis.json`` — the diagnosis as ``tailscope report`` made it, with
+whatever cause detectors are registered by default — and scores it against
+the fault's ground-truth window (:mod:`tailscope.lab.scoring`); it also
+analyses the run with the BARO-style baseline ranker and scores that beside. Results are
+written after every experiment (``lab.json``, atomically), so an
+interrupted lab keeps what it measured; at the end ``lab.html`` and the
+score table follow (:mod:`tailscope.lab.outputs`).
+
+Layout of ``--out``::
+
+    lab.json  lab.html  scores.md
+    scenarios/<experiment>.yaml   runs/<run dir>/...   logs/<experiment>.log
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+
+from tailscope.analyzers.analysis import analyze_run
+from tailscope.faults.injector import FaultCleanupError
+from tailscope.faults.own_cgroup import remove_leftover_cgroups
+from tailscope.faults.processes import stop_process
+from tailscope.lab.plan import CONTROL, Experiment
+from tailscope.lab.outputs import markdown_table, render_html
+from tailscope.lab.scoring import aggregate, score_control_run, score_fault_run
+from tailscope.rundir import read_json, write_json_atomic
+
+LAB_FORMAT_VERSION = "1.0"
+#: Time an experiment may take beyond its load duration (start-up, swap files, analysis), s.
+EXPERIMENT_OVERHEAD_S = 180.0
+#: After a timeout or Ctrl-C: how long an experiment gets to clean up before SIGKILL, s.
+EXPERIMENT_STOP_GRACE_S = 90.0
+
+
+@dataclass
+class LabPaths:
+    root: str
+
+    @property
+    def scenarios(self) -> str:
+        return os.path.join(self.root, "scenarios")
+
+    @property
+    def runs(self) -> str:
+        return os.path.join(self.root, "runs")
+
+    @property
+    def logs(self) -> str:
+        return os.path.join(self.root, "logs")
+
+    def create(self) -> None:
+        for path in (self.root, self.scenarios, self.runs, self.logs):
+            os.makedirs(path, exist_ok=True)
+
+
+def run_lab(suite: list[Experiment], out_dir: str, suite_name: str, on_result=None) -> dict:
+    """Run every experiment, score, write lab.json / lab.html / scores.md; return the lab dict.
+
+    ``on_result(result)`` is called after each experiment. Ctrl-C stops the
+    running experiment (it cleans up) and ends the lab with status
+    ``interrupted``; what was measured is scored and written.
+    """
+    paths = LabPaths(out_dir)
+    paths.create()
+    lab = {"format_version": LAB_FORMAT_VERSION, "suite": suite_name, "created_ns": time.time_ns(),
+           "status": "running", "experiments": [], "scores": aggregate([])}
+    try:
+        for experiment in suite:
+            result = run_one(experiment, paths)
+            lab["experiments"].append(result)
+            lab["scores"] = aggregate(lab["experiments"])
+            write_json_atomic(os.path.join(out_dir, "lab.json"), lab)
+            if on_result is not None:
+                on_result(result)
+        lab["status"] = "complete"
+    except KeyboardInterrupt:
+        lab["status"] = "interrupted"
+    finally:
+        lab["scores"] = aggregate(lab["experiments"])
+        lab["finished_ns"] = time.time_ns()
+        write_outputs(lab, out_dir)
+    return lab
+
+
+def write_outputs(lab: dict, out_dir: str) -> None:
+    write_json_atomic(os.path.join(out_dir, "lab.json"), lab)
+    with open(os.path.join(out_dir, "lab.html"), "w", encoding="utf-8") as fh:
+        fh.write(render_html(lab, out_dir))
+    with open(os.path.join(out_dir, "scores.md"), "w", encoding="utf-8") as fh:
+        fh.write(markdown_table(lab["scores"]))
+
+
+def run_one(experiment: Experiment, paths: LabPaths) -> dict:
+    """Run one experiment in its own process and score its analysis."""
+    scenario_path = os.path.join(paths.scenarios, f"{experiment.name}.yaml")
+    with open(scenario_path, "w", encoding="utf-8") as fh:
+        fh.write(experiment.scenario_yaml())
+    log_path = os.path.join(paths.logs, f"{experiment.name}.log")
+    result = {"name": experiment.name, "kind": experiment.kind, "scenario": experiment.scenario,
+              "seed": experiment.seed, "rate": experiment.rate, "duration_s": experiment.duration_s,
+              "fault": experiment.fault.as_dict() if experiment.fault else None,
+              "status": "error", "error": None, "run_dir": None, "log": log_path, "score": None}
+    started = time.monotonic()
+    outcome, interrupted = _run_process(experiment, scenario_path, paths.runs, log_path)
+    result["wall_s"] = round(time.monotonic() - started, 1)
+    result.update(outcome)
+    if result["run_dir"]:
+        _score(result)
+    if interrupted:
+        raise KeyboardInterrupt
+    return result
+
+
+def _run_process(experiment: Experiment, scenario_path: str, runs_dir: str, log_path: str) -> tuple[dict, bool]:
+    argv = [sys.executable, "-m", "tailscope.lab.experiment", "--experiment", json.dumps(experiment.as_dict()),
+            "--scenario", scenario_path, "--out", runs_dir]
+    interrupted = False
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        try:
+            process.wait(timeout=experiment.duration_s + EXPERIMENT_OVERHEAD_S)
+        except subprocess.TimeoutExpired:
+            _stop(process)
+        except KeyboardInterrupt:
+            interrupted = True
+            _stop(process)
+    outcome = _outcome_from_log(log_path, process.returncode)
+    outcome["process_pid"] = process.pid
+    try:
+        remove_leftover_cgroups(f"tailscope-lab-{process.pid}")
+    except FaultCleanupError as exc:
+        outcome["error"] = f"{outcome.get('error') or ''} leftover cgroup: {exc}".strip()
+    return outcome, interrupted
+
+
+def _stop(process: subprocess.Popen) -> None:
+    """SIGINT (the experiment stops its load and cleans up), then SIGKILL after the grace period."""
+    stop_process(process, grace_s=EXPERIMENT_STOP_GRACE_S, first_signal=signal.SIGINT)
+
+
+def _outcome_from_log(log_path: str, returncode: int | None) -> dict:
+    run_dir, error = None, None
+    with open(log_path, encoding="utf-8", errors="replace") as fh:
+        for line in fh:
+            if line.startswith("RUN_DIR "):
+                run_dir = line[len("RUN_DIR "):].strip()
+            elif line.startswith("ERROR "):
+                error = line[len("ERROR "):].strip()
+    if run_dir:
+        return {"status": "ok", "run_dir": run_dir, "error": None}
+    return {"status": "error", "run_dir": None,
+            "error": error or f"the experiment exited with status {returncode}; see {log_path}"}
+
+
+def _score(result: dict) -> None:
+    analysis = read_json(os.path.join(result["run_dir"], "analysis.json"))
+    if analysis is None:
+        result.update(status="error", error="the run has no analysis.json")
+        return
+    result["load_start_ns"] = (analysis.get("run") or {}).get("load_start_ns")
+    result["run_status"] = (analysis.get("run") or {}).get("status")
+    baro = analyze_run(result["run_dir"], method="baro")
+    if result["kind"] == CONTROL:
+        result["score"] = score_control_run(analysis)
+        result["baro_score"] = score_control_run(baro)
+    else:
+        result["score"] = score_fault_run(analysis)
+        result["baro_score"] = score_fault_run(baro)
+        if not result["score"]["ground_truth"]:
+            result.update(status="error", error="the run has no fault event (the fault never started)")
+        elif result["score"].get("fault_error"):
+            result.update(status="error", error=f"the fault did not run as planned: {result['score']['fault_error']}")
