@@ -58,7 +58,7 @@ from tailscope.targets.llm.openai_api import (
 from tailscope.targets.llm.sequence import Sequence
 from tailscope.targets.llm.spans import RequestRecorder
 from tailscope.targets.llm.tokens import detokenize
-from tailscope.targets.reference.app import SSE_CONTENT_TYPE, SSE_DONE, _cancel_on_disconnect
+from tailscope.targets.reference.app import SSE_CONTENT_TYPE, SSE_DONE, cancel_on_disconnect
 from tailscope.targets.reference.asgi_io import HttpError, Receive, Send, header, json_bytes, read_body, send_response
 from tailscope.tracing.kit.http_server import asgi_parent_context
 
@@ -169,7 +169,7 @@ class LlmApp:
                              params=request.params)
         self._submit(seq)
         echo = [(b"x-request-id", base_id.encode("latin-1"))]
-        watcher = asyncio.get_running_loop().create_task(_cancel_on_disconnect(receive, seq))
+        watcher = asyncio.get_running_loop().create_task(cancel_on_disconnect(receive, seq))
         try:
             if request.stream:
                 await self._stream(kind, request, seq, response_id, send, echo)

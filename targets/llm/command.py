@@ -14,7 +14,7 @@ from typing import Any
 
 from tailscope.targets.llm.config import LOG_LEVELS, ConfigError, LlmServerConfig, knob_fields
 from tailscope.targets.llm.server import run_llm_server
-from tailscope.targets.reference.command import _default_text, _flag, _metavar
+from tailscope.targets.reference.command import default_text, flag_name, metavar_of
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -23,15 +23,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         options: dict[str, Any] = {
             "dest": knob.name,
             "default": None,
-            "help": f"{knob.metadata['help']} (default: {_default_text(knob.default)})",
+            "help": f"{knob.metadata['help']} (default: {default_text(knob.default)})",
         }
         if isinstance(knob.default, bool):
             options["action"] = argparse.BooleanOptionalAction
         elif knob.name == "log_level":
             options["choices"] = LOG_LEVELS
         else:
-            options.update(type=type(knob.default), metavar=_metavar(knob.name, knob.default))
-        parser.add_argument(_flag(knob.name), **options)
+            options.update(type=type(knob.default), metavar=metavar_of(knob.name, knob.default))
+        parser.add_argument(flag_name(knob.name), **options)
 
 
 def config_from_args(args: argparse.Namespace) -> LlmServerConfig:

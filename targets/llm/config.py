@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from tailscope.targets.reference.config import ConfigError, _knob, _require
+from tailscope.targets.reference.config import ConfigError, knob, require
 
 __all__ = ["ConfigError", "LlmServerConfig", "knob_fields"]
 
@@ -23,65 +23,65 @@ LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
 class LlmServerConfig:
     """Every knob of the LLM reference server."""
 
-    host: str = _knob("127.0.0.1", "address to listen on (loopback by default)")
-    port: int = _knob(8000, "TCP port; 0 picks a free port. Once bound, 'LISTENING <port>' is printed on stdout")
-    served_model_name: str = _knob("tailscope-llm", "model name answered by /v1/models and accepted in 'model'")
-    max_num_seqs: int = _knob(16, "most sequences running at once (in the batch); others wait")
-    num_kv_blocks: int = _knob(1024, "KV-cache blocks; a sequence holds ceil(context / block size) of them")
-    block_size: int = _knob(16, "tokens per KV-cache block")
-    max_num_batched_tokens: int = _knob(
+    host: str = knob("127.0.0.1", "address to listen on (loopback by default)")
+    port: int = knob(8000, "TCP port; 0 picks a free port. Once bound, 'LISTENING <port>' is printed on stdout")
+    served_model_name: str = knob("tailscope-llm", "model name answered by /v1/models and accepted in 'model'")
+    max_num_seqs: int = knob(16, "most sequences running at once (in the batch); others wait")
+    num_kv_blocks: int = knob(1024, "KV-cache blocks; a sequence holds ceil(context / block size) of them")
+    block_size: int = knob(16, "tokens per KV-cache block")
+    max_num_batched_tokens: int = knob(
         2048, "token budget of one engine step (decodes count 1 each, prefills their prompt or chunk)"
     )
-    enable_chunked_prefill: bool = _knob(
+    enable_chunked_prefill: bool = knob(
         False, "split prefills into chunks that fit the step's token budget, beside the running decodes"
     )
-    max_model_len: int = _knob(2048, "largest prompt + max_tokens of one request (tokens); larger: HTTP 400")
-    max_waiting: int = _knob(1024, "requests allowed to wait for the engine; beyond it: HTTP 429")
-    default_max_tokens: int = _knob(256, "max_tokens of a request that gives none (capped by max_model_len)")
-    model_dim: int = _knob(64, "width of the numpy decoder (embedding and attention); the MLP is 4x wider")
-    eos_probability: float = _knob(
+    max_model_len: int = knob(2048, "largest prompt + max_tokens of one request (tokens); larger: HTTP 400")
+    max_waiting: int = knob(1024, "requests allowed to wait for the engine; beyond it: HTTP 429")
+    default_max_tokens: int = knob(256, "max_tokens of a request that gives none (capped by max_model_len)")
+    model_dim: int = knob(64, "width of the numpy decoder (embedding and attention); the MLP is 4x wider")
+    eos_probability: float = knob(
         0.02, "chance that a sampled token (after the first) is EOS, ending the sequence early unless ignore_eos"
     )
-    seed: int = _knob(0, "seed of the model's weights and of token sampling")
-    step_extra_delay_ms: float = _knob(
+    seed: int = knob(0, "seed of the model's weights and of token sampling")
+    step_extra_delay_ms: float = knob(
         0.0, "time added to every engine step without holding the GIL, like an accelerator (ms)"
     )
-    tokens_per_chunk: int = _knob(
+    tokens_per_chunk: int = knob(
         1, "tokens gathered into one streamed SSE chunk (more go out together when the writer is behind)"
     )
-    max_body_bytes: int = _knob(8 * 1024 * 1024, "largest request body accepted; larger: HTTP 413")
-    tracing: bool = _knob(True, "export one llm_request span per request over OTLP")
-    otlp_traces_endpoint: str = _knob(
+    max_body_bytes: int = knob(8 * 1024 * 1024, "largest request body accepted; larger: HTTP 413")
+    tracing: bool = knob(True, "export one llm_request span per request over OTLP")
+    otlp_traces_endpoint: str = knob(
         "", "OTLP endpoint of the spans (default: OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT, else http://127.0.0.1:4318)"
     )
-    service_name: str = _knob("tailscope-llm", "OpenTelemetry service.name of the spans")
-    gc_min_pause_ms: float = _knob(0.0, "GC pauses shorter than this are not reported as gc.pause spans (ms)")
-    graceful_shutdown_s: float = _knob(5.0, "on SIGTERM/SIGINT, time given to in-flight requests to finish (s)")
-    access_log: bool = _knob(False, "log every request (uvicorn access log, on stdout after the LISTENING line)")
-    log_level: str = _knob("warning", "uvicorn log level: critical, error, warning, info, debug")
+    service_name: str = knob("tailscope-llm", "OpenTelemetry service.name of the spans")
+    gc_min_pause_ms: float = knob(0.0, "GC pauses shorter than this are not reported as gc.pause spans (ms)")
+    graceful_shutdown_s: float = knob(5.0, "on SIGTERM/SIGINT, time given to in-flight requests to finish (s)")
+    access_log: bool = knob(False, "log every request (uvicorn access log, on stdout after the LISTENING line)")
+    log_level: str = knob("warning", "uvicorn log level: critical, error, warning, info, debug")
 
     def __post_init__(self) -> None:
-        _require(0 <= self.port <= 65535, f"port must be in 0..65535, got {self.port}")
-        _require(bool(self.served_model_name), "served_model_name must not be empty")
+        require(0 <= self.port <= 65535, f"port must be in 0..65535, got {self.port}")
+        require(bool(self.served_model_name), "served_model_name must not be empty")
         for name in ("max_num_seqs", "num_kv_blocks", "block_size", "max_num_batched_tokens", "max_model_len",
                      "max_waiting", "default_max_tokens", "model_dim", "tokens_per_chunk", "max_body_bytes"):
-            _require(getattr(self, name) >= 1, f"{name} must be >= 1, got {getattr(self, name)}")
-        _require(0.0 <= self.eos_probability < 1.0, f"eos_probability must be in [0, 1), got {self.eos_probability}")
-        _require(self.step_extra_delay_ms >= 0, f"step_extra_delay_ms must be >= 0, got {self.step_extra_delay_ms}")
-        _require(self.gc_min_pause_ms >= 0, f"gc_min_pause_ms must be >= 0, got {self.gc_min_pause_ms}")
-        _require(self.graceful_shutdown_s >= 0, f"graceful_shutdown_s must be >= 0, got {self.graceful_shutdown_s}")
-        _require(self.log_level in LOG_LEVELS, f"unknown log_level {self.log_level!r}")
+            require(getattr(self, name) >= 1, f"{name} must be >= 1, got {getattr(self, name)}")
+        require(0.0 <= self.eos_probability < 1.0, f"eos_probability must be in [0, 1), got {self.eos_probability}")
+        require(self.step_extra_delay_ms >= 0, f"step_extra_delay_ms must be >= 0, got {self.step_extra_delay_ms}")
+        require(self.gc_min_pause_ms >= 0, f"gc_min_pause_ms must be >= 0, got {self.gc_min_pause_ms}")
+        require(self.graceful_shutdown_s >= 0, f"graceful_shutdown_s must be >= 0, got {self.graceful_shutdown_s}")
+        require(self.log_level in LOG_LEVELS, f"unknown log_level {self.log_level!r}")
         cache_tokens = self.num_kv_blocks * self.block_size
-        _require(
+        require(
             self.max_model_len <= cache_tokens,
             f"max_model_len ({self.max_model_len}) exceeds the KV cache "
             f"({self.num_kv_blocks} blocks x {self.block_size} tokens = {cache_tokens}): one sequence could never fit",
         )
-        _require(
+        require(
             self.max_num_batched_tokens >= self.max_num_seqs,
             f"max_num_batched_tokens ({self.max_num_batched_tokens}) must be >= max_num_seqs ({self.max_num_seqs})",
         )
-        _require(
+        require(
             self.enable_chunked_prefill or self.max_num_batched_tokens >= self.max_model_len,
             f"without chunked prefill, max_num_batched_tokens ({self.max_num_batched_tokens}) must be >= "
             f"max_model_len ({self.max_model_len}) so that any prefill fits one step",

@@ -30,7 +30,7 @@ import numpy as np
 
 from tailscope.targets.llm.kv_cache import blocks_for
 from tailscope.targets.llm.tokens import EOS, VOCAB_SIZE
-from tailscope.targets.reference.generation import _weights
+from tailscope.targets.reference.generation import seeded_weights
 
 _HIDDEN_FACTOR = 4
 
@@ -45,11 +45,11 @@ class TinyDecoder:
         self.block_size = block_size
         self.vocab_size = vocab_size
         self._embedding = (rng.standard_normal((vocab_size, dim), dtype=np.float32) * 0.5).astype(np.float32)
-        self._w1 = _weights(rng, (dim, _HIDDEN_FACTOR * dim))
-        self._w2 = _weights(rng, (_HIDDEN_FACTOR * dim, dim))
-        self._wq = _weights(rng, (dim, dim))
-        self._wkv = _weights(rng, (dim, 2 * dim))  # keys and values in one product
-        self._out = _weights(rng, (dim, vocab_size))
+        self._w1 = seeded_weights(rng, (dim, _HIDDEN_FACTOR * dim))
+        self._w2 = seeded_weights(rng, (_HIDDEN_FACTOR * dim, dim))
+        self._wq = seeded_weights(rng, (dim, dim))
+        self._wkv = seeded_weights(rng, (dim, 2 * dim))  # keys and values in one product
+        self._out = seeded_weights(rng, (dim, vocab_size))
         self._scale = np.float32(1.0 / np.sqrt(dim))
         self.keys = np.zeros((num_blocks, block_size, dim), dtype=np.float32)
         self.values = np.zeros((num_blocks, block_size, dim), dtype=np.float32)

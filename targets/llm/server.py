@@ -23,9 +23,9 @@ from opentelemetry import trace
 from tailscope.targets.llm.app import LlmApp
 from tailscope.targets.llm.config import LlmServerConfig
 from tailscope.targets.reference.server import (
-    _exit_on_signals,
-    _ExternallySignalledServer,
-    _uvicorn_config,
+    exit_on_signals,
+    ExternallySignalledServer,
+    uvicorn_config,
     announce_port,
     bind_listening_socket,
 )
@@ -46,8 +46,8 @@ def run_llm_server(config: LlmServerConfig, *, announce_to: TextIO | None = None
     provider = kit.setup_tracing(config.service_name, config.otlp_traces_endpoint or None) if config.tracing else None
     gc_reporter = kit.GcPauseReporter(provider, config.gc_min_pause_ms) if provider is not None else None
     try:
-        server = _ExternallySignalledServer(_uvicorn_config(build_app(config, provider), config))
-        with _exit_on_signals(server), contextlib.closing(bind_listening_socket(config.host, config.port)) as sock:
+        server = ExternallySignalledServer(uvicorn_config(build_app(config, provider), config))
+        with exit_on_signals(server), contextlib.closing(bind_listening_socket(config.host, config.port)) as sock:
             if gc_reporter is not None:
                 gc_reporter.start()
             announce_port(sock.getsockname()[1], announce_to or sys.stdout)

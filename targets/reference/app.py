@@ -280,7 +280,7 @@ class InferenceApp:
             "status": 200,
             "headers": [(b"content-type", SSE_CONTENT_TYPE.encode()), (b"cache-control", b"no-cache")],
         })
-        watcher = asyncio.get_running_loop().create_task(_cancel_on_disconnect(receive, stream))
+        watcher = asyncio.get_running_loop().create_task(cancel_on_disconnect(receive, stream))
         try:
             index = 0
             async for token in stream:
@@ -361,7 +361,7 @@ class InferenceApp:
         }
 
 
-async def _cancel_on_disconnect(receive: Receive, stream: Any) -> None:
+async def cancel_on_disconnect(receive: Receive, stream: Any) -> None:
     """Cancel ``stream`` when the client disconnects (runs until cancelled)."""
     while True:
         message = await receive()

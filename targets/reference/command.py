@@ -17,11 +17,11 @@ _BOOLEAN_KNOBS = frozenset({"tracing", "access_log", "admin", "metrics", "gc_fre
 _LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
 
 
-def _flag(name: str) -> str:
+def flag_name(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
-def _default_text(value: Any) -> str:
+def default_text(value: Any) -> str:
     if isinstance(value, tuple):
         return " ".join(map(str, value)) if value else "none"
     if isinstance(value, bool):
@@ -29,7 +29,7 @@ def _default_text(value: Any) -> str:
     return str(value) if value != "" else "none"
 
 
-def _metavar(name: str, default: Any) -> str:
+def metavar_of(name: str, default: Any) -> str:
     if name.endswith("_ms"):
         return "MS"
     if name.endswith("_mb"):
@@ -54,7 +54,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="YAML file with any of the knobs below (e.g. 'max_batch_size: 16'); command-line flags win",
     )
     for knob in knob_fields():
-        help_text = f"{knob.metadata['help']} (default: {_default_text(knob.default)})"
+        help_text = f"{knob.metadata['help']} (default: {default_text(knob.default)})"
         options: dict[str, Any] = {"dest": knob.name, "default": None, "help": help_text}
         if knob.name in _BOOLEAN_KNOBS:
             options["action"] = argparse.BooleanOptionalAction
@@ -63,8 +63,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         elif knob.name == "log_level":
             options["choices"] = _LOG_LEVELS
         else:
-            options.update(type=type(knob.default), metavar=_metavar(knob.name, knob.default))
-        parser.add_argument(_flag(knob.name), **options)
+            options.update(type=type(knob.default), metavar=metavar_of(knob.name, knob.default))
+        parser.add_argument(flag_name(knob.name), **options)
 
 
 def config_from_args(args: argparse.Namespace) -> TargetConfig:

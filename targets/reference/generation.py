@@ -61,10 +61,10 @@ class DecoderModel:
         hidden = _HIDDEN_FACTOR * dim
         self.dim = dim
         self._embedding = (rng.standard_normal((vocab_size, dim), dtype=np.float32) * 0.5).astype(np.float32)
-        self._prompt = _weights(rng, (dim, dim))
-        self._w1 = _weights(rng, (dim, hidden))
-        self._w2 = _weights(rng, (hidden, dim))
-        self._out = _weights(rng, (hidden, GENERATION_VOCAB))
+        self._prompt = seeded_weights(rng, (dim, dim))
+        self._w1 = seeded_weights(rng, (dim, hidden))
+        self._w2 = seeded_weights(rng, (hidden, dim))
+        self._out = seeded_weights(rng, (hidden, GENERATION_VOCAB))
 
     def prefill(self, prompt_ids: np.ndarray) -> tuple[np.ndarray, int]:
         """Initial state ``(dim,)`` and first input token of a non-empty int32 prompt."""
@@ -80,7 +80,7 @@ class DecoderModel:
         return np.tanh(hidden @ self._w2).astype(np.float32), next_tokens.astype(np.int64)
 
 
-def _weights(rng: np.random.Generator, shape: tuple[int, int]) -> np.ndarray:
+def seeded_weights(rng: np.random.Generator, shape: tuple[int, int]) -> np.ndarray:
     return (rng.standard_normal(shape, dtype=np.float32) / np.float32(np.sqrt(shape[0]))).astype(np.float32)
 
 

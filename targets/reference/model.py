@@ -31,14 +31,14 @@ class ReferenceModel:
         hidden = _HIDDEN_FACTOR * dim
         self.vocab_size = vocab_size
         self.num_classes = num_classes
-        self._embedding = _weights(rng, (vocab_size, dim), fan_in=1)
-        self._text_hidden = _weights(rng, (dim, hidden), fan_in=dim)
+        self._embedding = seeded_weights(rng, (vocab_size, dim), fan_in=1)
+        self._text_hidden = seeded_weights(rng, (dim, hidden), fan_in=dim)
         self._text_bias = np.zeros(hidden, dtype=np.float32)
-        self._text_classes = _weights(rng, (hidden, num_classes), fan_in=hidden)
+        self._text_classes = seeded_weights(rng, (hidden, num_classes), fan_in=hidden)
         pixels = IMAGE_SIDE * IMAGE_SIDE * 3
-        self._image_hidden = _weights(rng, (pixels, hidden), fan_in=pixels)
+        self._image_hidden = seeded_weights(rng, (pixels, hidden), fan_in=pixels)
         self._image_bias = np.zeros(hidden, dtype=np.float32)
-        self._image_classes = _weights(rng, (hidden, num_classes), fan_in=hidden)
+        self._image_classes = seeded_weights(rng, (hidden, num_classes), fan_in=hidden)
 
     def classify_texts(self, token_ids: Sequence[np.ndarray]) -> np.ndarray:
         """Logits ``(len(token_ids), num_classes)`` for a batch of int32 token-id arrays (each non-empty)."""
@@ -58,5 +58,5 @@ class ReferenceModel:
         return hidden @ self._image_classes
 
 
-def _weights(rng: np.random.Generator, shape: tuple[int, int], fan_in: int) -> np.ndarray:
+def seeded_weights(rng: np.random.Generator, shape: tuple[int, int], fan_in: int) -> np.ndarray:
     return (rng.standard_normal(shape, dtype=np.float32) / np.float32(np.sqrt(fan_in))).astype(np.float32)

@@ -55,8 +55,8 @@ def announce_port(port: int, stream: TextIO) -> None:
     stream.flush()
 
 
-class _ExternallySignalledServer(uvicorn.Server):
-    """uvicorn Server that leaves signal handling to :func:`_exit_on_signals`.
+class ExternallySignalledServer(uvicorn.Server):
+    """uvicorn Server that leaves signal handling to :func:`exit_on_signals`.
 
     uvicorn's own handling re-raises the signal after a graceful shutdown,
     which would kill the process instead of letting :func:`run_target` return.
@@ -68,7 +68,7 @@ class _ExternallySignalledServer(uvicorn.Server):
 
 
 @contextlib.contextmanager
-def _exit_on_signals(server: uvicorn.Server) -> Iterator[None]:
+def exit_on_signals(server: uvicorn.Server) -> Iterator[None]:
     """While active, SIGINT/SIGTERM ask ``server`` to shut down gracefully (a second SIGINT forces it)."""
     if threading.current_thread() is not threading.main_thread():
         yield
@@ -90,7 +90,7 @@ def build_asgi_app(config: TargetConfig, tracer_provider: trace.TracerProvider |
     return kit.TraceContextMiddleware(app, tracer_provider)
 
 
-def _uvicorn_config(app: Any, config: TargetConfig) -> uvicorn.Config:
+def uvicorn_config(app: Any, config: TargetConfig) -> uvicorn.Config:
     return uvicorn.Config(
         app,
         lifespan="on",
@@ -110,8 +110,8 @@ def run_target(config: TargetConfig, *, announce_to: TextIO | None = None) -> No
     provider = kit.setup_tracing(config.service_name) if config.tracing else None
     gc_reporter = kit.GcPauseReporter(provider, config.gc_min_pause_ms) if provider is not None else None
     try:
-        server = _ExternallySignalledServer(_uvicorn_config(build_asgi_app(config, provider), config))
-        with _exit_on_signals(server), contextlib.closing(bind_listening_socket(config.host, config.port)) as sock:
+        server = ExternallySignalledServer(uvicorn_config(build_asgi_app(config, provider), config))
+        with exit_on_signals(server), contextlib.closing(bind_listening_socket(config.host, config.port)) as sock:
             if gc_reporter is not None:
                 gc_reporter.start()
             if config.gc_freeze:
