@@ -33,14 +33,13 @@ from __future__ import annotations
 import gzip
 import json
 import os
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Callable, Iterator
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from tailscope.rundir import Appender, load_run, schema
-
 from tailscope.tracing.ingest.otlp_decode import GC_PAUSE_EVENT, GC_PAUSE_SPAN, MalformedPayload, SpanColumns, decode_traces_json
 
 FORMATS = ("otlp-json", "jaeger")

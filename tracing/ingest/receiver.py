@@ -5,11 +5,14 @@ stdout line, ``LISTENING <port>``; the gRPC port is in ``receiver.json``,
 written before that line)::
 
     python -m tailscope.tracing.ingest.receiver --run-dir DIR [--host 127.0.0.1] [--port 4318]
-        [--grpc-port 4317 | --no-grpc]
+        [--grpc-port 4317 | --no-grpc] [--tls-cert FILE --tls-key FILE]
+
+(the bearer token, required when ``--host`` is not loopback, comes from the
+environment variable ``TAILSCOPE_RECEIVER_TOKEN``: :mod:`.receiver_auth`)
 
 or in-process through :class:`OtlpReceiver`. HTTP handler threads and gRPC
-worker threads (:mod:`.receiver_grpc`) decode request bodies
-(:mod:`.otlp_decode`) and put the columns on one bounded queue; one writer
+worker threads (:mod:`.receiver_grpc`) decode request bodies with the
+routes both share (:mod:`.routes`, :mod:`.otlp_decode`) and put the columns on one bounded queue; one writer
 thread appends them to the run directory:
 
 * spans → ``spans.arrow`` (SPANS_SCHEMA);
@@ -19,7 +22,7 @@ thread appends them to the run directory:
 
 Streams are flushed every 0.5 s, so a ``kill -9`` loses at most that much.
 HTTP semantics follow the OTLP/HTTP spec: 200 with an empty export response in
-the request's encoding, 400 malformed, 413 too large, 415 unsupported media
+the request's encoding, 401 without the run's bearer token (when it has one), 400 malformed, 413 too large, 415 unsupported media
 type, 404 unknown path, 503 + ``Retry-After`` when the ingest queue is full
 (the request's spans are dropped and counted; a retrying client may deliver
 them later).
@@ -33,32 +36,30 @@ import json
 import os
 import queue
 import signal
+import ssl
 import sys
 import threading
 import time
 import zlib
-from dataclasses import dataclass
-from typing import Callable
 
 from google.rpc import status_pb2
 
 from tailscope.rundir import Appender, PeriodicFlusher, schema, write_json_atomic
-
 from tailscope.rundir.appender import EXIT_DISK_FULL
-
-from tailscope.tracing.ingest.receiver_grpc import DEFAULT_GRPC_PORT, OtlpGrpcServer
-from tailscope.tracing.ingest.span_keeper import SpanKeeper
-from tailscope.tracing.ingest.otlp_decode import (
-    MalformedPayload,
-    MetricPoints,
-    SpanColumns,
-    count_logs_json,
-    count_logs_protobuf,
-    decode_metrics_json,
-    decode_metrics_protobuf,
-    decode_traces_json,
-    decode_traces_protobuf,
+from tailscope.tracing.ingest.otlp_decode import MalformedPayload, MetricPoints, SpanColumns
+from tailscope.tracing.ingest.receiver_auth import (
+    CHALLENGE,
+    TOKEN_ENV,
+    BearerCheck,
+    ReceiverAccessError,
+    TlsFiles,
+    check_token,
+    require_token,
+    tls_files,
 )
+from tailscope.tracing.ingest.receiver_grpc import DEFAULT_GRPC_PORT, OtlpGrpcServer
+from tailscope.tracing.ingest.routes import JSON, PROTOBUF, ROUTES
+from tailscope.tracing.ingest.span_keeper import SpanKeeper
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 4318
@@ -77,10 +78,6 @@ RECEIVER_WRITER = "receiver"
 #: GET path answering the receiver's clock (``{"t_ns": epoch ns}``) for remote agents.
 TIME_PATH = "/v1/time"
 
-PROTOBUF = "application/x-protobuf"
-JSON = "application/json"
-
-
 class BodyTooLarge(Exception):
     """The (decompressed) request body exceeds the configured limit."""
 
@@ -89,18 +86,10 @@ class UnsupportedEncoding(Exception):
     """A Content-Encoding other than gzip or identity."""
 
 
-@dataclass(frozen=True)
-class Route:
-    """How one OTLP path decodes each content type, and what it does with the result."""
-
-    decoders: dict[str, Callable[[bytes], object]]
-    accept: Callable[["OtlpReceiver", object], bool]  # False: queue full, answer 503
-
-
 class ReceiverStats:
     """Thread-safe counters, reported as the ``receiver.json`` dict."""
 
-    def __init__(self, port: int):
+    def __init__(self, port: int, auth: str = "none", tls: bool = False):
         self._lock = threading.Lock()
         self._counts = {
             "spans_received": 0,
@@ -109,11 +98,13 @@ class ReceiverStats:
             "gc_events": 0,
             "requests": 0,
             "requests_by_transport": {"http": 0, "grpc": 0},
-            "rejected": {"malformed": 0, "oversized": 0, "unsupported": 0},
+            "rejected": {"malformed": 0, "oversized": 0, "unsupported": 0, "unauthenticated": 0},
             "metrics_points": 0,
             "logs_records": 0,
             "port": port,
             "grpc_port": None,
+            "auth": auth,
+            "tls": tls,
         }
 
     def add(self, key: str, n: int = 1) -> None:
@@ -158,29 +149,6 @@ def read_limited_gunzip(data: bytes, max_bytes: int) -> bytes:
     return out
 
 
-def _accept_spans(receiver: "OtlpReceiver", columns: SpanColumns) -> bool:
-    receiver.stats_counter.add("spans_received", columns.received)
-    return receiver.enqueue(columns, dropped_spans=columns.received)
-
-
-def _accept_metrics(receiver: "OtlpReceiver", points: MetricPoints) -> bool:
-    return receiver.enqueue(points, dropped_spans=0)
-
-
-def _accept_logs(receiver: "OtlpReceiver", records: int) -> bool:
-    receiver.stats_counter.add("logs_records", records)
-    return True
-
-
-ROUTES = {
-    "/v1/traces": Route({PROTOBUF: decode_traces_protobuf, JSON: decode_traces_json}, _accept_spans),
-    "/v1/metrics": Route(
-        {PROTOBUF: decode_metrics_protobuf, JSON: decode_metrics_json}, _accept_metrics
-    ),
-    "/v1/logs": Route({PROTOBUF: count_logs_protobuf, JSON: count_logs_json}, _accept_logs),
-}
-
-
 def _error_body(content_type: str, http_status: int, message: str) -> bytes:
     """An OTLP error body: google.rpc.Status in the request's encoding."""
     if content_type == JSON:
@@ -195,6 +163,31 @@ class _OtlpRequestHandler(http.server.BaseHTTPRequestHandler):
 
     def log_message(self, format, *args):  # noqa: A002 - base-class signature
         """Silence per-request logging (the counters are in receiver.json)."""
+
+    def setup(self):
+        """With TLS, the handshake runs here, on the connection's own thread (never in the
+        accept loop, where a slow client would hold up every other one)."""
+        super().setup()
+        self.tls_failed = False
+        if isinstance(self.connection, ssl.SSLSocket):
+            try:
+                self.connection.do_handshake()
+            except (ssl.SSLError, OSError):
+                self.tls_failed = True  # not TLS, a certificate the client refused, a timeout
+
+    def handle(self):
+        if not self.tls_failed:
+            super().handle()
+
+    def _authorized(self, reply_type: str) -> bool:
+        """True when the request carries the run's token (or none is needed); otherwise
+        answer 401, count it, and close the connection when its body was not read."""
+        if self.server.receiver.auth.allows(self.headers.get("Authorization")):
+            return True
+        self._discard_body()
+        self._reject(401, "unauthenticated", reply_type, "missing or wrong bearer token",
+                     **{"WWW-Authenticate": CHALLENGE})
+        return False
 
     def _reply(self, status: int, content_type: str, body: bytes, headers: dict | None = None):
         self.send_response(status)
@@ -213,6 +206,8 @@ class _OtlpRequestHandler(http.server.BaseHTTPRequestHandler):
         self._reply(status, content_type, _error_body(content_type, status, message), headers)
 
     def do_GET(self):
+        if not self._authorized(JSON):
+            return
         self._discard_body()
         if self.path.split("?", 1)[0] == TIME_PATH:
             # Clock echo for remote agents: they estimate their offset NTP-style
@@ -234,11 +229,13 @@ class _OtlpRequestHandler(http.server.BaseHTTPRequestHandler):
         finally:
             receiver.request_finished()
 
-    def _handle_post(self, receiver: "OtlpReceiver") -> None:
+    def _handle_post(self, receiver: OtlpReceiver) -> None:
         receiver.stats_counter.count_request("http")
         route = ROUTES.get(self.path.split("?", 1)[0])
         content_type = (self.headers.get("Content-Type") or "").split(";", 1)[0].strip().lower()
         reply_type = JSON if content_type == JSON else PROTOBUF
+        if not self._authorized(reply_type):
+            return
         if route is None:
             self._discard_body()
             self._reject(404, None, reply_type, f"unknown path {self.path}")
@@ -298,9 +295,17 @@ class _OtlpRequestHandler(http.server.BaseHTTPRequestHandler):
 class _OtlpHttpServer(http.server.ThreadingHTTPServer):
     daemon_threads = True  # idle keep-alive connections must not block shutdown
 
-    def __init__(self, address, receiver: "OtlpReceiver"):
+    def __init__(self, address, receiver: OtlpReceiver, tls: ssl.SSLContext | None = None):
         self.receiver = receiver
+        self.tls = tls
         super().__init__(address, _OtlpRequestHandler)
+
+    def get_request(self):
+        """Accept; with TLS, wrap the connection without its handshake (the handler thread does it)."""
+        connection, address = super().get_request()
+        if self.tls is not None:
+            connection = self.tls.wrap_socket(connection, server_side=True, do_handshake_on_connect=False)
+        return connection, address
 
 
 _STOP = object()
@@ -313,7 +318,11 @@ class OtlpReceiver:
     (``grpc_port`` then holds the bound gRPC port); ``stop()`` stops
     accepting, drains the queue, flushes and closes the streams and writes
     ``receiver.json``. ``stats()`` returns the current counters. Both
-    transports share the queue, the body limit and the counters.
+    transports share the queue, the body limit, the counters and the access
+    rules: with a ``token`` every request needs ``Authorization: Bearer
+    <token>``; a ``host`` that is not loopback needs a token (else
+    :class:`~.receiver_auth.ReceiverAccessError`, also for a malformed token);
+    ``tls`` (:class:`~.receiver_auth.TlsFiles`) serves HTTPS and gRPC over TLS.
     """
 
     def __init__(
@@ -324,14 +333,21 @@ class OtlpReceiver:
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
         queue_size: int = DEFAULT_QUEUE_SIZE,
         grpc_port: int | None = None,
+        token: str | None = None,
+        tls: TlsFiles | None = None,
     ):
         if max_body_bytes <= 0 or queue_size <= 0:
             raise ValueError("max_body_bytes and queue_size must be positive")
+        require_token(host, token)
+        self.auth = BearerCheck(check_token(token) if token is not None else None)
+        self.tls = tls
+        self._tls_context = tls.server_context() if tls is not None else None
         self.run_dir = run_dir
         self.host = host
         self.port = port
         self.max_body_bytes = max_body_bytes
-        self.stats_counter = ReceiverStats(port)
+        self.stats_counter = ReceiverStats(port, auth="bearer token" if token is not None else "none",
+                                           tls=tls is not None)
         self._queue: queue.Queue = queue.Queue(maxsize=queue_size)
         self.grpc_port = grpc_port
         self._server: _OtlpHttpServer | None = None
@@ -353,11 +369,11 @@ class OtlpReceiver:
 
         Raises OSError when either address cannot be bound (nothing is left open)."""
         os.makedirs(self.run_dir, exist_ok=True)
-        self._server = _OtlpHttpServer((self.host, self.port), self)
+        self._server = _OtlpHttpServer((self.host, self.port), self, self._tls_context)
         self.port = self._server.server_address[1]
         self.stats_counter.set_port(self.port)
         if self.grpc_port is not None:
-            self._grpc = OtlpGrpcServer(self, self.host, self.grpc_port)
+            self._grpc = OtlpGrpcServer(self, self.host, self.grpc_port, tls=self.tls)
             try:
                 self.grpc_port = self._grpc.start()
             except OSError:
@@ -510,6 +526,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--max-body-bytes", type=int, default=DEFAULT_MAX_BODY_BYTES)
     parser.add_argument("--queue-size", type=int, default=DEFAULT_QUEUE_SIZE,
                         help="requests waiting for the writer before 503")
+    parser.add_argument("--tls-cert", metavar="FILE", help="PEM certificate chain: serve HTTPS and gRPC over TLS")
+    parser.add_argument("--tls-key", metavar="FILE", help="PEM private key of --tls-cert")
     args = parser.parse_args(argv)
     if not GRPC_OFF <= args.grpc_port <= 65535:
         parser.error(f"--grpc-port must be {GRPC_OFF} (off) or 0..65535, got {args.grpc_port}")
@@ -517,11 +535,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Serve until SIGTERM/SIGINT, then drain and exit 0."""
+    """Serve until SIGTERM/SIGINT, then drain and exit 0 (2: cannot bind, or access refused:
+    a non-loopback ``--host`` without a token in ``TAILSCOPE_RECEIVER_TOKEN``, unusable TLS files)."""
     args = parse_args(argv)
     grpc_port = None if args.grpc_port == GRPC_OFF else args.grpc_port
-    receiver = OtlpReceiver(args.run_dir, args.host, args.port, args.max_body_bytes, args.queue_size,
-                            grpc_port=grpc_port)
+    try:
+        receiver = OtlpReceiver(args.run_dir, args.host, args.port, args.max_body_bytes, args.queue_size,
+                                grpc_port=grpc_port, token=os.environ.get(TOKEN_ENV) or None,
+                                tls=tls_files(args.tls_cert, args.tls_key))
+    except ReceiverAccessError as exc:
+        print(f"receiver: {exc}", file=sys.stderr)
+        return 2
     stop_requested = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop_requested.set())

@@ -8,6 +8,9 @@ ingest queue and bumps the same counters, so a span counts the same whichever
 transport brought it. Status codes follow the OTLP specification:
 
 * ``OK`` with an empty ``Export*ServiceResponse``;
+* ``UNAUTHENTICATED``: the receiver has a token and the call's ``authorization``
+  metadata is not ``Bearer <token>`` (counted ``unauthenticated``; checked
+  before the message is read);
 * ``INVALID_ARGUMENT``: the message does not decode (counted ``malformed``);
 * ``RESOURCE_EXHAUSTED``: the message exceeds ``max_body_bytes``, also after
   gzip inflation. gRPC's transport enforces the limit before the message
@@ -26,8 +29,9 @@ wire this is the same unary ``Export`` call every OTLP exporter makes.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from concurrent import futures
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING
 
 import grpc
 from opentelemetry.proto.collector.logs.v1 import logs_service_pb2
@@ -35,6 +39,8 @@ from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 
 from tailscope.tracing.ingest.otlp_decode import MalformedPayload
+from tailscope.tracing.ingest.receiver_auth import GRPC_METADATA_KEY, TlsFiles
+from tailscope.tracing.ingest.routes import PROTOBUF, ROUTES
 
 if TYPE_CHECKING:  # the receiver imports this module
     from tailscope.tracing.ingest.receiver import OtlpReceiver
@@ -87,9 +93,7 @@ def _single_message(request_iterator: Iterator[bytes]) -> bytes:
 class _ExportHandler:
     """One OTLP service's ``Export`` method, bound to the receiver."""
 
-    def __init__(self, receiver: "OtlpReceiver", route_path: str, response: bytes):
-        from tailscope.tracing.ingest.receiver import PROTOBUF, ROUTES  # deferred: receiver imports this module
-
+    def __init__(self, receiver: OtlpReceiver, route_path: str, response: bytes):
         self.receiver = receiver
         self.route = ROUTES[route_path]
         self.decode = self.route.decoders[PROTOBUF]
@@ -106,6 +110,9 @@ class _ExportHandler:
     def _export(self, request_iterator, context) -> bytes:
         stats = self.receiver.stats_counter
         stats.count_request(TRANSPORT)
+        if not self.receiver.auth.allows(_metadata_value(context, GRPC_METADATA_KEY)):
+            stats.reject("unauthenticated")
+            context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong bearer token")
         try:
             body = _single_message(request_iterator)
         except RefusedByTransport:
@@ -129,7 +136,15 @@ class _ExportHandler:
         return self.response
 
 
-def _generic_handlers(receiver: "OtlpReceiver") -> list[grpc.GenericRpcHandler]:
+def _metadata_value(context: grpc.ServicerContext, key: str) -> str | None:
+    """The first value of metadata ``key`` of the call (None when absent or binary)."""
+    for item in context.invocation_metadata() or ():
+        if item.key == key and isinstance(item.value, str):
+            return item.value
+    return None
+
+
+def _generic_handlers(receiver: OtlpReceiver) -> list[grpc.GenericRpcHandler]:
     handlers = []
     for module, name, route_path, response_type in _SERVICES:
         full_name = module.DESCRIPTOR.services_by_name[name].full_name
@@ -144,13 +159,16 @@ def _generic_handlers(receiver: "OtlpReceiver") -> list[grpc.GenericRpcHandler]:
 class OtlpGrpcServer:
     """The OTLP/gRPC endpoint of an :class:`~tailscope.tracing.ingest.receiver.OtlpReceiver`.
 
-    ``start()`` binds ``host:port`` (0 picks a free port) without TLS and
-    returns the port; raises OSError when the address cannot be bound.
+    ``start()`` binds ``host:port`` (0 picks a free port), over TLS when
+    ``tls`` is given, and returns the port; raises OSError when the address
+    cannot be bound.
     ``stop()`` refuses new calls and gives in-flight ones ``STOP_GRACE_S``.
     """
 
-    def __init__(self, receiver: "OtlpReceiver", host: str, port: int, workers: int = DEFAULT_GRPC_WORKERS):
+    def __init__(self, receiver: OtlpReceiver, host: str, port: int, workers: int = DEFAULT_GRPC_WORKERS,
+                 tls: TlsFiles | None = None):
         self.receiver = receiver
+        self.tls = tls
         self.host = host
         self.port = port
         self.workers = workers
@@ -167,7 +185,10 @@ class OtlpGrpcServer:
         )
         address = f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
         try:
-            bound = server.add_insecure_port(address)
+            if self.tls is None:
+                bound = server.add_insecure_port(address)
+            else:
+                bound = server.add_secure_port(address, grpc.ssl_server_credentials([self.tls.pem_pair()]))
         except RuntimeError as exc:  # grpcio raises RuntimeError when it cannot bind
             raise OSError(f"cannot bind gRPC {address}: {exc}") from exc
         if bound == 0:

@@ -29,8 +29,6 @@ from opentelemetry.trace import Link, Span, SpanContext, SpanKind
 from opentelemetry.util.re import parse_env_headers
 
 from tailscope.tracing.kit.gc_events import GC_PAUSE_SPAN, GcPauseReporter
-from tailscope.tracing.kit.lean import LeanTracerProvider
-from tailscope.tracing.kit.lean_export import BatchExporter, GrpcTransport, HttpTransport, Transport
 from tailscope.tracing.kit.http_server import (
     INSTRUMENTATION_NAME,
     SERVER_SPAN_SCOPE_KEY,
@@ -39,6 +37,8 @@ from tailscope.tracing.kit.http_server import (
     record_failure,
     wsgi_middleware,
 )
+from tailscope.tracing.kit.lean import LeanTracerProvider
+from tailscope.tracing.kit.lean_export import BatchExporter, GrpcTransport, HttpTransport, Transport
 
 __all__ = [
     "BATCH",

@@ -36,8 +36,8 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, SpanKind, Status, StatusCode, TraceFlags
-from opentelemetry.trace.span import DEFAULT_TRACE_STATE, TraceState
 from opentelemetry.trace.propagation import _SPAN_KEY
+from opentelemetry.trace.span import DEFAULT_TRACE_STATE, TraceState
 
 from tailscope.tracing.kit.lean_export import BatchExporter
 from tailscope.tracing.kit.otlp_encode import scope_message

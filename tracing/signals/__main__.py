@@ -12,10 +12,9 @@ import signal
 import sys
 import threading
 
-from tailscope.tracing.signals.sampler import read_text
-from tailscope.tracing.signals.cgroup import locate_cgroup_path
 from tailscope.rundir.appender import EXIT_DISK_FULL
-
+from tailscope.support.cgroups import locate_cgroup_path
+from tailscope.support.procfs import read_text
 from tailscope.tracing.signals.runner import DEFAULT_RATE_HZ, SamplerConfig, run_sampling
 
 

@@ -12,8 +12,9 @@ import os
 
 import psutil
 
-from tailscope.tracing.signals.sampler import read_text
-from tailscope.tracing.signals.cgroup import CgroupLocation, cgroup_pids, find_container_cgroup, locate_cgroup_path, locate_process_cgroups
+from tailscope.support.cgroups import CgroupLocation, find_container_cgroup, locate_cgroup_path, locate_process_cgroups
+from tailscope.support.procfs import read_text
+from tailscope.tracing.signals.cgroup import cgroup_pids
 
 _ANY_ADDRESSES = ("0.0.0.0", "::", "")
 MOUNTINFO = "/proc/self/mountinfo"
@@ -72,13 +73,27 @@ def describe_process(pid: int) -> dict:
 def _name_matches(name: str, info: dict) -> bool:
     """``name`` is the process name (comm), the file name of its executable or
     of its first argument (``python serve.py``, ``python /usr/bin/uvicorn``),
-    or the module of ``python -m MODULE``."""
+    or the module of ``python -m MODULE`` (interpreter flags before ``-m``
+    allowed, as in tailscope's own ``python -P -m MODULE`` children)."""
     if info.get("name") == name:
         return True
     cmdline = info.get("cmdline") or []
-    if len(cmdline) > 2 and cmdline[1] == "-m" and cmdline[2] == name:
+    if _python_module_of(cmdline) == name:
         return True
     return any(os.path.basename(arg) == name for arg in cmdline[:2])
+
+
+def _python_module_of(cmdline: list[str]) -> str | None:
+    """MODULE of ``python [flags] -m MODULE ...``, else None (``-W``/``-X`` take a value)."""
+    args = iter(cmdline[1:])
+    for arg in args:
+        if arg == "-m":
+            return next(args, None)
+        if arg in ("-W", "-X"):
+            next(args, None)
+        elif not arg.startswith("-") or arg in ("-", "-c", "--"):
+            return None
+    return None
 
 
 def _own_lineage() -> set[int]:

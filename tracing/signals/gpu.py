@@ -11,7 +11,7 @@ Without a GPU or driver, ``probe()`` returns the NVML error as the reason.
 
 from __future__ import annotations
 
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 from tailscope.tracing.signals.sampler import COUNTER, GAUGE, SeriesMeta
 
@@ -120,7 +120,7 @@ class GpuSampler:
             self._handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
         except ImportError as exc:
             return f"pynvml not importable: {exc}"
-        except Exception as exc:  # pynvml raises NVMLError subclasses; report any as the reason
+        except Exception as exc:  # noqa: BLE001 — pynvml raises NVMLError subclasses; report any as the reason
             return f"NVML unavailable: {exc}"
         if not self._handles:
             return "NVML found no GPU"
@@ -132,7 +132,7 @@ class GpuSampler:
         for suffix, (_, reader) in _metric_readers(self._nvml).items():
             try:
                 reader(handle)
-            except Exception:  # NVMLError_NotSupported and friends: leave the metric out
+            except Exception:  # noqa: BLE001 — NVMLError_NotSupported and friends: leave the metric out
                 continue
             supported[suffix] = reader
         return supported

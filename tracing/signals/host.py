@@ -7,9 +7,18 @@ file text so they can be tested against recorded content.
 from __future__ import annotations
 
 import os
-from typing import Iterable
+from collections.abc import Iterable
 
-from tailscope.tracing.signals.sampler import CLOCK_TICKS_PER_S, COUNTER, GAUGE, OpenFiles, SeriesMeta, find_line_int, probe_readable, read_text
+from tailscope.support.procfs import read_text
+from tailscope.tracing.signals.sampler import (
+    CLOCK_TICKS_PER_S,
+    COUNTER,
+    GAUGE,
+    OpenFiles,
+    SeriesMeta,
+    find_line_int,
+    probe_readable,
+)
 
 PROC_STAT = "/proc/stat"
 PROC_LOADAVG = "/proc/loadavg"

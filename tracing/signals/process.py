@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Iterable
+from collections.abc import Iterable
 
 import psutil
 
-from tailscope.tracing.signals.sampler import CLOCK_TICKS_PER_S, COUNTER, GAUGE, OpenFiles, SeriesMeta, find_line_int, read_text
+from tailscope.support.procfs import read_text
+from tailscope.tracing.signals.sampler import CLOCK_TICKS_PER_S, COUNTER, GAUGE, OpenFiles, SeriesMeta, find_line_int
 
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
 

@@ -27,8 +27,8 @@ from __future__ import annotations
 import http.client
 import math
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 from urllib.parse import urlsplit
 
 from tailscope.tracing.signals.sampler import COUNTER, GAUGE, SeriesMeta

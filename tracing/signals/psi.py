@@ -8,9 +8,10 @@ reports why and emits nothing.
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
-from tailscope.tracing.signals.sampler import COUNTER, OpenFiles, SeriesMeta, read_text
+from tailscope.support.procfs import read_text
+from tailscope.tracing.signals.sampler import COUNTER, OpenFiles, SeriesMeta
 
 PRESSURE_DIR = "/proc/pressure"
 RESOURCES = ("cpu", "memory", "io")

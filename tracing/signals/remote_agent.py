@@ -19,6 +19,11 @@ most ``rtt / 2``. Estimates are repeated every :data:`CLOCK_INTERVAL_S` and
 sent as the gauges ``agent.clock_offset_ns`` and ``agent.clock_rtt_ns``; the
 analyzers add the offset to the agent's timestamps to align its series with
 the harness's (:mod:`tailscope.analyzers.inputs.signal_series`).
+
+Access: with the harness's receiver token every request (the clock echo and
+the exports) carries ``Authorization: Bearer <token>``; an ``https://``
+harness URL is verified against ``ca_file`` (a self-signed receiver
+certificate) or the system's trust store.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ import http.client
 import json
 import re
 import socket
+import ssl
 import threading
 import time
 from dataclasses import dataclass
@@ -47,6 +53,7 @@ from opentelemetry.sdk.metrics.export import (
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
+from tailscope.support.receiver_token import authorization_header
 from tailscope.tracing.signals.sampler import COUNTER
 
 TIME_PATH = "/v1/time"
@@ -70,22 +77,50 @@ class ClockEstimate:
     rtt_ns: int
 
 
-def estimate_clock_offset(harness_url: str, probes: int = CLOCK_PROBES, timeout_s: float = 2.0) -> ClockEstimate:
+def _connection(harness_url: str, timeout_s: float, ca_file: str | None) -> http.client.HTTPConnection:
+    parts = urlsplit(harness_url)
+    if parts.scheme == "https":
+        context = ssl.create_default_context(cafile=ca_file)
+        return http.client.HTTPSConnection(parts.hostname, parts.port, timeout=timeout_s, context=context)
+    return http.client.HTTPConnection(parts.hostname, parts.port, timeout=timeout_s)
+
+
+def _session_trusting(ca_file: str | None):
+    """A requests session for the exporter in which ``ca_file`` (when given) decides what to trust:
+    plain requests lets ``REQUESTS_CA_BUNDLE``/``CURL_CA_BUNDLE`` override a session's own CA file,
+    and the harness's self-signed certificate would then be refused. None without a CA file."""
+    if ca_file is None:
+        return None
+    import requests
+
+    class PinnedSession(requests.Session):
+        def merge_environment_settings(self, url, proxies, stream, verify, cert):
+            settings = super().merge_environment_settings(url, proxies, stream, verify, cert)
+            return {**settings, "verify": ca_file}
+
+    return PinnedSession()
+
+
+def estimate_clock_offset(harness_url: str, probes: int = CLOCK_PROBES, timeout_s: float = 2.0,
+                          token: str | None = None, ca_file: str | None = None) -> ClockEstimate:
     """Offset of the receiver's clock from ours, from its ``/v1/time`` echo (see module docstring).
 
-    Raises OSError / http.client.HTTPException / ValueError when the receiver does not answer.
+    Raises OSError / http.client.HTTPException / ValueError when the receiver does not answer
+    (ValueError naming the status when it refuses, e.g. 401 for a missing or wrong ``token``).
     """
-    parts = urlsplit(harness_url)
-    connection_class = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
-    connection = connection_class(parts.hostname, parts.port, timeout=timeout_s)
+    connection = _connection(harness_url, timeout_s, ca_file)
+    headers = authorization_header(token)
     best: ClockEstimate | None = None
     try:
         for _ in range(probes):
             t0 = time.time_ns()
-            connection.request("GET", TIME_PATH)
+            connection.request("GET", TIME_PATH, headers=headers)
             response = connection.getresponse()
             body = response.read()
             t2 = time.time_ns()
+            if response.status == 401:
+                raise ValueError(f"{harness_url}{TIME_PATH} answered HTTP 401: the receiver needs its bearer "
+                                 "token (--token or TAILSCOPE_RECEIVER_TOKEN), and this one is missing or wrong")
             if response.status != 200:
                 raise ValueError(f"{harness_url}{TIME_PATH} answered HTTP {response.status}")
             t1 = int(json.loads(body)["t_ns"])
@@ -150,13 +185,18 @@ class OtlpSink:
     """
 
     def __init__(self, harness_url: str, host: str | None = None,
-                 export_interval_s: float = DEFAULT_EXPORT_INTERVAL_S, timeout_s: float = 5.0):
+                 export_interval_s: float = DEFAULT_EXPORT_INTERVAL_S, timeout_s: float = 5.0,
+                 token: str | None = None, ca_file: str | None = None):
         self.harness_url = harness_url.rstrip("/")
         self.host = host or socket.gethostname()
         self.export_interval_s = export_interval_s
         self.timeout_s = timeout_s
+        self._token = token
+        self._ca_file = ca_file
         self.stats = AgentStats()
-        self._exporter = OTLPMetricExporter(endpoint=self.harness_url + METRICS_PATH, timeout=timeout_s)
+        self._exporter = OTLPMetricExporter(endpoint=self.harness_url + METRICS_PATH, timeout=timeout_s,
+                                            headers=authorization_header(token), certificate_file=ca_file,
+                                            session=_session_trusting(ca_file))
         self._resource = Resource.create({"service.name": "tailscope-agent", "host.name": self.host})
         self._scope = InstrumentationScope("tailscope.agent")
         self._meta: dict[str, dict] = {
@@ -209,7 +249,8 @@ class OtlpSink:
     def _measure_clock(self) -> None:
         self._next_clock = time.monotonic() + CLOCK_INTERVAL_S
         try:
-            estimate = estimate_clock_offset(self.harness_url, timeout_s=self.timeout_s)
+            estimate = estimate_clock_offset(self.harness_url, timeout_s=self.timeout_s, token=self._token,
+                                             ca_file=self._ca_file)
         except (OSError, http.client.HTTPException, ValueError, KeyError):
             return
         self.stats.clock = estimate
@@ -232,16 +273,18 @@ class OtlpSink:
 
 
 def run_agent(harness_url: str, config, rate_hz: float, stop_event: threading.Event, host: str | None = None,
-              export_interval_s: float = DEFAULT_EXPORT_INTERVAL_S):
+              export_interval_s: float = DEFAULT_EXPORT_INTERVAL_S, token: str | None = None,
+              ca_file: str | None = None):
     """Sample with ``config`` (a :class:`~.runner.SamplerConfig`) until ``stop_event``,
-    exporting to the harness; returns ``(SamplingSummary, AgentStats)``.
+    exporting to the harness (with ``token`` and ``ca_file``: see the module docstring);
+    returns ``(SamplingSummary, AgentStats)``.
 
     Raises OSError / ValueError when the harness's receiver does not answer its
-    clock echo at start (nothing would arrive)."""
+    clock echo at start, or refuses the token (nothing would arrive)."""
     from tailscope.tracing.signals.runner import default_samplers, sample_loop
 
-    estimate_clock_offset(harness_url)
-    sink = OtlpSink(harness_url, host=host, export_interval_s=export_interval_s)
+    estimate_clock_offset(harness_url, token=token, ca_file=ca_file)
+    sink = OtlpSink(harness_url, host=host, export_interval_s=export_interval_s, token=token, ca_file=ca_file)
     try:
         summary = sample_loop(default_samplers(config.pid, config), rate_hz, stop_event, sink, config.pid)
     finally:

@@ -25,14 +25,10 @@ from dataclasses import asdict, dataclass, field
 from typing import Protocol
 
 from tailscope.rundir import Appender, PeriodicFlusher, schema, write_json_atomic
-
+from tailscope.tracing.signals.cgroup import CgroupLocation
+from tailscope.tracing.signals.prometheus import DEFAULT_SCRAPE_TIMEOUT_S
+from tailscope.tracing.signals.registry import SAMPLERS
 from tailscope.tracing.signals.sampler import Sampler
-from tailscope.tracing.signals.cgroup import CgroupLocation, CgroupSampler
-from tailscope.tracing.signals.gpu import GpuSampler
-from tailscope.tracing.signals.host import DiskSampler, HostCpuSampler, LoadAvgSampler, MemorySampler, VmstatSampler
-from tailscope.tracing.signals.process import ConnectionsSampler, ProcessSampler
-from tailscope.tracing.signals.prometheus import DEFAULT_SCRAPE_TIMEOUT_S, PrometheusSampler
-from tailscope.tracing.signals.psi import PressureSampler
 
 DEFAULT_RATE_HZ = 10.0
 #: Tick lateness values kept for the end-of-run percentiles (≈ 2.8 h at 10 Hz; 800 kB).
@@ -53,21 +49,10 @@ class SamplerConfig:
 
 
 def default_samplers(pid: int | None, config: SamplerConfig | None = None) -> list[Sampler]:
-    """Every sampler tailscope ships; the per-process ones watch ``pid`` (None: none)."""
+    """A new instance of every sampler tailscope ships (:data:`~.registry.SAMPLERS`, in its order);
+    the per-process ones watch ``pid`` (None: none)."""
     config = config or SamplerConfig(pid=pid)
-    return [
-        HostCpuSampler(),
-        LoadAvgSampler(),
-        MemorySampler(),
-        VmstatSampler(),
-        DiskSampler(),
-        PressureSampler(),
-        ProcessSampler(pid, include_children=config.include_children),
-        ConnectionsSampler(pid, include_children=config.include_children),
-        CgroupSampler(pid, location=config.cgroup),
-        PrometheusSampler(config.prometheus_urls, config.prometheus_timeout_s),
-        GpuSampler(),
-    ]
+    return [build(pid, config) for build in SAMPLERS.values()]
 
 
 def probe_samplers(samplers: list[Sampler]) -> dict[str, dict]:
@@ -76,7 +61,7 @@ def probe_samplers(samplers: list[Sampler]) -> dict[str, dict]:
     for sampler in samplers:
         try:
             reason = sampler.probe()
-        except Exception as exc:  # a probe must never stop the others
+        except Exception as exc:  # noqa: BLE001 — a probe must never stop the others
             reason = f"probe failed: {type(exc).__name__}: {exc}"
         sources[sampler.name] = {"available": reason is None, "reason": reason}
     return sources
@@ -237,7 +222,7 @@ def _sample_once(samplers: list[Sampler], sink: SignalSink, summary: SamplingSum
         t_ns = time.time_ns()
         try:
             rows = list(sampler.read(t_ns))
-        except Exception as exc:  # one broken source must not stop the others
+        except Exception as exc:  # noqa: BLE001 — one broken source must not stop the others
             failed.append((sampler, exc))
             continue
         sink.write(t_ns, rows)

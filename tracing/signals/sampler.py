@@ -1,4 +1,5 @@
-"""The sampler plug-in interface and the cheap file reads samplers share.
+"""The sampler plug-in interface and the cheap file reads samplers share
+(one-shot reads and line parsing of kernel files live in :mod:`tailscope.support.procfs`).
 
 A sampler is a small object with a ``name``, a ``probe()`` that says whether
 it can run here (``None``) or why not (a one-line reason), a ``series()`` map
@@ -15,17 +16,17 @@ increments whenever ``series()`` gains entries; the runner then rewrites
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable, Literal, Protocol, runtime_checkable
+from typing import Literal, Protocol, runtime_checkable
+
+from tailscope.support.procfs import READ_CHUNK, read_text
 
 GAUGE = "gauge"
 COUNTER = "counter"
 
 #: /proc times are in clock ticks (USER_HZ); this converts them to seconds.
 CLOCK_TICKS_PER_S = os.sysconf("SC_CLK_TCK")
-
-#: Bytes asked for per read(2); kernel files larger than this take more reads.
-_READ_CHUNK = 64 * 1024
 
 
 @dataclass(frozen=True)
@@ -54,18 +55,6 @@ class Sampler(Protocol):
         """One tick's values; ``now_ns`` is the tick time in epoch ns."""
 
 
-def read_text(path: str) -> str:
-    """Read a small kernel file with one open/read/close (no buffering layers)."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        chunks = []
-        while data := os.read(fd, _READ_CHUNK):
-            chunks.append(data)
-        return b"".join(chunks).decode("ascii", "replace")
-    finally:
-        os.close(fd)
-
-
 class OpenFiles:
     """Kernel files kept open between ticks and re-read with ``pread`` at offset 0.
 
@@ -87,7 +76,7 @@ class OpenFiles:
         try:
             chunks = []
             offset = 0
-            while data := os.pread(fd, _READ_CHUNK, offset):
+            while data := os.pread(fd, READ_CHUNK, offset):
                 chunks.append(data)
                 offset += len(data)
         except OSError:
@@ -114,20 +103,6 @@ class OpenFiles:
 
     def __del__(self):
         self.close()
-
-
-def parse_key_value_lines(text: str) -> dict[str, int]:
-    """Parse ``key value`` lines (cpu.stat, vmstat, memory.events) into ints.
-
-    Lines that do not have exactly an integer second field are skipped, so a
-    kernel that adds a differently-shaped line does not break the parse.
-    """
-    out: dict[str, int] = {}
-    for line in text.splitlines():
-        parts = line.split()
-        if len(parts) == 2 and parts[1].lstrip("-").isdigit():
-            out[parts[0]] = int(parts[1])
-    return out
 
 
 def find_line_int(text: str, key: str) -> int | None:

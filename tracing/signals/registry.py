@@ -1,0 +1,51 @@
+"""The samplers tailscope ships, declared once, with how each is built for a sampling run.
+
+:data:`SAMPLERS` maps each sampler's ``name`` to a factory ``(pid, config) ->
+Sampler`` (``pid``: the target process, None for none; ``config``: the run's
+:class:`~.runner.SamplerConfig`), in the order the runner reads them each tick.
+The sampler classes live one per source (host, psi, process, cgroup,
+prometheus, gpu); importing them registers nothing. Adding a sampler is one
+class and one registration here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from tailscope.support.registry import Registry
+from tailscope.tracing.signals.cgroup import CgroupSampler
+from tailscope.tracing.signals.gpu import GpuSampler
+from tailscope.tracing.signals.host import DiskSampler, HostCpuSampler, LoadAvgSampler, MemorySampler, VmstatSampler
+from tailscope.tracing.signals.process import ConnectionsSampler, ProcessSampler
+from tailscope.tracing.signals.prometheus import PrometheusSampler
+from tailscope.tracing.signals.psi import PressureSampler
+from tailscope.tracing.signals.sampler import Sampler
+
+if TYPE_CHECKING:
+    from tailscope.tracing.signals.runner import SamplerConfig
+
+SamplerFactory = Callable[[int | None, "SamplerConfig"], Sampler]
+
+
+def _unconfigured(sampler: Callable[[], Sampler]) -> SamplerFactory:
+    """The factory of a sampler with nothing to configure (host-wide, pressure, GPU)."""
+    return lambda pid, config: sampler()
+
+
+#: Every sampler tailscope ships, by name, in reading order.
+SAMPLERS: Registry[SamplerFactory] = Registry("sampler")
+SAMPLERS.register(_unconfigured(HostCpuSampler), name=HostCpuSampler.name)
+SAMPLERS.register(_unconfigured(LoadAvgSampler), name=LoadAvgSampler.name)
+SAMPLERS.register(_unconfigured(MemorySampler), name=MemorySampler.name)
+SAMPLERS.register(_unconfigured(VmstatSampler), name=VmstatSampler.name)
+SAMPLERS.register(_unconfigured(DiskSampler), name=DiskSampler.name)
+SAMPLERS.register(_unconfigured(PressureSampler), name=PressureSampler.name)
+SAMPLERS.register(lambda pid, config: ProcessSampler(pid, include_children=config.include_children),
+                  name=ProcessSampler.name)
+SAMPLERS.register(lambda pid, config: ConnectionsSampler(pid, include_children=config.include_children),
+                  name=ConnectionsSampler.name)
+SAMPLERS.register(lambda pid, config: CgroupSampler(pid, location=config.cgroup), name=CgroupSampler.name)
+SAMPLERS.register(lambda pid, config: PrometheusSampler(config.prometheus_urls, config.prometheus_timeout_s),
+                  name=PrometheusSampler.name)
+SAMPLERS.register(_unconfigured(GpuSampler), name=GpuSampler.name)
