@@ -93,7 +93,7 @@ class Burst:
             try:
                 status = await asyncio.wait_for(send_once(self.host, self.port, self.args.path, body),
                                                 REQUEST_TIMEOUT_S)
-            except (OSError, asyncio.TimeoutError, ValueError, IndexError):
+            except (TimeoutError, OSError, ValueError, IndexError):
                 self.counts.errors += 1
                 return
             if status == 429:
@@ -119,7 +119,7 @@ class Burst:
                 try:
                     await asyncio.wait_for(stop.wait(), delay)
                     break
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     pass
             self.counts.arrivals += 1
             if len(self.in_flight) >= self.args.max_in_flight:

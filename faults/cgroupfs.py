@@ -20,9 +20,8 @@ from dataclasses import dataclass
 
 import psutil
 
-from tailscope.tracing.signals.cgroup import locate_process_cgroups
-
 from tailscope.faults.injector import FaultCleanupError, FaultSetupError
+from tailscope.support.cgroups import locate_process_cgroups
 
 #: How long rmdir of a just-emptied cgroup is retried (the kernel frees it asynchronously).
 RMDIR_RETRY_S = 5.0
@@ -106,6 +105,15 @@ def make_child(parent: CgroupDir, name: str) -> CgroupDir:
     path = os.path.join(parent.path, name)
     os.mkdir(path)
     return CgroupDir(path, parent.version, parent.controller)
+
+
+def create_child(parent: CgroupDir, name: str, what: str) -> CgroupDir:
+    """:func:`make_child`, raising FaultSetupError that names ``what`` (the fault, e.g.
+    ``"memory_swap (victim neighbour)"``), the cgroup and its parent when it cannot be made."""
+    try:
+        return make_child(parent, name)
+    except OSError as exc:
+        raise FaultSetupError(f"{what}: cannot create {name} under {parent.path}: {exc.strerror or exc}") from exc
 
 
 def move_process(pid: int, destination: CgroupDir) -> None:

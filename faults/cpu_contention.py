@@ -15,6 +15,14 @@ neighbour container with a larger CPU request. Between cgroups the scheduler
 splits a busy CPU by weight, so a target that sleeps between requests (and
 so wins its CPU back on every wake-up against neighbours of its own weight)
 now gets only its weight's share. The group is removed at the window's end.
+
+``placement`` ``target`` (root) moves the burners into the target's *own*
+cgroup instead (cpu, and cpuacct where it is a hierarchy of its own): co-tenant
+processes in the same container, competing with the target's threads task by
+task inside its group, so the cgroup's CPU usage rises well above the target
+process's own. The target's cgroup must not be a hierarchy root (the target
+needs a cgroup of its own, as the lab gives it); ``weight`` must then be 0.
+Killing the burners at the window's end leaves the target's cgroup as it was.
 """
 
 from __future__ import annotations
@@ -24,12 +32,18 @@ import subprocess
 
 import psutil
 
+from tailscope.faults.cgroupfs import CgroupDir, create_child, move_process, remove_cgroup, require_writable, target_cgroup
 from tailscope.faults.injector import FaultCleanupError, FaultSetupError, Injector, Param
-from tailscope.faults.cgroupfs import CgroupDir, make_child, move_process, remove_cgroup, target_cgroup
 from tailscope.faults.processes import parse_cpu_list, start_python_module, stop_process
 
 #: A burner stops by itself this long after the window's planned end (s).
 BURNER_SLACK_S = 30.0
+#: Where the burners run: beside the target (the agent's cgroup, or one of their own with
+#: ``weight``), or inside the target's own cgroup (co-tenants of one container).
+PLACEMENTS = ("beside", "target")
+#: Controllers whose cgroup of the target the burners join with placement ``target``
+#: (cpuacct only where it is mounted as a hierarchy of its own: cgroup v1).
+TARGET_CONTROLLERS = ("cpu", "cpuacct")
 
 
 class CpuContention(Injector):
@@ -43,6 +57,8 @@ class CpuContention(Injector):
                       minimum=-20, maximum=19),
         "weight": Param("integer", 0, "CPU weight of a cgroup of the burners' own (v1 cpu.shares scale, default "
                         "1024; 0: no cgroup, they run in the agent's)", minimum=0, maximum=262144),
+        "placement": Param("string", "beside", "'beside' the target, or 'target': inside the target's own cgroup "
+                           "(co-tenants of its container; root)", choices=PLACEMENTS),
     }
 
     def __init__(self, spec, target) -> None:
@@ -51,11 +67,40 @@ class CpuContention(Injector):
         self._cpus: list[int] = []
         self._group: CgroupDir | None = None
         self._home: CgroupDir | None = None
+        self._target_groups: list[CgroupDir] = []
 
     def check(self) -> None:
         self._cpus = self._resolve_cpus()
-        if self.spec.params["weight"]:
+        if self.spec.params["placement"] == "target":
+            self._target_groups = self._targets_own_groups()
+        elif self.spec.params["weight"]:
             self._group_home()
+
+    def _targets_own_groups(self) -> list[CgroupDir]:
+        """The target's cpu (and separate cpuacct) cgroups the co-tenant burners join; FaultSetupError
+        when placement ``target`` cannot be honoured here (before the run starts, from :meth:`check`)."""
+        if self.spec.params["weight"]:
+            raise FaultSetupError(f"{self.kind}: params.weight gives the burners a cgroup of their own; "
+                                  "with params.placement target they join the target's (set weight 0)")
+        if os.geteuid() != 0:
+            raise FaultSetupError(f"{self.kind}: params.placement target needs root (it writes cgroup.procs)")
+        pid = self.require_pid()
+        groups: list[CgroupDir] = []
+        for controller in TARGET_CONTROLLERS:
+            try:
+                group = target_cgroup(pid, controller)
+            except FaultSetupError:
+                if controller == "cpu":
+                    raise
+                continue
+            if any(g.path == group.path for g in groups):
+                continue
+            if group.is_root():
+                raise FaultSetupError(f"{self.kind}: params.placement target needs the target in a {controller} "
+                                      f"cgroup of its own; {group.path} is the hierarchy's root")
+            require_writable(group, ("cgroup.procs",))
+            groups.append(group)
+        return groups
 
     def _group_home(self) -> CgroupDir:
         """The agent's own cpu cgroup, under which the burners' cgroup goes; FaultSetupError
@@ -89,26 +134,26 @@ class CpuContention(Injector):
         count = self.spec.params["processes"] or len(cpus)
         bound_s = str(self.spec.duration_s + BURNER_SLACK_S)
         nice, weight = self.spec.params["nice"], self.spec.params["weight"]
-        group = self._make_group(weight) if weight else None
+        placement = self.spec.params["placement"]
+        groups = (self._target_groups or self._targets_own_groups()) if placement == "target" else \
+            ([self._make_group(weight)] if weight else [])
         for _ in range(count):
             burner = start_python_module("tailscope.faults.burner", [bound_s], cpus=cpus)
             self._burners.append(burner)
             self._renice(burner, nice)
-            if group is not None:
+            for group in groups:
                 move_process(burner.pid, group)
-        return {"processes": count, "cpus": cpus, "nice": nice, "weight": weight,
-                "cgroup": group.path if group is not None else None, "pids": [p.pid for p in self._burners]}
+        return {"processes": count, "cpus": cpus, "nice": nice, "weight": weight, "placement": placement,
+                "cgroup": groups[0].path if groups else None, "cgroups": [g.path for g in groups],
+                "pids": [p.pid for p in self._burners]}
 
     def _make_group(self, weight: int) -> CgroupDir:
         """The burners' own cpu cgroup with CPU weight ``weight`` (v1 shares scale)."""
         home = self._group_home()
         name, value = ("cpu.shares", str(weight)) if home.version == 1 else \
             ("cpu.weight", str(max(1, min(10000, round(weight * 100 / 1024)))))
-        try:
-            group = make_child(home, f"tailscope-burners-{os.getpid()}")
-        except OSError as exc:
-            raise FaultSetupError(f"{self.kind}: cannot create a cpu cgroup for the burners under {home.path}: "
-                                  f"{exc.strerror or exc} (params.weight 0 runs them without one)") from exc
+        group = create_child(home, f"tailscope-burners-{os.getpid()}",
+                             f"{self.kind} (params.weight 0 runs the burners without a cgroup)")
         self._group, self._home = group, home
         try:
             group.write(name, value)

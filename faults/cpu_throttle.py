@@ -14,10 +14,17 @@ cpu controller (v1, or v2 with ``cpu`` in the parent's subtree control).
 
 from __future__ import annotations
 
-from tailscope.tracing.signals.sampler import parse_key_value_lines
-
+from tailscope.faults.cgroupfs import (
+    CgroupDir,
+    make_child,
+    move_process,
+    owns_cgroup,
+    remove_cgroup,
+    require_writable,
+    target_cgroup,
+)
 from tailscope.faults.injector import Injector, Param, require_root
-from tailscope.faults.cgroupfs import CgroupDir, make_child, move_process, owns_cgroup, remove_cgroup, require_writable, target_cgroup
+from tailscope.support.procfs import parse_key_value_lines
 
 V1_FILES = ("cpu.cfs_quota_us", "cpu.cfs_period_us", "cgroup.procs")
 V2_FILES = ("cpu.max", "cgroup.procs")

@@ -30,11 +30,10 @@ import signal
 import sys
 import threading
 
-from tailscope.rundir import Appender, schema
-
 from tailscope.faults.injector import FaultError, FaultSetupError, FaultSpec, TargetInfo
 from tailscope.faults.registry import make_injector
 from tailscope.faults.schedule import FaultSchedule
+from tailscope.rundir import Appender, schema
 
 EXIT_SETUP = 2
 EXIT_CLEANUP = 3

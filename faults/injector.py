@@ -61,27 +61,37 @@ class Param:
     help: str
     minimum: float | None = None
     maximum: float | None = None
+    #: For a ``string``: the values it may take (None: any string).
+    choices: tuple[str, ...] | None = None
+
+
+#: What a fault is to the diagnosis, recorded in its ground truth: the ``cause`` of the
+#: target's trouble (the lab expects it named), or a ``distraction`` elsewhere on the host
+#: (another process's trouble, happening at the same time; naming it is wrong).
+ROLES = ("cause", "distraction")
 
 
 @dataclass(frozen=True)
 class FaultSpec:
     """One fault of a run: ``kind`` from ``at_s`` to ``at_s + duration_s`` seconds after the load starts.
 
-    ``params`` hold every parameter of the kind, defaults filled in.
+    ``params`` hold every parameter of the kind, defaults filled in; ``role`` is one of :data:`ROLES`.
     """
 
     kind: str
     at_s: float
     duration_s: float
     params: dict = field(default_factory=dict)
+    role: str = "cause"
 
     def as_dict(self) -> dict:
-        return {"kind": self.kind, "at_s": self.at_s, "duration_s": self.duration_s, "params": dict(self.params)}
+        return {"kind": self.kind, "at_s": self.at_s, "duration_s": self.duration_s, "params": dict(self.params),
+                "role": self.role}
 
     @classmethod
     def from_dict(cls, data: dict) -> FaultSpec:
         return cls(kind=data["kind"], at_s=float(data["at_s"]), duration_s=float(data["duration_s"]),
-                   params=dict(data.get("params") or {}))
+                   params=dict(data.get("params") or {}), role=str(data.get("role") or "cause"))
 
 
 @dataclass(frozen=True)
@@ -115,6 +125,8 @@ def _convert(field_name: str, param: Param, value: Any) -> Any:
     if param.kind == "string":
         if not isinstance(value, str):
             raise FaultSpecError(field_name, f"expected a string, got {value!r}")
+        if param.choices is not None and value not in param.choices:
+            raise FaultSpecError(field_name, f"expected one of {', '.join(param.choices)}, got {value!r}")
         return value
     if isinstance(value, str):
         try:
@@ -152,7 +164,7 @@ class Injector(ABC):
         self.spec = spec
         self.target = target
 
-    @classmethod
+    @classmethod  # noqa: B027  (an optional hook: no checks by default)
     def check_host(cls) -> None:
         """Checks that need no target (root, tools); raise FaultSetupError. Run by the CLI before anything starts."""
 
@@ -160,7 +172,7 @@ class Injector(ABC):
         """Checks against the target; raise FaultSetupError. Default: the host checks."""
         self.check_host()
 
-    def prepare(self) -> None:
+    def prepare(self) -> None:  # noqa: B027  (an optional hook)
         """Slow set-up before the load (default: nothing)."""
 
     @abstractmethod

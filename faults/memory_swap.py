@@ -17,17 +17,32 @@ target: memory already charged does not move with a process to another
 cgroup on current kernels, so a child cgroup would not constrain the
 working set. Needs root, a v1 or v2 memory controller, and a disk directory
 for the swap file.
+
+``victim: neighbour`` pages another process instead: at the window's start a
+helper (:mod:`.page_toucher`) is started in a memory cgroup of its own,
+``tailscope-neighbour-<pid>`` under the agent's, fills ``neighbour_mb`` MB and
+keeps re-reading it at ``neighbour_mb_s`` MB/s; the same swap file, swappiness
+and stepwise limit (``fraction`` × its usage) then apply to *its* cgroup. The
+host pages (swap-ins, major faults, memory and I/O pressure) while the
+target's own pages stay put: a distraction for the diagnosis, which must not
+blame the target's latency on it. At the window's end the helper is killed
+and its cgroup removed; the ground truth's ``observed`` holds the helper's
+major faults beside the target's.
 """
 
 from __future__ import annotations
 
 import errno
 import os
+import selectors
+import subprocess
 import time
 
+from tailscope.faults.cgroupfs import CgroupDir, create_child, owns_cgroup, remove_cgroup, require_writable, target_cgroup
 from tailscope.faults.injector import FaultCleanupError, FaultSetupError, Injector, Param, require_root
-from tailscope.faults.cgroupfs import CgroupDir, owns_cgroup, require_writable, target_cgroup
+from tailscope.faults.processes import start_python_module, stop_process
 from tailscope.faults.swapfile import SwapFile, missing_tools
+from tailscope.support.python_child import python_module
 
 _MB = 1024 * 1024
 #: Extra swap beyond the cgroup's usage, so the limit can always be met (MB).
@@ -40,6 +55,12 @@ STEP_RETRY_DELAY_S = 0.1
 PAGE_BYTES = 4096
 #: v1 limit value meaning "unlimited".
 V1_UNLIMITED = "-1"
+#: Whose memory is limited: the target's own cgroup, or a helper process's (another process paging).
+VICTIMS = ("target", "neighbour")
+#: How long the neighbour helper may take to fill its memory and say READY (s), and how long
+#: after the window's planned end it stops by itself (s).
+NEIGHBOUR_READY_TIMEOUT_S = 60.0
+NEIGHBOUR_SLACK_S = 30.0
 
 
 def vmstat_swaps() -> dict[str, int]:
@@ -91,6 +112,13 @@ class MemorySwap(Injector):
         "limit_mb": Param("number", 0.0, "limit in MB (overrides fraction; 0: use fraction)", minimum=0.0),
         "swap_mb": Param("integer", 0, "swap file size in MB (0: the cgroup's usage + 128)", minimum=0),
         "swap_dir": Param("string", "", "directory of the swap file, on a disk (default: the run directory)"),
+        "victim": Param("string", "target", "whose memory is limited: 'target' (its own memory cgroup) or "
+                        "'neighbour' (a helper process in a memory cgroup of its own: host paging the target "
+                        "takes no part in)", choices=VICTIMS),
+        "neighbour_mb": Param("integer", 256, "victim neighbour: memory the helper holds (MB)",
+                              minimum=16, maximum=65536),
+        "neighbour_mb_s": Param("number", 32.0, "victim neighbour: how fast the helper re-reads it (MB/s)",
+                                minimum=1.0, maximum=4096.0),
     }
 
     def __init__(self, spec, target) -> None:
@@ -99,6 +127,8 @@ class MemorySwap(Injector):
         self._swap: SwapFile | None = None
         self._saved: dict[str, str] = {}
         self._before: dict[str, int] = {}
+        self._home: CgroupDir | None = None
+        self._neighbour: subprocess.Popen | None = None
 
     @classmethod
     def check_host(cls) -> None:
@@ -107,8 +137,15 @@ class MemorySwap(Injector):
         if missing:
             raise FaultSetupError(f"{cls.kind} needs {', '.join(missing)} (util-linux / coreutils)")
 
+    @property
+    def _on_neighbour(self) -> bool:
+        return self.spec.params["victim"] == "neighbour"
+
     def check(self) -> None:
         self.check_host()
+        if self._on_neighbour:
+            self._home = self._neighbour_home()
+            return
         pid = self.require_pid()
         cgroup = target_cgroup(pid, "memory")
         files = (("memory.limit_in_bytes", "memory.swappiness") if cgroup.version == 1
@@ -122,9 +159,18 @@ class MemorySwap(Injector):
                 "run the target alone in a cgroup (a container, systemd-run --scope, or `tailscope lab`)")
         self._cgroup = cgroup
 
+    def _neighbour_home(self) -> CgroupDir:
+        """The agent's memory cgroup, under which the neighbour's goes; FaultSetupError when not writable."""
+        home = target_cgroup(os.getpid(), "memory")
+        if not os.access(home.path, os.W_OK):
+            raise FaultSetupError(f"{self.kind}: victim neighbour needs a writable memory cgroup; {home.path} is not")
+        return home
+
     def prepare(self) -> None:
-        cgroup = self._cgroup or target_cgroup(self.require_pid(), "memory")
-        usage_mb = self._usage(cgroup) // _MB
+        if self._on_neighbour:
+            usage_mb = self.spec.params["neighbour_mb"]
+        else:
+            usage_mb = self._usage(self._cgroup or target_cgroup(self.require_pid(), "memory")) // _MB
         size_mb = self.spec.params["swap_mb"] or int(usage_mb + SWAP_HEADROOM_MB)
         directory = self.spec.params["swap_dir"] or self.target.work_dir
         path = os.path.join(directory, f"tailscope-swap-{self.target.run_id}-{os.getpid()}")
@@ -132,6 +178,8 @@ class MemorySwap(Injector):
         self._swap.create()
 
     def apply(self) -> dict:
+        if self._on_neighbour:
+            self._cgroup = self._start_neighbour()
         cgroup = self._cgroup or target_cgroup(self.require_pid(), "memory")
         if self._swap is None:
             self.prepare()
@@ -139,7 +187,7 @@ class MemorySwap(Injector):
         self._swap.enable()
         usage = self._usage(cgroup)
         limit = int(self.spec.params["limit_mb"] * _MB) or int(usage * self.spec.params["fraction"])
-        self._before = {**vmstat_swaps(), "major_faults": self._major_faults()}
+        self._before = {**vmstat_swaps(), **self._major_faults()}
         if cgroup.version == 1:
             self._save(cgroup, "memory.swappiness", "memory.limit_in_bytes")
             cgroup.write("memory.swappiness", "100")
@@ -147,18 +195,20 @@ class MemorySwap(Injector):
             self._save(cgroup, "memory.swap.max", "memory.max")
             cgroup.write("memory.swap.max", "max")
         reached = lower_limit(cgroup, usage, limit)
-        return {"cgroup": cgroup.path, "cgroup_version": cgroup.version, "usage_bytes": usage,
-                "limit_bytes": reached, "requested_limit_bytes": limit, "swap_file": self._swap.path,
-                "swap_mb": self._swap.size_mb}
+        return {"victim": self.spec.params["victim"], "cgroup": cgroup.path, "cgroup_version": cgroup.version,
+                "usage_bytes": usage, "limit_bytes": reached, "requested_limit_bytes": limit,
+                "swap_file": self._swap.path, "swap_mb": self._swap.size_mb,
+                **({"neighbour_pid": self._neighbour.pid} if self._neighbour is not None else {})}
 
     def revert(self) -> dict:
         cgroup = self._cgroup
         observed: dict = {}
         if cgroup is not None and self._before:
-            after = {**vmstat_swaps(), "major_faults": self._major_faults()}
+            after = {**vmstat_swaps(), **self._major_faults()}
             observed = {f"{key}_delta": after[key] - self._before.get(key, 0) for key in after}
             observed["swap_bytes_at_end"] = self._swap_usage(cgroup)
         self._restore()
+        self._stop_neighbour()
         return observed
 
     def cleanup(self) -> None:
@@ -167,6 +217,10 @@ class MemorySwap(Injector):
             self._restore()
         except OSError as exc:
             errors.append(f"cannot restore the memory limit of {self._cgroup.path if self._cgroup else '?'}: {exc}")
+        try:
+            self._stop_neighbour()
+        except (OSError, subprocess.SubprocessError, FaultCleanupError) as exc:
+            errors.append(f"neighbour: {exc}")
         if self._swap is not None:
             try:
                 self._swap.remove()
@@ -176,6 +230,33 @@ class MemorySwap(Injector):
             raise FaultCleanupError("; ".join(errors))
 
     # ------------------------------------------------------------------ helpers
+
+    def _start_neighbour(self) -> CgroupDir:
+        """A memory cgroup of the neighbour's own and the helper in it, its memory filled (READY)."""
+        home = self._home or self._neighbour_home()
+        group = create_child(home, f"tailscope-neighbour-{os.getpid()}", f"{self.kind} (victim neighbour)")
+        self._home, self._cgroup = home, group
+        params = self.spec.params
+        helper = python_module("tailscope.faults.page_toucher", str(params["neighbour_mb"]),
+                               str(params["neighbour_mb_s"]), str(self.spec.duration_s + NEIGHBOUR_SLACK_S))
+        self._neighbour = start_python_module("tailscope.faults.own_cgroup", ["--cgroup", group.path, "--", *helper],
+                                              stdout=subprocess.PIPE)
+        if not _wait_for_line(self._neighbour, "READY", NEIGHBOUR_READY_TIMEOUT_S):
+            raise FaultSetupError(f"{self.kind}: the neighbour helper did not fill its memory within "
+                                  f"{NEIGHBOUR_READY_TIMEOUT_S:g} s (exit status {self._neighbour.poll()})")
+        return group
+
+    def _stop_neighbour(self) -> None:
+        """Kill the neighbour helper (its swapped pages are freed) and remove its cgroup; idempotent."""
+        neighbour, self._neighbour = self._neighbour, None
+        if neighbour is not None:
+            stop_process(neighbour)
+            if neighbour.stdout is not None:
+                neighbour.stdout.close()
+        if self._on_neighbour and self._cgroup is not None and self._home is not None:
+            self._saved.clear()  # the cgroup goes: nothing of it to restore
+            remove_cgroup(self._cgroup, self._home)
+            self._cgroup = None
 
     def _save(self, cgroup: CgroupDir, *names: str) -> None:
         for name in names:
@@ -206,11 +287,34 @@ class MemorySwap(Injector):
             return max(0, int(cgroup.read("memory.memsw.usage_in_bytes")) - int(cgroup.read("memory.usage_in_bytes")))
         return None
 
-    def _major_faults(self) -> int:
-        try:
-            return _read_majflt(self.target.pid)
-        except OSError:
-            return 0
+    def _major_faults(self) -> dict[str, int]:
+        """``major_faults`` of the target (0 when unknown) and, with a neighbour, ``neighbour_major_faults``."""
+        out = {}
+        for key, pid in (("major_faults", self.target.pid),
+                         ("neighbour_major_faults", self._neighbour.pid if self._neighbour else None)):
+            if key == "major_faults" or pid is not None:
+                try:
+                    out[key] = _read_majflt(pid)
+                except OSError:
+                    out[key] = 0
+        return out
+
+
+def _wait_for_line(process: subprocess.Popen, expected: str, timeout_s: float) -> bool:
+    """Whether ``process`` printed the line ``expected`` on its stdout (a pipe) within ``timeout_s``."""
+    assert process.stdout is not None
+    deadline = time.monotonic() + timeout_s
+    with selectors.DefaultSelector() as selector:
+        selector.register(process.stdout, selectors.EVENT_READ)
+        while time.monotonic() < deadline:
+            if not selector.select(timeout=max(0.0, deadline - time.monotonic())):
+                return False
+            line = process.stdout.readline()
+            if not line:
+                return False
+            if line.decode(errors="replace").strip() == expected:
+                return True
+    return False
 
 
 def _read_majflt(pid: int | None) -> int:

@@ -16,8 +16,8 @@ import argparse
 import os
 import sys
 
-from tailscope.faults.injector import FaultCleanupError, FaultSetupError
 from tailscope.faults.cgroupfs import CgroupDir, make_child, move_process, remove_cgroup, target_cgroup
+from tailscope.faults.injector import FaultCleanupError, FaultSetupError
 from tailscope.faults.processes import parse_cpu_list
 
 CONTROLLERS = ("cpu", "memory")

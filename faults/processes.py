@@ -12,8 +12,9 @@ import ctypes
 import os
 import signal
 import subprocess
-import sys
 from collections.abc import Sequence
+
+from tailscope.support.python_child import python_module
 
 PR_SET_PDEATHSIG = 1
 STOP_GRACE_S = 5.0
@@ -33,11 +34,12 @@ def _setup(cpus: Sequence[int] | None):
 
 def start_python_module(module: str, args: Sequence[str], *, cpus: Sequence[int] | None = None,
                         log_path: str | None = None, stdout=None) -> subprocess.Popen:
-    """Start ``python -m module args`` (this interpreter), optionally pinned to ``cpus``."""
+    """Start ``python -P -m module args`` (this interpreter, safe path: see
+    :mod:`tailscope.support.python_child`), optionally pinned to ``cpus``."""
     log = open(log_path, "ab") if log_path else subprocess.DEVNULL
     try:
         return subprocess.Popen(
-            [sys.executable, "-m", module, *args],
+            python_module(module, *args),
             stdin=subprocess.DEVNULL, stdout=stdout if stdout is not None else log, stderr=log,
             preexec_fn=_setup(cpus), close_fds=True,
         )

@@ -1,5 +1,9 @@
 """Fault kinds by name, and fault declarations parsed from the command line or a mapping.
 
+:data:`INJECTORS` declares every fault kind tailscope ships, one registration
+each (the injector classes live one per module; importing them registers
+nothing). Adding a fault kind is one module and one line here.
+
 Command line: ``KIND:at=10s,duration=5s,PARAM=VALUE,...`` (``at`` defaults
 to 0, ``duration`` is required). Mapping (scenario ``faults:`` entries and
 lab plans): ``{kind, at, duration, params: {...}}``.
@@ -9,41 +13,48 @@ from __future__ import annotations
 
 from typing import Any
 
-from tailscope.faults.injector import FaultSpec, FaultSpecError, Injector, TargetInfo, validate_params
 from tailscope.faults.cpu_contention import CpuContention
 from tailscope.faults.cpu_throttle import CpuThrottle
 from tailscope.faults.gc_pressure import GcPressure
+from tailscope.faults.injector import ROLES, FaultSpec, FaultSpecError, Injector, TargetInfo, validate_params
 from tailscope.faults.io_stall import IoStall
 from tailscope.faults.memory_swap import MemorySwap
 from tailscope.faults.overload import Overload
+from tailscope.support.registry import Registry, UnknownName
+from tailscope.support.units import parse_duration_s
 
-#: Every fault kind tailscope ships, by name.
-INJECTORS: dict[str, type[Injector]] = {
-    cls.kind: cls for cls in (CpuThrottle, CpuContention, MemorySwap, GcPressure, Overload, IoStall)
-}
+#: Every fault kind tailscope ships, by its ``kind``, in the order the lab runs them.
+INJECTORS: Registry[type[Injector]] = Registry("fault kind", key=lambda injector: injector.kind)
+INJECTORS.register(CpuThrottle)
+INJECTORS.register(CpuContention)
+INJECTORS.register(MemorySwap)
+INJECTORS.register(GcPressure)
+INJECTORS.register(Overload)
+INJECTORS.register(IoStall)
 
 
 def injector_class(kind: str) -> type[Injector]:
+    """The injector of ``kind``. Raises FaultSpecError naming the known kinds."""
     try:
         return INJECTORS[kind]
-    except KeyError:
-        raise FaultSpecError("kind", f"unknown fault kind {kind!r}; known: {', '.join(sorted(INJECTORS))}") from None
+    except UnknownName as exc:
+        raise FaultSpecError("kind", str(exc)) from None
 
 
-def build_spec(kind: str, at_s: float, duration_s: float, params: dict[str, Any]) -> FaultSpec:
-    """A validated FaultSpec (defaults filled in). Raises FaultSpecError."""
+def build_spec(kind: str, at_s: float, duration_s: float, params: dict[str, Any], role: str = "cause") -> FaultSpec:
+    """A validated FaultSpec (defaults filled in); ``role`` one of :data:`~.injector.ROLES`. Raises FaultSpecError."""
     cls = injector_class(kind)
     if at_s < 0:
         raise FaultSpecError("at", f"must be >= 0, got {at_s:g}")
     if duration_s <= 0:
         raise FaultSpecError("duration", f"must be > 0, got {duration_s:g}")
-    return FaultSpec(kind, float(at_s), float(duration_s), validate_params(kind, cls.params, params))
+    if role not in ROLES:
+        raise FaultSpecError("role", f"expected one of {', '.join(ROLES)}, got {role!r}")
+    return FaultSpec(kind, float(at_s), float(duration_s), validate_params(kind, cls.params, params), role)
 
 
 def parse_fault_option(text: str) -> FaultSpec:
     """``"cpu_throttle:at=10s,duration=5s,cpus=0.3"`` → FaultSpec. Raises FaultSpecError."""
-    from tailscope.scenario_model.scenario import parse_duration_s
-
     kind, _, rest = text.partition(":")
     values: dict[str, str] = {}
     for item in filter(None, (part.strip() for part in rest.split(","))):

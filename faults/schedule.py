@@ -6,10 +6,12 @@ one ground-truth event per applied fault to ``record``::
 
     kind="fault", start_ns=<before apply>, end_ns=<after revert>,
     source="tailscope.faults.<kind>",
-    attributes={"fault", "params", "planned": {"at_s", "duration_s"},
+    attributes={"fault", "role", "params", "planned": {"at_s", "duration_s"},
                 "mechanism": <apply() facts>, "observed": <revert() facts>,
                 "cut_short": bool, "error": str | None}
 
+``role`` says whether the fault is the ``cause`` the diagnosis should name or a
+``distraction`` elsewhere on the host (:data:`~.injector.ROLES`).
 The window therefore covers the whole time the fault was being applied,
 in effect and being removed. :meth:`FaultSchedule.shutdown` (always called)
 cuts faults still in effect short, records them, and cleans up every
@@ -114,6 +116,7 @@ class FaultSchedule:
         spec = injector.spec
         self._record("fault", start_ns, end_ns, f"tailscope.faults.{spec.kind}", {
             "fault": spec.kind,
+            "role": spec.role,
             "params": spec.params,
             "planned": {"at_s": spec.at_s, "duration_s": spec.duration_s},
             "mechanism": facts,

@@ -1,4 +1,4 @@
-"""The scenario section ``faults:`` — a list of ``{kind, at, duration, params}``.
+"""The scenario section ``faults:`` — a list of ``{kind, at, duration, params, role}``.
 
 Registered in :mod:`tailscope.scenario_model.sections`; errors name the file, the
 line and the field like every scenario error::
@@ -13,7 +13,7 @@ from typing import Any
 from tailscope.faults.injector import FaultSpec, FaultSpecError
 from tailscope.faults.registry import build_spec
 
-ENTRY_FIELDS = {"kind", "at", "duration", "params"}
+ENTRY_FIELDS = {"kind", "at", "duration", "params", "role"}
 
 
 def parse_faults_section(value: Any, path: tuple, reader: Any) -> list[FaultSpec]:
@@ -36,8 +36,9 @@ def parse_faults_section(value: Any, path: tuple, reader: Any) -> list[FaultSpec
         params = data.get("params") or {}
         if not isinstance(params, dict):
             raise reader.fail(at + ("params",), "expected a mapping of parameters")
+        role = reader.string(data, at, "role", "cause")
         try:
-            specs.append(build_spec(kind, start_s, duration_s, params))
+            specs.append(build_spec(kind, start_s, duration_s, params, role))
         except FaultSpecError as exc:
             raise reader.fail(at + tuple(exc.field.split(".")), exc.message) from None
     return specs

@@ -17,18 +17,21 @@ from __future__ import annotations
 # The conductor imports Locust, which monkey-patches with gevent: first.
 from tailscope.conductor.session import RunOptions, SetupError, execute_run  # noqa: I001
 
+# isort: split
+
 import argparse
 import json
 import os
 import sys
 
-from tailscope.conductor.children import Child, ChildError, ChildGroup, python_module
-from tailscope.conductor.reference_service import reference_target_env
+from tailscope.conductor.children import Child, ChildError, ChildGroup
 from tailscope.conductor.fault_companion import FaultInjection
+from tailscope.conductor.reference_service import reference_target_env
 from tailscope.faults.injector import FaultError, FaultSetupError
 from tailscope.faults.own_cgroup import create_own_cgroups, remove_own_cgroups
 from tailscope.lab.plan import Experiment
 from tailscope.scenario_model.scenario import ScenarioError, load_scenario
+from tailscope.support.python_child import python_module
 
 EXIT_SETUP = 2
 
@@ -61,7 +64,8 @@ def run_experiment(experiment: Experiment, scenario_path: str, out_dir: str) -> 
     """Run and report one experiment; return its run directory. Raises SetupError, ChildError, FaultError."""
     from rich.console import Console
 
-    from tailscope.cli.commands.common import analyse_and_report
+    from tailscope.conductor.reporting import ReportWriteError, analyse_and_write
+    from tailscope.conductor.terminal import print_summary
 
     scenario = load_scenario(scenario_path, require_target=False)
     try:
@@ -72,7 +76,7 @@ def run_experiment(experiment: Experiment, scenario_path: str, out_dir: str) -> 
     try:
         options = RunOptions(
             out_dir=out_dir, receiver_port=0,
-            companions=[FaultInjection([experiment.fault])] if experiment.fault else [],
+            companions=[FaultInjection(experiment.faults)] if experiment.faults else [],
             extra_manifest={"lab": {**experiment.as_dict(),
                                     "target_cgroups": [c.path for c in cgroups],
                                     "target_cgroup_note": placement_note,
@@ -82,7 +86,14 @@ def run_experiment(experiment: Experiment, scenario_path: str, out_dir: str) -> 
         outcome = execute_run(scenario, options, launch_target=launcher)
     finally:
         remove_own_cgroups(cgroups)
-    analyse_and_report(outcome.run_dir, Console(width=120))
+    console = Console(width=120)
+    try:
+        report = analyse_and_write(outcome.run_dir)
+    except ReportWriteError as exc:  # the lab scores what was written; the log says what was not
+        print_summary(console, exc.analysis, {})
+        print(f"tailscope: error: {exc}", file=sys.stderr)
+    else:
+        print_summary(console, report.analysis, report.paths)
     return outcome.run_dir
 
 

@@ -1,16 +1,15 @@
-"""The lab's outputs: the score table (terminal), ``lab.json`` and ``lab.html``.
+"""The lab's outputs: the score table (terminal, Markdown) and the data of ``lab.html``.
 
-``lab.html`` is one self-contained page (no script, no external resource);
-every value comes from :func:`html.escape` (cause names and paths come from
-analyses and are untrusted). It links each experiment's own ``report.html``,
-which shows the fault's window as an amber band.
+``lab.html`` is rendered by :mod:`tailscope.reports.lab_page` from
+:func:`lab_page_data` (display strings; the template escapes them, as cause names
+and paths come from analyses and are untrusted). It links each experiment's own
+``report.html``, which shows the fault's window as an amber band.
 """
 
 from __future__ import annotations
 
-import html
 import os
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from rich.table import Table
 
@@ -81,7 +80,7 @@ def _window_text(result: dict) -> str:
 
 
 def experiment_rows(results: list[dict], lab_dir: str) -> list[dict]:
-    """One dict of display strings per experiment (escaped later)."""
+    """One dict of display strings per experiment (escaped when rendered)."""
     rows = []
     for r in results:
         score = r.get("score") or {}
@@ -100,43 +99,25 @@ def experiment_rows(results: list[dict], lab_dir: str) -> list[dict]:
     return rows
 
 
-def render_html(lab: dict, lab_dir: str) -> str:
-    """The lab summary page (self-contained, everything escaped)."""
-    e = html.escape
+#: The experiment table's columns (keys of :func:`experiment_rows`), before the report link.
+EXPERIMENT_COLUMNS = ["name", "kind", "scenario", "rate", "seed", "status", "window", "detected", "causes", "ac1",
+                      "impact", "spikes"]
+
+
+def lab_page_data(lab: dict, lab_dir: str) -> dict:
+    """The data of the lab summary page (rendered by tailscope.reports.lab_page.render_lab_page):
+    display strings only; report links are relative to ``lab_dir``."""
     scores = lab["scores"]
-    head = "".join(f"<th>{e(h)}</th>" for h in SCORE_HEADERS)
-    score_body = "".join("<tr>" + "".join(f"<td>{e(cell)}</td>" for cell in row) + "</tr>"
-                         for row in score_rows(scores))
-    columns = ["name", "kind", "scenario", "rate", "seed", "status", "window", "detected", "causes", "ac1",
-               "impact", "spikes"]
-    experiment_head = "".join(f"<th>{e(c)}</th>" for c in columns) + "<th>report</th>"
-    experiment_body = ""
-    for row in experiment_rows(lab["experiments"], lab_dir):
-        cells = "".join(f"<td>{e(row[c])}</td>" for c in columns)
-        link = f'<a href="{e(row["report"], quote=True)}">report</a>' if row["report"] else "—"
-        experiment_body += f"<tr>{cells}<td>{link}</td></tr>"
-    created = datetime.fromtimestamp(lab["created_ns"] / NS_PER_S, tz=timezone.utc).isoformat(timespec="seconds")
-    return f"""<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8">
-<meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'">
-<title>tailscope lab — {e(lab['suite'])}</title>
-<style>
-body {{ font: 14px/1.4 system-ui, sans-serif; margin: 2em; color: #111; }}
-table {{ border-collapse: collapse; margin: 1em 0; }}
-th, td {{ border: 1px solid #ccc; padding: 4px 8px; text-align: left; }}
-th {{ background: #f3f4f6; }}
-.note {{ color: #555; max-width: 60em; }}
-</style></head>
-<body>
-<h1>tailscope lab: diagnosis vs ground truth</h1>
-<p class="note">Suite <b>{e(lab['suite'])}</b>, {e(str(len(lab['experiments'])))} experiments, created {e(created)} UTC,
-status {e(lab['status'])}. Each fault ran on the reference target with a real mechanism and wrote its window as
-ground truth; each run was analysed as <code>tailscope report</code> does. AC@k: a top-k cause of the spike
-overlapping the fault window names the fault; BARO AC@k: the same with the BARO-style baseline ranker's causes. P99 impact: highest window P99 inside the fault over the median
-window P99 outside it (about 1× means the fault did not hurt).</p>
-<table id="scores"><tr>{head}</tr>{score_body}</table>
-<p id="control">{e(control_line(scores))}</p>
-<h2>Experiments</h2>
-<table id="experiments"><tr>{experiment_head}</tr>{experiment_body}</table>
-</body></html>
-"""
+    created = datetime.fromtimestamp(lab["created_ns"] / NS_PER_S, tz=UTC).isoformat(timespec="seconds")
+    return {
+        "suite": lab["suite"],
+        "experiment_count": str(len(lab["experiments"])),
+        "created": created,
+        "status": lab["status"],
+        "score_headers": SCORE_HEADERS,
+        "score_rows": score_rows(scores),
+        "control": control_line(scores),
+        "experiment_headers": EXPERIMENT_COLUMNS,
+        "experiments": [{"cells": [row[c] for c in EXPERIMENT_COLUMNS], "report": row["report"]}
+                        for row in experiment_rows(lab["experiments"], lab_dir)],
+    }

@@ -1,7 +1,8 @@
 """Scoring a diagnosis against the ground truth of injected faults (pure functions).
 
-Per experiment with a fault (ground truth: the ``fault`` event's window
-``[start, end]`` in ``analysis.json``), the *matching spike* is the detected
+Per experiment with a fault (ground truth: the window ``[start, end]`` of the
+``fault`` event whose ``role`` is ``cause`` — a fault without a role is the
+cause — in ``analysis.json``), the *matching spike* is the detected
 P99 spike overlapping ``[start, end + LAG_S]`` the most (effects such as a
 queue draining outlast the fault a little). Then:
 
@@ -13,10 +14,15 @@ queue draining outlast the fault a little). Then:
 * impact — the highest window P99 inside the fault window over the median
   window P99 outside it (a window's maximum stands in for its P99 when it
   has too few requests to claim one): whether the fault really hurt
-  (about 1 = no effect).
+  (about 1 = no effect);
+* distracted — in a run with ``distraction`` faults (another process's
+  trouble at the same time, lab/plan.py ``CONFOUNDED_CASES``), the top-ranked
+  cause names a distraction's kind instead.
 
 A cause names a fault kind when its ``kind`` is the fault kind or one of
-:data:`CAUSE_ALIASES` (detectors may use their own vocabulary). Per control
+:data:`CAUSE_ALIASES`: the kind of the detector that declares it ``answers``
+that fault, or one of that detector's ``aliases`` (detectors elsewhere may use
+their own vocabulary). Per control
 run, *false alarms* are spikes whose top cause is not ``unexplained``.
 Per kind: ``experiments``, ``detection_rate``, ``ac1``, ``ac3`` (shares of
 the kind's experiments that scored), ``mean_time_to_detect_s`` (of detected
@@ -31,21 +37,16 @@ from __future__ import annotations
 
 import statistics
 
+from tailscope.analyzers.causes.registry import cause_names_by_fault
+
 #: How long after a fault ends a spike still counts as its effect (s).
 LAG_S = 5.0
 NS_PER_S = 1_000_000_000
 UNEXPLAINED = "unexplained"
 
-#: Cause kinds that name each fault kind, besides the kind itself.
-CAUSE_ALIASES: dict[str, frozenset[str]] = {
-    "cpu_throttle": frozenset({"cpu_throttling", "cgroup_throttling", "cfs_throttling", "throttling"}),
-    "cpu_contention": frozenset({"cpu_saturation", "noisy_neighbour", "noisy_neighbor", "run_queue",
-                                 "cpu_starvation"}),
-    "memory_swap": frozenset({"swap", "swapping", "memory_pressure", "paging", "major_faults"}),
-    "gc_pressure": frozenset({"gc_pause", "gc", "garbage_collection", "gc_pauses"}),
-    "overload": frozenset({"queue_saturation", "queueing", "queue", "saturation", "retry_storm"}),
-    "io_stall": frozenset({"io", "disk_io", "io_wait", "fsync", "io_pressure"}),
-}
+#: Cause kinds that name each fault kind, besides the kind itself: derived from the detectors'
+#: declarations (``answers`` and ``aliases``, analyzers/causes/registry.py).
+CAUSE_ALIASES: dict[str, frozenset[str]] = cause_names_by_fault()
 
 
 def names_fault(cause_kind: str, fault_kind: str) -> bool:
@@ -56,6 +57,11 @@ def names_fault(cause_kind: str, fault_kind: str) -> bool:
 def fault_events(analysis: dict) -> list[dict]:
     """The ``fault`` events of an analysis (ground truth), by start."""
     return sorted((analysis.get("events") or {}).get("faults") or [], key=lambda f: f["start_ns"])
+
+
+def role_of(event: dict) -> str:
+    """A fault event's ``role``: ``cause`` (also when it records none) or ``distraction``."""
+    return str((event.get("attributes") or {}).get("role") or "cause")
 
 
 def fault_kind_of(event: dict) -> str:
@@ -96,12 +102,14 @@ def impact(windows: list[dict], start_ns: int, end_ns: int) -> float | None:
 
 def score_fault_run(analysis: dict) -> dict:
     """The scores of one fault experiment (see the module docstring)."""
-    faults = fault_events(analysis)
+    events = fault_events(analysis)
+    faults = [f for f in events if role_of(f) != "distraction"]
     if not faults:
         return {"ground_truth": False, "detected": False, "ac1": False, "ac3": False,
                 "time_to_detect_s": None, "impact": None, "top_causes": [], "fault_window_ns": None}
     fault = faults[0]
     kind = fault_kind_of(fault)
+    distractions = [fault_kind_of(f) for f in events if role_of(f) == "distraction"]
     spike = matching_spike(analysis.get("spikes") or [], fault["start_ns"], fault["end_ns"])
     causes = [c.get("kind", UNEXPLAINED) for c in (spike or {}).get("causes") or []]
     return {
@@ -116,6 +124,10 @@ def score_fault_run(analysis: dict) -> dict:
         "impact": impact(analysis.get("windows") or [], fault["start_ns"], fault["end_ns"]),
         "top_causes": causes[:3],
         "spikes": len(analysis.get("spikes") or []),
+        "distractions": distractions,
+        "distracted": bool(causes) and any(names_fault(causes[0], d) for d in distractions),
+        "distraction_errors": [(f.get("attributes") or {}).get("error") for f in events
+                               if role_of(f) == "distraction" and (f.get("attributes") or {}).get("error")],
     }
 
 

@@ -23,7 +23,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from dataclasses import dataclass
 
@@ -31,10 +30,12 @@ from tailscope.analyzers.analysis import analyze_run
 from tailscope.faults.injector import FaultCleanupError
 from tailscope.faults.own_cgroup import remove_leftover_cgroups
 from tailscope.faults.processes import stop_process
+from tailscope.lab.outputs import lab_page_data, markdown_table
 from tailscope.lab.plan import CONTROL, Experiment
-from tailscope.lab.outputs import markdown_table, render_html
 from tailscope.lab.scoring import aggregate, score_control_run, score_fault_run
+from tailscope.reports.lab_page import render_lab_page
 from tailscope.rundir import read_json, write_json_atomic
+from tailscope.support.python_child import python_module
 
 LAB_FORMAT_VERSION = "1.0"
 #: Time an experiment may take beyond its load duration (start-up, swap files, analysis), s.
@@ -96,7 +97,7 @@ def run_lab(suite: list[Experiment], out_dir: str, suite_name: str, on_result=No
 def write_outputs(lab: dict, out_dir: str) -> None:
     write_json_atomic(os.path.join(out_dir, "lab.json"), lab)
     with open(os.path.join(out_dir, "lab.html"), "w", encoding="utf-8") as fh:
-        fh.write(render_html(lab, out_dir))
+        fh.write(render_lab_page(lab_page_data(lab, out_dir)))
     with open(os.path.join(out_dir, "scores.md"), "w", encoding="utf-8") as fh:
         fh.write(markdown_table(lab["scores"]))
 
@@ -110,6 +111,7 @@ def run_one(experiment: Experiment, paths: LabPaths) -> dict:
     result = {"name": experiment.name, "kind": experiment.kind, "scenario": experiment.scenario,
               "seed": experiment.seed, "rate": experiment.rate, "duration_s": experiment.duration_s,
               "fault": experiment.fault.as_dict() if experiment.fault else None,
+              "distractions": [spec.as_dict() for spec in experiment.distractions],
               "status": "error", "error": None, "run_dir": None, "log": log_path, "score": None}
     started = time.monotonic()
     outcome, interrupted = _run_process(experiment, scenario_path, paths.runs, log_path)
@@ -123,8 +125,8 @@ def run_one(experiment: Experiment, paths: LabPaths) -> dict:
 
 
 def _run_process(experiment: Experiment, scenario_path: str, runs_dir: str, log_path: str) -> tuple[dict, bool]:
-    argv = [sys.executable, "-m", "tailscope.lab.experiment", "--experiment", json.dumps(experiment.as_dict()),
-            "--scenario", scenario_path, "--out", runs_dir]
+    argv = python_module("tailscope.lab.experiment", "--experiment", json.dumps(experiment.as_dict()),
+                         "--scenario", scenario_path, "--out", runs_dir)
     interrupted = False
     with open(log_path, "wb") as log:
         process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
@@ -181,3 +183,8 @@ def _score(result: dict) -> None:
             result.update(status="error", error="the run has no fault event (the fault never started)")
         elif result["score"].get("fault_error"):
             result.update(status="error", error=f"the fault did not run as planned: {result['score']['fault_error']}")
+        elif len(result["score"].get("distractions") or []) < len(result.get("distractions") or []):
+            result.update(status="error", error="a distraction never started (no fault event of it)")
+        elif result["score"].get("distraction_errors"):
+            result.update(status="error", error="the distraction did not run as planned: "
+                                                f"{'; '.join(result['score']['distraction_errors'])}")
