@@ -28,20 +28,34 @@ profiles (steps, ramps: a quadratic per segment) and by 64 steps of
 vectorised bisection for the periodic one (error below 1 ns).
 
 The same ``seed`` gives the same schedule, chunk boundaries included.
+
+**Registry.** :data:`ARRIVALS` declares every open-loop process, one
+registration each (an :class:`ArrivalProcess`: its schedule and the arrivals it
+offers by a time); the scenario's process names are its names plus ``closed``
+(:data:`tailscope.loadgen.spec.ARRIVAL_PROCESSES`). Adding a process is one
+function and one registration here.
 """
 
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from tailscope.loadgen.spec import ArrivalSpec, RateProfile
+from tailscope.support.registry import Registry
+
+if TYPE_CHECKING:
+    from tailscope.loadgen.spec import ArrivalSpec, RateProfile
 
 #: Offsets per yielded chunk.
 CHUNK_SIZE = 4096
 
 NS_PER_S = 1_000_000_000
+
+#: A function returning ``CHUNK_SIZE`` random gaps in seconds.
+GapDraw = Callable[[], np.ndarray]
 
 
 def schedule_offsets_ns(
@@ -60,16 +74,7 @@ def schedule_offsets_ns(
     if max_requests < 1:
         raise ValueError(f"max_requests must be >= 1, got {max_requests!r}")
     end_ns = int(duration_s * NS_PER_S)
-    if spec.process == "replay":
-        chunks = _replay_chunks(spec.log.offsets_ns, spec.speed, spec.loop)
-    elif spec.profile is not None:
-        chunks = _warped_chunks(_unit_rate_chunks(spec, np.random.default_rng(seed)),
-                                cumulative_rate_inverse(spec.profile), end_ns)
-    elif spec.process == "constant":
-        chunks = _constant_chunks(spec.rate)
-    else:
-        chunks = _renewal_chunks(_gap_sampler(spec, np.random.default_rng(seed)))
-    yield from _bounded(chunks, end_ns, max_requests)
+    yield from _bounded(ARRIVALS[spec.process].chunks(spec, seed, end_ns), end_ns, max_requests)
 
 
 def _replay_chunks(log_offsets_ns: np.ndarray, speed: float, loop: bool) -> Iterator[np.ndarray]:
@@ -86,18 +91,19 @@ def _replay_chunks(log_offsets_ns: np.ndarray, speed: float, loop: bool) -> Iter
         round_start += period
 
 
-def _unit_rate_chunks(spec: ArrivalSpec, rng: np.random.Generator) -> Iterator[np.ndarray]:
-    """The process at rate 1, in operational time (float64, expected arrivals)."""
-    if spec.process == "constant":
-        first = 0
-        while True:
-            yield np.arange(first, first + CHUNK_SIZE, dtype=np.float64)
-            first += CHUNK_SIZE
-    unit = ArrivalSpec(process=spec.process, rate=1.0, burstiness=spec.burstiness)
-    draw = _gap_sampler(unit, rng)
+def _unit_constant_chunks() -> Iterator[np.ndarray]:
+    """The constant process at rate 1, in operational time (float64, expected arrivals)."""
+    first = 0
+    while True:
+        yield np.arange(first, first + CHUNK_SIZE, dtype=np.float64)
+        first += CHUNK_SIZE
+
+
+def _unit_renewal_chunks(draw_gaps_s: GapDraw) -> Iterator[np.ndarray]:
+    """A renewal process at rate 1 (``draw_gaps_s`` drawn at rate 1), in operational time (float64)."""
     last = 0.0
     while True:
-        points = np.cumsum(draw()) + last
+        points = np.cumsum(draw_gaps_s()) + last
         last = float(points[-1])
         yield points
 
@@ -207,16 +213,17 @@ def _constant_chunks(rate: float) -> Iterator[np.ndarray]:
         first += CHUNK_SIZE
 
 
-def _gap_sampler(spec: ArrivalSpec, rng: np.random.Generator):
-    """A function returning ``CHUNK_SIZE`` random gaps in seconds for ``spec``."""
-    if spec.process == "poisson":
-        mean_gap_s = 1.0 / spec.rate
-        return lambda: rng.exponential(mean_gap_s, CHUNK_SIZE)
-    if spec.process == "gamma":
-        shape = spec.burstiness
-        scale = 1.0 / (spec.rate * spec.burstiness)
-        return lambda: rng.gamma(shape, scale, CHUNK_SIZE)
-    raise ValueError(f"no gap distribution for arrival process {spec.process!r}")
+def _poisson_gaps(rate: float, burstiness: float, rng: np.random.Generator) -> GapDraw:
+    """Exponential gaps with mean ``1/rate`` s (``burstiness`` unused)."""
+    mean_gap_s = 1.0 / rate
+    return lambda: rng.exponential(mean_gap_s, CHUNK_SIZE)
+
+
+def _gamma_gaps(rate: float, burstiness: float, rng: np.random.Generator) -> GapDraw:
+    """Gamma gaps: shape ``burstiness``, scale ``1/(rate·burstiness)`` (mean ``1/rate`` s)."""
+    shape = burstiness
+    scale = 1.0 / (rate * burstiness)
+    return lambda: rng.gamma(shape, scale, CHUNK_SIZE)
 
 
 def _renewal_chunks(draw_gaps_s) -> Iterator[np.ndarray]:
@@ -251,16 +258,67 @@ def expected_arrivals(spec: ArrivalSpec, t_s: float) -> float:
         raise ValueError("a closed-loop arrival process offers no schedule")
     if t_s <= 0:
         return 0.0
-    if spec.process == "replay":
-        scaled_ns = spec.log.offsets_ns / spec.speed
-        count = float(np.searchsorted(scaled_ns, t_s * NS_PER_S, side="left"))
-        if spec.loop and len(scaled_ns) > 1:
-            span = float(scaled_ns[-1]) + float(scaled_ns[-1]) / (len(scaled_ns) - 1)
-            rounds, rest = divmod(t_s * NS_PER_S, span)
-            count = rounds * len(scaled_ns) + float(np.searchsorted(scaled_ns, rest, side="left"))
-        return count
+    return ARRIVALS[spec.process].expected(spec, t_s)
+
+
+def _expected_at_rate(spec: ArrivalSpec, t_s: float) -> float:
+    """Λ(t_s) of a flat rate (``rate·t``) or of the rate profile (trapezoids on 2048 steps)."""
     if spec.profile is None:
         return spec.rate * t_s
     grid = np.linspace(0.0, t_s, 2049)
     rates = rate_at(spec.profile, grid)
     return float(np.sum((rates[1:] + rates[:-1]) / 2 * np.diff(grid)))
+
+
+def _expected_replayed(spec: ArrivalSpec, t_s: float) -> float:
+    """How many of the replayed log's arrivals (sped up, looped) fall before ``t_s``."""
+    scaled_ns = spec.log.offsets_ns / spec.speed
+    count = float(np.searchsorted(scaled_ns, t_s * NS_PER_S, side="left"))
+    if spec.loop and len(scaled_ns) > 1:
+        span = float(scaled_ns[-1]) + float(scaled_ns[-1]) / (len(scaled_ns) - 1)
+        rounds, rest = divmod(t_s * NS_PER_S, span)
+        count = rounds * len(scaled_ns) + float(np.searchsorted(scaled_ns, rest, side="left"))
+    return count
+
+
+# -- The arrival processes -------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ArrivalProcess:
+    """One open-loop process. ``chunks(spec, seed, end_ns)``: its unbounded schedule, int64 ns
+    offsets in non-decreasing chunks (:func:`schedule_offsets_ns` cuts it at ``end_ns`` and
+    ``max_requests``); ``expected(spec, t_s)``: the arrivals it offers in ``[0, t_s)``, t_s > 0."""
+
+    chunks: Callable[[ArrivalSpec, int, int], Iterator[np.ndarray]]
+    expected: Callable[[ArrivalSpec, float], float] = _expected_at_rate
+
+
+def _constant(spec: ArrivalSpec, seed: int, end_ns: int) -> Iterator[np.ndarray]:
+    """Exact multiples of the period, or where Λ crosses each integer under a rate profile."""
+    if spec.profile is not None:
+        return _warped_chunks(_unit_constant_chunks(), cumulative_rate_inverse(spec.profile), end_ns)
+    return _constant_chunks(spec.rate)
+
+
+def _renewal(gaps: Callable[[float, float, np.random.Generator], GapDraw]):
+    """The schedule of a renewal process whose gaps ``gaps(rate, burstiness, rng)`` draws."""
+    def chunks(spec: ArrivalSpec, seed: int, end_ns: int) -> Iterator[np.ndarray]:
+        rng = np.random.default_rng(seed)
+        if spec.profile is not None:
+            return _warped_chunks(_unit_renewal_chunks(gaps(1.0, spec.burstiness, rng)),
+                                  cumulative_rate_inverse(spec.profile), end_ns)
+        return _renewal_chunks(gaps(spec.rate, spec.burstiness, rng))
+    return chunks
+
+
+def _replay(spec: ArrivalSpec, seed: int, end_ns: int) -> Iterator[np.ndarray]:
+    """The recorded log's offsets, sped up, looped when asked."""
+    return _replay_chunks(spec.log.offsets_ns, spec.speed, spec.loop)
+
+
+#: Every open-loop arrival process, by name, in the order scenario errors list them.
+ARRIVALS: Registry[ArrivalProcess] = Registry("arrival process")
+ARRIVALS.register(ArrivalProcess(_constant), name="constant")
+ARRIVALS.register(ArrivalProcess(_renewal(_poisson_gaps)), name="poisson")
+ARRIVALS.register(ArrivalProcess(_renewal(_gamma_gaps)), name="gamma")
+ARRIVALS.register(ArrivalProcess(_replay, expected=_expected_replayed), name="replay")

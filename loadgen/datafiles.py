@@ -12,6 +12,8 @@ lines starting with ``#`` are skipped in the text formats.
 - :func:`load_sizes`: one non-negative integer (bytes) per line.
 - :func:`load_bodies`: JSON lines, each a complete JSON document sent verbatim
   (its bytes as they are in the file, without the line break).
+- :func:`load_conversations`: JSON lines of chat conversations (OpenAI
+  ``messages`` or ShareGPT ``conversations``), or one JSON array of them.
 """
 
 from __future__ import annotations
@@ -119,3 +121,97 @@ def load_bodies(path: str | os.PathLike) -> tuple[bytes, ...]:
     if not bodies:
         raise DataFileError(path, 0, "no bodies in the file")
     return tuple(bodies)
+
+
+#: ShareGPT speaker names (``from``) and OpenAI roles, mapped to OpenAI roles.
+_SPEAKERS = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant",
+             "chatgpt": "assistant", "bing": "assistant", "bard": "assistant", "model": "assistant",
+             "system": "system"}
+
+
+def load_conversations(path: str | os.PathLike) -> tuple[tuple[tuple[str, str], ...], ...]:
+    """Conversations to replay, each a tuple of ``(role, content)`` messages
+    (role ``system``, ``user`` or ``assistant``), from a JSONL file whose every
+    line is one of:
+
+    - ``{"messages": [{"role": "user", "content": "..."}, ...]}`` (OpenAI chat;
+      ``content`` a string or a list of ``{"type": "text", "text": ...}`` parts);
+    - ``{"conversations": [{"from": "human", "value": "..."}, ...]}`` (ShareGPT:
+      ``human``/``gpt``/``system``; ``role``/``content`` keys are accepted too);
+    - ``{"prompt": "..."}`` (one user turn).
+
+    A file whose first character is ``[`` is read as one JSON array of such
+    objects (ShareGPT's own files), its items numbered from 1 in errors.
+    Every conversation needs at least one user message. Memory: the text of
+    the whole file."""
+    path = os.fspath(path)
+    try:
+        with open(path, "rb") as handle:
+            raw = handle.read()
+    except OSError as exc:
+        raise DataFileError(path, 0, f"cannot read: {exc.strerror}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise DataFileError(path, line, "not UTF-8 text") from None
+    if text.lstrip()[:1] == "[":
+        try:
+            items = json.loads(text)
+        except ValueError as exc:
+            raise DataFileError(path, getattr(exc, "lineno", 0), f"not a JSON array: {exc}") from None
+        numbered = [(f"item {i}", item) for i, item in enumerate(items, 1)]
+    else:
+        numbered = []
+        for number, line in enumerate(text.splitlines(), 1):
+            if not line.strip() or line.lstrip().startswith("#"):
+                continue
+            try:
+                numbered.append((number, json.loads(line)))
+            except ValueError as exc:
+                raise DataFileError(path, number, f"not a JSON document: {exc}") from None
+    conversations = []
+    for where, item in numbered:
+        try:
+            conversations.append(_conversation(item))
+        except ValueError as exc:
+            if isinstance(where, int):
+                raise DataFileError(path, where, str(exc)) from None
+            raise DataFileError(path, 0, f"{where}: {exc}") from None
+    if not conversations:
+        raise DataFileError(path, 0, "no conversations in the file")
+    return tuple(conversations)
+
+
+def _conversation(item) -> tuple[tuple[str, str], ...]:
+    """One conversation's ``(role, content)`` messages; ValueError names what is wrong."""
+    if not isinstance(item, dict):
+        raise ValueError(f"expected a JSON object with messages or conversations, got {type(item).__name__}")
+    if isinstance(item.get("prompt"), str) and "messages" not in item and "conversations" not in item:
+        return (("user", item["prompt"]),)
+    entries = item.get("messages", item.get("conversations"))
+    if not isinstance(entries, list) or not entries:
+        raise ValueError("expected a non-empty 'messages' (OpenAI) or 'conversations' (ShareGPT) list")
+    messages = []
+    for index, entry in enumerate(entries):
+        if not isinstance(entry, dict):
+            raise ValueError(f"message {index}: expected an object, got {type(entry).__name__}")
+        speaker = entry.get("role", entry.get("from"))
+        role = _SPEAKERS.get(str(speaker).lower()) if isinstance(speaker, str) else None
+        if role is None:
+            raise ValueError(f"message {index}: unknown role {speaker!r}; expected user/assistant/system "
+                             "(or ShareGPT's human/gpt)")
+        messages.append((role, _message_text(entry.get("content", entry.get("value")), index)))
+    if not any(role == "user" for role, _ in messages):
+        raise ValueError("the conversation has no user message")
+    return tuple(messages)
+
+
+def _message_text(content, index: int) -> str:
+    """A message's text: a string, or the text parts of an OpenAI content list joined."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list) and all(isinstance(p, dict) and p.get("type") == "text"
+                                         and isinstance(p.get("text"), str) for p in content):
+        return "".join(p["text"] for p in content)
+    raise ValueError(f"message {index}: content must be a string or a list of text parts")

@@ -10,7 +10,9 @@ therefore exactly the schedule one process would walk — for every arrival
 process. (Giving each worker rate/k with its own seed would be right only for
 Poisson arrivals: k superposed constant or gamma processes are neither
 constant nor gamma.) Each worker generates the whole schedule and keeps 1/k
-of it; generation is vectorised numpy, a few ns per offset.
+of it; generation is vectorised numpy, a few ns per offset. An
+``arrival.max_concurrency`` cap is split the same way (:func:`cap_share`),
+so the workers together hold at most that many requests in flight.
 
 **Merge.** A worker's recorder writes rows into a :class:`ColumnBuffer`, and
 so do its streamed-chunk timer and its self-check (:class:`WorkerOutbox`:
@@ -34,15 +36,14 @@ its schema raises :class:`ProtocolError` and nothing of that message is kept.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, replace
-from typing import Iterable, Iterator
 
 import numpy as np
 import pyarrow as pa
 
-from tailscope.rundir.schema import CHUNKS_SCHEMA, EVENTS_SCHEMA, REQUESTS_SCHEMA, SIGNALS_SCHEMA
-
 from tailscope.loadgen.recorder import LATE_THRESHOLD_NS, LIVE_WINDOW_S, LiveStats, WindowedStats
+from tailscope.rundir.schema import CHUNKS_SCHEMA, EVENTS_SCHEMA, REQUESTS_SCHEMA, SIGNALS_SCHEMA
 
 #: Master → worker: this worker's share of the schedule (:class:`ScheduleShare`).
 MESSAGE_SHARE = "tailscope_share"
@@ -97,7 +98,7 @@ class ScheduleShare:
         return asdict(self)
 
     @classmethod
-    def from_message(cls, data) -> "ScheduleShare":
+    def from_message(cls, data) -> ScheduleShare:
         if not isinstance(data, dict):
             raise ProtocolError(f"share message: expected a mapping, got {type(data).__name__}")
         try:
@@ -110,6 +111,12 @@ class ScheduleShare:
 def take_share(offsets: Iterable[int], index: int, count: int) -> Iterator[int]:
     """Offsets ``index``, ``index + count``, ``index + 2·count``, … of ``offsets``."""
     return itertools.islice(offsets, index, None, count)
+
+
+def cap_share(cap: int, index: int, count: int) -> int:
+    """Worker ``index`` of ``count``'s part of an in-flight cap of ``cap`` requests
+    (``arrival.max_concurrency``): the parts differ by at most one and add up to ``cap``."""
+    return cap // count + (1 if index < cap % count else 0)
 
 
 def share_seed(seed: int, index: int, count: int) -> int:
@@ -141,6 +148,18 @@ class ColumnBuffer:
             for column in self._columns[len(values):]:
                 column.append(None)
         self.appended += 1
+
+    def append_columns(self, columns: dict) -> None:
+        """Many rows given column-wise (``{name: values}``, all of one length; a
+        column left out is null), as :meth:`tailscope.rundir.Appender.append_columns`."""
+        lengths = {len(values) for values in columns.values()}
+        if len(lengths) > 1:
+            raise ValueError(f"columns of unequal length: {sorted(lengths)}")
+        n = lengths.pop() if lengths else 0
+        for name, column in zip(self.names, self._columns):
+            values = columns.get(name)
+            column.extend(values if values is not None else [None] * n)
+        self.appended += n
 
     def pending(self) -> int:
         return len(self._columns[0])
@@ -197,7 +216,7 @@ class WorkerOutbox:
             self.seq += 1
             yield message
 
-    def counted(self, totals: "WorkerTotals") -> "WorkerTotals":
+    def counted(self, totals: WorkerTotals) -> WorkerTotals:
         """``totals`` with the companion row counts filled in (rows appended so far)."""
         return replace(totals, **{key: buffer.appended for key, buffer in self.parts.items()})
 
@@ -222,7 +241,7 @@ class WorkerTotals:
         return asdict(self)
 
     @classmethod
-    def from_message(cls, data) -> "WorkerTotals":
+    def from_message(cls, data) -> WorkerTotals:
         """The totals of a :data:`MESSAGE_DONE` payload; the companion row counts
         default to 0 (a worker that sent none)."""
         if not isinstance(data, dict):

@@ -16,11 +16,12 @@ from __future__ import annotations
 
 from tailscope.loadgen.locust_roles import MasterRole  # noqa: I001  (imports Locust: gevent first)
 
+# isort: split
+
 import os
 import subprocess
-import sys
 import time
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import gevent
 from locust.env import Environment
@@ -29,6 +30,7 @@ from tailscope.loadgen.process_load import ScheduleHolder
 from tailscope.loadgen.runner import LoadError, LoadResult, Progress, StopFlag
 from tailscope.loadgen.spec import LoadPlan
 from tailscope.loadgen.users import DRAIN_GRACE_S
+from tailscope.support.python_child import python_module
 
 #: Longest wait for the workers to connect to the master, s.
 CONNECT_TIMEOUT_S = 30.0
@@ -46,9 +48,9 @@ class TailscopeSchedule(ScheduleHolder):
 
 def worker_command(master_port: int, scenario_path: str, plan: LoadPlan) -> list[str]:
     """argv of one worker process for ``plan`` (loaded from ``scenario_path``)."""
-    return [sys.executable, "-m", "tailscope.conductor.locust_worker", "--master-port", str(master_port),
-            "--scenario", scenario_path, "--target", plan.target, "--duration", repr(plan.duration_s),
-            "--rate", repr(plan.arrival.rate)]
+    return python_module("tailscope.conductor.locust_worker", "--master-port", str(master_port),
+                         "--scenario", scenario_path, "--target", plan.target, "--duration", repr(plan.duration_s),
+                         "--rate", repr(plan.arrival.rate))
 
 
 class _ConductorRun:

@@ -12,13 +12,23 @@ omission too.
 
 Failures are recorded, never raised: ``timeout`` (no complete response within
 the client timeout; ``end_ns = sent_ns + timeout``), ``refused``, ``reset``,
-``http`` (status >= 400), ``other``.
+``http`` (status >= 400), ``other``. An HTTP error's record keeps the first 256
+bytes of its body (``error_body``, decoded as UTF-8 with replacement) for
+every class that is not streamed.
 
 A class with ``stream: true`` reads its body as it arrives: every network read
 is timed and framed into chunks (:mod:`.streams`: SSE events, JSON lines or
 reads); ``first_byte_ns`` is then the first chunk (time to first token), the
 record carries the chunk count and the largest gap, and the chunk times go to
 the recorder's chunk sink (``chunks.arrow``).
+
+A class with ``api:`` (OpenAI-compatible, :class:`~.spec.LLMSpec`) reads its
+body with :class:`~.openai_stream.OpenAIReply` whether streamed or not:
+``first_byte_ns`` is the first *content* chunk (TTFT), the record carries the
+prompt and output token counts and their source, the finish reason, the last
+token's time and the server's error JSON (first 256 bytes), and each content
+chunk goes to ``chunks.arrow`` with its token count. An error object in a
+success response is recorded as ``other`` (``server error: ...``).
 
 The bytes of a request (head and body) are built by :meth:`Exchanger.encode`
 before its scheduled time (geventhttpclient's own request builder, so headers
@@ -45,7 +55,8 @@ from geventhttpclient.url import URL
 
 from tailscope.loadgen.clock import RunClock
 from tailscope.loadgen.mix import PreparedRequest
-from tailscope.loadgen.recorder import Recorder
+from tailscope.loadgen.openai_stream import ERROR_BODY_BYTES, OpenAIReply
+from tailscope.loadgen.recorder import Recorder, TokenRecord
 from tailscope.loadgen.streams import ChunkTimer
 
 _REFUSED_ERRNOS = frozenset({errno.ECONNREFUSED})
@@ -192,7 +203,9 @@ class Exchanger:
         status = 0
         bytes_in = 0
         chunks: ChunkTimer | None = None
+        reply: OpenAIReply | None = None
         failure: BaseException | None = None
+        error_body: bytes | None = None  # plain classes: the first bytes of an HTTP error's body
         timer = gevent.Timeout(self._timeout_s)
         timer.start()
         try:
@@ -204,13 +217,21 @@ class Exchanger:
                                                 body=request.body, headers=request.headers)
             first_byte_ns = clock.now_ns()
             status = response.status_code
-            if cls.stream:
+            if request.llm is not None:
+                reply = OpenAIReply(response.get("content-type"), request.llm.counter, cls.llm.generates)
+                read_stream(response, reply, clock)
+                bytes_in = reply.bytes
+                if reply.times:
+                    first_byte_ns = reply.times[0]
+            elif cls.stream:
                 chunks = ChunkTimer(response.get("content-type"))
                 read_stream(response, chunks, clock)
                 bytes_in = chunks.bytes
                 first_byte_ns = chunks.times[0] if chunks.times else first_byte_ns
             else:
-                bytes_in = len(response.read())
+                body = response.read()
+                bytes_in = len(body)
+                error_body = body[:ERROR_BODY_BYTES] if status >= 400 else None
             end_ns = clock.now_ns()
         except gevent.Timeout as exc:
             if exc is not timer:
@@ -223,14 +244,23 @@ class Exchanger:
         finally:
             timer.close()
         error_kind, error = self._outcome(failure, status)
-        if chunks is not None:
+        if request.llm is not None:
+            if reply is not None:
+                reply.finish(end_ns)  # idempotent; counts a reply cut short as far as it came
+                if reply.error_message is not None and error_kind is None:
+                    error_kind, error = "other", _server_error(reply.error_message)
+            bytes_in = self._record_llm(request, reply, scheduled_ns, sent_ns, end_ns, first_byte_ns, status,
+                                        error_kind, error)
+        elif chunks is not None:
             self._recorder.record(scheduled_ns, sent_ns, end_ns, first_byte_ns, cls.name, status,
                                   len(request.body), chunks.bytes, request.trace_id, error_kind, error,
                                   len(chunks.times), chunks.max_gap_ns)
             self._recorder.record_chunks(request.trace_id, chunks.times)
         else:
             self._recorder.record(scheduled_ns, sent_ns, end_ns, first_byte_ns, cls.name, status,
-                                  len(request.body), bytes_in, request.trace_id, error_kind, error)
+                                  len(request.body), bytes_in, request.trace_id, error_kind, error,
+                                  tokens=None if error_body is None
+                                  else TokenRecord(error_body=error_body.decode("utf-8", "replace")))
         self._request_event.fire(
             request_type=cls.method,
             name=cls.name,
@@ -244,6 +274,31 @@ class Exchanger:
         )
         if isinstance(failure, gevent.GreenletExit):
             raise failure
+
+    def _record_llm(self, request: PreparedRequest, reply: OpenAIReply | None, scheduled_ns: int, sent_ns: int,
+                    end_ns: int, first_byte_ns: int | None, status: int, error_kind: str | None,
+                    error: str | None) -> int:
+        """Record an OpenAI-API exchange (its row, and its content chunks when streamed)
+        from a finished ``reply`` (None: no response head arrived); returns the body bytes read."""
+        cls, info = request.cls, request.llm
+        tokens = TokenRecord(prompt_tokens=info.prompt_tokens)
+        chunk_count, max_gap_ns, bytes_in = 0, None, 0
+        if reply is not None:
+            bytes_in = reply.bytes
+            source = reply.token_count_source
+            if source is None and not cls.llm.generates:
+                source = "tokenizer" if info.counter.exact else "words"
+            tokens = TokenRecord(
+                prompt_tokens=reply.prompt_tokens if reply.prompt_tokens is not None else info.prompt_tokens,
+                output_tokens=reply.output_tokens, source=source, finish_reason=reply.finish_reason,
+                last_token_ns=reply.last_token_ns, error_body=reply.error_text(status))
+            if cls.stream:
+                chunk_count, max_gap_ns = len(reply.times), reply.max_gap_ns
+        self._recorder.record(scheduled_ns, sent_ns, end_ns, first_byte_ns, cls.name, status, len(request.body),
+                              bytes_in, request.trace_id, error_kind, error, chunk_count, max_gap_ns, tokens=tokens)
+        if reply is not None and cls.stream:
+            self._recorder.record_chunks(request.trace_id, reply.times, reply.tokens)
+        return bytes_in
 
     def _send(self, wire: bytes, method: str) -> HTTPSocketPoolResponse:
         """Send ``wire`` on a pooled connection and return the response once its
@@ -288,26 +343,48 @@ class Exchanger:
         return None, None
 
 
-def read_stream(response, chunks: ChunkTimer, clock: RunClock) -> None:
+def _server_error(message: str) -> str:
+    """The record's ``error`` for an error object the server sent with a success status."""
+    return f"server error: {message[:200]}"
+
+
+def read_stream(response, chunks: ChunkTimer | OpenAIReply, clock: RunClock) -> None:
     """Read a response body read by read until it is complete, timing each read.
 
     Uses the geventhttpclient response's parser directly (``feed``, its body
     buffer and socket): its public ``read(n)`` waits for ``n`` bytes and would
     merge tokens that arrive apart. Raises ``HTTPConnectionClosed`` when the
     connection ends before the body does (recorded as ``reset``).
+
+    Two costs per chunk are avoided (a stream is mostly waiting for its next
+    chunk): the socket's own timeout is cleared first (the exchange's timer
+    bounds the whole request, and a socket timeout costs gevent a timer
+    started and stopped around every read that waits), and after a read that
+    drained the socket (fewer bytes than a block) the loop waits for the socket
+    to be readable before the next ``recv``, instead of a ``recv`` that fails
+    with ``EWOULDBLOCK`` (a system call and a Python exception) and then waits.
     """
     buffer = response._body_buffer
     if buffer:
         chunks.feed(bytes(buffer), clock.now_ns())
         del buffer[:]
+    sock = response._sock
+    if sock is not None and sock.timeout is not None:
+        sock.settimeout(None)
+    wait, readable = getattr(sock, "_wait", None), getattr(sock, "_read_event", None)  # gevent's own wait
+    block_size = response.block_size
+    drained = True
     while not response.message_complete:
         sock = response._sock
         if sock is None:
             raise HTTPConnectionClosed("connection closed before the end of the stream")
-        data = sock.recv(response.block_size)
+        if drained and readable is not None:
+            wait(readable)
+        data = sock.recv(block_size)
         if not data:
             response.release()
             raise HTTPConnectionClosed("connection closed before the end of the stream")
+        drained = len(data) < block_size
         response.feed(data)
         if buffer:
             chunks.feed(bytes(buffer), clock.now_ns())

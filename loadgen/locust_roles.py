@@ -25,10 +25,13 @@ from __future__ import annotations
 
 from tailscope.loadgen.process_load import ProcessLoad  # noqa: I001  (imports Locust: gevent first)
 
+# isort: split
+
 import dataclasses
 import logging
 import time
-from typing import Callable, Protocol
+from collections.abc import Callable
+from typing import Protocol
 
 import gevent
 import gevent.event

@@ -3,6 +3,10 @@
 No Locust or gevent import. Class choice and bodies are seeded (same seed, same
 sequence of classes and bodies); trace ids come from a separate generator
 seeded from OS entropy, so two runs (or two workers) never share a trace id.
+An OpenAI-API class (``RequestClass.llm``) gets its JSON body from an
+:class:`~.llm_requests.LLMRequestMaker`, and its prepared request carries what
+the client knows of it (``PreparedRequest.llm``: prompt tokens, max_tokens);
+its ``X-Request-Id`` header is its trace id.
 """
 
 from __future__ import annotations
@@ -14,9 +18,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tailscope.loadgen.llm_requests import LLMRequestInfo, LLMRequestMaker
 from tailscope.loadgen.payloads import PayloadMaker
 from tailscope.loadgen.spec import RequestClass
 from tailscope.loadgen.tracecontext import TRACEPARENT_HEADER, new_traceparent
+
+#: OpenAI-API requests carry their trace id in this header (unless the class sets
+#: one): vLLM and the LLM reference server name the request after it
+#: (``chatcmpl-<trace id>``), a second join key beside the ``traceparent``.
+REQUEST_ID_HEADER = "X-Request-Id"
 
 
 @dataclass
@@ -30,6 +40,8 @@ class PreparedRequest:
     #: The request's bytes on the wire, when built ahead of its send time
     #: (``Exchanger.encode``); None: built at send time.
     wire: bytes | None = None
+    #: OpenAI-API classes: the client's facts about the request; None for plain HTTP.
+    llm: LLMRequestInfo | None = None
 
 
 class RequestMix:
@@ -45,10 +57,13 @@ class RequestMix:
         self.classes = classes
         streams = np.random.SeedSequence(seed).spawn(len(classes) + 1)
         self._choice_rng = random.Random(int(streams[0].generate_state(1)[0]))
-        self._makers = [PayloadMaker(c.payload, np.random.default_rng(s))
+        self._makers = [LLMRequestMaker(c.name, c.llm, np.random.default_rng(s)) if c.llm is not None
+                        else PayloadMaker(c.payload, np.random.default_rng(s))
                         for c, s in zip(classes, streams[1:])]
         self._cumulative = list(itertools.accumulate(c.weight for c in classes))
         self._base_headers = [_base_headers(c, m) for c, m in zip(classes, self._makers)]
+        self._request_id = [c.llm is not None and not any(k.lower() == REQUEST_ID_HEADER.lower() for k in c.headers)
+                            for c in classes]
         self._trace_rng = trace_rng if trace_rng is not None else random.Random()
         self._trace_sample_rate = trace_sample_rate
 
@@ -62,10 +77,16 @@ class RequestMix:
         traceparent, trace_id = new_traceparent(self._trace_rng, self._trace_sample_rate)
         headers = dict(self._base_headers[index])
         headers[TRACEPARENT_HEADER] = traceparent
-        return PreparedRequest(self.classes[index], self._makers[index].make(), headers, trace_id)
+        maker = self._makers[index]
+        if isinstance(maker, LLMRequestMaker):
+            body, info = maker.make()
+            if self._request_id[index]:
+                headers[REQUEST_ID_HEADER] = trace_id
+            return PreparedRequest(self.classes[index], body, headers, trace_id, llm=info)
+        return PreparedRequest(self.classes[index], maker.make(), headers, trace_id)
 
 
-def _base_headers(cls: RequestClass, maker: PayloadMaker) -> dict[str, str]:
+def _base_headers(cls: RequestClass, maker: PayloadMaker | LLMRequestMaker) -> dict[str, str]:
     """The class's own headers, plus a Content-Type matching its payload when it sets none."""
     headers = dict(cls.headers)
     if maker.content_type and not any(k.lower() == "content-type" for k in headers):

@@ -14,12 +14,16 @@ from __future__ import annotations
 
 from tailscope.loadgen.users import DRAIN_GRACE_S, LoadSession, run_open_loop  # noqa: I001  (imports Locust: gevent first)
 
+# isort: split
+
+import dataclasses
+
 import gevent
 import gevent.event
 from locust import User, constant, task
 from locust.contrib.fasthttp import FastHttpSession
 
-from tailscope.loadgen.distributed import ScheduleShare, WorkerTotals, share_seed, take_share
+from tailscope.loadgen.distributed import ScheduleShare, WorkerTotals, cap_share, share_seed, take_share
 from tailscope.loadgen.exchange import Exchanger
 from tailscope.loadgen.mix import RequestMix
 from tailscope.loadgen.recorder import Recorder
@@ -79,7 +83,9 @@ class ProcessLoad:
     :attr:`done` is set.
 
     Open-loop arrival processes only: a closed loop is Locust's own model
-    (use :class:`tailscope.conductor.locust_plugin.RecordingUser`).
+    (use :class:`tailscope.conductor.locust_plugin.RecordingUser`). With a
+    ``share``, an ``arrival.max_concurrency`` cap is this worker's part of it
+    (:func:`~.distributed.cap_share`).
     """
 
     def __init__(self, plan: LoadPlan, sink, request_event, share: ScheduleShare | None = None, *,
@@ -88,6 +94,12 @@ class ProcessLoad:
             raise ValueError("a closed-loop arrival process has no schedule to walk; "
                              "use RecordingUser (Locust's own closed loop) instead")
         index, count = (share.index, share.count) if share is not None else (0, 1)
+        if count > 1 and plan.arrival.max_concurrency is not None:
+            cap = cap_share(plan.arrival.max_concurrency, index, count)
+            if cap < 1:
+                raise ValueError(f"max_concurrency {plan.arrival.max_concurrency} cannot be split over "
+                                 f"{count} workers: give at least one request per worker")
+            plan = dataclasses.replace(plan, max_in_flight=cap)
         self.plan = plan
         self.worker = index
         self.recorder = Recorder(sink, worker=index, chunk_sink=chunks)

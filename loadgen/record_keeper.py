@@ -5,7 +5,8 @@ of an Appender (``REQUESTS_SCHEMA`` order), so the :class:`~.recorder.Recorder`
 writes through it unchanged. For each request it
 
 1. counts it in ``windows.arrow`` (:class:`~.window_stats.WindowAggregator`,
-   increments emitted every ``EMIT_INTERVAL_S``);
+   increments emitted every ``EMIT_INTERVAL_S``) and, when it failed, in
+   ``error_samples.json`` (:class:`~.error_samples.ErrorSamples`, saved as often);
 2. without a retention policy, writes its record to ``requests.arrow``;
 3. with a :class:`~.retention.RetentionPolicy`, writes the record at once when
    it is an error (``keep_errors``), when its trace is in the sample
@@ -30,12 +31,12 @@ from __future__ import annotations
 import time
 from collections import deque
 
-from tailscope.rundir.retention_policy import RetentionState, save_retention, trace_sampled
-from tailscope.rundir.schema import REQUESTS_SCHEMA
-
 from tailscope.loadgen.disk_budget import DiskBudget
+from tailscope.loadgen.error_samples import ErrorSamples
 from tailscope.loadgen.retention_section import RetentionPolicy
 from tailscope.loadgen.window_stats import SpikeWatch, WindowAggregator
+from tailscope.rundir.retention_policy import RetentionState, save_retention, trace_sampled
+from tailscope.rundir.schema import REQUESTS_SCHEMA
 
 #: How often window increments are appended (seconds of request end time).
 EMIT_INTERVAL_S = 1.0
@@ -64,6 +65,8 @@ class RecordKeeper:
         self.budget: DiskBudget | None = None
         #: Set when the run must stop (disk budget used up); the conductor polls it.
         self.failure: str | None = None
+        #: Distinct errors per class (error_samples.json, saved with the window increments).
+        self.errors = ErrorSamples()
         if policy is None:
             return
         self._around_ns = int(policy.full_records_around_spikes_s * 1e9)
@@ -97,8 +100,11 @@ class RecordKeeper:
             kept = self._keep_or_hold(values, now)
             self._watch(values)
         self.windows.add(scheduled, values[_SENT], end, values[_CLS], values[_ERROR], kept)
+        if values[_ERROR] is not None:
+            self.errors.add_record(values)
         if now >= self._next_emit_ns:
             self.windows.emit()
+            self._save_errors()
             self._next_emit_ns = now + self._emit_ns
         if self.policy is not None and now >= self._next_check_ns:
             self._next_check_ns = now + int(BUDGET_CHECK_S * 1e9)
@@ -116,6 +122,15 @@ class RecordKeeper:
             self.state.updated_ns = time.time_ns()
             save_retention(self.run_dir, self.state)
         self.windows.emit()
+        self._save_errors()
+
+    def _save_errors(self) -> None:
+        """Rewrite error_samples.json when errors arrived; a write error is left to the
+        streams' own checks (the run guard), never raised into the load."""
+        try:
+            self.errors.save(self.run_dir)
+        except OSError:
+            pass
 
     # -- retention -----------------------------------------------------------------
     def _keep_or_hold(self, values, now: int) -> bool:

@@ -131,6 +131,20 @@ def _percentile_ms(histogram: np.ndarray, q: float) -> float | None:
     return bucket_value_ms(index)
 
 
+@dataclass
+class TokenRecord:
+    """The token facts of one OpenAI-API request (``REQUESTS_SCHEMA``'s last six columns).
+
+    Counts in tokens; ``last_token_ns`` epoch ns; ``error_body`` at most 256 bytes of text."""
+
+    prompt_tokens: int | None = None
+    output_tokens: int | None = None
+    source: str | None = None  # usage | tokenizer | chunks | words
+    finish_reason: str | None = None
+    last_token_ns: int | None = None
+    error_body: str | None = None
+
+
 class Recorder:
     """Writes one row per request to ``sink`` and keeps run totals and live stats.
 
@@ -140,7 +154,7 @@ class Recorder:
 
     def __init__(self, sink, *, worker: int = 0, window_s: int = LIVE_WINDOW_S, chunk_sink=None):
         self.sink = sink
-        self.chunk_sink = chunk_sink  # append(trace_id, index, t_ns) per streamed chunk, or None
+        self.chunk_sink = chunk_sink  # append(trace_id, index, t_ns[, tokens]) per streamed chunk, or None
         self.worker = worker
         self.live = WindowedStats(window_s)
         self.recorded = 0  # rows written
@@ -163,13 +177,23 @@ class Recorder:
         error: str | None,
         chunks: int = 0,
         max_gap_ns: int | None = None,
+        tokens: TokenRecord | None = None,
     ) -> None:
         """Append one request's row. Times are epoch ns; ``sent_ns`` is None for
-        a request that was never sent (``error_kind`` ``dropped``)."""
-        self.sink.append(
-            scheduled_ns, sent_ns, end_ns, first_byte_ns, cls, status, bytes_out, bytes_in,
-            trace_id, error_kind, error, chunks, max_gap_ns, self.worker,
-        )
+        a request that was never sent (``error_kind`` ``dropped``). ``tokens``:
+        the token facts of an OpenAI-API request (None: plain HTTP, nulls)."""
+        if tokens is None:
+            self.sink.append(
+                scheduled_ns, sent_ns, end_ns, first_byte_ns, cls, status, bytes_out, bytes_in,
+                trace_id, error_kind, error, chunks, max_gap_ns, self.worker,
+            )
+        else:
+            self.sink.append(
+                scheduled_ns, sent_ns, end_ns, first_byte_ns, cls, status, bytes_out, bytes_in,
+                trace_id, error_kind, error, chunks, max_gap_ns, self.worker,
+                tokens.prompt_tokens, tokens.output_tokens, tokens.source, tokens.finish_reason,
+                tokens.last_token_ns, tokens.error_body,
+            )
         self.recorded += 1
         is_error = error_kind is not None
         self.errors += is_error
@@ -180,13 +204,26 @@ class Recorder:
         self.completed += 1
         self.live.add(end_ns, end_ns - scheduled_ns, sent_ns - scheduled_ns > LATE_THRESHOLD_NS, is_error)
 
-    def record_chunks(self, trace_id: str, times_ns: list[int]) -> None:
-        """Append one row per streamed chunk (``CHUNKS_SCHEMA`` order) when a chunk sink is set."""
+    def record_chunks(self, trace_id: str, times_ns: list[int], tokens: list[int] | None = None) -> None:
+        """Append one row per streamed chunk (``CHUNKS_SCHEMA`` order) when a chunk sink is set, in
+        one ``append_columns`` call when the sink has one (else ``append`` per chunk).
+        ``tokens``: each chunk's token count (OpenAI-API classes); None leaves the column null (1 token)."""
         sink = self.chunk_sink
-        if sink is None:
+        if sink is None or not times_ns:
             return
-        for index, t_ns in enumerate(times_ns):
-            sink.append(trace_id, index, t_ns)
+        append_columns = getattr(sink, "append_columns", None)
+        if append_columns is not None:  # one call per response, not per chunk
+            columns = {"trace_id": [trace_id] * len(times_ns), "index": range(len(times_ns)), "t_ns": times_ns}
+            if tokens is not None:
+                columns["tokens"] = tokens
+            append_columns(columns)
+            return
+        if tokens is None:
+            for index, t_ns in enumerate(times_ns):
+                sink.append(trace_id, index, t_ns)
+        else:
+            for index, (t_ns, count) in enumerate(zip(times_ns, tokens)):
+                sink.append(trace_id, index, t_ns, count)
 
     def snapshot(self, now_ns: int, window_s: int | None = None) -> LiveStats:
         """Live statistics for the last ``window_s`` seconds (default: the whole

@@ -5,7 +5,9 @@ gevent: import it first, and only in the process that generates load.
 
 :func:`run_load` builds the request mix (payload pools), binds a Locust user
 class to the plan (:mod:`.users`), freezes the garbage collector's view of
-everything built so far (``gc.freeze``: later collections skip it), starts a
+everything built so far (``gc.freeze``: later collections skip it; for a
+closed loop again once every user has begun, so that thousands of users and
+their sessions do not lengthen every full collection), starts a
 Locust ``LocalRunner`` and watches the run: it halts the users at
 ``duration_s`` or when ``stop`` is set, reports :class:`Progress` every
 ``progress_interval_s``, and returns a :class:`LoadResult` once in-flight
@@ -23,9 +25,12 @@ from __future__ import annotations
 
 from tailscope.loadgen.users import LoadSession, bind_user_class  # noqa: I001  (imports Locust: gevent first)
 
+# isort: split
+
 import gc
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable, Protocol
+from typing import Protocol
 
 from locust.env import Environment
 
@@ -140,6 +145,8 @@ def run_load(
         runner.start(users, spawn_rate=users)
         if not session.started.wait(timeout=START_TIMEOUT_S):
             raise LoadError(f"Locust did not start the load within {START_TIMEOUT_S:g} s")
+        if users > 1 and session.all_begun.wait(timeout=START_TIMEOUT_S):
+            gc.freeze()  # the closed loop's users and their sessions, built by Locust after the first freeze
         monitor = GeneratorMonitor(events, signals, session.clock.now_ns, lambda: session.in_flight)
         with monitor:
             _watch(session, trimming(on_progress, environment.stats), progress_interval_s, stop,

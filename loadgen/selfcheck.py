@@ -35,7 +35,7 @@ import json
 import os
 import resource
 import time
-from typing import Callable
+from collections.abc import Callable
 
 #: How often the CPU and backlog gauges are written, s.
 SAMPLE_INTERVAL_S = 1.0
@@ -105,7 +105,7 @@ class GeneratorMonitor:
         self.gc_pause_ns = 0
         self._pid = os.getpid()
 
-    def __enter__(self) -> "GeneratorMonitor":
+    def __enter__(self) -> GeneratorMonitor:
         self.start()
         return self
 

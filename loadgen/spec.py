@@ -16,6 +16,8 @@ from typing import Any
 
 import numpy as np
 
+from tailscope.loadgen.arrivals import ARRIVALS
+
 
 class SpecError(ValueError):
     """A value that cannot be used. ``field`` is the dotted path of the bad field,
@@ -27,7 +29,9 @@ class SpecError(ValueError):
         self.message = message
 
 
-ARRIVAL_PROCESSES = ("constant", "poisson", "gamma", "replay", "closed")
+#: Every arrival process a scenario may name: the open-loop ones declared in
+#: :data:`tailscope.loadgen.arrivals.ARRIVALS`, then the closed loop.
+ARRIVAL_PROCESSES = (*ARRIVALS, "closed")
 RATE_PROFILES = ("steps", "ramp", "periodic")
 ARRIVAL_LOG_FORMATS = ("timestamps", "gaps")
 
@@ -144,9 +148,16 @@ class ArrivalSpec:
       times as fast, from the start again when ``loop`` and the log ends first.
     - ``closed``: ``users`` concurrent users, each sending its next request
       ``think_time_s`` after the previous reply (subject to coordinated omission).
+      With no think time this is *concurrency mode* (perf_analyzer's and
+      AIPerf's ``--concurrency``): ``users`` requests kept in flight, a new one
+      sent as soon as one ends, latency measured from the send.
 
     ``profile`` (constant, poisson, gamma) makes the rate vary over time; ``rate``
-    is then the profile's peak, for reference.
+    is then the profile's peak, for reference. ``max_concurrency`` (open loop)
+    caps the requests in flight: the schedule is kept, a request whose turn
+    comes while ``max_concurrency`` are in flight waits for a slot, and the
+    wait is its lateness (part of its latency: no coordinated omission). The
+    load plan's in-flight cap is lowered to it (:class:`LoadPlan`).
     """
 
     process: str = "poisson"
@@ -158,6 +169,7 @@ class ArrivalSpec:
     log: ArrivalLog | None = field(default=None, compare=False)  # replay only
     speed: float = 1.0  # replay: 2 plays the log twice as fast
     loop: bool = False  # replay: start the log again when it ends before the run
+    max_concurrency: int | None = None  # open loop: at most this many requests in flight
 
     def __post_init__(self):
         if self.process not in ARRIVAL_PROCESSES:
@@ -180,6 +192,13 @@ class ArrivalSpec:
             raise SpecError("file", "the replay process needs an arrival log file")
         if not self.speed > 0:
             raise SpecError("speed", f"must be > 0, got {self.speed!r}")
+        if self.max_concurrency is not None:
+            if self.process == "closed":
+                raise SpecError("max_concurrency", "a closed loop's concurrency is its number of users; "
+                                "max_concurrency caps an open-loop schedule")
+            if isinstance(self.max_concurrency, bool) or not isinstance(self.max_concurrency, int) \
+                    or self.max_concurrency < 1:
+                raise SpecError("max_concurrency", f"must be an integer >= 1, got {self.max_concurrency!r}")
 
     @property
     def open_loop(self) -> bool:
@@ -201,6 +220,8 @@ class ArrivalSpec:
             out["burstiness"] = self.burstiness
         if self.profile is not None:
             out["profile"] = self.profile.describe()
+        if self.max_concurrency is not None:
+            out["max_concurrency"] = self.max_concurrency
         return out
 
 
@@ -209,7 +230,8 @@ SIZE_DISTRIBUTIONS = ("fixed", "uniform", "lognormal", "empirical")
 
 @dataclass(frozen=True)
 class SizeSpec:
-    """A payload size distribution, in bytes (or characters for text).
+    """A payload size distribution, in bytes (or characters for text; tokens for
+    an OpenAI-API class's ``prompt_tokens`` and ``output_tokens``).
 
     - ``fixed``: always ``value``.
     - ``uniform``: integers in [``min``, ``max``].
@@ -289,6 +311,159 @@ class PayloadSpec:
             raise SpecError("order", f"unknown order {self.order!r}; expected one of {', '.join(REPLAY_ORDERS)}")
 
 
+LLM_APIS = ("openai-chat", "openai-completions", "openai-embeddings")
+#: The path each API is served on (a class's ``path`` overrides it, e.g. behind a proxy prefix).
+LLM_API_PATHS = {
+    "openai-chat": "/v1/chat/completions",
+    "openai-completions": "/v1/completions",
+    "openai-embeddings": "/v1/embeddings",
+}
+#: Output length when a class gives no ``output_tokens`` (and a dataset turn has no recorded reply).
+DEFAULT_OUTPUT_TOKENS = 128
+#: Longest prompt or output a class may ask for, tokens.
+MAX_TOKENS_LIMIT = 1 << 20
+MESSAGE_ROLES = ("system", "user", "assistant")
+
+
+@dataclass(frozen=True, eq=False)
+class LLMDataset:
+    """Recorded conversations to replay as prompts (read from ``path``, a JSONL file).
+
+    ``conversations``: each a tuple of ``(role, content)`` messages, role in
+    :data:`MESSAGE_ROLES`, with at least one ``user`` message. Every user
+    message is one request, sent with all the messages before it (the
+    conversation's history, the recorded assistant replies included);
+    ``order`` ``sequential`` walks the conversations in file order (wrapping
+    around), ``random`` picks the next conversation at random (seeded), and
+    in both a conversation's turns go in order.
+    """
+
+    path: str
+    conversations: tuple[tuple[tuple[str, str], ...], ...]
+    order: str = "sequential"
+
+    def __post_init__(self):
+        if not self.conversations:
+            raise SpecError("dataset", f"{self.path}: no conversations in the file")
+        if self.order not in REPLAY_ORDERS:
+            raise SpecError("dataset_order", f"unknown order {self.order!r}; expected one of "
+                            f"{', '.join(REPLAY_ORDERS)}")
+
+    @property
+    def turns(self) -> int:
+        """Requests one pass over the dataset makes (user messages), count."""
+        return sum(1 for c in self.conversations for role, _ in c if role == "user")
+
+
+@dataclass(frozen=True)
+class LLMSpec:
+    """A request class that speaks an OpenAI-compatible API (``api``).
+
+    Lengths are in tokens. ``prompt_tokens`` and ``output_tokens`` are
+    :class:`SizeSpec` distributions (their ``value``/``min``/``max``/``median``
+    read as tokens). A synthetic prompt is ``shared_prefix_tokens`` tokens
+    common to every request of the class followed by ``prompt_tokens`` drawn
+    tokens: random words (one token per word, as the reference LLM server
+    counts) or, with ``tokenizer`` (a local Hugging Face ``tokenizer.json``),
+    random token ids whose text re-encodes to exactly that many tokens.
+    ``dataset`` replaces synthetic prompts with recorded conversations
+    (``prompt_tokens`` is then not used; the shared prefix becomes a system
+    message). ``output_tokens`` sets ``max_tokens`` (default: a dataset turn's
+    recorded reply length, else :data:`DEFAULT_OUTPUT_TOKENS`); ``ignore_eos``
+    (sent only when true) asks the server to generate exactly that many.
+    ``stream`` (chat, completions) adds ``stream_options: {include_usage:
+    true}``. ``extra_body`` is merged last, key by key, into the JSON body
+    (so it can override any of the above). Embeddings generate nothing:
+    ``output_tokens``, ``ignore_eos`` and ``stream`` do not apply.
+    """
+
+    api: str
+    model: str
+    prompt_tokens: SizeSpec = field(default_factory=SizeSpec)
+    output_tokens: SizeSpec | None = None
+    ignore_eos: bool = True
+    stream: bool = True
+    extra_body: dict[str, Any] = field(default_factory=dict)
+    shared_prefix_tokens: int = 0
+    tokenizer: str | None = None
+    dataset: LLMDataset | None = None
+
+    def __post_init__(self):
+        if self.api not in LLM_APIS:
+            raise SpecError("api", f"unknown api {self.api!r}; expected one of {', '.join(LLM_APIS)}")
+        if not isinstance(self.model, str) or not self.model:
+            raise SpecError("model", "missing: the served model's name (as the server's /v1/models lists it)")
+        for name in ("prompt_tokens", "output_tokens"):
+            size = getattr(self, name)
+            if size is not None and _size_upper(size) > MAX_TOKENS_LIMIT:
+                raise SpecError(name, f"at most {MAX_TOKENS_LIMIT} tokens")
+        if self.output_tokens is not None and _size_lower(self.output_tokens) < 1:
+            raise SpecError("output_tokens", "must be >= 1 token (max_tokens 0 generates nothing)")
+        if not (isinstance(self.shared_prefix_tokens, int) and 0 <= self.shared_prefix_tokens <= MAX_TOKENS_LIMIT):
+            raise SpecError("shared_prefix_tokens", f"must be an integer between 0 and {MAX_TOKENS_LIMIT}, "
+                            f"got {self.shared_prefix_tokens!r}")
+        if not isinstance(self.extra_body, dict):
+            raise SpecError("extra_body", "expected a mapping of JSON fields")
+        if self.api == "openai-embeddings":
+            if self.output_tokens is not None:
+                raise SpecError("output_tokens", "embeddings generate no tokens; remove output_tokens")
+            if self.stream:
+                raise SpecError("stream", "embeddings are not streamed; remove stream or set it to false")
+
+    @property
+    def generates(self) -> bool:
+        """True when the API generates tokens (chat, completions), False for embeddings."""
+        return self.api != "openai-embeddings"
+
+    def describe(self) -> dict:
+        """The class's API settings as plain JSON values (for the manifest and the report)."""
+        out: dict[str, Any] = {"api": self.api, "model": self.model, "stream": self.stream}
+        if self.dataset is not None:
+            out["dataset"] = {"file": self.dataset.path, "conversations": len(self.dataset.conversations),
+                              "turns": self.dataset.turns, "order": self.dataset.order}
+        else:
+            out["prompt_tokens"] = _describe_size(self.prompt_tokens)
+        if self.generates:
+            out["output_tokens"] = (_describe_size(self.output_tokens) if self.output_tokens is not None
+                                    else ("dataset" if self.dataset is not None else DEFAULT_OUTPUT_TOKENS))
+            out["ignore_eos"] = self.ignore_eos
+        if self.shared_prefix_tokens:
+            out["shared_prefix_tokens"] = self.shared_prefix_tokens
+        if self.tokenizer:
+            out["tokenizer"] = self.tokenizer
+        if self.extra_body:
+            out["extra_body"] = sorted(self.extra_body)
+        return out
+
+
+def _size_upper(size: SizeSpec) -> int:
+    """Largest value a size distribution can give."""
+    if size.dist == "fixed":
+        return size.value
+    if size.dist == "empirical":
+        return int(size.values.max())
+    return size.max
+
+
+def _size_lower(size: SizeSpec) -> int:
+    """Smallest value a size distribution can give."""
+    if size.dist == "fixed":
+        return size.value
+    if size.dist == "empirical":
+        return int(size.values.min())
+    return size.min
+
+
+def _describe_size(size: SizeSpec) -> dict:
+    if size.dist == "fixed":
+        return {"dist": "fixed", "value": size.value}
+    if size.dist == "uniform":
+        return {"dist": "uniform", "min": size.min, "max": size.max}
+    if size.dist == "lognormal":
+        return {"dist": "lognormal", "median": size.median, "sigma": size.sigma, "min": size.min, "max": size.max}
+    return {"dist": "empirical", "file": size.file, "values": int(len(size.values))}
+
+
 HTTP_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD")
 
 
@@ -303,16 +478,33 @@ class RequestClass:
     headers: dict[str, str] = field(default_factory=dict)
     payload: PayloadSpec = field(default_factory=PayloadSpec)
     stream: bool = False  # read the response as a stream of chunks (TTFT / ITL)
+    #: An OpenAI-compatible API class: the body is built from it (``payload`` unused),
+    #: the method is POST and ``stream`` follows ``llm.stream``.
+    llm: LLMSpec | None = None
 
     def __post_init__(self):
         if not self.name or not isinstance(self.name, str):
             raise SpecError("name", "every request class needs a name")
+        if self.llm is not None and not self.path:
+            object.__setattr__(self, "path", LLM_API_PATHS[self.llm.api])
         if not isinstance(self.path, str) or not self.path.startswith("/"):
             raise SpecError("path", f"must start with '/', got {self.path!r}")
         if not (self.weight > 0):
             raise SpecError("weight", f"must be > 0, got {self.weight!r}")
         if self.method not in HTTP_METHODS:
             raise SpecError("method", f"unknown HTTP method {self.method!r}")
+        if self.llm is not None:
+            if self.method != "POST":
+                raise SpecError("method", f"an {self.llm.api} class sends POST, not {self.method}")
+            if self.payload.kind != "none":
+                raise SpecError("payload", f"an {self.llm.api} class builds its own body "
+                                "(prompt_tokens, dataset, extra_body); remove payload")
+            object.__setattr__(self, "stream", self.llm.stream)
+
+    @property
+    def api(self) -> str | None:
+        """The OpenAI-compatible API this class speaks, or None for plain HTTP."""
+        return self.llm.api if self.llm is not None else None
 
 
 IN_FLIGHT_POLICIES = ("wait", "drop")
@@ -321,7 +513,10 @@ IN_FLIGHT_POLICIES = ("wait", "drop")
 @dataclass(frozen=True)
 class LoadPlan:
     """Everything the load generator needs for one run. Every run is bounded:
-    it stops after ``duration_s`` or ``max_requests``, whichever comes first."""
+    it stops after ``duration_s`` or ``max_requests``, whichever comes first.
+
+    ``max_in_flight`` is lowered to ``arrival.max_concurrency`` when that is
+    smaller (the arrival's cap is the plan's cap)."""
 
     target: str  # base URL, e.g. http://127.0.0.1:8000
     duration_s: float
@@ -349,6 +544,9 @@ class LoadPlan:
             raise SpecError("timeout", f"must be > 0, got {self.timeout_s!r}")
         if self.max_in_flight < 1:
             raise SpecError("max_in_flight", f"must be >= 1, got {self.max_in_flight!r}")
+        cap = self.arrival.max_concurrency
+        if cap is not None and cap < self.max_in_flight:
+            object.__setattr__(self, "max_in_flight", cap)
         if not (0.0 <= self.trace_sample_rate <= 1.0):
             raise SpecError("trace_sample_rate", f"must be between 0 and 1, got {self.trace_sample_rate!r}")
         if self.in_flight_policy not in IN_FLIGHT_POLICIES:

@@ -1,10 +1,12 @@
-"""Which offered rates a load sweep runs: a list, a range, or a peak search.
+"""Which offered rates (or concurrencies) a load sweep runs: a list, a range, or a peak search.
 
-No Locust import. ``tailscope sweep`` runs one full run per rate step
-(docs/sweep.md); this module only decides the rates.
+No Locust import. ``tailscope sweep`` runs one full run per step
+(docs/sweep.md); this module only decides the levels.
 
 - :func:`parse_rates`: ``"50:500:50"`` (start:stop:step, stop included when
   the steps land on it) or ``"50,100,200"``.
+- :func:`parse_concurrency`: the same for concurrency mode, whole numbers
+  (``"1,2,4,8,16"``, ``"8:64:8"``).
 - :class:`PeakSearch`: MLPerf-style peak finding between two bounds: probe the
   lower bound (it must pass), then the upper bound (if it passes, it is the
   answer), then bisect until the bracket is narrower than ``tolerance_rps``
@@ -39,6 +41,19 @@ def parse_rates(text: str) -> list[float]:
     if len(rates) > MAX_STEPS:
         raise ValueError(f"{len(rates)} rates; at most {MAX_STEPS}")
     return rates
+
+
+def parse_concurrency(text: str) -> list[int]:
+    """Concurrency levels (requests kept in flight) from ``start:stop:step`` or a
+    comma-separated list, as :func:`parse_rates` reads them; each a whole number >= 1.
+
+    Raises ValueError with the reason."""
+    levels = []
+    for value in parse_rates(text):
+        if value != int(value):
+            raise ValueError(f"{text!r}: a concurrency is a whole number of requests, got {value:g}")
+        levels.append(int(value))
+    return levels
 
 
 def _rate(part: str, text: str) -> float:

@@ -23,8 +23,8 @@ in batches of ``DRAW_BATCH``.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 

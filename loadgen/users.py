@@ -65,6 +65,9 @@ class LoadSession:
         self.clock: RunClock | None = None  # set by begin(): the run origin
         self.origin_ns: int | None = None  # epoch ns of offset 0; None: when begin() is first called
         self.started = gevent.event.Event()
+        #: Set once every user has begun (the closed loop's ``users``; the open loop's one walker).
+        self.all_begun = gevent.event.Event()
+        self._users_begun = 0
         self.halted = gevent.event.Event()
         self.done = gevent.event.Event()
         self.halt_reason: str | None = None  # "duration" | "stopped"
@@ -79,10 +82,13 @@ class LoadSession:
         self._closed_users_finished = 0
 
     def begin(self) -> RunClock:
-        """Fix the run origin (first call only) and return the run clock."""
+        """Fix the run origin (first call only) and return the run clock. Each user calls it once."""
         if self.clock is None:
             self.clock = RunClock(self.origin_ns)
             self.started.set()
+        self._users_begun += 1
+        if self._users_begun >= (self.plan.arrival.users if self.plan.arrival.process == "closed" else 1):
+            self.all_begun.set()
         return self.clock
 
     def schedule(self):
@@ -294,7 +300,9 @@ def run_closed_loop(session: LoadSession, exchanger: Exchanger) -> None:
         session.sent += 1
         session.in_flight += 1
         try:
-            exchanger.exchange(mix.prepare(mix.draw_class()), None)
+            request = mix.prepare(mix.draw_class())
+            request.wire = exchanger.encode(request)  # built before the send: sent_ns is the send
+            exchanger.exchange(request, None)
         finally:
             session.in_flight -= 1
         if think_s > 0 and session.halted.wait(think_s):

@@ -5,13 +5,14 @@ tolerating a truncated last batch (:mod:`.reader`). File names and columns are
 defined once, in :mod:`.schema`, and documented in docs/run-format.md.
 """
 
-from tailscope.rundir.appender import Appender, DiskFullError, PeriodicFlusher, FLUSH_INTERVAL_S
-from tailscope.rundir.manifest import RunWriter, write_json_atomic, new_run_dir
-from tailscope.rundir.reader import Run, RunDirError, TableRead, load_run, read_json, read_stream, release_pages
 from tailscope.rundir import schema
+from tailscope.rundir.appender import FLUSH_INTERVAL_S, Appender, DiskFullError, PeriodicFlusher
+from tailscope.rundir.manifest import RunWriter, new_run_dir, write_json_atomic
+from tailscope.rundir.reader import Damage, Run, RunDirError, TableRead, load_run, read_json, read_stream, release_pages
 
 __all__ = [
     "Appender",
+    "Damage",
     "DiskFullError",
     "PeriodicFlusher",
     "FLUSH_INTERVAL_S",

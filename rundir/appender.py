@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 import pyarrow as pa
 
@@ -157,7 +157,7 @@ class PeriodicFlusher:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="tailscope-flusher", daemon=True)
 
-    def start(self) -> "PeriodicFlusher":
+    def start(self) -> PeriodicFlusher:
         self._thread.start()
         return self
 
@@ -165,7 +165,7 @@ class PeriodicFlusher:
         while not self._stop.wait(self.interval_s):
             try:
                 self.flush_all()
-            except BaseException as exc:  # surfaced to the owner through .error
+            except BaseException as exc:  # noqa: BLE001 — surfaced to the owner through .error
                 self.error = exc
                 return
 

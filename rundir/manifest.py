@@ -14,7 +14,7 @@ import os
 import platform
 import socket
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import psutil
 
@@ -41,7 +41,7 @@ def write_json_atomic(path: str | os.PathLike, data) -> None:
 
 def new_run_dir(parent: str | os.PathLike, name: str) -> str:
     """Create ``parent/<UTC timestamp>-<name>`` and return its path."""
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     base = os.path.join(os.fspath(parent), f"{stamp}-{name}")
     path, n = base, 1
     while os.path.exists(path):

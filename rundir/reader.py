@@ -1,7 +1,11 @@
 """Reading a run directory, including one left behind by a killed harness.
 
 A stream whose writer died mid-batch reads back every complete batch; the
-partial last one is dropped and reported through ``truncated``.
+partial last one is dropped and reported through ``truncated``. A stream
+whose bytes are wrong (not cut short: overwritten, flipped, not Arrow at all)
+reads back every batch before the first bad one and is reported through
+``damaged`` (:class:`Damage`: which batch, and why) — a different story for
+the user: nothing was killed, the file was damaged.
 """
 
 from __future__ import annotations
@@ -9,6 +13,7 @@ from __future__ import annotations
 import json
 import mmap
 import os
+import re
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -21,6 +26,22 @@ class RunDirError(Exception):
     """A run directory that cannot be read: missing, not a run, or a newer format."""
 
 
+@dataclass(frozen=True)
+class Damage:
+    """Where a stream file stops being readable although its bytes go on: the batch
+    (0-based; None when the stream's header, its schema, is bad) and why."""
+
+    batch: int | None
+    reason: str
+
+    def describe(self, name: str) -> str:
+        """One sentence naming the file and the batch, e.g. for a warning."""
+        if self.batch is None:
+            return f"{name} is damaged: its header is not a readable Arrow stream ({self.reason}); none of it was read"
+        return (f"{name} is damaged at batch {self.batch} ({self.reason}): the {self.batch} batches before it "
+                "were read, the rest of the file was not")
+
+
 @dataclass
 class TableRead:
     """A table read from one stream file, with how the read went."""
@@ -28,6 +49,7 @@ class TableRead:
     table: pa.Table
     truncated: bool = False  # the file ended inside a batch (writer killed)
     missing: bool = False  # the file does not exist
+    damaged: Damage | None = None  # bad bytes (not a cut): the batches before them were read
     #: The read-only memory map the table's buffers point into (None: nothing mapped).
     mapped: mmap.mmap | None = field(default=None, repr=False, compare=False)
 
@@ -44,23 +66,23 @@ def read_stream(path: str | os.PathLike, schema: pa.Schema) -> TableRead:
         return TableRead(schema.empty_table(), missing=True)
     try:
         mapped = _map_read_only(path)
-        batches, truncated = _read_valid_batches(mapped) if mapped is not None else ([], False)
+        batches, truncated, damaged = _read_valid_batches(mapped) if mapped is not None else ([], False, None)
     except OSError as exc:
         raise RunDirError(f"{path}: cannot read: {exc.strerror or exc}") from exc
     if not batches:
-        return TableRead(schema.empty_table(), truncated=truncated)
+        return TableRead(schema.empty_table(), truncated=truncated, damaged=damaged)
     try:
-        try:
-            table = pa.Table.from_batches(batches)
-        except pa.ArrowInvalid:  # batches disagree on their schema: keep the first run of them
-            table = pa.Table.from_batches([b for b in batches if b.schema.equals(batches[0].schema)])
-            truncated = True
-        return TableRead(_conform(table, schema, path), truncated=truncated, mapped=mapped)
+        differs = [i for i, b in enumerate(batches) if not b.schema.equals(batches[0].schema)]
+        if differs:  # batches disagree on their schema: keep the ones before the first that differs
+            batches = batches[:differs[0]]
+            damaged = Damage(differs[0], "its schema differs from the stream's")
+        table = pa.Table.from_batches(batches)
+        return TableRead(_conform(table, schema, path), truncated=truncated, mapped=mapped, damaged=damaged)
     except UnicodeDecodeError as exc:  # a damaged schema (e.g. a flipped byte in a column name)
         raise RunDirError(f"{path}: damaged stream header ({exc.reason}); not readable") from exc
 
 
-def _read_valid_batches(mapped: mmap.mmap) -> tuple[list[pa.RecordBatch], bool]:
+def _read_valid_batches(mapped: mmap.mmap) -> tuple[list[pa.RecordBatch], bool, Damage | None]:
     """Every complete, valid batch up to the first partial or corrupt one.
 
     Each batch is validated in full (offsets, lengths, UTF-8), so a file with
@@ -70,24 +92,71 @@ def _read_valid_batches(mapped: mmap.mmap) -> tuple[list[pa.RecordBatch], bool]:
     after each batch is validated the map's pages are dropped from the process (they
     stay in the page cache and come back on first use), so validating a file costs
     little more resident memory than the batches being validated, and columns the
-    analysis never reads are never resident. Returns (batches, truncated)."""
+    analysis never reads are never resident. Returns (batches, truncated, damage): the
+    stream ended inside a message (:func:`_cut_short`), or its bytes are bad from
+    ``damage.batch`` on."""
     batches: list[pa.RecordBatch] = []
+    source = pa.BufferReader(pa.py_buffer(mapped))
     try:
-        reader = pa.ipc.open_stream(pa.BufferReader(pa.py_buffer(mapped)))
+        reader = pa.ipc.open_stream(source)
         _ = reader.schema.names  # a damaged header may hold names that are not UTF-8
-    except (OSError, pa.ArrowException, UnicodeDecodeError):
-        return batches, True
-    truncated = False
+    except (OSError, pa.ArrowException, UnicodeDecodeError) as exc:
+        if _cut_short(mapped, 0, exc):
+            return batches, True, None
+        return batches, False, Damage(None, _damage_reason(mapped, 0, exc))
+    truncated, damage = False, None
     while True:  # framing only: cheap, and a partial last batch ends the stream
+        offset = source.tell()
         try:
             batches.append(reader.read_next_batch())
         except StopIteration:
+            if source.tell() < len(mapped):  # an end marker with bytes after it: written over
+                damage = Damage(len(batches), f"an end-of-stream marker with {len(mapped) - source.tell():,} "
+                                              "bytes after it")
             break
-        except (OSError, pa.ArrowException):
-            truncated = True
+        except (OSError, pa.ArrowException) as exc:
+            if _cut_short(mapped, offset, exc):
+                truncated = True
+            else:
+                damage = Damage(len(batches), _damage_reason(mapped, offset, exc))
             break
     valid = _validated_prefix(batches, mapped)
-    return batches[:valid], truncated or valid < len(batches)
+    if valid < len(batches):
+        return batches[:valid], False, Damage(valid, "its contents do not validate")
+    return batches, truncated, damage
+
+
+#: Arrow IPC's continuation marker, which starts every message of a stream we write.
+_CONTINUATION = b"\xff\xff\xff\xff"
+_BODY_SHORT = re.compile(r"read (\d+) bytes for message body")
+
+
+def _cut_short(mapped: mmap.mmap, offset: int, error: Exception) -> bool:
+    """Whether the message starting at ``offset`` failed because the file ends inside it
+    (its framing is intact and it extends past the end: a writer killed while writing)
+    rather than because its bytes are bad."""
+    size = len(mapped)
+    head = mapped[offset:offset + 8]
+    if head[:4] != _CONTINUATION[:len(head[:4])]:
+        return False  # not the start of a message: bad bytes
+    if len(head) < 8:
+        return True  # the file ends inside the message's prefix
+    metadata_end = offset + 8 + int.from_bytes(head[4:], "little", signed=True)
+    if metadata_end <= offset + 8:
+        return False
+    if metadata_end > size:
+        return metadata_end - size < 1 << 24  # a plausible length, cut short (random bytes claim gigabytes)
+    body = _BODY_SHORT.search(str(error))
+    return body is not None and metadata_end + int(body.group(1)) > size
+
+
+def _damage_reason(mapped: mmap.mmap, offset: int, error: Exception) -> str:
+    """Why the message at ``offset`` cannot be read: no message marker there (bytes that are not
+    an Arrow stream's), else Arrow's own message on one line (at most 120 characters)."""
+    if mapped[offset:offset + 4] != _CONTINUATION:
+        return f"byte {offset:,} holds no Arrow message marker: not the bytes an Arrow stream has there"
+    text = " ".join(str(error).split()) or type(error).__name__
+    return text if len(text) <= 120 else text[:117] + "..."
 
 
 #: Threads that validate the batches of one file.
@@ -130,7 +199,7 @@ def _release_pages(mapped: mmap.mmap) -> None:
         mapped.madvise(mmap.MADV_DONTNEED)
 
 
-def release_pages(run: "Run") -> None:
+def release_pages(run: Run) -> None:
     """Hand back the resident pages of the run's memory-mapped tables.
 
     The pages are clean copies of the files (the kernel could drop them under pressure
@@ -168,7 +237,9 @@ def read_json(path: str | os.PathLike, default=None):
     except FileNotFoundError:
         return default
     except json.JSONDecodeError as exc:
-        raise RunDirError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from exc
+        # json's own messages may end in "at" ("Invalid control character at"): the position follows once
+        raise RunDirError(f"{path}: not valid JSON ({exc.msg.removesuffix(' at')} at line {exc.lineno}, "
+                          f"column {exc.colno})") from exc
     except UnicodeDecodeError as exc:
         raise RunDirError(f"{path}: not valid JSON (not UTF-8 text at byte {exc.start})") from exc
     except (IsADirectoryError, PermissionError) as exc:
@@ -188,6 +259,8 @@ class Run:
     signals_meta: dict
     receiver: dict
     truncated: dict[str, bool] = field(default_factory=dict)
+    #: Stream files (by file name, e.g. ``requests.arrow``) whose bytes are bad, and where.
+    damaged: dict[str, Damage] = field(default_factory=dict)
     #: Per-window histograms (windows.arrow); empty for runs written before format 1.1.
     windows: pa.Table | None = None
     #: The read-only memory maps the tables point into (see :func:`release_pages`).
@@ -211,10 +284,13 @@ def load_run(path: str | os.PathLike) -> Run:
     check_version(manifest.get("format_version"), path)
     tables = {}
     truncated = {}
+    damaged = {}
     mapped = []
     for name, schema in fmt.SCHEMAS.items():
-        reads = [read_stream(p, schema) for p in fmt.table_files(path, name)]
+        files = fmt.table_files(path, name)
+        reads = [read_stream(p, schema) for p in files]
         mapped += [r.mapped for r in reads if r.mapped is not None]
+        damaged.update({os.path.basename(p): r.damaged for p, r in zip(files, reads) if r.damaged is not None})
         tables[name] = (
             pa.concat_tables([r.table for r in reads]) if reads else schema.empty_table()
         )
@@ -229,6 +305,7 @@ def load_run(path: str | os.PathLike) -> Run:
         signals_meta=_json_object(os.path.join(path, fmt.SIGNALS_META)),
         receiver=_json_object(os.path.join(path, fmt.RECEIVER_STATS)),
         truncated=truncated,
+        damaged=damaged,
         windows=tables[fmt.WINDOWS],
         mapped=mapped,
     )

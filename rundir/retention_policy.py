@@ -29,9 +29,9 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
+from tailscope.rundir import schema as fmt
 from tailscope.rundir.manifest import write_json_atomic
 from tailscope.rundir.reader import read_json
-from tailscope.rundir import schema as fmt
 
 _LOW64 = (1 << 64) - 1
 

@@ -14,7 +14,7 @@ import pyarrow as pa
 
 #: Bumped when a file or column changes meaning. Readers accept runs whose
 #: major version they know and reject newer majors with a clear message.
-FORMAT_VERSION = "1.1"  # 1.1: spans.events
+FORMAT_VERSION = "1.2"  # 1.1: spans.events; 1.2: requests' token columns, chunks.tokens
 FORMAT_MAJOR = 1
 
 MANIFEST = "manifest.json"
@@ -46,8 +46,21 @@ REQUESTS_SCHEMA = pa.schema(
         ("chunks", pa.int32()),  # streamed chunks received (0 when not streamed)
         ("max_gap_ns", pa.int64()),  # largest inter-chunk gap (streaming), null otherwise
         ("worker", pa.int32()),  # generator worker index (0 for a single process)
+        # OpenAI-API classes (``api:``) only; null for plain HTTP classes and in runs before 1.2.
+        # first_byte_ns is then the first content chunk: TTFT = first_byte_ns - scheduled_ns.
+        ("prompt_tokens", pa.int32()),  # the server's usage.prompt_tokens, else the client's count
+        ("output_tokens", pa.int32()),  # usage.completion_tokens, else tokenizer or chunk count; null: embeddings
+        ("token_count_source", pa.string()),  # usage | tokenizer | chunks | words (TOKEN_COUNT_SOURCES)
+        ("finish_reason", pa.string()),  # the server's last finish_reason (stop, length, ...); null if none
+        ("last_token_ns", pa.int64()),  # last content chunk (the usage chunk and [DONE] do not count)
+        ("error_body", pa.string()),  # first 256 bytes: an OpenAI-API class's error JSON; any unstreamed HTTP error's body
     ]
 )
+#: Where a request's token counts came from: the response's ``usage``; the
+#: class's tokenizer (no usage); one token per content chunk (neither). A class
+#: without output (embeddings) and without usage counts its prompt with the
+#: tokenizer or in ``words``.
+TOKEN_COUNT_SOURCES = ("usage", "tokenizer", "chunks", "words")
 
 #: One row per span received from the target (OTLP) or imported.
 SPANS_SCHEMA = pa.schema(
@@ -96,7 +109,10 @@ ERROR_KINDS = ("http", "timeout", "refused", "reset", "dropped", "other")
 CHUNKS = "chunks.arrow"
 #: One row per chunk (token) of a streamed response (request classes with
 #: ``stream: true``), written by the harness: the request's trace id, the
-#: chunk's index in its response (0 = first token) and when it arrived.
+#: chunk's index in its response (0 = first token), when it arrived and (1.2,
+#: OpenAI-API classes) how many tokens it carried. For those classes only
+#: *content* chunks are rows (not the role-only, finish-only or usage chunks).
+#: ``tokens`` null (plain stream classes, runs before 1.2) means 1 token.
 #: Not part of ``SCHEMAS`` (it can be large): read it with ``read_stream``
 #: over ``table_files(run, CHUNKS)`` (tailscope.analyzers.stats.streaming does).
 CHUNKS_SCHEMA = pa.schema(
@@ -104,8 +120,13 @@ CHUNKS_SCHEMA = pa.schema(
         ("trace_id", pa.string()),
         ("index", pa.int32()),
         ("t_ns", pa.int64()),
+        ("tokens", pa.int32()),  # tokens in the chunk (1.2); null: one
     ]
 )
+#: Per request class, up to 20 distinct errors with their counts, written by the
+#: harness's record keeper (tailscope.loadgen.error_samples; every request of a
+#: distributed run passes it on the master); absent in runs before 1.2.
+ERROR_SAMPLES = "error_samples.json"
 #: Writer name of the harness's own signal series (generator CPU, in flight,
 #: GC time): ``signals.generator.arrow``, part of the signals table.
 GENERATOR_WRITER = "generator"

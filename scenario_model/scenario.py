@@ -9,11 +9,12 @@ Every problem is reported before any load is sent, as one
 from __future__ import annotations
 
 import os
-import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 from urllib.parse import urlparse
 
+from tailscope.loadgen.llm_fields import LLM_CLASS_FIELDS, openai_class_fields
 from tailscope.loadgen.spec import (
     ArrivalSpec,
     LoadPlan,
@@ -22,9 +23,9 @@ from tailscope.loadgen.spec import (
     SizeSpec,
     SpecError,
 )
-
 from tailscope.scenario_model.sections import SECTION_PARSERS
 from tailscope.scenario_model.yamlpos import Path, YamlSyntaxError, format_path, line_of, load_located
+from tailscope.support.units import parse_duration_s
 
 
 class ScenarioError(ValueError):
@@ -43,31 +44,15 @@ LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 TOP_LEVEL_FIELDS = {
     "name", "description", "target", "duration", "max_requests", "seed", "timeout",
     "max_in_flight", "arrival", "classes", "slo", "signals",
-    "in_flight_policy", "trace_sample_rate",
+    "in_flight_policy", "trace_sample_rate", "tracing",
 }
-ARRIVAL_FIELDS = {"process", "rate", "burstiness", "users", "think_time", "profile",
+ARRIVAL_FIELDS = {"process", "rate", "burstiness", "users", "think_time", "profile", "concurrency", "max_concurrency",
                   "file", "format", "unit", "speed", "loop"}
-CLASS_FIELDS = {"name", "weight", "method", "path", "headers", "payload", "stream"}
+CLASS_FIELDS = {"name", "weight", "method", "path", "headers", "payload", "stream"} | LLM_CLASS_FIELDS
 PAYLOAD_FIELDS = {"kind", "body", "size", "field", "file", "order"}
 SIZE_FIELDS = {"dist", "value", "min", "max", "median", "sigma", "file"}
 SIGNALS_FIELDS = {"rate", "prometheus", "process_tree"}
-
-_DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
-_DURATION_UNITS_S = {"ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
-
-
-def parse_duration_s(value: Any) -> float:
-    """``"90s"``, ``"2m"``, ``"1.5h"``, ``"250ms"`` or a number of seconds → seconds."""
-    if isinstance(value, bool):
-        raise ValueError(f"expected a duration such as 60s or 2m, got {value!r}")
-    if isinstance(value, (int, float)):
-        return float(value)
-    if isinstance(value, str):
-        match = _DURATION_RE.match(value)
-        if match:
-            return float(match.group(1)) * _DURATION_UNITS_S[match.group(2)]
-    raise ValueError(f"expected a duration such as 60s, 2m or 250ms, got {value!r}")
-
+TRACING_FIELDS = {"late_span_wait", "export_interval"}
 
 @dataclass
 class Scenario:
@@ -96,6 +81,9 @@ class Scenario:
     in_flight_policy: str = "wait"
     #: Head sampling: share of requests sent with the traceparent's sampled flag.
     trace_sample_rate: float = 1.0
+    #: tracing.late_span_wait / tracing.export_interval in s (absent: the SDK defaults,
+    #: tailscope.conductor.late_spans): ``{"late_span_wait_s", "export_interval_s"}``.
+    tracing: dict = field(default_factory=dict)
 
     def load_plan(self, target: str | None = None, duration_s: float | None = None) -> LoadPlan:
         """The load plan, with the command line's ``--target``/``--duration`` applied."""
@@ -230,6 +218,7 @@ class FieldReader:
         trace_sample_rate = self.number(top, (), "trace_sample_rate", 1.0)
         if not 0.0 <= trace_sample_rate <= 1.0:
             raise self.fail(("trace_sample_rate",), f"must be between 0 and 1, got {trace_sample_rate}")
+        tracing = self.tracing(top.get("tracing", {}) or {}, ("tracing",))
         name = self.string(top, (), "name", None) or os.path.splitext(os.path.basename(self.file))[0]
         sections = {key: SECTION_PARSERS[key](top[key], (key,), self)
                     for key in top if key in SECTION_PARSERS}
@@ -252,7 +241,20 @@ class FieldReader:
             sections=sections,
             in_flight_policy=in_flight_policy,
             trace_sample_rate=float(trace_sample_rate),
+            tracing=tracing,
         )
+
+    def tracing(self, value: Any, path: Path) -> dict:
+        """The ``tracing`` section: how long to wait for late spans and the target's export interval."""
+        data = self.mapping(value, path, TRACING_FIELDS)
+        out = {}
+        for key, name in (("late_span_wait", "late_span_wait_s"), ("export_interval", "export_interval_s")):
+            seconds = self.duration(data, path, key, None)
+            if seconds is not None and not 0 <= seconds <= 600:
+                raise self.fail(path + (key,), f"must be between 0s and 10m, got {data[key]!r}")
+            if seconds is not None:
+                out[name] = seconds
+        return out
 
     def prometheus_urls(self, value: Any, path: Path) -> tuple[str, ...]:
         """signals.prometheus: true (= "/metrics" of the target), a URL or path, or a list of them."""
@@ -295,6 +297,9 @@ class FieldReader:
             raise self.fail((), "arrival: missing (e.g. arrival: {process: poisson, rate: 50})")
         data = self.mapping(value, path, ARRIVAL_FIELDS)
         process = self.string(data, path, "process", "poisson")
+        concurrency = self.concurrency_mode(data, path, process)
+        if concurrency is not None:
+            process = "closed"
         rate = self.number(data, path, "rate", None)
         profile = (parse_profile(self, data["profile"], path + ("profile",), rate, duration_s)
                    if data.get("profile") is not None else None)
@@ -315,13 +320,32 @@ class FieldReader:
             process=process,
             rate=float(rate if rate is not None else 1.0),
             burstiness=float(self.number(data, path, "burstiness", 1.0)),
-            users=self.number(data, path, "users", 1, integer=True),
+            users=concurrency if concurrency is not None else self.number(data, path, "users", 1, integer=True),
             think_time_s=self.duration(data, path, "think_time", 0.0),
             profile=profile,
             log=parse_arrival_log(self, data, path) if process == "replay" else None,
             speed=float(speed),
             loop=loop,
+            max_concurrency=self.number(data, path, "max_concurrency", None, integer=True),
         )
+
+    def concurrency_mode(self, data: dict, path: Path, process: str) -> int | None:
+        """``arrival.concurrency: N``: concurrency mode, N requests kept in flight (a closed
+        loop of N users with no think time); None when the field is absent."""
+        concurrency = self.number(data, path, "concurrency", None, integer=True)
+        if concurrency is None:
+            return None
+        at = path + ("concurrency",)
+        if "process" in data and process != "closed":
+            raise self.fail(at, f"concurrency mode is a closed loop, not {process!r}; "
+                            "to cap an open-loop schedule use max_concurrency")
+        for key in ("users", "think_time", "rate", "profile", "max_concurrency"):
+            if key in data:
+                raise self.fail(path + (key,), f"not with concurrency: concurrency mode keeps {concurrency} "
+                                "requests in flight, each sent as soon as one ends")
+        if concurrency < 1:
+            raise self.fail(at, f"must be >= 1, got {concurrency}")
+        return concurrency
 
     def classes(self, value: Any, path: Path) -> tuple[RequestClass, ...]:
         if value is None:
@@ -346,9 +370,7 @@ class FieldReader:
         stream = data.get("stream", False)
         if not isinstance(stream, bool):
             raise self.fail(path + ("stream",), f"expected true or false, got {stream!r}")
-        return self.build(
-            path,
-            RequestClass,
+        kwargs = dict(
             name=name,
             path=self.string(data, path, "path", None) or "",
             weight=float(self.number(data, path, "weight", 1.0)),
@@ -357,6 +379,10 @@ class FieldReader:
             payload=self.payload(data.get("payload"), path + ("payload",)),
             stream=stream,
         )
+        # an OpenAI-API class (`api:`): its fields, files read relative to the scenario's folder
+        base = os.path.dirname(self.file) if not self.file.startswith("<") else ""
+        kwargs.update(openai_class_fields(data, self.fail, at=path, base_dir=base))
+        return self.build(path, RequestClass, **kwargs)
 
     def payload(self, value: Any, path: Path) -> PayloadSpec:
         if value is None:

@@ -7,36 +7,37 @@ errors with file, line and field. The parsed object lands in
 ``Scenario.sections[key]``; the raw YAML is in the manifest as well, so
 analyzers can read a section without importing its parser.
 
-Add a section by adding one entry here; keep the parser in the module that
-owns the feature.
+:data:`SECTION_PARSERS` declares every section, one registration each, with
+its parser imported from the module that owns the feature (importing that
+module registers nothing). Add a section by adding one registration here.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
+
+from tailscope.analyzers.stages.rules import parse_stages_section
+from tailscope.faults.section import parse_faults_section
+from tailscope.loadgen.retention_section import parse_retention
+from tailscope.scenario_model.abort_rules import parse_abort_section
+from tailscope.support.registry import Registry
 
 SectionParser = Callable[[Any, tuple, Any], Any]
 
-from tailscope.loadgen.retention_section import parse_retention
-
-SECTION_PARSERS: dict[str, SectionParser] = {}
+#: Every optional scenario section, by its top-level key, in the order they are parsed.
+SECTION_PARSERS: Registry[SectionParser] = Registry("scenario section")
 
 #: Soak runs: which per-request records are kept (loadgen/retention_section.py).
-SECTION_PARSERS["retention"] = parse_retention
+SECTION_PARSERS.register(parse_retention, name="retention")
 
 #: Lab and incident drills: fault windows with ground truth (faults/section.py, docs/lab.md).
-from tailscope.faults.section import parse_faults_section  # noqa: E402
-
-SECTION_PARSERS["faults"] = parse_faults_section
+SECTION_PARSERS.register(parse_faults_section, name="faults")
 
 #: Stage mapping (span name/attribute rules, span-event intervals, presets) and clock alignment
 #: (analyzers/stages/rules.py, docs/scenario-format.md "stages").
-from tailscope.analyzers.stages.rules import parse_stages_section  # noqa: E402
-
-SECTION_PARSERS["stages"] = parse_stages_section
+SECTION_PARSERS.register(parse_stages_section, name="stages")
 
 #: Abort thresholds: stop a run early on error rate, P99 or achieved/offered rate
-#: (conductor/abort.py, docs/scenario-format.md "abort_on").
-from tailscope.conductor.abort import parse_abort_section  # noqa: E402
-
-SECTION_PARSERS["abort_on"] = parse_abort_section
+#: (scenario_model/abort_rules.py; judged by conductor/abort.py; docs/scenario-format.md "abort_on").
+SECTION_PARSERS.register(parse_abort_section, name="abort_on")
