@@ -12,40 +12,55 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from functools import partial
-from typing import Mapping
 
 import numpy as np
 import pyarrow.compute as pc
 
-from tailscope.rundir import Run, load_run, release_pages
-
 from tailscope.analyzers.causes.protocol import DetectorRegistry
+from tailscope.analyzers.findings.protocol import FindingInputs
+from tailscope.analyzers.findings.registry import whole_run_findings
 from tailscope.analyzers.health.generator import generator_section
-from tailscope.analyzers.stats.goodput import goodput_summary
-from tailscope.analyzers.health.load_checks import abort_verdict, limited_windows_text, load_warnings
-from tailscope.analyzers.stats.streaming import read_chunks, stream_times, streaming_section
-from tailscope.analyzers.stats.distribution import latency_distribution
+from tailscope.analyzers.health.lateness_rule import lateness_judgement, material_intervals
+from tailscope.analyzers.health.load_checks import abort_verdict, load_warnings
 from tailscope.analyzers.health.outages import find_outages
-from tailscope.analyzers.stats.percentiles import min_samples_for_claim
-from tailscope.analyzers.inputs.queues import queue_points
-from tailscope.analyzers.inputs.retained import retained_view
 from tailscope.analyzers.health.run_health import run_health_warnings, trace_sample_rate
+from tailscope.analyzers.inputs.derived_series import signals_section
+from tailscope.analyzers.inputs.error_samples import error_samples_section
+from tailscope.analyzers.inputs.other_traffic import foreign_spans, other_traffic
+from tailscope.analyzers.inputs.queues import queue_points
 from tailscope.analyzers.inputs.records import NS_PER_MS, NS_PER_S, RequestArrays, int_column, request_arrays
-from tailscope.analyzers.inputs.signal_panels import signals_section
+from tailscope.analyzers.inputs.retained import retained_view
+from tailscope.analyzers.inputs.signal_index import SignalIndex
+from tailscope.analyzers.patterns.soak import record_period_counts, soak_section
+from tailscope.analyzers.patterns.trends import analyze_patterns, pattern_warnings
+from tailscope.analyzers.spikes.detection import SpikeRules, detect, detection_facts, find_spikes
+from tailscope.analyzers.spikes.series import series_spikes
+from tailscope.analyzers.stages.clock_alignment import align_clocks, clock_warnings
+from tailscope.analyzers.stages.decomposition import (
+    join_spans,
+    missing_spans,
+    stage_matrix,
+    stage_name_map,
+    summarize_stages,
+    traced_requests,
+)
+from tailscope.analyzers.stages.rules import rules_for_scenario
+from tailscope.analyzers.stages.server_metrics import run_server_series
+from tailscope.analyzers.stats.distribution import latency_distribution
+from tailscope.analyzers.stats.goodput import goodput_summary
+from tailscope.analyzers.stats.llm import LlmArrays, add_window_columns, llm_arrays, llm_section, series, window_columns
+from tailscope.analyzers.stats.percentiles import min_samples_for_claim
 from tailscope.analyzers.stats.slo import evaluate, parse_slo
 from tailscope.analyzers.stats.slow_points import slow_request_points
-from tailscope.analyzers.patterns.trends import analyze_patterns, pattern_warnings
-from tailscope.analyzers.inputs.signal_index import SignalIndex
-from tailscope.analyzers.spikes.detection import SpikeRules, detect, detection_facts, find_spikes
-from tailscope.analyzers.stages.clock_alignment import align_clocks, clock_warnings
-from tailscope.analyzers.stages.rules import rules_for_scenario
-from tailscope.analyzers.stages.decomposition import join_spans, stage_matrix, stage_name_map, summarize_stages, traced_requests
-from tailscope.analyzers.patterns.soak import record_period_counts, soak_section
+from tailscope.analyzers.stats.streaming import read_chunks, stream_times, streaming_section
 from tailscope.analyzers.stats.summary import load_period_ns, summarize, summarize_classes
+from tailscope.analyzers.stats.tail_line import tail_line
 from tailscope.analyzers.stats.windows import window_table, windows_as_records
+from tailscope.rundir import Run, load_run, release_pages
 
 #: Version of the analysis dict (analysis.schema.json); bumped when a field changes meaning.
 ANALYSIS_FORMAT_VERSION = "1.0"
@@ -96,12 +111,14 @@ def analyze_run(run_or_path: Run | str | os.PathLike, *, window_s: float = 1.0,
         release_pages(run)  # the join's columns (trace ids) are read: hand their pages back
         matrix = stage_matrix(req, run.spans, resolved.rules, join=join)
         traced = traced_requests(req, join, trace_sample_rate(run.manifest))
-        stage_map = stage_name_map(run.spans, resolved.rules)
+        missing = {**missing_spans(req, matrix, join, trace_sample_rate(run.manifest)),
+                   "wait": run.manifest.get("late_spans")}
+        stage_map = {**{name: name for name in matrix.span_stages}, **stage_name_map(run.spans, resolved.rules)}
         release_pages(run)
         # read once (aligned times) for the queue chart and the detectors; each chunk's pages handed back
         queue = queue_points(run.spans, after_chunk=partial(release_pages, run))
         windows = retained.windows if retained is not None else windows_later.result() if windows_later else None
-        detection = detect(req, windows, spike_rules) if windows else None
+        detection = detect(req, windows, spike_rules, retained) if windows else None
         spikes = (find_spikes(req, windows, matrix, run, registry, spike_rules, stage_map,
                               detection=detection, method=method, span_request=join.span_request, queue=queue)
                   if windows else [])
@@ -111,6 +128,8 @@ def analyze_run(run_or_path: Run | str | os.PathLike, *, window_s: float = 1.0,
         patterns = analyze_patterns(req, spikes, SignalIndex(run.signals, run.signals_meta), period)
         records = records_later.result()
     generator = records["generator"]
+    generator = {**generator, "limited_windows": material_intervals(generator, summary, req),
+                 "lateness_rule": lateness_judgement(summary)}
     summary = {**summary, "load_model": generator["load_model"]["loop"], "dropped": generator["dropped"],
                "goodput": records["goodput"]}
     analysis = {
@@ -118,13 +137,14 @@ def analyze_run(run_or_path: Run | str | os.PathLike, *, window_s: float = 1.0,
         "run": run_facts(run, period),
         "summary": summary,
         "classes": records["classes"],
-        "stages": {**summarize_stages(matrix, traced), "rules": resolved.rules.describe(),
-                   "clock_alignment": alignment.as_dict()},
+        "stages": {**summarize_stages(matrix, traced), "missing_spans": missing, "rules": resolved.rules.describe(),
+                   "clock_alignment": alignment.as_dict(), "server_metrics": run_server_series(run).describe()},
         "window_s": window_s,
-        "windows": windows_as_records(windows) if windows else [],
+        "windows": window_records(req, windows, records, window_s),
         "slow_requests": records["slow_requests"],
+        "tail_line": records["tail_line"],
         "distribution": records["distribution"],
-        "spike_detection": detection_facts(detection, spike_rules, method),
+        "spike_detection": detection_facts(detection, spike_rules, method, period[0] if period else None),
         "spikes": spikes,
         "patterns": patterns,
         "signals": signals,
@@ -133,20 +153,26 @@ def analyze_run(run_or_path: Run | str | os.PathLike, *, window_s: float = 1.0,
         "outages": find_outages(req, run.events),
         "retention": retained.retention if retained is not None else {"sampled": False},
         "generator": generator,
-        "generator_limited_windows": [{"start_ns": w["start_ns"], "end_ns": w["end_ns"]}
+        "generator_limited_windows": [{"start_ns": w["start_ns"], "end_ns": w["end_ns"], "material": w["material"]}
                                       for w in generator["limited_windows"]],
+        "other_traffic": other_traffic_section(run, req, matrix, join.span_request, period, window_s),
         "streaming": streaming_section(req, records["stream_times"], duration_s),
+        "llm": llm_analysis(req, records["llm"], records["stream_times"], slos, duration_s, windows, spike_rules,
+                            run.manifest),
+        "error_samples": error_samples_section(run.path),
     }
     analysis["soak"] = soak_section(
         windows, run.signals, period,
         retained.period_counts if retained is not None else partial(record_period_counts, req),
         analysis.get("patterns"))
     analysis["verdict"] = abort_verdict(evaluate(slos, analysis), run.manifest)
+    analysis["findings"] = whole_run_findings(FindingInputs(analysis, req, matrix, run))
     analysis["warnings"] = (slo_warnings + resolved.warnings + clock_warnings(alignment)
                             + run_warnings(run, analysis, windows, spike_rules, detection)
                             + pattern_warnings(analysis["patterns"])
                             + run_health_warnings(run.manifest, analysis)
-                            + load_warnings(analysis, run.manifest))
+                            + load_warnings(analysis, run.manifest)
+                            + llm_warnings(analysis))
     return jsonable(analysis)
 
 
@@ -154,16 +180,64 @@ def record_sections(req: RequestArrays, run: Run, period: tuple[int, int] | None
                     window_s: float, slos: list, retained, p99_ms: float | None) -> dict:
     """The sections that read only the request records (and the generator's own signals and
     events, which no clock alignment moves): ``generator``, ``classes``, ``distribution``,
-    ``slow_requests``, ``stream_times`` (streamed chunks) and ``goodput``."""
+    ``slow_requests``, ``tail_line`` (the rolling P99; None for a retained run, whose records are a
+    sample), ``stream_times`` (streamed chunks), ``goodput`` and ``llm`` (the OpenAI-API columns, None
+    without such requests)."""
     times = stream_times(req, run.requests, *read_chunks(run.path))
     return {
+        "llm": llm_arrays(run.requests),
         "generator": generator_section(req, run, period, window_s),
         "classes": retained.classes if retained is not None else summarize_classes(req, duration_s),
         "distribution": latency_distribution(req),
         "slow_requests": slow_request_points(req, p99_ms, period),
+        "tail_line": tail_line(req, period, window_s) if retained is None else None,
         "stream_times": times,
         "goodput": goodput_summary(req, slos, times, duration_s),
     }
+
+
+def window_records(req: RequestArrays, windows: dict | None, records: dict, window_s: float) -> list[dict]:
+    """The ``windows`` list: the window table's records, with the LLM columns in a run with
+    OpenAI-API requests (:func:`~.stats.llm.window_columns`)."""
+    if not windows:
+        return []
+    llm = records["llm"]
+    columns = window_columns(req, llm, records["stream_times"], windows) if llm is not None else None
+    return add_window_columns(windows_as_records(windows), columns, window_s)
+
+
+def other_traffic_section(run: Run, req: RequestArrays, matrix, span_request, period: tuple[int, int] | None,
+                          window_s: float) -> dict:
+    """The ``other_traffic`` section (:mod:`.inputs.other_traffic`): requests the server answered that
+    the harness did not send, per window of the load period."""
+    tokens = matrix.server_tokens.attributes if matrix.server_tokens is not None else None
+    traffic = other_traffic(run.spans, foreign_spans(run.spans, span_request, req.trace_ids.combine_chunks()), tokens)
+    start, end = period if period else (0, 0)
+    return traffic.section(start, end, window_s)
+
+
+def llm_analysis(req: RequestArrays, llm: LlmArrays | None, times, slos: list, duration_s: float,
+                 windows: dict | None, rules: SpikeRules, manifest: dict) -> dict | None:
+    """The ``llm`` section (:mod:`.stats.llm`) with its TTFT and TPOT spike tests
+    (:mod:`.spikes.series`); None when the run has no OpenAI-API request."""
+    if llm is None:
+        return None
+    detection, spikes = {}, {}
+    for metric, values in series(req, llm, times).items():
+        detection[metric], spikes[metric] = series_spikes(req.scheduled_ns, values, windows, rules)
+    return {**llm_section(req, llm, times, slos, duration_s, manifest), "spike_detection": detection,
+            "spikes": spikes}
+
+
+def llm_warnings(analysis: dict) -> list[dict]:
+    """``llm_sampled_records``: the ``llm`` section of a run whose records a retention policy
+    thinned is computed from the kept records (every error, a sample, the spikes' surroundings),
+    not from every request as ``summary`` is."""
+    if analysis.get("llm") and (analysis.get("retention") or {}).get("sampled"):
+        return [{"code": "llm_sampled_records", "message": (
+            "the LLM metrics (TTFT, TPOT, tokens, goodput) come from the records a retention policy kept "
+            "(every error, a sample, the spikes' surroundings), not from every request")}]
+    return []
 
 
 def parse_scenario_slos(scenario: dict) -> tuple[list, list[dict]]:
@@ -182,7 +256,7 @@ def parse_scenario_slos(scenario: dict) -> tuple[list, list[dict]]:
 
 def iso_utc(epoch_ns: int) -> str:
     """Epoch ns as an ISO 8601 UTC time with ms, e.g. ``2026-01-01T00:00:59.123Z``."""
-    moment = datetime.fromtimestamp(epoch_ns / NS_PER_S, tz=timezone.utc)
+    moment = datetime.fromtimestamp(epoch_ns / NS_PER_S, tz=UTC)
     return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
@@ -224,6 +298,9 @@ def run_facts(run: Run, period: tuple[int, int] | None) -> dict:
         "scenario": scenario,
         "host": manifest.get("host") or {},
         "truncated_files": sorted(name for name, cut in run.truncated.items() if cut),
+        "damaged_files": [{"file": name, "batch": damage.batch, "reason": damage.reason,
+                           "message": damage.describe(name)}
+                          for name, damage in sorted(run.damaged.items())],
         "abort_reasons": list(manifest.get("abort_reasons") or []),
     }
 
@@ -275,19 +352,22 @@ def run_warnings(run: Run, analysis: dict, windows, rules: SpikeRules, detection
     facts, summary, stages = analysis["run"], analysis["summary"], analysis["stages"]
     if facts["incomplete"]:
         warnings.append({"code": "incomplete", "message": facts["incomplete_reason"]})
+    for damaged in facts["damaged_files"]:
+        warnings.append({"code": "damaged", "message": damaged["message"]})
+    refused = ((run.receiver or {}).get("rejected") or {}).get("unauthenticated") or 0
+    if refused:
+        warnings.append({"code": "receiver_unauthenticated", "message": (
+            f"the receiver refused {refused:,} export request{'s' if refused != 1 else ''} without the run's "
+            "bearer token (HTTP 401 / gRPC UNAUTHENTICATED): a stranger's, or a target or agent of yours "
+            "missing OTEL_EXPORTER_OTLP_HEADERS=Authorization=Bearer%20<token> or --token; what they sent is "
+            "not in this run")})
     for name in facts["truncated_files"]:
         warnings.append({"code": "truncated", "message": f"{name}: a file ended inside a batch "
                          "(writer killed); its last partial batch is lost"})
     if summary["requests"] == 0:
         warnings.append({"code": "no_requests", "message": "the run recorded no requests"})
         return warnings
-    lateness = summary["lateness_ms"]
-    if lateness["generator_limited"]:
-        intervals = limited_windows_text(analysis.get("generator") or {}, facts["load_start_ns"])
-        warnings.append({"code": "generator_limited", "message": (
-            f"generator-limited: {lateness['late_share']:.1%} of sends left more than 1 ms after their "
-            f"scheduled time (p99 lateness {lateness['p99_ms']:.1f} ms); the generator, not the target, "
-            "may be the bottleneck" + (f"; windows: {intervals}" if intervals else ""))})
+    # generator-limited: a whole-run finding (analyzers/findings/generator.py), not a warning
     p99 = summary["latency_ms"]["p99"]
     if not p99["claimed"]:
         warnings.append({"code": "too_few_samples", "message": (

@@ -14,8 +14,10 @@ unaccounted server time), so a benchmark can write 3 spans per request.
 
 A spike ``{"kind", "at_s", "duration_s", "extra_ms"}`` injects one named
 cause in ``[at_s, at_s + duration_s)``, with the footprint the real cause
-leaves (:data:`SPIKE_KINDS`): the stages it slows (``extra_ms × U(0.75, 1.25)``
-per affected request) and the signals or events it moves:
+leaves (:data:`SPIKE_FAULTS`, :data:`SIGNAL_FOOTPRINTS`): the stages it slows
+(``extra_ms × U(0.75, 1.25)`` per affected request) and the signals or events it
+moves. The expected cause (:data:`SPIKE_KINDS`) is the kind of the detector that
+declares it answers the spike's fault kind (analyzers/causes/registry.py):
 
 ======== ============== ================ ===============================================
 kind     lab fault      expected cause   footprint
@@ -37,9 +39,23 @@ gpu      gpu_throttle   gpu_throttling   inference; SM clock drop, thermal clock
 generator generator     generator        send lateness and client-side time
 network  network        unexplained      client/network time only
 postprocess postprocess unexplained      postprocess stage only
+cotenant_cpu cpu_contention cpu_contention preprocess/inference; co-tenants inside the target's
+                                         cgroup (its CPU use 1 core above the target's own),
+                                         run-queue wait, involuntary switches, PSI cpu —
+                                         *confounded*: with a ``neighbour_swap`` distraction
 ======== ============== ================ ===============================================
 
 ``"stage"`` in a spike overrides the stage it slows (as ``extra_ms``).
+
+A *confounded* spike has two things happen at once: its own cause, on the
+target, and a *distraction* elsewhere on the host (:data:`DISTRACTIONS`:
+another process's signal footprint, which slows no request; the fault kind it
+imitates must not be named). ``"distraction": NAME`` in a spike adds one (or
+``None`` removes it); :data:`SPIKE_DISTRACTIONS` gives the confounded kinds
+theirs by default. Its ground truth is a second ``fault`` event with ``role``
+``distraction`` (the spike's own has ``role`` ``cause``), so the scorer and the
+contract tests know the expected cause: still the one the detectors'
+declarations give the spike's own fault.
 
 Everything is numpy-vectorised and columns go to Arrow without Python
 objects (ids are built as Arrow string buffers): about 4 s per million
@@ -49,12 +65,13 @@ requests with three spans each on the 2-core CI machine (22 s before).
 from __future__ import annotations
 
 import os
-from typing import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from tailscope.analyzers.causes.registry import cause_of_fault
 from tailscope.rundir import schema as fmt
 from tailscope.rundir.manifest import RunWriter, write_json_atomic
 from tailscope.rundir.retention_policy import trace_sampled
@@ -75,19 +92,25 @@ STAGE_MEDIANS_MS = {
 }
 #: Log-space sigma of each stage's lognormal duration.
 STAGE_SIGMAS = (0.25, 0.5, 0.3, 0.2, 0.25)
-#: kind → (lab fault name, cause a detector should name, {stage: share of extra_ms}).
-SPIKE_KINDS = {
-    "gc": ("gc_pressure", "gc", {"inference": 1.0}),
-    "throttle": ("cpu_throttle", "cpu_throttling", {"preprocess": 0.2, "inference": 0.8}),
-    "cpu": ("cpu_contention", "cpu_contention", {"preprocess": 0.3, "inference": 0.7}),
-    "swap": ("memory_swap", "swap", {"preprocess": 0.5, "inference": 0.5}),
-    "io": ("io_stall", "io_stall", {"preprocess": 1.0}),
-    "queue": ("overload", "queue_saturation", {"queue": 1.0}),
-    "gpu": ("gpu_throttle", "gpu_throttling", {"inference": 1.0}),
-    "generator": ("generator", "generator", {"lateness": 1.0, "client_network": 0.3}),
-    "network": ("network", "unexplained", {"client_network": 1.0}),
-    "postprocess": ("postprocess", "unexplained", {"postprocess": 1.0}),
+#: spike kind → (the fault kind it imitates, {stage: share of extra_ms}); its signal footprint is
+#: :data:`SIGNAL_FOOTPRINTS`. Every cause detector answers the fault of one spike kind here
+#: (tests/test_analyzers_detectors.py); "network" and "postprocess" imitate faults no detector answers.
+SPIKE_FAULTS = {
+    "gc": ("gc_pressure", {"inference": 1.0}),
+    "throttle": ("cpu_throttle", {"preprocess": 0.2, "inference": 0.8}),
+    "cpu": ("cpu_contention", {"preprocess": 0.3, "inference": 0.7}),
+    "swap": ("memory_swap", {"preprocess": 0.5, "inference": 0.5}),
+    "io": ("io_stall", {"preprocess": 1.0}),
+    "queue": ("overload", {"queue": 1.0}),
+    "gpu": ("gpu_throttle", {"inference": 1.0}),
+    "generator": ("generator", {"lateness": 1.0, "client_network": 0.3}),
+    "network": ("network", {"client_network": 1.0}),
+    "postprocess": ("postprocess", {"postprocess": 1.0}),
+    "cotenant_cpu": ("cpu_contention", {"preprocess": 0.3, "inference": 0.7}),
 }
+#: kind → (fault kind, cause a detector should name, {stage: share of extra_ms}); the cause is the
+#: kind of the detector that declares it answers the fault (``unexplained`` when none does).
+SPIKE_KINDS = {kind: (fault, cause_of_fault(fault), effects) for kind, (fault, effects) in SPIKE_FAULTS.items()}
 #: Kept for callers of the first version: which stage each kind slows most.
 SPIKE_STAGE = {kind: max(effects, key=effects.get) if "lateness" not in effects else "client_network"
                for kind, (_, _, effects) in SPIKE_KINDS.items()}
@@ -155,8 +178,12 @@ def _normalise_spikes(spikes: Iterable[Mapping], start_ns: int) -> list[dict]:
         fault, cause, effects = SPIKE_KINDS.get(kind, (kind, "unexplained", {}))
         if "stage" in spike:
             effects = {spike["stage"]: 1.0}
+        distraction = spike.get("distraction", SPIKE_DISTRACTIONS.get(kind))
+        if distraction is not None and distraction not in DISTRACTIONS:
+            raise ValueError(f"unknown distraction {distraction!r}; expected one of {', '.join(DISTRACTIONS)}")
         begin = start_ns + int(float(spike["at_s"]) * NS_PER_S)
         out.append({"kind": kind, "fault": fault, "expected_cause": cause, "effects": dict(effects),
+                    "distraction": distraction,
                     "stage": max(effects, key=effects.get) if "lateness" not in effects else "client_network",
                     "start_ns": begin, "end_ns": begin + int(float(spike["duration_s"]) * NS_PER_S),
                     "extra_ms": float(spike["extra_ms"]), "surge": float(spike.get("surge", 1.0))})
@@ -216,8 +243,8 @@ def write_synthetic_run(path, *, duration_s: float = 60, rate: float = 50, seed:
     ``trace_sample_rate`` < 1 head-samples: only the traces the rule of
     :func:`~.retention.trace_sampled` picks have spans (the manifest records the rate).
     Ground truth: ``{"path", "start_ns", "end_ns", "requests", "errors",
-    "spans", "spikes": [{"kind", "fault", "expected_cause", "stage", "start_ns",
-    "end_ns", "extra_ms", "requests_affected"}]}``.
+    "spans", "spikes": [{"kind", "fault", "expected_cause", "distraction", "stage",
+    "start_ns", "end_ns", "extra_ms", "requests_affected"}]}``.
     """
     rng = np.random.default_rng(seed)
     path = os.fspath(path)
@@ -322,9 +349,13 @@ def write_synthetic_run(path, *, duration_s: float = 60, rate: float = 50, seed:
             requests.close()
         for spike in injected:
             writer.add_event("fault", spike["start_ns"], spike["end_ns"], "synthetic",
-                             {"fault": spike["fault"], "name": spike["kind"], "stage": spike["stage"],
+                             {"fault": spike["fault"], "role": "cause", "name": spike["kind"], "stage": spike["stage"],
                               "extra_ms": spike["extra_ms"], "expected_cause": spike["expected_cause"],
                               "params": {"extra_ms": spike["extra_ms"]}})
+            if spike["distraction"] is not None:
+                writer.add_event("fault", spike["start_ns"], spike["end_ns"], "synthetic",
+                                 {"fault": DISTRACTIONS[spike["distraction"]][0], "role": "distraction",
+                                  "name": spike["distraction"], "expected_cause": None, "params": {}})
         spans_written = 0
         if with_spans:
             kept = rng.random(n) >= span_loss
@@ -501,7 +532,22 @@ SIGNAL_FOOTPRINTS = {
     "generator": {"host.cpu.user_s": 0.1, "host.cpu.idle_s": -0.1},
     "gpu": {"gpu0.sm_clock_mhz": 1100.0, "gpu0.clocks_event_reasons": 64.0,
             "gpu0.clocks_event.hw_thermal_slowdown": 1.0},
+    # busy processes inside the target's own cgroup: its CPU use rises a core above the target's own
+    "cotenant_cpu": {"cgroup.cpu.usage_ns": 1e9, "host.cpu.user_s": 1.0, "host.cpu.idle_s": -1.0,
+                     "proc.runqueue_wait_ns": 3e8, "proc.ctxt.nonvoluntary": 800.0, "psi.cpu.some_us": 4e5},
 }
+#: Distractions: name → (the fault kind it imitates, {series: change}): trouble of *another* process on
+#: the host, moving only host-wide signals (none of the target's process or cgroup) and slowing no request.
+#: ``neighbour_swap``: a neighbour paging through swap (memory_swap's ``victim: neighbour``): swap-ins and
+#: major faults of the host, memory and I/O pressure, iowait, a busy disk, the kernel's CPU for the faults.
+DISTRACTIONS = {
+    "neighbour_swap": ("memory_swap", {
+        "host.vm.pswpin": 8000.0, "host.vm.pswpout": 3000.0, "host.vm.pgmajfault": 8000.0,
+        "psi.memory.some_us": 5e5, "psi.io.some_us": 6e5, "host.cpu.iowait_s": 0.3, "host.disk.busy_s": 0.6,
+        "host.cpu.system_s": 0.15, "host.cpu.idle_s": -0.45}),
+}
+#: The confounded spike kinds and the distraction each comes with by default.
+SPIKE_DISTRACTIONS = {"cotenant_cpu": "neighbour_swap"}
 
 
 def _write_signals(path, rng, start_ns, duration_s, rate, injected, rate_hz, with_gpu, rss_growth) -> None:
@@ -522,7 +568,10 @@ def _write_signals(path, rng, start_ns, duration_s, rate, injected, rate_hz, wit
     values["proc.rss_bytes"] = values["proc.rss_bytes"] + rss_growth * (t - start_ns) / NS_PER_S
     for spike in injected:
         hit = (t >= spike["start_ns"]) & (t < spike["end_ns"])
-        for name, change in SIGNAL_FOOTPRINTS.get(spike["kind"], {}).items():
+        footprints = [SIGNAL_FOOTPRINTS.get(spike["kind"], {})]
+        if spike["distraction"] is not None:
+            footprints.append(DISTRACTIONS[spike["distraction"]][1])
+        for name, change in (item for footprint in footprints for item in footprint.items()):
             if name not in values:
                 continue
             if series[name][1] == "counter":

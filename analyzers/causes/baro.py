@@ -17,8 +17,9 @@ Here, for one spike:
 - after: the bins of ``[start, end + margin)``;
 - score = max over after-bins of ``|x − median(before)| / IQR(before)``
   (IQR 0 → scale 1, as scikit-learn's RobustScaler does);
-- each series maps to a cause kind (:data:`SERIES_KINDS`, first matching
-  prefix); kinds are ranked by their best series. Confidence is the kind's
+- each series maps to the cause kind of the detector that declares it in
+  its ``reads`` (:data:`SERIES_KINDS`, the longest matching prefix; the
+  derived metrics are ``derived.*``); kinds are ranked by their best series. Confidence is the kind's
   share of the summed scores of all ranked kinds (relative, not calibrated).
 
 Output: the same shape as the detectors' causes (``{kind, confidence,
@@ -31,24 +32,12 @@ from __future__ import annotations
 import numpy as np
 
 from tailscope.analyzers.causes.protocol import SpikeContext
+from tailscope.analyzers.causes.registry import series_kinds
 from tailscope.analyzers.inputs.run_inputs import margin_ns
 
-#: Series-name prefix → cause kind (first match wins); unmatched series rank but name no kind.
-SERIES_KINDS = (
-    ("cgroup.cpu.throttled", "cpu_throttling"), ("cgroup.cpu.nr_throttled", "cpu_throttling"),
-    ("host.cpu.iowait", "io_stall"), ("psi.io", "io_stall"), ("cgroup.psi.io", "io_stall"),
-    ("proc.threads_blocked", "io_stall"), ("proc.io.", "io_stall"), ("host.disk", "io_stall"),
-    ("host.procs_blocked", "io_stall"),
-    ("cgroup.psi.cpu", "cpu_contention"), ("cgroup.psi.memory", "swap"),
-    ("proc.runqueue_wait", "cpu_contention"), ("proc.ctxt.nonvoluntary", "cpu_contention"),
-    ("psi.cpu", "cpu_contention"), ("host.cpu", "cpu_contention"), ("host.load", "cpu_contention"),
-    ("host.vm.pswp", "swap"), ("host.vm.pgmajfault", "swap"), ("proc.major_faults", "swap"),
-    ("psi.memory", "swap"), ("host.swap", "swap"), ("cgroup.mem.swap", "swap"),
-    ("gpu", "gpu_throttling"),
-    ("derived.gc_pause_ms_per_s", "gc"),
-    ("derived.queue_depth", "queue_saturation"), ("derived.server_arrivals_per_s", "queue_saturation"),
-    ("derived.lateness_ms", "generator"),
-)
+#: Series-name prefix → cause kind, longest prefix first (the first match is the most specific);
+#: derived from the detectors' ``reads`` (registry.series_kinds). Unmatched series rank but name no kind.
+SERIES_KINDS = series_kinds()
 TOP_SERIES = 10
 
 

@@ -2,32 +2,24 @@
 
 Signals: ``cgroup.cpu.throttled_ns`` (ns throttled per s) and
 ``cgroup.cpu.nr_throttled`` (throttled periods per s), each contrasted with
-the baseline (robust z, detector_kit). Material excess: 50 ms of throttled
-time per second, 2 throttled periods per second (the default CFS period is
-100 ms, so 10 periods elapse per second).
+the baseline (robust z, detector kit: ``kit.throttling_confidence``). Material
+excess: 50 ms of throttled time per second, 2 throttled periods per second (the
+default CFS period is 100 ms, so 10 periods elapse per second).
 
 confidence = best signal × (0.75 + 0.25 × second) × server-side factor
 """
 
 from __future__ import annotations
 
-from tailscope.analyzers.causes.protocol import Finding, SpikeContext
-from tailscope.analyzers.causes.kit import latency_split, server_side_factor, signal_evidence, strongest
-
-THROTTLED_NS_MATERIAL = 50e6
-THROTTLED_PERIODS_MATERIAL = 2.0
+from tailscope.analyzers.causes.kit import latency_split, server_side_factor, throttling_confidence
+from tailscope.analyzers.causes.protocol import CauseDetector, Finding, SpikeContext
 
 
-def throttling_confidence(ctx: SpikeContext) -> tuple[float, list[dict]]:
-    """(confidence, evidence) that the cgroup was throttled during the spike, ignoring latency."""
-    return strongest([
-        signal_evidence(ctx, "cgroup.cpu.throttled_ns", THROTTLED_NS_MATERIAL, floor=1e6),
-        signal_evidence(ctx, "cgroup.cpu.nr_throttled", THROTTLED_PERIODS_MATERIAL, floor=0.1),
-    ])
-
-
-class CpuThrottlingDetector:
-    name = "cpu_throttling"
+class CpuThrottlingDetector(CauseDetector):
+    kind = "cpu_throttling"
+    answers = ("cpu_throttle",)
+    reads = ("cgroup.cpu.throttled", "cgroup.cpu.nr_throttled")
+    aliases = ("cgroup_throttling", "cfs_throttling", "throttling")
     needs = ("cgroup.cpu.throttled_ns",)
 
     def score(self, ctx: SpikeContext) -> Finding | None:

@@ -16,12 +16,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from tailscope.analyzers.causes.protocol import Finding, SpikeContext
 from tailscope.analyzers.causes.kit import latency_split, percent, ramp, server_side_factor
+from tailscope.analyzers.causes.protocol import CauseDetector, Finding, SpikeContext
 
 
-class GcDetector:
-    name = "gc"
+class GcDetector(CauseDetector):
+    kind = "gc"
+    answers = ("gc_pressure",)
+    reads = ("derived.gc_pause_ms_per_s",)
+    aliases = ("gc_pause", "garbage_collection", "gc_pauses")
     needs = ("events",)
 
     def score(self, ctx: SpikeContext) -> Finding | None:

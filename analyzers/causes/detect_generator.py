@@ -29,14 +29,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from tailscope.analyzers.causes.protocol import Finding, SpikeContext
 from tailscope.analyzers.causes.kit import latency_split, percent, ramp, signal_evidence
+from tailscope.analyzers.causes.protocol import CauseDetector, Finding, SpikeContext
 
 LATE_MS = 1.0
 
 
-class GeneratorDetector:
-    name = "generator"
+class GeneratorDetector(CauseDetector):
+    kind = "generator"
+    answers = ("generator",)
+    reads = ("derived.lateness_ms",)
     needs = ()
 
     def score(self, ctx: SpikeContext) -> Finding | None:

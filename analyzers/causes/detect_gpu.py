@@ -14,16 +14,18 @@ from __future__ import annotations
 
 import re
 
-from tailscope.analyzers.causes.protocol import Finding, SpikeContext
 from tailscope.analyzers.causes.kit import latency_split, server_side_factor, signal_evidence, strongest
+from tailscope.analyzers.causes.protocol import CauseDetector, Finding, SpikeContext
 
 SLOWDOWN_REASONS = ("hw_slowdown", "sw_thermal_slowdown", "hw_thermal_slowdown",
                     "hw_power_brake_slowdown", "sw_power_cap")
 _GPU = re.compile(r"^(gpu\d+)\.")
 
 
-class GpuThrottlingDetector:
-    name = "gpu_throttling"
+class GpuThrottlingDetector(CauseDetector):
+    kind = "gpu_throttling"
+    answers = ("gpu_throttle",)
+    reads = ("gpu",)
     needs = ("gpu*",)
 
     def score(self, ctx: SpikeContext) -> Finding | None:

@@ -1,15 +1,17 @@
 """``io_stall``: the target's threads waited for storage I/O (fsync, synchronous reads and writes).
 
 *Blocked* signals (rates per second or means per second, contrasted with the
-baseline, detector_kit): ``proc.threads_blocked`` (the target's threads seen
+baseline; detector kit: ``kit.blocked_on_io_confidence``): ``proc.threads_blocked`` (the target's threads seen
 in uninterruptible sleep, state D, at each sampler tick: the mean number
 blocked; material 0.1), its cgroup's I/O pressure ``cgroup.psi.io.some_us``
 (material 100 ms/s), the host's ``psi.io.some_us`` (material 100 ms/s,
 weight 0.8: another process's I/O counts there too) and ``host.cpu.iowait_s``
-(idle CPU time while a task waited for I/O; material 0.1 s/s, weight 0.6). The
-two host-wide signals count half as much when the target's threads were
-watched (``proc.threads_blocked`` present) and never seen blocked: other
-processes' I/O raises them as well.
+(idle CPU time while a task waited for I/O; material 0.1 s/s, weight 0.6).
+The first two are the target's own; when either was recorded, each of the two
+host-wide ones counts at most 0.45 + 0.55 × the target's own best
+(``kit.owned_strongest``): other processes' I/O — a neighbour paging, a backup
+— raises them as well, and alone (the target's own flat) they reach at most
+0.45 × (0.75 + 0.25 × 0.45) ≈ 0.39, below the 0.5 of a cause.
 
 *Volume* signals say the storage was doing the work: the target's own
 storage bytes ``proc.io.write_bytes`` + ``proc.io.read_bytes`` (material
@@ -20,12 +22,14 @@ volume only firms a finding up.
 
 A process whose pages were swapped out also blocks in state D and raises
 I/O pressure while the pages are read back, and that is ``swap``, not an I/O
-stall: the memory-paging evidence (the swap detector's signals) discounts
-this finding, as throttling discounts contention.
+stall: the memory-paging evidence (the swap detector's signals, ``kit.paging_confidence``) discounts
+this finding, as throttling discounts contention — the part of it the target's own major faults
+and memory cgroup vouch for (``owned``): another process's paging does not discount the target's
+own I/O stall.
 
-confidence = blocked × (0.6 + 0.4 × volume) × (1 − paging) × server-side factor
+confidence = blocked × (0.6 + 0.4 × volume) × (1 − paging owned by the target) × server-side factor
 
-blocked and volume are each the best weighted signal × (0.75 + 0.25 × the
+blocked and volume are each the best counted signal × (0.75 + 0.25 × the
 second best).
 """
 
@@ -33,17 +37,19 @@ from __future__ import annotations
 
 import numpy as np
 
-from tailscope.analyzers.causes.protocol import Finding, SpikeContext
-from tailscope.analyzers.causes.detect_swap import paging_confidence
-from tailscope.analyzers.causes.kit import latency_split, server_side_factor, signal_evidence, strongest
+from tailscope.analyzers.causes.kit import (
+    blocked_on_io_confidence,
+    latency_split,
+    paging_confidence,
+    server_side_factor,
+    signal_evidence,
+    strongest,
+)
+from tailscope.analyzers.causes.protocol import CauseDetector, Finding, SpikeContext
 
-BLOCKED_THREADS_MATERIAL = 0.1
-PSI_IO_US_MATERIAL = 100e3
-IOWAIT_S_MATERIAL = 0.1
 TARGET_IO_BYTES_MATERIAL = 4e6
 DISK_BUSY_S_MATERIAL = 0.1
 DISK_FLUSHES_MATERIAL = 10.0
-BLOCKED_WEIGHTS = {"psi.io.some_us": 0.8, "host.cpu.iowait_s": 0.6}
 VOLUME_WEIGHTS = {"host.disk.busy_s": 0.8, "host.disk.flushes": 0.8}
 TARGET_IO = ("proc.io.read_bytes", "proc.io.write_bytes")
 
@@ -57,31 +63,17 @@ def target_io_bytes(ctx: SpikeContext) -> np.ndarray | None:
     return sum(np.nan_to_num(inputs.binned(name)) for name in present)
 
 
-def blocked_on_io_confidence(ctx: SpikeContext) -> tuple[float, list[dict]]:
-    """(confidence, evidence) that the target's threads were blocked on I/O during the spike,
-    ignoring latency (the cpu_contention detector discounts its finding by it: the kernel
-    threads that write a process's data back take CPU beside it).
-
-    The host-wide signals (``psi.io``, iowait) count half when the target's own threads
-    were watched and never seen blocked: other processes' I/O (the harness writing its run
-    directory under a burst, a backup) raises them too."""
-    threads = signal_evidence(ctx, "proc.threads_blocked", BLOCKED_THREADS_MATERIAL, floor=0.02)
-    host_share = 1.0 if threads is None else 0.5 + 0.5 * threads.confidence
-    weights = {name: weight * host_share for name, weight in BLOCKED_WEIGHTS.items()}
-    return strongest([
-        threads,
-        signal_evidence(ctx, "cgroup.psi.io.some_us", PSI_IO_US_MATERIAL, floor=1e3),
-        signal_evidence(ctx, "psi.io.some_us", PSI_IO_US_MATERIAL, floor=1e3),
-        signal_evidence(ctx, "host.cpu.iowait_s", IOWAIT_S_MATERIAL, floor=0.01),
-    ], weights)
-
-
-class IoStallDetector:
-    name = "io_stall"
+class IoStallDetector(CauseDetector):
+    kind = "io_stall"
+    answers = ("io_stall",)
+    reads = ("proc.threads_blocked", "cgroup.psi.io", "psi.io", "host.cpu.iowait", "proc.io.", "host.disk",
+             "host.procs_blocked")
+    aliases = ("io", "disk_io", "io_wait", "fsync", "io_pressure")
     needs = ("signals",)
 
     def score(self, ctx: SpikeContext) -> Finding | None:
-        blocked, blocked_evidence = blocked_on_io_confidence(ctx)
+        blocked_io = blocked_on_io_confidence(ctx)
+        blocked, blocked_evidence = blocked_io.confidence, blocked_io.evidence
         if not blocked_evidence:
             return None
         own_bytes = target_io_bytes(ctx)
@@ -91,7 +83,7 @@ class IoStallDetector:
             signal_evidence(ctx, "host.disk.busy_s", DISK_BUSY_S_MATERIAL, floor=0.005),
             signal_evidence(ctx, "host.disk.flushes", DISK_FLUSHES_MATERIAL, floor=0.5),
         ], VOLUME_WEIGHTS)
-        paging, _ = paging_confidence(ctx)
+        paging = paging_confidence(ctx).owned
         split = latency_split(ctx)
         factors = {"blocked_on_io": blocked, "io_volume": volume, "not_paging": 1.0 - paging,
                    "server_side": server_side_factor(split)}

@@ -36,8 +36,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from tailscope.analyzers.causes.protocol import Finding, SpikeContext
-from tailscope.analyzers.causes.kit import latency_split, percent, ramp
+from tailscope.analyzers.causes.kit import latency_split, load_ratio, percent, ramp
+from tailscope.analyzers.causes.protocol import CauseDetector, Finding, SpikeContext
 
 QUEUE_STAGES = ("queue", "batch_wait")
 COMPUTE_STAGES = ("preprocess", "inference", "postprocess")
@@ -48,21 +48,6 @@ def _growth(stages: dict, names) -> tuple[float, float]:
     growth = sum((stages[s]["growth_ms"] or 0.0) for s in names if s in stages)
     normal = sum((stages[s]["normal"]["mean_ms"] or 0.0) for s in names if s in stages)
     return growth, normal
-
-
-def load_ratio(ctx: SpikeContext) -> tuple[float | None, str]:
-    """(spike offered rate / baseline median rate, what was counted)."""
-    inputs = ctx.inputs
-    external = inputs.external_arrivals_ns
-    rate = inputs.per_second(inputs.req.scheduled_ns)
-    label = "offered load"
-    if len(external):
-        rate = rate + inputs.per_second(external)
-        label = "offered load (harness + other clients)"
-    found = inputs.contrast_values(rate, ctx.start_ns, ctx.end_ns)
-    if found is None or found.baseline <= 0:
-        return None, label
-    return found.spike / found.baseline, label
 
 
 def throughput_ratio(ctx: SpikeContext) -> float | None:
@@ -88,8 +73,11 @@ def rejection_excess(ctx: SpikeContext) -> tuple[float, float]:
     return spike_share, base_share
 
 
-class QueueSaturationDetector:
-    name = "queue_saturation"
+class QueueSaturationDetector(CauseDetector):
+    kind = "queue_saturation"
+    answers = ("overload",)
+    reads = ("derived.queue_depth", "derived.server_arrivals_per_s")
+    aliases = ("queueing", "queue", "saturation", "retry_storm")
     needs = ("spans",)
 
     def score(self, ctx: SpikeContext) -> Finding | None:

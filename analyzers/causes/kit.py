@@ -8,6 +8,20 @@ signal's units; "the spike is on the server side": the server's share of
 the latency growth not spent in late sends). Multiplying them makes a finding strong only when every
 piece holds, and each factor is reported in the evidence so a reader can see
 which one held a finding back.
+
+Evidence one cause lends another detector lives here too (the end of this
+module), so detectors never import each other: throttling, memory paging and
+blocked-on-I/O evidence, and the offered-load ratio, each ignoring latency.
+
+**Evidence that belongs to the target outranks host-wide evidence**
+(:func:`owned_strongest`): where a cause has signals of the target's own (its
+process, its cgroup) and host-wide ones (``/proc/vmstat``, host PSI, iowait),
+and the target's own were recorded, each host-wide signal counts at most
+``HOST_ONLY_CAP + (1 − HOST_ONLY_CAP) × the target's own best`` (0.45 when the
+target's own are flat: below the 0.5 at which a finding is a cause). Another
+process paging or writing on the same host then never outranks a cause the
+target's own signals show; a target whose own signals moved is corroborated by
+the host's in full.
 """
 
 from __future__ import annotations
@@ -71,10 +85,63 @@ def strongest(evidence: list[SignalEvidence | None], weights: dict[str, float] |
     if not present:
         return 0.0, []
     weights = weights or {}
-    scored = sorted((e.confidence * weights.get(e.name, 1.0) for e in present), reverse=True)
+    return combine([e.confidence * weights.get(e.name, 1.0) for e in present]), [e.as_dict() for e in present]
+
+
+def combine(confidences: list[float]) -> float:
+    """best × (0.75 + 0.25 × second best) of some signals' confidences (0 for none)."""
+    scored = sorted(confidences, reverse=True)
+    if not scored:
+        return 0.0
     best = scored[0]
     second = scored[1] if len(scored) > 1 else 0.0
-    return best * (0.75 + 0.25 * second), [e.as_dict() for e in present]
+    return best * (0.75 + 0.25 * second)
+
+
+#: Most a host-wide signal counts when the target's own signals of the same cause were recorded
+#: and stayed flat: below DEFAULT_MIN_CONFIDENCE (0.5), so host-wide evidence alone names no cause.
+HOST_ONLY_CAP = 0.45
+
+
+def host_allowance(own_best: float) -> float:
+    """The most a host-wide signal counts beside the target's own best confidence ``own_best``:
+    HOST_ONLY_CAP + (1 − HOST_ONLY_CAP) × own_best (0.45 with the target's own flat, 1 with them firm)."""
+    return HOST_ONLY_CAP + (1.0 - HOST_ONLY_CAP) * max(0.0, min(1.0, own_best))
+
+
+@dataclass(frozen=True)
+class OwnedEvidence:
+    """A cause's evidence split by whom it belongs to (:func:`owned_strongest`).
+
+    ``confidence``: as the cause's own finding (host-wide signals capped by :func:`host_allowance`);
+    ``owned``: the part the target's own signals vouch for, min(confidence, the target's own best),
+    as a discount lent to another detector (the host-wide confidence when nothing of the target's
+    own was recorded); ``watched``: whether it was; ``evidence``: each signal's dict with
+    ``belongs_to`` (``target`` or ``host``) and, for host-wide ones, the ``counted`` confidence.
+    """
+
+    confidence: float
+    owned: float
+    watched: bool
+    evidence: list[dict]
+
+
+def owned_strongest(own: list[SignalEvidence | None], host: list[SignalEvidence | None],
+                    host_weights: dict[str, float] | None = None) -> OwnedEvidence:
+    """Combine the target's own signals ``own`` and host-wide ones ``host`` (see the module docstring):
+    confidence = combine(own ∪ {min(weight × host signal, host_allowance(own best))}), the allowance
+    applying only when some ``own`` signal was recorded."""
+    mine = [e for e in own if e is not None]
+    hosts = [e for e in host if e is not None]
+    weights = host_weights or {}
+    watched = bool(mine)
+    own_best = max((e.confidence for e in mine), default=0.0)
+    allowance = host_allowance(own_best) if watched else 1.0
+    counted = [min(e.confidence * weights.get(e.name, 1.0), allowance) for e in hosts]
+    confidence = combine([e.confidence for e in mine] + counted)
+    evidence = ([{**e.as_dict(), "belongs_to": "target"} for e in mine]
+                + [{**e.as_dict(), "belongs_to": "host", "counted": round(c, 4)} for e, c in zip(hosts, counted)])
+    return OwnedEvidence(confidence, min(confidence, own_best) if watched else confidence, watched, evidence)
 
 
 @dataclass(frozen=True)
@@ -137,3 +204,93 @@ def server_side_factor(split: LatencySplit) -> float:
 
 def percent(x: float | None) -> str:
     return "—" if x is None else f"{100 * x:.0f}%"
+
+
+# -- Evidence shared between detectors (each ignores latency: the caller weighs it) ---------------
+
+#: Material excess of CFS throttling: throttled ns per s, throttled periods per s (10 elapse per s).
+THROTTLED_NS_MATERIAL = 50e6
+THROTTLED_PERIODS_MATERIAL = 2.0
+#: Host-wide paging signals count less than the target's own major faults (and at most
+#: host_allowance(the target's own best) when those were recorded).
+PAGING_WEIGHTS = {"host.vm.pgmajfault": 0.8, "psi.memory.some_us": 0.8}
+#: Material excess of the target's own paging: major faults per s, memory stall µs per s of its cgroup,
+#: swap held by its cgroup (bytes).
+MAJOR_FAULTS_MATERIAL = 20.0
+MEMORY_STALL_US_MATERIAL = 50e3
+CGROUP_SWAP_BYTES_MATERIAL = 16 * 2**20
+#: Material excess of blocked-on-I/O signals: mean threads in state D, I/O stall µs per s, iowait s per s.
+BLOCKED_THREADS_MATERIAL = 0.1
+PSI_IO_US_MATERIAL = 100e3
+IOWAIT_S_MATERIAL = 0.1
+#: Host-wide blocked-on-I/O signals count less: another process's I/O raises them too (and at most
+#: host_allowance(the target's own best) when the target's own were recorded).
+BLOCKED_WEIGHTS = {"psi.io.some_us": 0.8, "host.cpu.iowait_s": 0.6}
+
+
+def throttling_confidence(ctx: SpikeContext) -> tuple[float, list[dict]]:
+    """(confidence, evidence) that the cgroup was throttled during the spike, ignoring latency
+    (``cpu_throttling``'s evidence; ``cpu_contention`` discounts its finding by it: throttled
+    threads wait in the run queue too)."""
+    return strongest([
+        signal_evidence(ctx, "cgroup.cpu.throttled_ns", THROTTLED_NS_MATERIAL, floor=1e6),
+        signal_evidence(ctx, "cgroup.cpu.nr_throttled", THROTTLED_PERIODS_MATERIAL, floor=0.1),
+    ])
+
+
+def paging_confidence(ctx: SpikeContext) -> OwnedEvidence:
+    """Evidence that the target's memory pages were read back from swap or disk during the spike,
+    ignoring latency (``swap``'s evidence as ``confidence``; the io_stall detector discounts its
+    finding by the ``owned`` part).
+
+    The target's own: its major faults (material 20/s), its cgroup's memory stall
+    ``cgroup.psi.memory.some_us`` (50 ms/s) and swap held ``cgroup.mem.swap_current_bytes``
+    (16 MiB). Host-wide (:func:`owned_strongest`): swap-ins (100 pages/s, about 0.4 MB/s),
+    major faults (50/s, weight 0.8), memory stall (50 ms/s, weight 0.8)."""
+    return owned_strongest([
+        signal_evidence(ctx, "proc.major_faults", MAJOR_FAULTS_MATERIAL, floor=1.0),
+        signal_evidence(ctx, "cgroup.psi.memory.some_us", MEMORY_STALL_US_MATERIAL, floor=1e3),
+        signal_evidence(ctx, "cgroup.mem.swap_current_bytes", CGROUP_SWAP_BYTES_MATERIAL, floor=2**20),
+    ], [
+        signal_evidence(ctx, "host.vm.pswpin", 100.0, floor=5.0),
+        signal_evidence(ctx, "host.vm.pgmajfault", 50.0, floor=2.0),
+        signal_evidence(ctx, "psi.memory.some_us", MEMORY_STALL_US_MATERIAL, floor=1e3),
+    ], PAGING_WEIGHTS)
+
+
+def blocked_on_io_confidence(ctx: SpikeContext) -> OwnedEvidence:
+    """Evidence that the target's threads were blocked on I/O during the spike, ignoring latency
+    (``io_stall``'s blocked evidence as ``confidence``; the cpu_contention detector discounts its
+    finding by the ``owned`` part: the kernel threads that write a process's data back take CPU
+    beside it).
+
+    The target's own: its threads in state D (mean, material 0.1) and its cgroup's I/O stall
+    (100 ms/s). Host-wide (:func:`owned_strongest`; other processes' I/O — a neighbour paging,
+    the harness writing its run directory under a burst, a backup — raises them too):
+    ``psi.io`` (100 ms/s, weight 0.8), iowait (0.1 s/s, weight 0.6)."""
+    return owned_strongest([
+        signal_evidence(ctx, "proc.threads_blocked", BLOCKED_THREADS_MATERIAL, floor=0.02),
+        signal_evidence(ctx, "cgroup.psi.io.some_us", PSI_IO_US_MATERIAL, floor=1e3),
+    ], [
+        signal_evidence(ctx, "psi.io.some_us", PSI_IO_US_MATERIAL, floor=1e3),
+        signal_evidence(ctx, "host.cpu.iowait_s", IOWAIT_S_MATERIAL, floor=0.01),
+    ], BLOCKED_WEIGHTS)
+
+
+def load_ratio(ctx: SpikeContext) -> tuple[float | None, str]:
+    """(spike offered rate / baseline median rate, what was counted); None without a baseline rate.
+
+    Offered load is the harness's *scheduled* sends plus SERVER spans of traces it did not send
+    (other clients): ``queue_saturation``'s surge evidence, and ``cpu_contention``'s test of a
+    target that waited on its own load."""
+    inputs = ctx.inputs
+    external = inputs.external_arrivals_ns
+    rate = inputs.per_second(inputs.req.scheduled_ns)
+    label = "offered load"
+    if len(external):
+        rate = rate + inputs.per_second(external)
+        label = "offered load (harness + other clients)"
+    found = inputs.contrast_values(rate, ctx.start_ns, ctx.end_ns)
+    if found is None or found.baseline <= 0:
+        return None, label
+    return found.spike / found.baseline, label

@@ -12,9 +12,14 @@ stage decomposition as evidence. Its confidence says how sure we are that
 ``coverage × (1 − strongest non-firing confidence)``, where coverage is the
 share of registered detectors whose inputs the run had (a run without
 signals cannot rule out throttling or swap, so "unexplained" is then weak).
-"unexplained" is a valid answer and better than a wrong one. Registries are
-plain objects passed explicitly; there is no global registry. A new registry
-is empty; :func:`tailscope.analyzers.causes.registry.default_registry` holds ours.
+"unexplained" is a valid answer and better than a wrong one. A
+:class:`DetectorRegistry` is the set one analysis consults, a plain object
+passed explicitly; a new one is empty. Which detectors tailscope ships is
+declared once, in :data:`tailscope.analyzers.causes.registry.DETECTORS` (each a
+:class:`CauseDetector`: it declares its ``kind``, the fault kinds it
+``answers`` and the series it ``reads``);
+:func:`~tailscope.analyzers.causes.registry.default_registry` builds a
+DetectorRegistry of all of them.
 
 A need ending in ``*`` is a prefix: ``"gpu*"`` is met by any series whose
 name starts with ``gpu``.
@@ -23,11 +28,13 @@ name starts with ``gpu``.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import ClassVar, Protocol, runtime_checkable
 
 import numpy as np
 
 from tailscope.rundir import Run
+from tailscope.support.cause_words import cause_title, word_list
+from tailscope.support.registry import Registry
 
 #: Findings at or above this confidence explain a spike.
 DEFAULT_MIN_CONFIDENCE = 0.5
@@ -83,6 +90,39 @@ class Detector(Protocol):
         ...
 
 
+class CauseDetector:
+    """Base of the detectors tailscope ships: the declarations each makes as class attributes.
+
+    - ``kind``: the cause it names (its findings' ``kind``, its name in the registry);
+    - ``answers``: the fault kinds whose effect this cause is — lab injectors
+      (``cpu_throttle``) and synthetic spikes (``gpu_throttle``); each fault kind is
+      answered by one detector at most, and the lab scores a diagnosis by it;
+    - ``reads``: the signal series that are evidence of this cause, as names or name
+      prefixes (``"psi.io"``), each declared by one detector; ``derived.<metric>`` names
+      a per-second metric the BARO-style ranker builds from events, spans or requests
+      (``derived.gc_pause_ms_per_s``). A series that only rules a cause out or weighs a
+      finding (the target's own CPU use, another cause's evidence through the kit) is not
+      listed. The BARO-style ranker attributes a moved series to the detector reading it;
+    - ``aliases``: other names a detector elsewhere may give this cause (``gc_pause``);
+      the lab's scoring accepts them for the faults this detector answers;
+    - ``needs``: as :class:`Detector` (inputs the run must have for it to run).
+    """
+
+    kind: ClassVar[str]
+    answers: ClassVar[tuple[str, ...]]
+    reads: ClassVar[tuple[str, ...]]
+    needs: ClassVar[tuple[str, ...]]
+    aliases: ClassVar[tuple[str, ...]] = ()
+
+    @property
+    def name(self) -> str:
+        """The :class:`Detector` name: the cause kind."""
+        return self.kind
+
+    def score(self, ctx: SpikeContext) -> Finding | None:
+        raise NotImplementedError
+
+
 def available_inputs(run: Run) -> frozenset[str]:
     """The inputs a run offers: table names with rows, and every signal series name."""
     have = {name for name, table in (("spans", run.spans), ("events", run.events),
@@ -97,23 +137,20 @@ class DetectorRegistry:
 
     def __init__(self, min_confidence: float = DEFAULT_MIN_CONFIDENCE):
         self.min_confidence = min_confidence
-        self._detectors: list[Detector] = []
+        self._detectors: Registry[Detector] = Registry("detector", key=lambda detector: detector.name)
 
     def register(self, detector: Detector) -> Detector:
         """Add a detector (names are unique); returns it, so it can decorate."""
         if not isinstance(detector, Detector):
             raise TypeError(f"{detector!r} does not implement the Detector protocol (name, needs, score)")
-        if any(d.name == detector.name for d in self._detectors):
-            raise ValueError(f"a detector named {detector.name!r} is already registered")
-        self._detectors.append(detector)
-        return detector
+        return self._detectors.register(detector)
 
     def detectors(self) -> list[Detector]:
-        return list(self._detectors)
+        return list(self._detectors.values())
 
     def eligible(self, available: frozenset[str]) -> list[Detector]:
         """Detectors whose needs are all available."""
-        return [d for d in self._detectors if all(need_met(n, available) for n in d.needs)]
+        return [d for d in self._detectors.values() if all(need_met(n, available) for n in d.needs)]
 
     def attribute(self, ctx: SpikeContext) -> list[dict]:
         """The spike's causes, highest confidence first, or ``[unexplained]``."""
@@ -123,8 +160,8 @@ class DetectorRegistry:
         if fired:
             return [f.as_dict() for f in fired]
         consulted = [d.name for d in self.eligible(ctx.available)]
-        skipped = [d.name for d in self._detectors if d.name not in consulted]
-        return [unexplained(ctx.decomposition, findings, consulted, skipped).as_dict()]
+        skipped = [name for name in self._detectors if name not in consulted]
+        return [unexplained(ctx.decomposition, findings, consulted, skipped, self.min_confidence).as_dict()]
 
 
 def need_met(need: str, available: frozenset[str]) -> bool:
@@ -135,20 +172,19 @@ def need_met(need: str, available: frozenset[str]) -> bool:
 
 
 def unexplained(decomposition: dict, weak: list[Finding], consulted: list[str],
-                skipped: list[str] = ()) -> Finding:
+                skipped: list[str] = (), min_confidence: float = DEFAULT_MIN_CONFIDENCE) -> Finding:
     """The ``unexplained`` finding: no detector fired; evidence is the decomposition.
 
     Confidence = coverage × (1 − strongest weak confidence), coverage =
     consulted / (consulted + skipped); with no detector registered at all,
-    coverage is 0: nothing was ruled out.
+    coverage is 0: nothing was ruled out. Its summary says in words what was
+    checked, the closest cause and how far it got (against ``min_confidence``),
+    what could not be checked, and what grew (:func:`unexplained_summary`).
     """
     strongest = max((f.confidence for f in weak), default=0.0)
     total = len(consulted) + len(skipped)
     coverage = len(consulted) / total if total else 0.0
-    stage = decomposition.get("dominant_stage")
-    summary = (f"no known cause reached its threshold ({len(consulted)} of {total} detectors had their "
-               f"inputs); strongest weak finding {strongest:.0%}"
-               + (f"; {decomposition.get('summary')}" if stage else ""))
+    summary = unexplained_summary(decomposition, weak, consulted, skipped, min_confidence)
     return Finding("unexplained", round(coverage * (1.0 - strongest), 6), {
         "summary": summary,
         "coverage": coverage,
@@ -157,3 +193,30 @@ def unexplained(decomposition: dict, weak: list[Finding], consulted: list[str],
         "detectors_without_inputs": list(skipped),
         "weak_findings": [f.as_dict() for f in weak],
     })
+
+
+def unexplained_summary(decomposition: dict, weak: list[Finding], consulted: list[str],
+                        skipped: list[str] = (), min_confidence: float = DEFAULT_MIN_CONFIDENCE) -> str:
+    """What was checked and what grew, in words, e.g. "No known cause explains it. Checked: GC
+    pauses of the target, CPU contention and queue saturation; the closest, CPU contention,
+    reached 28% (a cause needs 50%). Not checked (inputs not recorded): CPU throttling (CFS
+    quota). What grew: batch_wait grew most: mean 0.3 ms → 8.5 ms (+8.2 ms) in …"."""
+    parts = ["No known cause explains it."]
+    if consulted:
+        parts.append(f"Checked: {word_list([cause_title(name) for name in consulted])}")
+        closest = max(weak, key=lambda f: f.confidence, default=None)
+        if closest is not None and closest.confidence > 0:
+            parts[-1] += (f"; the closest, {cause_title(closest.kind)}, reached {closest.confidence:.0%} "
+                          f"(a cause needs {min_confidence:.0%}).")
+        else:
+            parts[-1] += "; none of them saw any sign of its cause."
+    else:
+        parts.append("No cause could be checked.")
+    if skipped:
+        parts.append(f"Not checked (inputs not recorded): {word_list([cause_title(name) for name in skipped])}.")
+    if decomposition.get("dominant_stage"):
+        parts.append(f"What grew: {decomposition.get('summary')}.")
+    else:
+        parts.append("What grew: unknown — " + str(decomposition.get("summary")
+                                                    or "no spans joined the slow requests") + ".")
+    return " ".join(parts)

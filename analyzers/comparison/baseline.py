@@ -34,14 +34,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tailscope.rundir import Run, load_run
-
+from tailscope.analyzers.inputs.records import NS_PER_S, RequestArrays, request_arrays
+from tailscope.analyzers.stages.decomposition import StageMatrix, stage_matrix
+from tailscope.analyzers.stages.rules import rules_for_scenario
 from tailscope.analyzers.stats.distribution import latency_distribution
 from tailscope.analyzers.stats.percentiles import STANDARD_PERCENTILES, min_samples_for_claim, nearest_rank
-from tailscope.analyzers.inputs.records import NS_PER_S, RequestArrays, request_arrays
-from tailscope.analyzers.stages.rules import rules_for_scenario
-from tailscope.analyzers.stages.decomposition import StageMatrix, stage_matrix
 from tailscope.analyzers.stats.summary import load_period_ns
+from tailscope.rundir import Run, load_run
 
 COMPARISON_FORMAT_VERSION = "1.0"
 METRICS = (("latency_ms", "latency"), ("service_time_ms", "service time"))
@@ -105,7 +104,7 @@ class RunSide:
     matrix: StageMatrix
 
     @classmethod
-    def load(cls, path_or_run) -> "RunSide":
+    def load(cls, path_or_run) -> RunSide:
         run = path_or_run if isinstance(path_or_run, Run) else load_run(path_or_run)
         req = request_arrays(run.requests)
         resolved = rules_for_scenario(run.manifest.get("scenario") or {})
@@ -246,16 +245,32 @@ def error_rate_change(before: RequestArrays, now: RequestArrays) -> dict:
     return {"baseline": r1, "current": r2, "change": r2 - r1, "p_value": p_value}
 
 
+def percentile_label(name: str) -> str:
+    """``p999`` → ``P99.9``, ``p99`` → ``P99``."""
+    return name.upper().replace("P999", "P99.9")
+
+
+def _unjudged(row: dict, rules: CompareRules) -> str:
+    """A significant change that is not a regression, and why: ``P99.9 −13.1%: improved``,
+    ``P50 +3.2%: significant, but within the 10% threshold``, ``P99.9 −13.1%: significant, but too
+    few requests to claim P99.9 in both runs``."""
+    name, relative = percentile_label(row["percentile"]), row["relative_change"]
+    change = "—" if relative is None else f"{relative:+.1%}".replace("-", "−")
+    if row.get("improved"):
+        return f"{name} {change}: improved"
+    if not row.get("claimable", True):
+        return f"{name} {change}: significant, but too few requests to claim {name} in both runs"
+    return f"{name} {change}: significant, but within the {rules.threshold:.0%} threshold"
+
+
 def verdict_summary(rows: list[dict], changed: dict | None, rules: CompareRules) -> str:
     """One sentence: what regressed (all requests first), and where."""
     regressed = [r for r in rows if r["regressed"] and r["metric"] == "latency_ms"]
     if not regressed:
         moved = [r for r in rows if r["significant"] and r["metric"] == "latency_ms" and r["cls"] is None]
-        note = (f"; significant changes below the {rules.threshold:.0%} threshold: "
-                + ", ".join(f"{r['percentile'].upper()} {r['relative_change']:+.1%}" for r in moved)) if moved else ""
-        return f"no regression above {rules.threshold:.0%}{note}"
+        return f"no regression above {rules.threshold:.0%}" + "".join(f"; {_unjudged(r, rules)}" for r in moved)
     regressed.sort(key=lambda r: (r["cls"] is not None, -(r["relative_change"] or 0)))
-    parts = [f"{r['cls'] or 'all'} {r['percentile'].upper().replace('P999', 'P99.9')} {r['baseline_ms']:.1f} → "
+    parts = [f"{r['cls'] or 'all'} {percentile_label(r['percentile'])} {r['baseline_ms']:.1f} → "
              f"{r['current_ms']:.1f} ms ({r['relative_change']:+.0%})" for r in regressed[:4]]
     text = "regression: " + "; ".join(parts) + (f" (+{len(regressed) - 4} more)" if len(regressed) > 4 else "")
     if changed:

@@ -38,8 +38,8 @@ import re
 import numpy as np
 import pyarrow.compute as pc
 
-from tailscope.analyzers.stats.percentiles import group_sort, grouped_quantile
 from tailscope.analyzers.inputs.records import NS_PER_MS, NS_PER_S, RequestArrays, int_column
+from tailscope.analyzers.stats.percentiles import group_sort, grouped_quantile
 
 #: A send later than this (ms) is late.
 LATE_THRESHOLD_MS = 1.0

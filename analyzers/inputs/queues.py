@@ -20,8 +20,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from tailscope.analyzers.inputs.json_fields import json_number_fields
-from tailscope.analyzers.inputs.signal_series import downsample_minmax
 from tailscope.analyzers.inputs.records import int_column
+from tailscope.analyzers.inputs.signal_series import downsample_minmax
 
 QUEUE_SPAN = "queue_wait"
 DEPTH_ATTRIBUTE = "queue.depth"

@@ -26,14 +26,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from tailscope.rundir import Run, histograms as hist
-from tailscope.rundir.retention_policy import load_retention
-from tailscope.rundir.schema import ERROR_KINDS
-
-from tailscope.analyzers.stats.percentiles import STANDARD_PERCENTILES, min_samples_for_claim, percentile_ci
 from tailscope.analyzers.inputs.records import NS_PER_S, RequestArrays
+from tailscope.analyzers.stats.percentiles import STANDARD_PERCENTILES, min_samples_for_claim, percentile_ci, weighted_grouped_quantiles
 from tailscope.analyzers.stats.summary import GENERATOR_LIMITED_SHARE, TOP_ERRORS
 from tailscope.analyzers.stats.windows import WINDOW_PERCENTILES
+from tailscope.rundir import Run
+from tailscope.rundir import histograms as hist
+from tailscope.rundir.retention_policy import load_retention
+from tailscope.rundir.schema import ERROR_KINDS
 
 
 @dataclass
@@ -50,6 +50,14 @@ class RetainedView:
     def period_counts(self, origin_ns: int, period_ns: int, n: int) -> dict:
         """Per period: requests, errors, ok and P50/P99 (ms) merged from the histograms."""
         return histogram_period_counts(self.table, origin_ns, period_ns, n)
+
+    def latency_samples(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Every successful request's latency as weighted samples, one per non-empty
+        histogram bucket of each harness window: (the window's start, epoch ns; the
+        bucket's value, ms, ±1 %; its count). Unlike the records, these count every
+        request of every window, so a window's share of slow requests is exact."""
+        latency = self.table["latency"]
+        return self.table["start_ns"][latency.row], hist.bucket_value_ms(latency.bucket), latency.count
 
     @property
     def duration_s(self) -> float:
@@ -121,23 +129,9 @@ def _flat(windows: pa.Table, prefix: str) -> _Flat:
 def grouped_quantiles_ms(group: np.ndarray, bucket: np.ndarray, count: np.ndarray,
                          n_groups: int, qs: tuple[float, ...]) -> dict[float, np.ndarray]:
     """Nearest-rank quantiles (ms) of many histograms given as (group, bucket, count)
-    elements, without dense arrays: O(elements log elements). Empty groups give NaN."""
-    out = {q: np.full(n_groups, np.nan) for q in qs}
-    if len(group) == 0:
-        return out
-    keys, inverse = np.unique(group * hist.BUCKETS + bucket, return_inverse=True)
-    weights = np.bincount(inverse, weights=count).astype(np.int64)
-    key_group = keys // hist.BUCKETS
-    totals = np.bincount(key_group, weights=weights, minlength=n_groups).astype(np.int64)
-    cumulative = np.cumsum(weights)
-    offsets = np.concatenate(([0], np.cumsum(totals)[:-1]))
-    has = totals > 0
-    for q in qs:
-        ranks = np.clip(np.ceil(totals * q - 1e-9).astype(np.int64), 1, None)
-        index = np.searchsorted(cumulative, offsets + ranks, side="left")
-        values = hist.bucket_value_ms(keys[np.minimum(index, len(keys) - 1)] % hist.BUCKETS)
-        out[q][has] = values[has]
-    return out
+    elements, without dense arrays (:func:`.percentiles.weighted_grouped_quantiles`):
+    O(elements log elements). Empty groups give NaN."""
+    return weighted_grouped_quantiles(group, hist.bucket_value_ms(bucket), count, n_groups, qs)
 
 
 def _summary(table: dict, mask: np.ndarray, duration_s: float, req: RequestArrays,

@@ -6,7 +6,8 @@ detectors need: the signal index, a 1-s grid over the load period with a
 spike mask and a baseline mask, the target's GC pauses as a cumulative
 pause-time function, the ``queue.depth`` of every ``queue_wait`` span, and the
 server-side arrival times (SERVER spans of every trace, joined or not, so
-load from outside the harness counts).
+load from outside the harness counts), and the other traffic — requests of traces
+the harness did not send, with their tokens (:mod:`.other_traffic`).
 
 Spike boundaries are imprecise (they are whole detection windows and a cause
 can start before its effect): every detector looks at a spike widened by a
@@ -25,13 +26,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from tailscope.rundir import Run
-
+from tailscope.analyzers.inputs.other_traffic import OtherTraffic, foreign_spans, other_traffic
 from tailscope.analyzers.inputs.queues import QueuePoints, queue_points
 from tailscope.analyzers.inputs.records import NS_PER_MS, NS_PER_S, RequestArrays, int_column, take_rows
 from tailscope.analyzers.inputs.signal_index import Contrast, SignalIndex, contrast
-from tailscope.analyzers.stages.decomposition import SPAN_KIND_SERVER, StageMatrix
 from tailscope.analyzers.inputs.trace_join import trace_positions
+from tailscope.analyzers.stages.decomposition import SPAN_KIND_SERVER, StageMatrix
+from tailscope.rundir import Run
 
 #: Grid step of the signals detectors compare (ns).
 GRID_NS = NS_PER_S
@@ -133,11 +134,11 @@ class RunInputs:
 
     # ------------------------------------------------------------------ events
     @cached_property
-    def gc_pauses(self) -> "Pauses":
+    def gc_pauses(self) -> Pauses:
         return pauses_of(self.run.events, "gc_pause")
 
     @cached_property
-    def generator_pauses(self) -> "Pauses":
+    def generator_pauses(self) -> Pauses:
         return pauses_of(self.run.events, "generator_gc")
 
     # ------------------------------------------------------------------ spans
@@ -238,6 +239,19 @@ class RunInputs:
                 zero_copy_only=False)
         start, _ = int_column(server, "start_ns")
         return np.sort(start[foreign])
+
+    @cached_property
+    def other_traffic(self) -> OtherTraffic:
+        """Requests the target served that the harness did not send, with their tokens where the
+        preset's token attributes carry them (:mod:`.other_traffic`)."""
+        tokens = self.matrix.server_tokens.attributes if self.matrix.server_tokens is not None else None
+        spans = self.run.spans
+        return other_traffic(spans, foreign_spans(spans, self.span_request, self.trace_ids), tokens)
+
+    @cached_property
+    def other_traffic_per_second(self) -> dict[str, np.ndarray]:
+        """Per grid bin: other traffic's ``requests``, ``prompt_tokens`` and ``output_tokens`` per second."""
+        return self.other_traffic.per_second(self.edges)
 
     @cached_property
     def completions_ns(self) -> np.ndarray:

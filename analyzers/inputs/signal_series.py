@@ -36,9 +36,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from tailscope.rundir import read_json, schema as fmt
-
 from tailscope.analyzers.inputs.records import NS_PER_S, int_column
+from tailscope.rundir import read_json
+from tailscope.rundir import schema as fmt
 
 MAX_POINTS = 2000
 #: Seconds per unit of the time units a counter may carry.

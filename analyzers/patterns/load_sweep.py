@@ -1,29 +1,43 @@
-"""A load sweep's results: per-step figures, the highest rate under the SLOs, the knee.
+"""A load sweep's results: per-step figures, the highest rate (or concurrency)
+under the SLOs, the knee, and for LLM workloads the throughput–latency frontier.
 
 Pure functions over the analysis dicts of the sweep's step runs (each step is
 a full run directory; see docs/sweep.md). The result is ``sweep.json``
-(format below) and feeds the sweep report.
+(format below) and feeds the sweep report. A sweep varies one *level*: the
+offered rate (``variable`` ``rate``, req/s; the step's ``rate``) or the
+number of requests kept in flight in concurrency mode (``concurrency``; the
+step's ``concurrency``, its ``rate`` null).
 
 - **Per step**: offered and achieved rate (req/s), P50/P99 latency from the
   scheduled send time with their 95% confidence intervals, error rate, the
-  SLO verdict, and whether the generator was the bottleneck.
-- **Max rate under SLO**: the highest offered rate whose step met every SLO
+  SLO verdict, and whether the generator was the bottleneck; for a run with
+  OpenAI-API requests, ``llm``: output tokens/s (aggregate over the load) and
+  TTFT/TPOT P50/P99 with their CIs, read from the run's ``llm`` section.
+- **Max level under SLO**: the highest level whose step met every SLO
   (None when no step did, or the scenario has no SLOs). A failing step below
   it is reported as a warning (pass/fail was not monotone: noise or warm-up).
-- **Knee** (Kneedle, Satopää et al. 2011): on the curve P99 vs offered rate,
+- **Knee** (Kneedle, Satopää et al. 2011): on the curve P99 vs level,
   normalised to [0, 1] on both axes, the step farthest below the chord from
   the first to the last step, i.e. where latency starts to climb steeply.
   Needs >= 3 steps with a P99 and a curve that bends upward; else None.
-- **Saturation**: the first step whose achieved rate fell below
+- **Saturation** (rate sweeps): the first step whose achieved rate fell below
   ``SATURATION_SHARE`` of its offered rate (the service, or the generator,
-  could not keep up).
+  could not keep up). A closed loop offers what it achieves: None.
+- **Frontier** (steps with ``llm`` figures): each step as a point (output
+  tokens/s; TTFT and TPOT P50/P99). A point is *Pareto-optimal* when no
+  other step has at least its throughput and at most its TTFT P99 and TPOT
+  P99, one of them strictly. The *best point under the SLOs* is the step
+  with the highest output tokens/s among those that met every SLO (ties:
+  the lower TPOT P99); None without SLOs or when none passed.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-SWEEP_FORMAT_VERSION = "1.0"
+SWEEP_FORMAT_VERSION = "1.1"
+#: What a sweep varies from step to step.
+SWEEP_VARIABLES = ("rate", "concurrency")
 #: A step is saturated when achieved < this share of offered.
 SATURATION_SHARE = 0.9
 #: Smallest normalised distance below the chord that counts as a knee.
@@ -34,13 +48,37 @@ def _percentile(entry: dict) -> dict:
     return {key: entry.get(key) for key in ("value_ms", "ci_low_ms", "ci_high_ms", "n", "claimed")}
 
 
-def step_record(index: int, rate: float, run_dir: str, analysis: dict) -> dict:
-    """One step's figures from its run's analysis dict."""
+def level_of(step: dict) -> float:
+    """The level a step ran at: its concurrency in a concurrency sweep, else its offered rate."""
+    concurrency = step.get("concurrency")
+    return concurrency if concurrency is not None else step["rate"]
+
+
+def llm_figures(analysis: dict) -> dict | None:
+    """Output tokens/s (aggregate) and TTFT/TPOT P50/P99 from a run's ``llm`` section; None without one."""
+    llm = analysis.get("llm")
+    if not llm:
+        return None
+    return {
+        "requests": llm.get("requests"),
+        "completed": llm.get("completed"),
+        "output_tokens_per_s": (llm.get("output_tokens_per_s") or {}).get("aggregate"),
+        "ttft_ms": {p: _percentile(llm["ttft_ms"][p]) for p in ("p50", "p99")},
+        "tpot_ms": {p: _percentile(llm["tpot_ms"][p]) for p in ("p50", "p99")},
+    }
+
+
+def step_record(index: int, level: float, run_dir: str, analysis: dict, variable: str = "rate") -> dict:
+    """One step's figures from its run's analysis dict; ``level`` is its offered rate
+    (``variable`` ``rate``) or its concurrency (``concurrency``)."""
+    if variable not in SWEEP_VARIABLES:
+        raise ValueError(f"unknown sweep variable {variable!r}; expected one of {', '.join(SWEEP_VARIABLES)}")
     summary, verdict = analysis["summary"], analysis.get("verdict") or {}
     has_slos = bool(verdict.get("slos"))
     return {
         "index": index,
-        "rate": rate,
+        "rate": level if variable == "rate" else None,
+        "concurrency": int(level) if variable == "concurrency" else None,
         "run_dir": run_dir,
         "status": analysis["run"]["status"],
         "duration_s": summary["duration_s"],
@@ -54,21 +92,22 @@ def step_record(index: int, rate: float, run_dir: str, analysis: dict) -> dict:
         "passed": bool(verdict.get("passed")) if has_slos else None,
         "failed_slos": list(verdict.get("failed") or []),
         "generator_limited": bool(summary["lateness_ms"]["generator_limited"]),
+        "llm": llm_figures(analysis),
     }
 
 
 def max_rate_under_slo(steps: list[dict]) -> tuple[float | None, int | None]:
-    """(highest rate whose step passed, that step's index); (None, None) if none passed."""
+    """(highest level whose step passed, that step's index); (None, None) if none passed."""
     passing = [s for s in steps if s["passed"]]
     if not passing:
         return None, None
-    best = max(passing, key=lambda s: s["rate"])
-    return best["rate"], best["index"]
+    best = max(passing, key=level_of)
+    return level_of(best), best["index"]
 
 
 def find_knee(steps: list[dict]) -> dict | None:
-    """The knee of P99 vs offered rate (Kneedle); None when the curve has none."""
-    points = sorted(((s["rate"], s["p99"]["value_ms"], s["index"]) for s in steps
+    """The knee of P99 vs level (Kneedle); None when the curve has none."""
+    points = sorted(((level_of(s), s["p99"]["value_ms"], s["index"]) for s in steps
                      if s["p99"]["value_ms"] is not None), key=lambda p: p[0])
     if len(points) < 3:
         return None
@@ -84,12 +123,16 @@ def find_knee(steps: list[dict]) -> dict | None:
     if distance[best] < MIN_KNEE_DISTANCE:
         return None
     step = next(s for s in steps if s["index"] == points[best][2])
-    return {"rate": step["rate"], "index": step["index"], "achieved_rps": step["achieved_rps"],
+    return {"rate": step["rate"], "concurrency": step.get("concurrency"), "level": level_of(step),
+            "index": step["index"], "achieved_rps": step["achieved_rps"],
             "p99_ms": step["p99"]["value_ms"], "distance": float(distance[best]), "method": "kneedle"}
 
 
 def saturation(steps: list[dict]) -> dict | None:
-    """The first step (by rate) whose achieved rate fell below SATURATION_SHARE of offered."""
+    """The first step (by rate) whose achieved rate fell below SATURATION_SHARE of offered
+    (rate sweeps; None for concurrency steps, which offer what they achieve)."""
+    if any(s.get("concurrency") is not None for s in steps):
+        return None
     for step in sorted(steps, key=lambda s: s["rate"]):
         offered, achieved = step["offered_rps"], step["achieved_rps"]
         if offered and achieved is not None and achieved < SATURATION_SHARE * offered:
@@ -103,36 +146,80 @@ def sweep_warnings(steps: list[dict], best_rate: float | None, has_slos: bool) -
     if not has_slos:
         warnings.append({"code": "no_slos", "message": "the scenario has no SLOs: no step can pass or "
                          "fail, so there is no maximum rate under SLO (the curve and knee still stand)"})
-    limited = [s["rate"] for s in steps if s["generator_limited"]]
+    concurrency = any(s.get("concurrency") is not None for s in steps)
+    unit = " in flight" if concurrency else " req/s"
+    limited = [level_of(s) for s in steps if s["generator_limited"]]
     if limited:
         warnings.append({"code": "generator_limited", "message": (
-            "generator-limited at " + ", ".join(f"{r:g}" for r in limited) + " req/s: more than 1% of "
+            "generator-limited at " + ", ".join(f"{r:g}" for r in limited) + unit + ": more than 1% of "
             "sends were over 1 ms late there; those steps measure the generator, not the target "
             "(use --workers)")})
     if best_rate is not None:
-        below = [s["rate"] for s in steps if s["passed"] is False and s["rate"] < best_rate]
+        below = [level_of(s) for s in steps if s["passed"] is False and level_of(s) < best_rate]
         if below:
             warnings.append({"code": "non_monotone", "message": (
-                "steps failed below the maximum passing rate (" + ", ".join(f"{r:g}" for r in below)
-                + " req/s): the result is noisy; lengthen --step-duration")})
+                f"steps failed below the maximum passing {'concurrency' if concurrency else 'rate'} ("
+                + ", ".join(f"{r:g}" for r in below) + unit + "): the result is noisy; lengthen --step-duration")})
     return warnings
 
 
+def _value(entry: dict | None) -> float | None:
+    return entry["value_ms"] if entry else None
+
+
+def frontier(steps: list[dict], has_slos: bool) -> dict | None:
+    """The throughput–latency frontier of the steps with ``llm`` figures (module docstring);
+    None when no step has them."""
+    points = []
+    for s in sorted(steps, key=lambda s: (level_of(s), s["index"])):
+        llm = s.get("llm")
+        if not llm or llm["output_tokens_per_s"] is None:
+            continue
+        points.append({"index": s["index"], "level": level_of(s), "output_tokens_per_s": llm["output_tokens_per_s"],
+                       "achieved_rps": s["achieved_rps"], "ttft_ms": llm["ttft_ms"], "tpot_ms": llm["tpot_ms"],
+                       "passed": s["passed"]})
+    if not points:
+        return None
+
+    def objectives(p: dict) -> tuple | None:
+        ttft, tpot = _value(p["ttft_ms"]["p99"]), _value(p["tpot_ms"]["p99"])
+        return None if ttft is None or tpot is None else (p["output_tokens_per_s"], ttft, tpot)
+
+    def dominates(a: tuple, b: tuple) -> bool:
+        return a[0] >= b[0] and a[1] <= b[1] and a[2] <= b[2] and a != b
+
+    scored = [(p, objectives(p)) for p in points]
+    for p, o in scored:
+        p["pareto"] = o is not None and not any(q is not None and dominates(q, o) for _, q in scored)
+    passing = [p for p in points if p["passed"]]
+    best = None
+    if has_slos and passing:
+        top = max(passing, key=lambda p: (p["output_tokens_per_s"], -(_value(p["tpot_ms"]["p99"]) or 0.0)))
+        best = {"index": top["index"], "level": top["level"], "output_tokens_per_s": top["output_tokens_per_s"],
+                "ttft_p99_ms": _value(top["ttft_ms"]["p99"]), "tpot_p99_ms": _value(top["tpot_ms"]["p99"])}
+    return {"throughput": "output_tokens_per_s", "points": points, "best_under_slo": best}
+
+
 def summarize_sweep(name: str, mode: str, slos: list[str], steps: list[dict],
-                    search: dict | None = None) -> dict:
-    """The ``sweep.json`` dict."""
-    best_rate, best_index = max_rate_under_slo(steps)
+                    search: dict | None = None, variable: str = "rate") -> dict:
+    """The ``sweep.json`` dict; ``variable``: what the steps varied (:data:`SWEEP_VARIABLES`)."""
+    if variable not in SWEEP_VARIABLES:
+        raise ValueError(f"unknown sweep variable {variable!r}; expected one of {', '.join(SWEEP_VARIABLES)}")
+    best_level, best_index = max_rate_under_slo(steps)
     return {
         "format_version": SWEEP_FORMAT_VERSION,
         "name": name,
         "mode": mode,
+        "variable": variable,
         "slos": list(slos),
-        "steps": sorted(steps, key=lambda s: (s["rate"], s["index"])),
-        "max_rate_under_slo": best_rate,
+        "steps": sorted(steps, key=lambda s: (level_of(s), s["index"])),
+        "max_rate_under_slo": best_level if variable == "rate" else None,
+        "max_concurrency_under_slo": best_level if variable == "concurrency" else None,
         "max_rate_step": best_index,
         "knee": find_knee(steps),
         "saturation": saturation(steps),
+        "frontier": frontier(steps, bool(slos)),
         "search": search,
-        "passed": best_rate is not None if slos else None,
-        "warnings": sweep_warnings(steps, best_rate, bool(slos)),
+        "passed": best_level is not None if slos else None,
+        "warnings": sweep_warnings(steps, best_level, bool(slos)),
     }

@@ -19,7 +19,9 @@ Verdicts (when the diagnosis detectors' ``patterns`` are not in the analysis):
   ``insufficient data`` with fewer than ``MIN_POINTS`` points.
 * **leak** — the same test on each memory series: ``leak`` when p < ``ALPHA``,
   the slope is positive and the fitted growth over the run is at least
-  ``LEAK_MIN_SHARE`` of the starting value and ``LEAK_MIN_BYTES``.
+  ``LEAK_MIN_SHARE`` of the starting value and ``LEAK_MIN_BYTES``; ``growing``
+  when significant and rising but smaller (the summary says so), ``flat`` only
+  without a significant rise (:func:`~.trends.call_trend`).
 
 Cost: O(windows + signal rows) plus Theil–Sen on <= 240 points.
 """
@@ -33,8 +35,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from scipy import stats
 
-from tailscope.analyzers.stats.percentiles import grouped_quantile, min_samples_for_claim, stable_group_order
 from tailscope.analyzers.inputs.records import NS_PER_S, RequestArrays, int_column
+from tailscope.analyzers.patterns.trends import call_trend
+from tailscope.analyzers.stats.percentiles import grouped_quantile, min_samples_for_claim, stable_group_order
 
 HOURLY_FROM_S = 3 * 3600
 TARGET_PERIODS = 12
@@ -180,17 +183,22 @@ def leak_verdict(memory: dict) -> dict:
         fit = trend(t_ns, values)
         if fit is None:
             continue
-        grew = fit["change"] >= max(LEAK_MIN_SHARE * max(fit["start"], 0.0), LEAK_MIN_BYTES)
-        verdict = "leak" if fit["p_value"] < ALPHA and fit["slope_per_h"] > 0 and grew else "flat"
         mb = 2**20
+        needed = max(LEAK_MIN_SHARE * max(fit["start"], 0.0), LEAK_MIN_BYTES)
+        shortfalls = [] if fit["change"] >= needed else [f"growth below the {needed / mb:.0f} MB a leak needs"]
+        verdict, note = call_trend(fit["p_value"] < ALPHA and fit["slope_per_h"] > 0, shortfalls,
+                                   "leak", "growing", "flat")
         result["series"][name] = {"verdict": verdict, "slope_mb_per_h": fit["slope_per_h"] / mb,
                                   "growth_mb": fit["change"] / mb, "start_mb": fit["start"] / mb,
                                   "p_value": fit["p_value"], "points": fit["points"]}
-        if verdict == "leak":
-            leaking.append(f"{name} +{fit['change'] / mb:.0f} MB over the run ({fit['slope_per_h'] / mb:+.1f} MB/h)")
+        if verdict != "flat":
+            leaking.append((verdict, f"{name} {fit['change'] / mb:+.0f} MB over the run "
+                                     f"({fit['slope_per_h'] / mb:+.1f} MB/h, p = {fit['p_value']:.2g})"
+                                     + (f": {note}" if note else "")))
     if result["series"]:
-        result["verdict"] = "leak" if leaking else "flat"
-    result["summary"] = ("memory grew: " + "; ".join(leaking)) if leaking else (
+        verdicts = {verdict for verdict, _ in leaking}
+        result["verdict"] = "leak" if "leak" in verdicts else ("growing" if verdicts else "flat")
+    result["summary"] = ("memory grew: " + "; ".join(text for _, text in leaking)) if leaking else (
         "no significant memory growth" if result["series"] else "no memory series to test")
     return result
 

@@ -23,6 +23,11 @@ RSS (``proc.rss_bytes``, at most 500 evenly spaced readings); flagged when
 p < ``alpha``, growth over the run is at least max(10 MB, 5% of the first
 reading) and the run lasts ``min_duration_s``.
 
+A verdict never contradicts its own numbers (:func:`call_trend`): a trend that
+is significant but too small or too short to be called a drift or a leak is
+``trending`` / ``growing``, its summary saying what it lacked; ``stable`` /
+``flat`` only when the trend is not significant (p >= ``alpha``).
+
 Costs: O(n) for the share series plus an FFT of one value per second;
 Theil–Sen is O(k²) on k <= 500 points.
 """
@@ -34,9 +39,9 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
-from tailscope.analyzers.stats.percentiles import grouped_quantile, min_samples_for_claim, nearest_rank_value, stable_group_order
 from tailscope.analyzers.inputs.records import NS_PER_S, RequestArrays
 from tailscope.analyzers.inputs.signal_index import SignalIndex
+from tailscope.analyzers.stats.percentiles import grouped_quantile, min_samples_for_claim, nearest_rank_value, stable_group_order
 
 RSS_SERIES = ("proc.rss_bytes", "target.rss_bytes")
 
@@ -161,6 +166,21 @@ def periodicity(req: RequestArrays, spikes: list[dict], period: tuple[int, int] 
 
 
 # ---------------------------------------------------------------- trends
+def call_trend(significant: bool, shortfalls: list[str], called: str, partial: str, none: str) -> tuple[str, str]:
+    """(verdict, note) of a trend test, worded so the two never disagree: ``called`` when the trend
+    is significant and lacks nothing; ``partial`` with "significant, but not called a <called>: <what
+    it lacked>" when significant but short of a rule; ``none`` with "no significant trend" otherwise."""
+    if significant and not shortfalls:
+        return called, ""
+    if significant:
+        return partial, f"significant, but not called a {called}: " + "; ".join(shortfalls)
+    return none, "no significant trend"
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds / 60:.0f} min" if seconds >= 60 else f"{seconds:.0f} s"
+
+
 def trend(t_s: np.ndarray, values: np.ndarray) -> dict | None:
     """Theil–Sen slope (per s) with its 95% interval and the Mann–Kendall p-value."""
     keep = np.isfinite(values)
@@ -198,16 +218,19 @@ def drift(req: RequestArrays, period: tuple[int, int] | None, rules: PatternRule
     duration_s = duration_ns / NS_PER_S
     typical = float(np.nanmedian(medians))
     detected, change = False, None
-    if median_trend is not None and typical > 0:
-        change = median_trend["slope_per_s"] * duration_s / typical
-        detected = (median_trend["p_value"] < rules.alpha and abs(change) >= rules.min_drift
-                    and duration_s >= rules.min_duration_s)
-    summary = ("median latency " + ("rose" if (change or 0) > 0 else "fell")
-               + f" {abs(change or 0):.0%} over the run (Theil–Sen {median_trend['slope_per_s'] * 3600:+.2f} ms/h, "
-               f"Mann–Kendall p = {median_trend['p_value']:.2g})" if median_trend is not None else empty["summary"])
-    if median_trend is not None and not detected:
-        summary = "no drift: " + summary
-    verdict = "drift" if detected else ("stable" if median_trend is not None else "insufficient data")
+    verdict, summary = "insufficient data", empty["summary"]
+    if median_trend is not None:
+        change = median_trend["slope_per_s"] * duration_s / typical if typical > 0 else 0.0
+        shortfalls = ([f"the change is below the {rules.min_drift:.0%} a drift needs"]
+                      if abs(change) < rules.min_drift else [])
+        if duration_s < rules.min_duration_s:
+            shortfalls.append(f"the run lasted {_minutes(duration_s)}, shorter than the "
+                              f"{_minutes(rules.min_duration_s)} a drift needs")
+        verdict, note = call_trend(median_trend["p_value"] < rules.alpha, shortfalls, "drift", "trending", "stable")
+        detected = verdict == "drift"
+        summary = ("median latency " + ("rose" if change > 0 else "fell")
+                   + f" {abs(change):.0%} over the run (Theil–Sen {median_trend['slope_per_s'] * 3600:+.2f} ms/h, "
+                   f"Mann–Kendall p = {median_trend['p_value']:.2g})" + (f": {note}" if note else ""))
     return {"detected": detected, "verdict": verdict, "summary": summary, "relative_change": change,
             "median": median_trend, "p99": p99_trend, "segments": segments,
             "segment_s": duration_s / segments}
@@ -233,12 +256,16 @@ def leak(signals: SignalIndex, period: tuple[int, int] | None, rules: PatternRul
     duration_s = (period[1] - period[0]) / NS_PER_S
     growth = found["slope_per_s"] * duration_s
     material = max(rules.min_leak_bytes, rules.min_leak_share * float(v[0]))
-    detected = found["p_value"] < rules.alpha and growth >= material and duration_s >= rules.min_duration_s
-    summary = (f"target RSS grew {growth / 1e6:+.1f} MB over the run ({found['slope_per_s'] * 3600 / 1e6:+.1f} MB/h, "
-               f"Mann–Kendall p = {found['p_value']:.2g})")
-    if not detected:
-        summary = "no leak: " + summary
-    return {"detected": detected, "verdict": "leak" if detected else "flat", "series": name,
+    shortfalls = [f"growth below the {material / 1e6:.0f} MB a leak needs"] if growth < material else []
+    if duration_s < rules.min_duration_s:
+        shortfalls.append(f"the run lasted {_minutes(duration_s)}, shorter than the "
+                          f"{_minutes(rules.min_duration_s)} a leak needs")
+    verdict, note = call_trend(found["p_value"] < rules.alpha and growth > 0, shortfalls, "leak", "growing", "flat")
+    detected = verdict == "leak"
+    summary = (f"target RSS {'grew' if growth >= 0 else 'fell'} {growth / 1e6:+.1f} MB over the run "
+               f"({found['slope_per_s'] * 3600 / 1e6:+.1f} MB/h, Mann–Kendall p = {found['p_value']:.2g})"
+               + (f": {note}" if note else ""))
+    return {"detected": detected, "verdict": verdict, "series": name,
             "summary": summary, "trend": found,
             "growth_bytes": growth, "slope_bytes_per_hour": found["slope_per_s"] * 3600}
 

@@ -16,6 +16,14 @@ Causes come from a :class:`~.causes.DetectorRegistry` (``method="detectors"``,
 ``unexplained`` when none fires) or the BARO-style baseline ranker
 (``method="baro"``, :mod:`.baro`). Cost: O(requests) per test iteration, plus
 the detectors' work per spike.
+
+Warm-up: the first seconds of a run are its warm-up (connections opening,
+caches and lazily imported code filling, the generator's own first sends)
+and are kept out of spike detection — out of the test and out of the
+baseline P99. The rule (:func:`warmup_ns`): the first 5% of the load period,
+at least 2 s and at most 10 s, never more than a quarter of the run, rounded
+to whole display windows. Warm-up requests still count in every
+whole-run number; ``spike_detection.warmup_s`` says how long it was.
 """
 
 from __future__ import annotations
@@ -26,13 +34,15 @@ import numpy as np
 from scipy import stats
 
 from tailscope.analyzers.causes.protocol import DetectorRegistry, SpikeContext, available_inputs
-from tailscope.analyzers.stats.percentiles import min_samples_for_claim, nearest_rank
-from tailscope.analyzers.inputs.records import RequestArrays
 from tailscope.analyzers.inputs.queues import QueuePoints
+from tailscope.analyzers.inputs.records import RequestArrays
+from tailscope.analyzers.inputs.retained import RetainedView
 from tailscope.analyzers.inputs.run_inputs import RunInputs
-from tailscope.analyzers.stages.decomposition import DEFAULT_STAGE_MAP, StageMatrix
+from tailscope.analyzers.spikes.evidence_series import evidence_series
 from tailscope.analyzers.spikes.tail_test import TailTestResult, TailTestRules, merge_runs, tail_test
+from tailscope.analyzers.stages.decomposition import DEFAULT_STAGE_MAP, StageMatrix
 from tailscope.analyzers.stages.representative_trace import representative_trace
+from tailscope.analyzers.stats.percentiles import min_samples_for_claim, nearest_rank
 
 #: Cause-attribution methods ``find_spikes`` accepts.
 METHODS = ("detectors", "baro")
@@ -43,26 +53,76 @@ class SpikeRules(TailTestRules):
     """The tail-share test's thresholds (:class:`~.tail_test.TailTestRules`) plus how windows merge."""
 
     merge_gap: int = 1
+    #: Warm-up kept out of detection: this share of the load period, clamped to
+    #: [warmup_min_s, warmup_max_s] and to warmup_max_share of the run (module docstring).
+    warmup_share: float = 0.05
+    warmup_min_s: float = 2.0
+    warmup_max_s: float = 10.0
+    warmup_max_share: float = 0.25
 
 
-def detect(req: RequestArrays, windows: dict[str, np.ndarray], rules: SpikeRules = SpikeRules()) -> TailTestResult | None:
-    """The tail-share test over a run's latency samples, on the window table's time range."""
+def warmup_ns(origin_ns: int, end_ns: int, window_ns: int, rules: SpikeRules = SpikeRules()) -> int:
+    """Length (ns) of the warm-up left out of spike detection: ``warmup_share`` of the period,
+    clamped to [``warmup_min_s``, ``warmup_max_s``] and to ``warmup_max_share`` of the period,
+    rounded to whole windows of ``window_ns`` (at least one; still at most ``warmup_max_share``)."""
+    duration = max(end_ns - origin_ns, 0)
+    wanted = min(max(rules.warmup_share * duration, rules.warmup_min_s * 1e9), rules.warmup_max_s * 1e9)
+    cap = rules.warmup_max_share * duration
+    length = min(wanted, cap)
+    if length <= 0 or window_ns <= 0:
+        return 0
+    whole = max(1, int(round(length / window_ns))) * window_ns
+    return int(whole if whole <= cap else (int(cap) // window_ns) * window_ns)
+
+
+def detect(req: RequestArrays, windows: dict[str, np.ndarray], rules: SpikeRules = SpikeRules(),
+           retained: RetainedView | None = None) -> TailTestResult | None:
+    """The tail-share test over a run's latency samples after the warm-up (:func:`warmup_ns`),
+    on the window table's time range.
+
+    A retained run (``retained``, its :func:`~.retained.retained_view`) is tested on its
+    per-window latency histograms, which count every successful request, not on its
+    records: those are complete only in the keep intervals and a 1–2 % sample elsewhere,
+    so a sampled window holds a handful of records where the detection window was sized
+    for 20, and one slow record among two passes a larger-scale group's member rule —
+    a spike the exact records do not show (the window table of such a run comes from
+    the same histograms, so both are on the harness's window grid)."""
+    if retained is not None:
+        time_ns, values_ms, counts = retained.latency_samples()
+        return detect_series(time_ns, values_ms, windows, rules, weights=counts)
+    return detect_series(req.scheduled_ns[req.in_latency], req.latency_ms[req.in_latency], windows, rules)
+
+
+def detect_series(scheduled_ns: np.ndarray, values_ms: np.ndarray, windows: dict[str, np.ndarray],
+                  rules: SpikeRules = SpikeRules(), weights: np.ndarray | None = None) -> TailTestResult | None:
+    """The tail-share test over any per-request series in ms (latency, or an LLM request's
+    TTFT or TPOT), each value placed at its request's scheduled send, after the warm-up, on
+    the window table's time range. NaN values are left out. ``weights``: how many requests
+    each value stands for (histogram counts, :func:`~.tail_test.tail_test`; None: one each).
+    None without windows."""
     if len(windows["start_ns"]) == 0:
         return None
     origin, end = int(windows["start_ns"][0]), int(windows["end_ns"][-1])
     window_ns = int(windows["end_ns"][0] - windows["start_ns"][0])
-    mask = req.in_latency
-    return tail_test(req.scheduled_ns[mask], req.latency_ms[mask], origin, end, window_ns, rules)
+    origin += warmup_ns(origin, end, window_ns, rules)
+    mask = (scheduled_ns >= origin) & ~np.isnan(values_ms)
+    return tail_test(scheduled_ns[mask], values_ms[mask], origin, end, window_ns, rules,
+                     weights[mask] if weights is not None else None)
 
 
-def detection_facts(result: TailTestResult | None, rules: SpikeRules, method: str) -> dict:
-    """The ``spike_detection`` section: how spikes were looked for and against what baseline."""
+def detection_facts(result: TailTestResult | None, rules: SpikeRules, method: str,
+                    load_start_ns: int | None = None) -> dict:
+    """The ``spike_detection`` section: how spikes were looked for, after which warm-up
+    (``warmup_s``: from ``load_start_ns`` to the first detection window), against what baseline."""
     if result is None:
         return {"performed": False, "method": method, "detection_window_s": None, "baseline_p99_ms": None,
-                "expected_slow_share": 1.0 - rules.tail_p, "alpha": rules.alpha, "tests": 0, "iterations": 0}
+                "expected_slow_share": 1.0 - rules.tail_p, "alpha": rules.alpha, "tests": 0, "iterations": 0,
+                "warmup_s": 0.0}
+    warmup = (result.origin_ns - load_start_ns) / 1e9 if load_start_ns is not None else 0.0
     return {"performed": True, "method": method, "detection_window_s": result.window_ns / 1e9,
             "baseline_p99_ms": result.threshold_ms, "expected_slow_share": result.expected_share,
-            "alpha": rules.alpha, "tests": result.tests, "iterations": result.iterations}
+            "alpha": rules.alpha, "tests": result.tests, "iterations": result.iterations,
+            "warmup_s": max(warmup, 0.0)}
 
 
 def _mean_p50(values: np.ndarray) -> dict:
@@ -162,15 +222,15 @@ def find_spikes(req: RequestArrays, windows: dict[str, np.ndarray], matrix: Stag
     available = available_inputs(run)
     row_of = matrix_rows(matrix, req.n)
     normal = stage_side(joined_rows(normal_index, row_of), matrix)
-    spikes = []
+    spikes, series_cache = [], {}
     for (first, last), (lo, hi) in zip(runs, bounds):
         spikes.append(_spike_record(req, result, first, last, lo, hi, tau, in_any, normal_index, matrix, run,
-                                    inputs, available, registry, method, stage_map, row_of, normal))
+                                    inputs, available, registry, method, stage_map, row_of, normal, series_cache))
     return spikes
 
 
 def _spike_record(req, result, first, last, lo, hi, tau, in_any, normal_index, matrix, run, inputs,
-                  available, registry, method, stage_map, row_of, normal) -> dict:
+                  available, registry, method, stage_map, row_of, normal, series_cache=None) -> dict:
     inside = (req.scheduled_ns >= lo) & (req.scheduled_ns < hi)
     latency = np.sort(req.latency_ms[inside & req.in_latency])
     p99 = float(latency[nearest_rank(len(latency), 0.99) - 1])
@@ -198,6 +258,7 @@ def _spike_record(req, result, first, last, lo, hi, tau, in_any, normal_index, m
         "peak_window_slow_share": float(shares[peak - first]),
         "requests": int(inside.sum()), "windows": last - first + 1,
         "decomposition": decomposition, "causes": causes,
+        "evidence_series": evidence_series(ctx, causes, series_cache),
         "representative_trace": representative_trace(req, slow_index, run.spans, stage_map or DEFAULT_STAGE_MAP,
                                                      inputs.span_request),
     }

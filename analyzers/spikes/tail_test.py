@@ -55,7 +55,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
-from tailscope.analyzers.stats.percentiles import group_sort, grouped_quantile, nearest_rank_value
+from tailscope.analyzers.stats.percentiles import group_sort, grouped_quantile, nearest_rank_value, weighted_grouped_quantiles
 
 
 @dataclass(frozen=True)
@@ -113,20 +113,42 @@ MAD_TO_SIGMA = 1.4826
 OUTLIER_SCREEN_SAMPLES = 500_000
 
 
-def outlying_windows(index: np.ndarray, latency_ms: np.ndarray, m: int, rules: TailTestRules) -> np.ndarray:
-    """Windows whose median or P90 is far above the typical window's (robust z > outlier_k)."""
-    if len(index) > OUTLIER_SCREEN_SAMPLES:
-        pick = np.random.default_rng(0).choice(len(index), size=OUTLIER_SCREEN_SAMPLES, replace=False)
-        index, latency_ms = index[pick], latency_ms[pick]
-    order = group_sort(index, latency_ms)
+def _count(index: np.ndarray, m: int, weights: np.ndarray | None) -> np.ndarray:
+    """Samples per window (int64): one per element, or its weight."""
+    return np.bincount(index, weights=weights, minlength=m).astype(np.int64)
+
+
+def _total(chosen: np.ndarray, weights: np.ndarray | None) -> int:
+    """Samples among the chosen elements (a boolean mask)."""
+    return int(chosen.sum()) if weights is None else int(weights[chosen].sum())
+
+
+def _window_quantiles(index: np.ndarray, values: np.ndarray, m: int, qs: tuple[float, ...],
+                      weights: np.ndarray | None) -> dict[float, np.ndarray]:
+    """Nearest-rank quantiles of each window's samples (NaN where none)."""
+    if weights is not None:
+        return weighted_grouped_quantiles(index, values, weights, m, qs)
+    order = group_sort(index, values)
     counts = np.bincount(index, minlength=m)
     starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
+    return {q: grouped_quantile(values[order], starts, counts, q) for q in qs}
+
+
+def outlying_windows(index: np.ndarray, latency_ms: np.ndarray, m: int, rules: TailTestRules,
+                     weights: np.ndarray | None = None) -> np.ndarray:
+    """Windows whose median or P90 is far above the typical window's (robust z > outlier_k).
+    ``weights``: samples each element stands for (None: one each)."""
+    if weights is None and len(index) > OUTLIER_SCREEN_SAMPLES:
+        pick = np.random.default_rng(0).choice(len(index), size=OUTLIER_SCREEN_SAMPLES, replace=False)
+        index, latency_ms = index[pick], latency_ms[pick]
+    counts = _count(index, m, weights)
     outlying = np.zeros(m, dtype=bool)
     enough = counts >= 5
     if enough.sum() < 3:
         return outlying
+    quantiles = _window_quantiles(index, latency_ms, m, (0.5, 0.9), weights)
     for p in (0.5, 0.9):
-        values = grouped_quantile(latency_ms[order], starts, counts, p)
+        values = quantiles[p]
         typical = float(np.median(values[enough]))
         spread = float(np.median(np.abs(values[enough] - typical))) * MAD_TO_SIGMA
         limit = max(typical + rules.outlier_k * spread, typical * (1.0 + rules.min_relative_excess))
@@ -134,8 +156,11 @@ def outlying_windows(index: np.ndarray, latency_ms: np.ndarray, m: int, rules: T
     return outlying
 
 
-def _baseline_threshold(latency_ms: np.ndarray, clean: np.ndarray, p: float) -> float:
-    return nearest_rank_value(latency_ms[clean], p)
+def _baseline_threshold(latency_ms: np.ndarray, clean: np.ndarray, p: float, weights: np.ndarray | None) -> float:
+    if weights is None:
+        return nearest_rank_value(latency_ms[clean], p)
+    return float(weighted_grouped_quantiles(np.zeros(int(clean.sum()), dtype=np.int64), latency_ms[clean],
+                                            weights[clean], 1, (p,))[p][0])
 
 
 def _scaled(counts: np.ndarray, scale: int) -> np.ndarray:
@@ -146,20 +171,13 @@ def _scaled(counts: np.ndarray, scale: int) -> np.ndarray:
     return padded.reshape(groups, scale).sum(axis=1)
 
 
-def _slow_medians(group: np.ndarray, latency: np.ndarray, groups: int) -> np.ndarray:
-    """Median latency of the slow requests of each group (NaN where none)."""
-    order = group_sort(group, latency)
-    counts = np.bincount(group, minlength=groups)
-    starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
-    return grouped_quantile(latency[order], starts, counts, 0.5)
-
-
-def _flag_once(index: np.ndarray, latency_ms: np.ndarray, m: int, tau: float,
-               rules: TailTestRules) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
+def _flag_once(index: np.ndarray, latency_ms: np.ndarray, m: int, tau: float, rules: TailTestRules,
+               weights: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
     p0 = 1.0 - rules.tail_p
     is_slow = latency_ms > tau
-    n = np.bincount(index, minlength=m)
-    k = np.bincount(index[is_slow], minlength=m)
+    slow_weights = weights[is_slow] if weights is not None else None
+    n = _count(index, m, weights)
+    k = _count(index[is_slow], m, slow_weights)
     slow_index, slow_latency = index[is_slow], latency_ms[is_slow]
     floor_ms = max(tau * (1.0 + rules.min_relative_excess), tau + rules.min_excess_ms)
     tests = int(sum(np.count_nonzero(_scaled(n, s)) for s in rules.scales))
@@ -171,7 +189,7 @@ def _flag_once(index: np.ndarray, latency_ms: np.ndarray, m: int, tau: float,
         p_s = np.where(n_s > 0, stats.binom.sf(k_s - 1, np.maximum(n_s, 1), p0), 1.0)
         if scale == 1:
             p_unit = p_s
-        medians = _slow_medians(slow_index // scale, slow_latency, len(n_s))
+        medians = _window_quantiles(slow_index // scale, slow_latency, len(n_s), (0.5,), slow_weights)[0.5]
         with np.errstate(invalid="ignore", divide="ignore"):
             share = np.where(n_s > 0, k_s / np.maximum(n_s, 1), 0.0)
         passed = ((p_s < cutoff) & (share >= rules.min_tail_ratio * p0) & (k_s >= rules.min_slow_requests)
@@ -190,33 +208,38 @@ def _flag_once(index: np.ndarray, latency_ms: np.ndarray, m: int, tau: float,
 
 
 def tail_test(scheduled_ns: np.ndarray, latency_ms: np.ndarray, origin_ns: int, end_ns: int,
-              window_ns: int, rules: TailTestRules = TailTestRules()) -> TailTestResult | None:
+              window_ns: int, rules: TailTestRules = TailTestRules(),
+              weights: np.ndarray | None = None) -> TailTestResult | None:
     """Run the test on latency samples (scheduled time epoch ns, latency ms); None with too few samples.
 
     ``window_ns`` is the display window; the detection window is a whole multiple of it
-    (:func:`detection_window_ns`).
+    (:func:`detection_window_ns`). ``weights`` (non-negative integers, or None: one each)
+    says how many samples each element stands for: a histogram bucket of one window is
+    one element weighted by its count (its time must then place it in a single detection
+    window: the window's start, on a grid the detection windows are whole multiples of).
     """
-    if len(latency_ms) < rules.min_samples or end_ns <= origin_ns:
+    total = len(latency_ms) if weights is None else int(weights.sum())
+    if total < rules.min_samples or end_ns <= origin_ns:
         return None
-    det_ns = detection_window_ns(len(latency_ms), end_ns - origin_ns, window_ns, rules)
+    det_ns = detection_window_ns(total, end_ns - origin_ns, window_ns, rules)
     m = max(1, int(-(-(end_ns - origin_ns) // det_ns)))
     index = np.clip((scheduled_ns - origin_ns) // det_ns, 0, m - 1)
     flagged = np.zeros(m, dtype=bool)
-    excluded = outlying_windows(index, latency_ms, m, rules)
-    if (~excluded[index]).sum() < rules.min_samples:
+    excluded = outlying_windows(index, latency_ms, m, rules, weights)
+    if _total(~excluded[index], weights) < rules.min_samples:
         excluded[:] = False
     iterations = 0
     while True:
         iterations += 1
         clean = ~excluded[index]
-        if clean.sum() < rules.min_samples:
+        if _total(clean, weights) < rules.min_samples:
             break
-        tau = _baseline_threshold(latency_ms, clean, rules.tail_p)
-        flagged, n, k, p_unit, tests = _flag_once(index, latency_ms, m, tau, rules)
+        tau = _baseline_threshold(latency_ms, clean, rules.tail_p, weights)
+        flagged, n, k, p_unit, tests = _flag_once(index, latency_ms, m, tau, rules, weights)
         # a window once outlying or flagged stays out of τ, so τ only falls and the iteration settles
         grown = excluded | flagged
         if (np.array_equal(grown, excluded) or iterations >= rules.max_iterations
-                or (~grown[index]).sum() < rules.min_samples):
+                or _total(~grown[index], weights) < rules.min_samples):
             break
         excluded = grown
     return TailTestResult(origin_ns, det_ns, n, k, p_unit, flagged, tau, 1.0 - rules.tail_p, tests, iterations)

@@ -9,6 +9,12 @@ trace's top-level span; the longest if several):
   spans that a span rule maps to that stage (first matching rule wins), plus
   the intervals of the event rules (between two span events of the trace);
   NaN when the trace has nothing of that stage;
+- the stages of the attribute rules (:mod:`.attribute_stages`: numeric attributes of one
+  span laid end to end from its start), for the requests whose span and event rules gave
+  that stage nothing;
+- one column per *unmapped child* of the server span, named after it, when no
+  rule maps it (:mod:`.span_tree`: deeper descendants roll up into their
+  top-level child; rule-mapped time inside it is taken out);
 - ``unaccounted`` = server − sum(stages), clipped at 0: server time no stage
   covers, shown explicitly;
 - ``client_network`` = service time − server (generator, network, HTTP parsing).
@@ -20,22 +26,34 @@ per-stage sums use ``np.bincount``: O(requests + spans), no per-span Python
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from tailscope.analyzers.stats.percentiles import nearest_rank, order_statistics
 from tailscope.analyzers.inputs.records import NS_PER_MS, RequestArrays, int_column, take_rows
 from tailscope.analyzers.inputs.trace_join import distinct_positions, sampled_mask, trace_positions
-from tailscope.analyzers.stages.span_match import (SPAN_KIND_SERVER, UNMAPPED, ServerSpans, assign_span_stages, event_stage_ms,
-                         server_span_rows)
+from tailscope.analyzers.stages.attribute_stages import attribute_stage_ms
+from tailscope.analyzers.stages.rule_model import SpanMatch
 from tailscope.analyzers.stages.rules import PRESETS, REFERENCE_SPAN_NAMES, StageRules, rules_from_stage_map
+from tailscope.analyzers.stages.server_tokens import ServerTokens, server_token_counts
+from tailscope.analyzers.stages.span_match import (
+    IGNORED,
+    SPAN_KIND_SERVER,
+    UNMAPPED,
+    ServerSpans,
+    assign_span_stages,
+    event_stage_ms,
+    name_codes,
+    server_span_rows,
+)
+from tailscope.analyzers.stages.span_tree import SpanStages, span_stages
+from tailscope.analyzers.stats.percentiles import nearest_rank, order_statistics
 
 __all__ = ["DEFAULT_STAGE_MAP", "DERIVED_STAGES", "SPAN_KIND_SERVER", "SpanJoin", "StageMatrix", "join_positions",
-           "join_spans", "request_of_span",
+           "join_spans", "missing_spans", "request_of_span",
            "stage_matrix", "stage_name_map", "summarize_stages", "traced_requests"]
 
 #: Default stage mapping: span name → stage (the ``reference`` preset, docs/architecture.md).
@@ -59,6 +77,11 @@ class StageMatrix:
     ms: np.ndarray
     ok_requests: int
     unmapped: list[dict]
+    #: Stages named after the server span's unmapped children (:mod:`.span_tree`), in ``stages``.
+    span_stages: tuple[str, ...] = ()
+    #: The server's token counts of each row, from its spans (:mod:`.server_tokens`); None when
+    #: the rules name no token attributes (only presets do: ``vllm``).
+    server_tokens: ServerTokens | None = None
 
     def column(self, stage: str) -> np.ndarray:
         return self.ms[:, self.stages.index(stage)]
@@ -153,7 +176,9 @@ def stage_matrix(req: RequestArrays, spans: pa.Table,
     end, _ = int_column(spans, "end_ns")
     duration_ms = (end - start) / NS_PER_MS
     joined = position >= 0
-    stage_of = assign_span_stages(spans, rules, mapped, joined & ~servers.excluded)
+    # the span names, encoded once for the name rules and the span-name stages
+    names = name_codes(spans) if any(match.name is not None for match in _matches(rules)) else None
+    stage_of = assign_span_stages(spans, rules, mapped, joined & ~servers.excluded, names)
     is_stage = stage_of >= 0
     key = position[is_stage] * n_mapped + stage_of[is_stage]
     stage_ms = np.bincount(key, weights=duration_ms[is_stage], minlength=n_ok * n_mapped).astype(
@@ -168,17 +193,48 @@ def stage_matrix(req: RequestArrays, spans: pa.Table,
         from_events = event_stage_ms(spans, position, rules, mapped, n_ok)
         stage_ms = np.where(np.isnan(from_events), stage_ms, np.nan_to_num(stage_ms) + np.nan_to_num(from_events))
         del from_events
+    if rules.attribute_rules:  # stages read from span attributes fill what no span or event rule gave
+        from_attributes, read = attribute_stage_ms(spans, position, rules, mapped, n_ok, names)
+        stage_ms = np.where(np.isnan(stage_ms), from_attributes, stage_ms)
+        stage_of[read & (stage_of == UNMAPPED)] = IGNORED  # a span read for its attributes is no stage itself
+        del from_attributes
+    tokens = server_token_counts(spans, position, rules.tokens, n_ok, names) if rules.tokens is not None else None
 
+    by_name = span_stages(spans, position, stage_of, joined & ~servers.excluded, n_ok, servers, names)
+    if by_name is not None:  # unmapped children of the server span: stages under their own names
+        stage_ms, by_name = _add_span_stages(stage_ms, mapped, by_name)
+        stages = mapped + by_name.names + DERIVED_STAGES
     has_server = ~np.isnan(server_ms)
     rows = np.flatnonzero(has_server)
     if len(rows) < n_ok:  # keep only requests with a server span (usually all: no copy)
         stage_ms, server_ms = stage_ms[rows], server_ms[rows]
+        tokens = tokens.take(rows) if tokens is not None else None
     unaccounted = np.clip(server_ms - np.nansum(stage_ms, axis=1), 0.0, None)
     client_network = req.service_ms[ok_index[rows]] - server_ms
     matrix = np.column_stack([stage_ms, server_ms, unaccounted, client_network])
     unmapped_mask = joined & ~servers.excluded & (stage_of == UNMAPPED)
     return StageMatrix(ok_index[rows], stages, matrix, int(req.is_ok.sum()),
-                       unmapped_names(spans.filter(pa.array(unmapped_mask))))
+                       unmapped_names(pa.table({"name": spans.column("name").filter(pa.array(unmapped_mask))})),
+                       by_name.names if by_name is not None else (), tokens)
+
+
+def _matches(rules: StageRules) -> list[SpanMatch]:
+    """Every span match the rules apply to the spans table."""
+    return ([rule.match for rule in rules.span_rules] + [rule.match for rule in rules.attribute_rules]
+            + ([rules.tokens.match] if rules.tokens is not None else []))
+
+
+def _add_span_stages(stage_ms: np.ndarray, mapped: tuple[str, ...], by_name: SpanStages) -> tuple[np.ndarray, SpanStages]:
+    """The rules' stage columns with the span-name stages added: a span-name stage named like a
+    rule's stage is summed into that column, the others become new columns (returned)."""
+    new = [j for j, name in enumerate(by_name.names) if name not in mapped]
+    for j, name in enumerate(by_name.names):
+        if name in mapped:
+            i, extra = mapped.index(name), by_name.ms[:, j]
+            stage_ms[:, i] = np.where(np.isnan(stage_ms[:, i]), extra,
+                                      np.nan_to_num(stage_ms[:, i]) + np.nan_to_num(extra))
+    kept = SpanStages(tuple(by_name.names[j] for j in new), by_name.ms[:, new])
+    return np.column_stack([stage_ms, kept.ms]), kept
 
 
 def stage_name_map(spans: pa.Table, rules: StageRules | Mapping[str, str] | None) -> dict[str, str]:
@@ -231,6 +287,28 @@ def traced_requests(req: RequestArrays, join: SpanJoin, sample_rate: float) -> i
     return int(sampled_mask(take_rows(req.trace_ids, join.ok_index), sample_rate).sum())
 
 
+def missing_spans(req: RequestArrays, matrix: StageMatrix, join: SpanJoin, sample_rate: float) -> dict:
+    """The successful requests sent for tracing that have no server span, in two kinds:
+
+    - ``end_of_run``: they ended after the last request that did join (``last_joined_end_ns``):
+      the spans stopped arriving — the target's last export batches never came (the wait for
+      late spans ended first, or the target was stopped before it flushed);
+    - ``never``: a request that ended later did join, so the exporter had sent past them:
+      the target recorded no span for them (its own sampling, a route that does not continue
+      the ``traceparent``, spans lost on the way).
+
+    Without any joined request every missing one is ``never``. O(successful requests)."""
+    candidates = join.ok_index
+    if sample_rate < 1.0 and len(candidates):
+        candidates = candidates[sampled_mask(take_rows(req.trace_ids, candidates), sample_rate)]
+    joined = np.zeros(req.n, dtype=bool)
+    joined[matrix.request_index] = True
+    unjoined = candidates[~joined[candidates]]
+    last = int(req.end_ns[matrix.request_index].max()) if len(matrix.request_index) else None
+    late = int(np.count_nonzero(req.end_ns[unjoined] > last)) if last is not None else 0
+    return {"end_of_run": late, "never": int(len(unjoined) - late), "last_joined_end_ns": last}
+
+
 def summarize_stages(matrix: StageMatrix, traced: int | None = None) -> dict:
     """The ``stages`` section: joined fraction, joined count, the share sent for tracing
     (``traced``: :func:`traced_requests`; None: every successful request), per-stage statistics."""
@@ -242,4 +320,6 @@ def summarize_stages(matrix: StageMatrix, traced: int | None = None) -> dict:
         "joined_requests": joined,
         "by_stage": {stage: stage_stats(matrix.ms[:, j]) for j, stage in enumerate(matrix.stages)},
         "unmapped_span_names": matrix.unmapped,
+        "span_stages": list(matrix.span_stages),
+        "server_tokens": matrix.server_tokens.summary() if matrix.server_tokens is not None else None,
     }

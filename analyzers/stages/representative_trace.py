@@ -16,7 +16,7 @@ Cost: two passes over the spans' trace ids against the spike's few slow ids (O(s
 from __future__ import annotations
 
 import json
-from typing import Mapping
+from collections.abc import Mapping
 
 import numpy as np
 import pyarrow as pa

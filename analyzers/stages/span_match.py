@@ -105,12 +105,14 @@ def match_spans(spans: pa.Table, match: SpanMatch, candidates: np.ndarray | None
 
 
 def assign_span_stages(spans: pa.Table, rules: StageRules, stages: tuple[str, ...],
-                       eligible: np.ndarray) -> np.ndarray:
+                       eligible: np.ndarray, names: NameCodes | None = None) -> np.ndarray:
     """Per row: index into ``stages`` of the first span rule that matches, ``IGNORED``
-    for an ``ignore`` rule, ``UNMAPPED`` when none does (rows outside ``eligible`` too)."""
+    for an ``ignore`` rule, ``UNMAPPED`` when none does (rows outside ``eligible`` too).
+    ``names``: the :func:`name_codes` of ``spans`` when the caller has them."""
     assigned = np.full(len(spans), UNMAPPED, dtype=np.int64)
     open_rows = eligible.copy()
-    names = name_codes(spans) if any(rule.match.name is not None for rule in rules.span_rules) else None
+    if names is None and any(rule.match.name is not None for rule in rules.span_rules):
+        names = name_codes(spans)
     for rule in rules.span_rules:
         if not open_rows.any():
             break

@@ -9,16 +9,22 @@ to its class (unprefixed SLOs apply to all classes):
 - a TTFT SLO (``ttft p99 < 200ms``): its time to first token meets it (a
   streamed request without any token does not);
 - an ITL SLO (``itl p99 < 50ms``): its own inter-token gaps' same percentile
-  meets it (fewer than two tokens: met).
+  meets it (fewer than two tokens: met; per token for OpenAI-API classes);
+- a TPOT SLO (``tpot p99 < 40ms``): its time per output token meets it
+  (fewer than two output tokens, or not streamed: met — nothing to judge);
+- an end-to-end SLO (``e2e p99 < 8s``): its latency from the scheduled send
+  meets it (like a latency SLO, kept as its own kind).
 
-Per metric (latency, TTFT, ITL) and class scope, the SLO with the highest
+Per metric (latency, TTFT, ITL, TPOT, e2e) and class scope, the SLO with the highest
 percentile sets the per-request threshold ("p99 < 250ms": a request slower
 than 250 ms is outside the objective); a lower percentile ("p50 < 50ms")
 describes the typical request, not each one, and is not applied per request.
 Rate-like SLOs (``error_rate``, ``achieved_rps``, ``goodput``) are not judged
 per request. With no per-request SLO, goodput is the share of requests that
-did not fail (``criteria`` is then empty). As vLLM's benchmark defines it:
-goodput = share of requests meeting every SLO (TTFT, TPOT/ITL, end-to-end).
+did not fail (``criteria`` is then empty). As DistServe and vLLM's benchmark
+define it: goodput = share of requests meeting every SLO (TTFT, TPOT/ITL,
+end-to-end); :func:`goodput_summary`'s ``where`` restricts it to some
+requests (the ``llm`` section: the OpenAI-API ones).
 """
 
 from __future__ import annotations
@@ -57,10 +63,14 @@ def _values(slo: Slo, req: RequestArrays, times: StreamTimes | None) -> np.ndarr
     if slo.metric in PERCENTILE_METRICS:
         return req.latency_ms
     kind, percentile = slo.metric.split("_", 1)
+    if kind == "e2e":
+        return req.latency_ms
     if times is None:
         return np.full(req.n, np.nan)
     if kind == "ttft":
         return times.ttft_ms
+    if kind == "tpot":
+        return times.tpot_ms if times.tpot_ms is not None else np.full(req.n, np.nan)
     return times.request_itl_quantile(_QUANTILES[percentile])
 
 
@@ -72,28 +82,31 @@ def good_requests(req: RequestArrays, slos: list[Slo], times: StreamTimes | None
         values = _values(slo, req, times)
         with np.errstate(invalid="ignore"):
             met = OPERATORS[slo.op](values, slo.threshold)
-        if slo.metric.startswith("itl_"):
+        if slo.metric.startswith(("itl_", "tpot_")):
             met = met | np.isnan(values)  # fewer than two tokens: no gap to miss
         good &= ~applies | met
     return good
 
 
 def goodput_summary(req: RequestArrays, slos: list[Slo], times: StreamTimes | None,
-                    duration_s: float = 0.0) -> dict:
+                    duration_s: float = 0.0, where: np.ndarray | None = None) -> dict:
     """``{"share", "good", "total", "rps", "criteria", "definition", "by_class"}``
-    (share None with no request; rps = good requests ÷ ``duration_s``)."""
-    good = good_requests(req, slos, times)
+    (share None with no request; rps = good requests ÷ ``duration_s``) over the
+    requests ``where`` selects (default all)."""
+    selected = np.ones(req.n, dtype=bool) if where is None else where
+    good = good_requests(req, slos, times) & selected
     criteria = [s.text for s in per_request_slos(slos)]
     by_class = {}
-    for name in req.class_names():
-        mask = req.class_mask(name)
+    for name in req.class_names(selected):
+        mask = req.class_mask(name) & selected
         count = int(mask.sum())
         by_class[name] = {"share": float(good[mask].mean()) if count else None,
                           "good": int(good[mask].sum()), "total": count}
+    total = int(selected.sum())
     return {
-        "share": float(good.mean()) if req.n else None,
+        "share": float(good.sum() / total) if total else None,
         "good": int(good.sum()),
-        "total": int(req.n),
+        "total": total,
         "rps": int(good.sum()) / duration_s if duration_s > 0 else None,
         "criteria": criteria,
         "definition": ("share of requests without error that met " + ", ".join(criteria) if criteria

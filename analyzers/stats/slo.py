@@ -5,8 +5,14 @@ Grammar (one objective per string; whitespace is free)::
     [CLASS ":"] METRIC OP NUMBER [UNIT]
     METRIC  p50 | p90 | p95 | p99 | p999   latency (UNIT required: ms | s | us)
           | ttft PCT | itl PCT             streaming: time to first token, inter-token
-                                           latency; PCT one of the percentiles above
-                                           (also written ttft_p99); UNIT required
+                                           latency (per token for OpenAI-API classes);
+                                           PCT one of the percentiles above (also
+                                           written ttft_p99); UNIT required
+          | tpot PCT | e2e PCT             OpenAI-API classes: time per output token,
+                                           end-to-end latency (UNIT required)
+          | output_tokens_per_s            OpenAI-API classes: output tokens of the
+                                           successful requests per second of the
+                                           load (aggregate; no unit)
           | error_rate                     (UNIT "%", or a fraction in [0, 1])
           | goodput                        share of requests meeting every per-request
                                            SLO (UNIT "%", or a fraction)
@@ -15,9 +21,16 @@ Grammar (one objective per string; whitespace is free)::
 
 Examples: ``p99 < 250ms``, ``short: p95 <= 0.1s``, ``error_rate < 1%``,
 ``error_rate < 0.01``, ``achieved_rps >= 45``, ``ttft p99 < 200ms``,
-``chat: itl p99 < 50ms``, ``goodput >= 95%``. Time thresholds are stored in
-ms, error rates and goodput as fractions; ttft/itl metrics are named
-``ttft_p99``, ``itl_p50``, ...
+``chat: itl p99 < 50ms``, ``tpot p90 < 40ms``, ``e2e p99 < 8s``,
+``output_tokens_per_s >= 500``, ``goodput >= 95%``. Time thresholds are
+stored in ms, error rates and goodput as fractions; ttft/itl/tpot/e2e metrics
+are named ``ttft_p99``, ``itl_p50``, ``tpot_p90``, ``e2e_p99``, ...
+
+Where the observations come from (:func:`observe`): latency percentiles from
+``summary`` / ``classes``; ``ttft`` and ``itl`` from the ``llm`` section when
+its scope (the run, or the class) has OpenAI-API requests, else from
+``streaming``; ``tpot``, ``e2e`` and ``output_tokens_per_s`` from ``llm``
+only (a run without OpenAI-API requests has no observation: the SLO fails).
 """
 
 from __future__ import annotations
@@ -28,11 +41,15 @@ from dataclasses import dataclass
 
 PERCENTILE_METRICS = ("p50", "p90", "p95", "p99", "p999")
 STREAM_METRICS = tuple(f"{kind}_{p}" for kind in ("ttft", "itl") for p in PERCENTILE_METRICS)
+#: OpenAI-API classes only (the analysis's ``llm`` section).
+TOKEN_METRICS = tuple(f"{kind}_{p}" for kind in ("tpot", "e2e") for p in PERCENTILE_METRICS)
 SHARE_METRICS = ("error_rate", "goodput")
-METRICS = PERCENTILE_METRICS + STREAM_METRICS + SHARE_METRICS + ("achieved_rps",)
-#: Metrics judged per request for goodput (latency, TTFT and ITL thresholds).
-PER_REQUEST_METRICS = PERCENTILE_METRICS + STREAM_METRICS
-_STREAM_METRIC = re.compile(r"^\s*(ttft|itl)(?:\s+|_)(p[0-9]+)\b", re.I)
+RATE_METRICS = ("achieved_rps", "output_tokens_per_s")
+METRICS = PERCENTILE_METRICS + STREAM_METRICS + TOKEN_METRICS + SHARE_METRICS + RATE_METRICS
+#: Metrics judged per request for goodput (latency, TTFT, ITL, TPOT and e2e thresholds).
+PER_REQUEST_METRICS = PERCENTILE_METRICS + STREAM_METRICS + TOKEN_METRICS
+_KINDS = ("ttft", "itl", "tpot", "e2e")
+_STREAM_METRIC = re.compile(r"^\s*(ttft|itl|tpot|e2e)(?:\s+|_)(p[0-9]+)\b", re.I)
 OPERATORS = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge}
 TIME_UNITS_MS = {"ms": 1.0, "s": 1000.0, "us": 0.001}
 
@@ -68,7 +85,7 @@ def parse_slo(text: str) -> Slo:
     if not body_match:
         raise ValueError(f"SLO {text!r}: expected METRIC OP NUMBER[UNIT], e.g. 'p99 < 250ms'")
     metric, op, rest = body_match.groups()
-    if metric in ("ttft", "itl"):
+    if metric in _KINDS:
         raise ValueError(f"SLO {text!r}: {metric} needs a percentile, e.g. '{metric} p99 < 200ms'")
     if metric not in METRICS:
         raise ValueError(f"SLO {text!r}: unknown metric {metric!r}; expected one of {', '.join(METRICS)}")
@@ -85,7 +102,7 @@ def parse_slo(text: str) -> Slo:
 
 
 def _threshold(text: str, metric: str, value: float, unit: str) -> float:
-    if metric in PERCENTILE_METRICS or metric in STREAM_METRICS:
+    if metric in PERCENTILE_METRICS or metric in STREAM_METRICS or metric in TOKEN_METRICS:
         if unit not in TIME_UNITS_MS:
             raise ValueError(f"SLO {text!r}: {metric} needs a time unit (ms, s or us), got {unit or 'none'!r}")
         return value * TIME_UNITS_MS[unit]
@@ -100,7 +117,8 @@ def _threshold(text: str, metric: str, value: float, unit: str) -> float:
             raise ValueError(f"SLO {text!r}: {metric} fraction must be in [0, 1], got {value} (did you mean {value}%?)")
         return value
     if unit:
-        raise ValueError(f"SLO {text!r}: achieved_rps takes a plain number of requests/s, got unit {unit!r}")
+        what = "requests/s" if metric == "achieved_rps" else "output tokens/s"
+        raise ValueError(f"SLO {text!r}: {metric} takes a plain number of {what}, got unit {unit!r}")
     return value
 
 
@@ -112,8 +130,15 @@ def observe(slo: Slo, analysis: dict) -> tuple[float | None, bool]:
     if slo.metric in PERCENTILE_METRICS:
         entry = scope["latency_ms"][slo.metric]
         return entry["value_ms"], bool(entry["claimed"])
+    llm = _llm_scope(slo, analysis)
+    if slo.metric in TOKEN_METRICS or (slo.metric in STREAM_METRICS and llm is not None):
+        kind, percentile = slo.metric.split("_", 1)
+        return _percentile_entry((llm or {}).get(f"{kind}_ms"), percentile)
     if slo.metric in STREAM_METRICS:
         return _observe_stream(slo, analysis)
+    if slo.metric == "output_tokens_per_s":
+        rate = ((llm or {}).get("output_tokens_per_s") or {}).get("aggregate")
+        return rate, rate is not None
     if slo.metric == "goodput":
         goodput = analysis["summary"].get("goodput") or {}
         if slo.cls is not None:
@@ -127,7 +152,20 @@ def _observe_stream(slo: Slo, analysis: dict) -> tuple[float | None, bool]:
     streaming = analysis.get("streaming") or {}
     section = streaming if slo.cls is None else (streaming.get("classes") or {}).get(slo.cls)
     kind, percentile = slo.metric.split("_", 1)
-    entry = ((section or {}).get(f"{kind}_ms") or {}).get(percentile)
+    return _percentile_entry((section or {}).get(f"{kind}_ms"), percentile)
+
+
+def _llm_scope(slo: Slo, analysis: dict) -> dict | None:
+    """The ``llm`` section's metrics of the SLO's scope (the run, or its class) when it
+    holds OpenAI-API requests, else None."""
+    llm = analysis.get("llm") or {}
+    section = llm if slo.cls is None else (llm.get("classes") or {}).get(slo.cls)
+    return section if section and section.get("requests") else None
+
+
+def _percentile_entry(percentiles: dict | None, percentile: str) -> tuple[float | None, bool]:
+    """(value_ms, claimed) of one entry of a percentile set; (None, False) when absent or empty."""
+    entry = (percentiles or {}).get(percentile)
     if not entry or entry.get("value_ms") is None:
         return None, False
     return entry["value_ms"], bool(entry["claimed"])

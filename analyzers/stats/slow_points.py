@@ -5,6 +5,12 @@ The load period is cut into at most ``MAX_BUCKETS`` (600) equal time buckets
 and each keeps its ``TOP_PER_BUCKET`` (5) slowest requests, so the chart gets
 at most 3,000 points whatever the run's length, and every burst of slow
 requests stays visible. Cost: one O(k log k) lexsort of the k slow requests.
+
+This is analysis, not chart preparation, so it stays in analyzers: choosing the
+slow requests needs every per-request record (latency, status, trace id), which only
+the run directory holds; the analysis keeps the chosen points (``slow_requests``, with
+trace ids that join to spans) and the report, which reads only the analysis, draws
+them as they are.
 """
 
 from __future__ import annotations

@@ -15,8 +15,8 @@ from collections import Counter
 
 import numpy as np
 
-from tailscope.analyzers.stats.percentiles import percentile_set
 from tailscope.analyzers.inputs.records import NS_PER_S, RequestArrays
+from tailscope.analyzers.stats.percentiles import percentile_set
 
 #: A send later than this (ms) counts as late.
 LATE_THRESHOLD_MS = 1.0

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from tailscope.analyzers.stats.percentiles import grouped_quantile, min_samples_for_claim, stable_group_order
 from tailscope.analyzers.inputs.records import NS_PER_S, RequestArrays
+from tailscope.analyzers.stats.percentiles import grouped_quantile, min_samples_for_claim, stable_group_order
 
 
 def window_index(times_ns: np.ndarray, origin_ns: int, window_ns: int) -> np.ndarray:

@@ -1,6 +1,5 @@
-"""Signal panels for the report: which series are drawn together, under which
-title and unit, aligned with latency on the shared time axis; plus the series
-derived here from other tables.
+"""The analysis's ``signals`` section: the sampled series plus the series derived here
+from other tables, the samplers' sources and how the sampler kept its schedule.
 
 Derived series (added to ``signals.series``, ``source`` = what they come from):
 
@@ -14,19 +13,14 @@ Derived series (added to ``signals.series``, ``source`` = what they come from):
 * ``generator.lateness_p99_ms`` / ``generator.lateness_max_ms`` — per window,
   how late the generator sent requests after their scheduled time.
 
-A panel is ``{"id", "title", "unit", "series": [names]}`` (names of
-``signals.series`` entries, in drawing order); a panel is emitted only when at
-least one of its series exists. Series are matched by their metric name (the
-part before ``{``), so a remote agent's ``host.cpu.user_s{host="H"}`` lands in
-the same panel as the harness's own. 0/1 flag series that never became 1
-(GPU clocks-event reasons that never fired) are left out of their panel.
+They are computed from the run directory (records, events, spans, counters), so they
+are analysis, and cause detectors may read them. How the report groups series into
+panels is the report's business (tailscope.reports.signal_panels).
 """
 
 from __future__ import annotations
 
 import json
-import re
-from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
@@ -34,92 +28,13 @@ import pyarrow.compute as pc
 
 from tailscope.analyzers.inputs.queues import QueuePoints, queue_depth_series, queue_points
 from tailscope.analyzers.inputs.records import NS_PER_MS, RequestArrays, int_column
-from tailscope.analyzers.inputs.signal_series import MAX_POINTS, downsample_minmax, load_receiver_meta, signal_series, signal_sources
-
-
-@dataclass(frozen=True)
-class PanelSpec:
-    """One panel: id, title, unit, and the metric-name patterns (regexes, full match) it draws."""
-
-    id: str
-    title: str
-    unit: str
-    patterns: tuple[str, ...]
-
-
-#: The report's signal panels, in page order (docs/signals.md "Report panels").
-PANELS = (
-    PanelSpec("generator", "Generator lateness & its own GC pauses", "ms", (
-        r"generator\.lateness_(p99|max)_ms", r"generator\.gc_pause_ms")),
-    PanelSpec("generator_cpu", "Generator CPU", "% of one core", (r"generator\.cpu_percent",)),
-    PanelSpec("cpu", "CPU in use", "cores", (
-        r"host\.cpu\.(user|system|iowait|steal)_s", r"proc\.cpu\.(user|system)_s", r"cgroup\.cpu\.usage_ns",
-        r"cgroup\.cpu\.limit_cores")),
-    PanelSpec("cpu_per_core", "CPU busy per core", "cores", (r"host\.cpu\d+\.busy_s",)),
-    PanelSpec("throttling", "CPU throttling (CFS quota)", "share of time / of periods", (
-        r"cgroup\.cpu\.throttled_ns", r"cgroup\.cpu\.throttled_period_share")),
-    PanelSpec("runqueue_psi", "Run-queue wait & pressure stall (PSI)", "s/s", (
-        r"proc\.runqueue_wait_ns", r"psi\.(cpu|memory|io)\.(some|full)_us", r"cgroup\.psi\.(cpu|memory|io)\.(some|full)_us")),
-    PanelSpec("load", "Runnable and blocked tasks", "tasks", (
-        r"host\.procs_(running|blocked)", r"host\.load\.1m", r"proc\.threads_blocked")),
-    PanelSpec("ctxt", "Context switches", "/s", (r"proc\.ctxt\.(voluntary|nonvoluntary)", r"host\.ctxt")),
-    PanelSpec("memory", "Memory & swap in use", "bytes", (
-        r"host\.mem\.used_bytes", r"host\.swap\.used_bytes", r"proc\.rss_bytes",
-        r"cgroup\.mem\.(current|max|swap_current|swap_max)_bytes")),
-    PanelSpec("paging", "Swap I/O, major faults & memory-limit events", "/s", (
-        r"host\.vm\.(pswpin|pswpout|pgmajfault|oom_kill)", r"proc\.major_faults", r"cgroup\.mem\.failcnt",
-        r"cgroup\.mem\.events\.\w+")),
-    PanelSpec("disk_bytes", "Disk & target storage I/O", "bytes/s", (
-        r"host\.disk\.(read|write)_bytes", r"proc\.io\.(read|write)_bytes")),
-    PanelSpec("disk_requests", "Disk requests & cache flushes", "/s", (r"host\.disk\.(reads|writes|flushes)",)),
-    PanelSpec("disk_time", "Disk busy time & queue", "s/s", (r"host\.disk\.(busy|queue)_s",)),
-    PanelSpec("gc", "GC pauses of the target", "ms", (r"gc\.pause_ms",)),
-    PanelSpec("queue", "Queue depth", "requests", (
-        r"queue\.(depth|capacity)", r"prom\..*(queue|pending|waiting|num_requests).*")),
-    PanelSpec("gpu_util", "GPU utilisation", "%", (r"gpu\d+\.util_pct",)),
-    PanelSpec("gpu_clocks", "GPU clocks", "MHz", (r"gpu\d+\.(sm|mem)_clock_mhz",)),
-    PanelSpec("gpu_throttle", "GPU throttle reasons & violation time", "flag / share of time", (
-        r"gpu\d+\.clocks_event\.\w+", r"gpu\d+\.violation\.\w+_ns")),
-    PanelSpec("gpu_power", "GPU power", "W", (r"gpu\d+\.power_w",)),
-    PanelSpec("gpu_temperature", "GPU temperature", "degC", (r"gpu\d+\.temp_c",)),
-    PanelSpec("gpu_memory", "GPU memory", "bytes", (r"gpu\d+\.mem_(used|total)_bytes",)),
-    PanelSpec("prometheus", "Target metrics (Prometheus)", "as labelled", (r"prom\..*",)),
-    PanelSpec("agent_clock", "Remote agent clock offset (harness − agent)", "ns", (r"agent\.clock_offset_ns",)),
+from tailscope.analyzers.inputs.signal_series import (
+    MAX_POINTS,
+    downsample_minmax,
+    load_receiver_meta,
+    signal_series,
+    signal_sources,
 )
-#: Series never drawn: bookkeeping of the scrape itself.
-HIDDEN = re.compile(r"prom\.(up|scrape_duration_s)")
-
-
-def metric_name(series: str) -> str:
-    """The series name without its ``{labels}``."""
-    return series.split("{", 1)[0]
-
-
-def _is_silent_flag(series: dict) -> bool:
-    return series.get("unit") == "bool" and not any(v for v in series.get("values") or [])
-
-
-def build_panels(series: list[dict], specs: tuple[PanelSpec, ...] = PANELS) -> list[dict]:
-    """Group ``series`` (dicts with at least ``name``) into panels; each series in
-    at most one panel (the first that matches), panels in ``specs`` order."""
-    compiled = [(spec, [re.compile(p) for p in spec.patterns]) for spec in specs]
-    members: dict[str, list[tuple[int, str]]] = {spec.id: [] for spec in specs}
-    for entry in series:
-        name = entry["name"]
-        base = metric_name(name)
-        if HIDDEN.fullmatch(base) or _is_silent_flag(entry):
-            continue
-        for spec, patterns in compiled:
-            hit = next((i for i, p in enumerate(patterns) if p.fullmatch(base)), None)
-            if hit is not None:
-                members[spec.id].append((hit, name))
-                break
-    return [{"id": spec.id, "title": spec.title, "unit": spec.unit,
-             "series": [name for _, name in sorted(members[spec.id])]}
-            for spec in specs if members[spec.id]]
-
-
-# --------------------------------------------------------------------------- derived series
 
 
 def gc_pause_series(events: pa.Table, max_points: int) -> list[dict]:
@@ -159,7 +74,7 @@ def throttled_period_share(signals: pa.Table, max_points: int) -> list[dict]:
     names = signals.column("series")
     out = []
     throttled_names = sorted({n for n in pc.unique(names).to_pylist()
-                              if n and metric_name(n) == "cgroup.cpu.nr_throttled"})
+                              if n and n.split("{", 1)[0] == "cgroup.cpu.nr_throttled"})
     for throttled_name in throttled_names:
         labels = throttled_name[len("cgroup.cpu.nr_throttled"):]
         t_thr, v_thr = _series_arrays(signals, throttled_name)
@@ -214,13 +129,13 @@ def lateness_series(req: RequestArrays, period: tuple[int, int] | None, window_s
 
 def signals_section(run, req: RequestArrays, period: tuple[int, int] | None, window_s: float,
                     max_points: int = MAX_POINTS, queue: QueuePoints | None = None) -> dict:
-    """The analysis's ``signals``: sampled and derived series, panels, sources, and
-    how the sampler kept its schedule (``sampling``, from signals.json; None if absent).
+    """The analysis's ``signals``: sampled and derived series, sources, and how the
+    sampler kept its schedule (``sampling``, from signals.json; None if absent).
     ``queue``: the run's :func:`~.queues.queue_points` when already read."""
     series = signal_series(run.signals, run.signals_meta, max_points, load_receiver_meta(run.path))
     series += throttled_period_share(run.signals, max_points)
     series += gc_pause_series(run.events, max_points)
     series += queue_depth_series(queue if queue is not None else queue_points(run.spans), max_points)
     series += lateness_series(req, period, window_s)
-    return {"series": series, "panels": build_panels(series), "sources": signal_sources(run.signals_meta),
+    return {"series": series, "sources": signal_sources(run.signals_meta),
             "sampling": (run.signals_meta or {}).get("sampling")}

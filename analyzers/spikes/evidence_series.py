@@ -1,0 +1,216 @@
+"""The series a spike's top cause rests on, cut out around the spike for the report to draw.
+
+The detectors contrast per-second values of a few series with their baseline
+(:mod:`~tailscope.analyzers.inputs.signal_index`); this module hands the same
+values to the report, so that every number of a cause's evidence can be found
+on a chart beside it. For the top cause of a spike, at most ``MAX_SERIES`` (3)
+entries, each on the detectors' 1-s grid (``RunInputs.edges``) from ``pad``
+before the spike to ``pad`` after it (``pad`` = the spike's length, at least
+``MIN_PAD_S`` = 10 s and at most ``MAX_PAD_S`` = 600 s), in the units the
+detector read them (a counter as its rate per second in its own unit, a gauge
+as read)::
+
+    {"name", "kind": "signal" | "events", "unit", "counter": bool,
+     "t_ns": [bin centres or event starts], "values": [...],
+     "spike": float | None, "baseline": float | None, "spread": float | None,
+     "marks": [{"value", "label"}]}
+
+``spike``/``baseline``/``spread`` are the numbers the finding states (its
+contrast: the spike level, the baseline median, the robust spread); ``marks``
+are other levels the finding names. What each cause contributes:
+
+- signal causes (``evidence.signals[]``, ``evidence.generator_runqueue_wait``):
+  the contrasted series, by the confidence each lent;
+- ``gc``: the target's GC pauses in the window (one point per pause at its
+  start, its duration in ms), the longest marked;
+- ``queue_saturation``: offered load per second (and its contrast) and the
+  mean ``queue.depth`` per second, with the normal P99 depth, the slow
+  requests' median depth and the capacity marked;
+- ``generator``: the share of sends more than 1 ms late per second (and its
+  contrast) and the generator's CPU;
+- ``unexplained`` and unknown kinds: none.
+
+At most ``MAX_POINTS`` (600) points per series (min/max buckets). Per-second
+series are computed once per run (``cache``), then sliced per spike.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tailscope.analyzers.causes.protocol import SpikeContext
+from tailscope.analyzers.inputs.records import NS_PER_S
+from tailscope.analyzers.inputs.signal_index import Contrast
+from tailscope.analyzers.inputs.signal_series import downsample_minmax
+
+MAX_SERIES = 3
+MIN_PAD_S, MAX_PAD_S = 10.0, 600.0
+MAX_POINTS = 600
+#: A send later than this (ms) is late (as in the generator detector).
+LATE_MS = 1.0
+#: Derived series: the one the CPU-contention detector computes without a sampled series.
+OTHERS_CORES = "others.cpu_cores"
+
+
+def _number(x) -> float | None:
+    return None if x is None or not np.isfinite(x) else float(x)
+
+
+def window_bins(ctx: SpikeContext) -> slice:
+    """Grid bins from ``pad`` before the spike to ``pad`` after it (module docstring)."""
+    edges = ctx.inputs.edges
+    length = (ctx.end_ns - ctx.start_ns) / NS_PER_S
+    pad = int(min(max(length, MIN_PAD_S), MAX_PAD_S) * NS_PER_S)
+    first = int(np.searchsorted(edges, ctx.start_ns - pad, side="right")) - 1
+    last = int(np.searchsorted(edges, ctx.end_ns + pad, side="left"))
+    return slice(max(first, 0), min(max(last, 0), len(edges) - 1))
+
+
+def _grid_entry(ctx: SpikeContext, name: str, values: np.ndarray, unit: str, counter: bool,
+                found: dict | Contrast | None, marks: list[dict] | None = None) -> dict | None:
+    part = window_bins(ctx)
+    edges = ctx.inputs.edges
+    centres = (edges[part] + edges[part.start + 1:part.stop + 1]) // 2
+    chosen = np.asarray(values, dtype=np.float64)[part]
+    keep = np.isfinite(chosen)
+    if not keep.any():
+        return None
+    t, v = downsample_minmax(centres[keep], chosen[keep], MAX_POINTS)
+    if isinstance(found, Contrast):
+        found = found.as_dict()
+    found = found or {}
+    return {"name": name, "kind": "signal", "unit": unit, "counter": counter,
+            "t_ns": [int(x) for x in t], "values": [float(x) for x in v],
+            "spike": _number(found.get("spike")), "baseline": _number(found.get("baseline")),
+            "spread": _number(found.get("spread")), "marks": marks or []}
+
+
+def _cached(cache: dict, key: str, compute) -> np.ndarray:
+    if key not in cache:
+        cache[key] = compute()
+    return cache[key]
+
+
+def signal_entries(ctx: SpikeContext, evidence: dict, cache: dict) -> list[dict]:
+    """Entries of the contrasted signal series a finding lists, strongest first."""
+    listed = [e for e in (evidence.get("signals") or []) if isinstance(e, dict) and e.get("series")]
+    runqueue = evidence.get("generator_runqueue_wait")
+    if isinstance(runqueue, dict) and runqueue.get("series"):
+        listed.append(runqueue)
+    listed.sort(key=lambda e: -(e.get("confidence") or 0.0))
+    signals = ctx.inputs.signals
+    out = []
+    for entry in listed:
+        name = entry["series"]
+        if name == OTHERS_CORES:
+            from tailscope.analyzers.causes.detect_cpu_contention import other_processes_cores
+            values = _cached(cache, name, lambda: other_processes_cores(ctx))
+            unit, counter = "cores", False
+        elif signals.has(name):
+            values = _cached(cache, name, lambda name=name: ctx.inputs.binned(name))
+            unit, counter = signals.unit(name), signals.kind(name) == "counter"
+        else:
+            continue
+        if values is None:
+            continue
+        made = _grid_entry(ctx, name, values, unit, counter, entry)
+        if made is not None:
+            out.append(made)
+        if len(out) == MAX_SERIES:
+            break
+    return out
+
+
+def gc_entries(ctx: SpikeContext, evidence: dict) -> list[dict]:
+    """The target's GC pauses inside the window, the longest marked."""
+    pauses = ctx.inputs.gc_pauses
+    if len(pauses) == 0:
+        return []
+    part = window_bins(ctx)
+    edges = ctx.inputs.edges
+    lo, hi = edges[part.start], edges[part.stop]
+    inside = (pauses.start_ns < hi) & (pauses.end_ns > lo)
+    if not inside.any():
+        return []
+    t = pauses.start_ns[inside]
+    ms = (pauses.end_ns[inside] - pauses.start_ns[inside]) / 1e6
+    t, ms = downsample_minmax(t, ms, MAX_POINTS)
+    longest = _number(evidence.get("longest_pause_ms"))
+    return [{"name": "gc.pause_ms", "kind": "events", "unit": "ms", "counter": False,
+             "t_ns": [int(x) for x in t], "values": [float(x) for x in ms],
+             "spike": longest, "baseline": None, "spread": None, "marks": []}]
+
+
+def queue_entries(ctx: SpikeContext, evidence: dict, cache: dict) -> list[dict]:
+    """Offered load per second with its contrast; mean queue depth per second with the finding's levels."""
+    inputs = ctx.inputs
+    out = []
+    rate = _cached(cache, "offered_rps", lambda: inputs.per_second(inputs.req.scheduled_ns)
+                   + (inputs.per_second(inputs.external_arrivals_ns) if len(inputs.external_arrivals_ns) else 0.0))
+    load = _grid_entry(ctx, "offered_rps", rate, "req/s", False, inputs.contrast_values(rate, ctx.start_ns, ctx.end_ns))
+    if load is not None:
+        out.append(load)
+    queue = inputs.queue
+    if len(queue):
+        def mean_depth():
+            bins = len(inputs.edges) - 1
+            index = np.floor_divide(queue.t_ns - inputs.origin_ns, inputs.edges[1] - inputs.edges[0])
+            ok = (index >= 0) & (index < bins) & np.isfinite(queue.depth)
+            sums = np.bincount(index[ok], weights=queue.depth[ok], minlength=bins)
+            counts = np.bincount(index[ok], minlength=bins)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                return np.where(counts > 0, sums / np.maximum(counts, 1), np.nan)
+        depth = _cached(cache, "queue.depth", mean_depth)
+        marks = [{"value": _number(evidence.get(key)), "label": label} for key, label in (
+            ("normal_p99_queue_depth", "normal P99 depth"), ("median_slow_queue_depth", "median depth, slow requests"),
+            ("queue_capacity", "capacity")) if _number(evidence.get(key)) is not None]
+        made = _grid_entry(ctx, "queue.depth", depth, "requests", False, None, marks)
+        if made is not None:
+            out.append(made)
+    return out
+
+
+def generator_entries(ctx: SpikeContext, cache: dict) -> list[dict]:
+    """Share of sends more than 1 ms late per second (with its contrast), and the generator's CPU."""
+    inputs = ctx.inputs
+    req = inputs.req
+    sent = req.has_sent & np.isfinite(req.lateness_ms)
+
+    def late_share():
+        late = inputs.per_second(req.scheduled_ns[sent & (np.nan_to_num(req.lateness_ms) > LATE_MS)])
+        total = inputs.per_second(req.scheduled_ns[sent])
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(total > 0, late / np.maximum(total, 1e-12), np.nan)
+    share = _cached(cache, "late_share", late_share)
+    out = []
+    made = _grid_entry(ctx, "generator.late_share", share, "share", False,
+                       inputs.contrast_values(share, ctx.start_ns, ctx.end_ns))
+    if made is not None:
+        out.append(made)
+    name = "generator.cpu_percent"
+    if inputs.signals.has(name):
+        values = _cached(cache, name, lambda: inputs.binned(name))
+        made = _grid_entry(ctx, name, values, "%", False, inputs.contrast(name, ctx.start_ns, ctx.end_ns, floor=1.0))
+        if made is not None:
+            out.append(made)
+    return out
+
+
+def evidence_series(ctx: SpikeContext, causes: list[dict], cache: dict | None = None) -> list[dict]:
+    """The series the spike's top cause rests on (module docstring); [] for ``unexplained``."""
+    if not causes:
+        return []
+    top = causes[0]
+    kind, evidence = top.get("kind"), top.get("evidence") or {}
+    cache = {} if cache is None else cache
+    if kind == "gc":
+        found = gc_entries(ctx, evidence)
+    elif kind == "queue_saturation":
+        found = queue_entries(ctx, evidence, cache)
+    elif kind == "generator":
+        found = generator_entries(ctx, cache)
+    elif kind == "unexplained":
+        found = []
+    else:
+        found = signal_entries(ctx, evidence, cache)
+    return found[:MAX_SERIES]

@@ -1,0 +1,286 @@
+"""Stage presets: for one kind of server, which spans are which stages and which metrics mean what.
+
+A :class:`StagePreset` is selected with ``stages: {preset: NAME}`` in a scenario
+(docs/scenario-format.md "stages"). It declares
+
+* ``rules`` — the :class:`~.rule_model.StageRules` that decompose a request's server time
+  (span, event and attribute rules; the scenario's own rules are tried first), and the
+  span attributes that carry the server's token counts;
+* ``metrics`` — a :class:`MetricMap`: for each *role* in :data:`ROLES` (``waiting``,
+  ``running``, ``kv_usage``, ``preemptions``, ``prompt_tokens``, …) the Prometheus metric
+  names that play it on this server, newest name first. :mod:`.server_metrics` resolves
+  the map against a run's signals (``server_series``);
+* ``checked_against`` — the upstream files the names were read from. Nothing beyond
+  those is claimed (docs/analyzers/stages.md "Server presets").
+
+Every preset is registered in :data:`STAGE_PRESETS`, one registration each, in this
+file (tailscope.support.registry). Adding a server is adding one preset here.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from tailscope.analyzers.stages.rule_model import (
+    STAGE_IGNORE,
+    AttributeRule,
+    AttributeStage,
+    EventRule,
+    SpanMatch,
+    SpanRule,
+    StageRules,
+    TokenAttributes,
+    exact_name,
+)
+from tailscope.support.registry import Registry
+
+
+@dataclass(frozen=True)
+class Role:
+    """A meaning a server metric can have: how it is read and how label sets combine.
+
+    ``kind``: ``gauge`` (read as the mean per bin) or ``counter`` (cumulative; read as a rate
+    per second); ``unit``: the role's unit after the metric's ``scale`` (for a counter, per
+    second); ``combine``: ``sum`` (several label sets — models, engines, instances — add up)
+    or ``max`` (the fullest one counts, e.g. the KV cache of the busiest engine)."""
+
+    name: str
+    kind: str
+    unit: str
+    combine: str
+    description: str
+
+
+#: Every role a metric map may give, in the order they are listed.
+ROLES: dict[str, Role] = {role.name: role for role in (
+    Role("waiting", "gauge", "requests", "sum", "requests waiting to be scheduled (queued, incl. preempted)"),
+    Role("running", "gauge", "requests", "sum", "requests in the running batch"),
+    Role("kv_usage", "gauge", "ratio", "max", "fraction of the KV cache in use, 0..1"),
+    Role("preemptions", "counter", "preemptions/s", "sum", "requests preempted (their KV cache given up)"),
+    Role("prompt_tokens", "counter", "tokens/s", "sum", "prompt tokens processed (prefilled)"),
+    Role("generation_tokens", "counter", "tokens/s", "sum", "output tokens generated"),
+    Role("queue_time", "counter", "s/s", "sum",
+         "time requests spent queued, cumulative: its rate is the mean number of requests queued"),
+    Role("compute_time", "counter", "s/s", "sum",
+         "time requests spent executing, cumulative: its rate is the mean number of requests computing"),
+    Role("finished", "counter", "requests/s", "sum", "requests finished (every finish reason)"),
+)}
+
+
+@dataclass(frozen=True)
+class MetricSource:
+    """The metric names that play one role on a server, newest first: the first name a run holds
+    is used (with all its label sets); ``scale`` converts its values to the role's unit."""
+
+    names: tuple[str, ...]
+    scale: float = 1.0
+
+
+@dataclass(frozen=True)
+class MetricMap:
+    """``role → MetricSource`` of one server (roles from :data:`ROLES`)."""
+
+    sources: tuple[tuple[str, MetricSource], ...] = ()
+
+    def __post_init__(self) -> None:
+        for role, _ in self.sources:
+            if role not in ROLES:
+                raise ValueError(f"unknown metric role {role!r}; known: {', '.join(ROLES)}")
+
+    def get(self, role: str) -> MetricSource | None:
+        return dict(self.sources).get(role)
+
+    def roles(self) -> tuple[str, ...]:
+        return tuple(role for role, _ in self.sources)
+
+
+def metric_map(**roles: tuple[str, ...] | MetricSource) -> MetricMap:
+    """``metric_map(waiting=("a", "b"), queue_time=MetricSource(("c",), 1e-6))``."""
+    return MetricMap(tuple((role, source if isinstance(source, MetricSource) else MetricSource(tuple(source)))
+                           for role, source in roles.items()))
+
+
+@dataclass(frozen=True)
+class StagePreset:
+    """One server's stage rules, metric map and the upstream sources its names were checked against."""
+
+    name: str
+    rules: StageRules
+    metrics: MetricMap = MetricMap()
+    checked_against: tuple[str, ...] = ()
+
+
+#: Reference target / instrumentation kit span names (docs/architecture.md).
+REFERENCE_SPAN_NAMES = (
+    ("preprocess", "preprocess"),
+    ("queue_wait", "queue"),
+    ("batch_wait", "batch_wait"),
+    ("inference", "inference"),
+    ("postprocess", "postprocess"),
+)
+
+#: Triton's span-event timestamps, in the order an HTTP request passes them (tailscope loads
+#: over HTTP; for spans imported from gRPC clients add ``between: [GRPC_WAITREAD_START,
+#: GRPC_WAITREAD_END]`` and ``[GRPC_SEND_START, GRPC_SEND_END]`` rules).
+TRITON_EVENT_STAGES = (
+    ("HTTP_RECV_START", "HTTP_RECV_END", "http_recv"),
+    ("QUEUE_START", "COMPUTE_START", "queue"),
+    ("COMPUTE_START", "COMPUTE_INPUT_END", "compute_input"),
+    ("COMPUTE_INPUT_END", "COMPUTE_OUTPUT_START", "inference"),
+    ("COMPUTE_OUTPUT_START", "COMPUTE_END", "compute_output"),
+    ("HTTP_SEND_START", "HTTP_SEND_END", "http_send"),
+)
+
+#: vLLM's ``llm_request`` latency attributes (seconds) laid end to end: queue, prefill, decode.
+VLLM_ATTRIBUTE_STAGES = (
+    ("queue", "gen_ai.latency.time_in_queue"),
+    ("prefill", "gen_ai.latency.time_in_model_prefill"),
+    ("decode", "gen_ai.latency.time_in_model_decode"),
+)
+#: TGI's handler-span fields (Rust ``Duration`` debug text), in the order the request spends them.
+TGI_HANDLER_FIELDS = (
+    ("validation", "validation_time"),
+    ("queue", "queue_time"),
+    ("inference", "inference_time"),
+)
+#: TGI handler functions whose spans carry those fields (``#[instrument]`` names the span after them).
+TGI_HANDLERS = ("generate", "generate_stream", "chat_completions")
+#: Spans between the handler and the queue entry's spans: the streaming wrapper (router/src/server.rs)
+#: and the backend's ``schedule`` (backends/v3/src/backend.rs), the parent of ``queued``/``infer``/``waiting``.
+TGI_CONTAINERS = ("async_stream", "schedule")
+#: SGLang's request-stage slice names → stages.
+SGLANG_SLICES = (
+    ("tokenize", "tokenize"),
+    ("dispatch", "dispatch"),
+    ("request_process", "request_process"),
+    ("prefill_waiting", "queue"),
+    ("prefill_forward", "prefill"),
+    ("chunked_prefill", "prefill"),
+    ("decode_loop", "decode"),
+)
+
+
+def _names(*names: str) -> SpanMatch:
+    return SpanMatch(name=re.compile("^(?:" + "|".join(re.escape(n) for n in names) + ")$"))
+
+
+STAGE_PRESETS: Registry[StagePreset] = Registry("stage preset", key=lambda preset: preset.name)
+
+STAGE_PRESETS.register(StagePreset(
+    "reference",
+    StageRules(span_rules=tuple(SpanRule(exact_name(name), stage) for name, stage in REFERENCE_SPAN_NAMES),
+               preset="reference"),
+    checked_against=("docs/architecture.md (the reference target and the instrumentation kit)",),
+))
+
+STAGE_PRESETS.register(StagePreset(
+    "triton",
+    StageRules(
+        # The model span (named after the model, attribute model_name) and the "compute" span
+        # carry the events; their own durations overlap the event stages, so they are ignored
+        # rather than counted twice.
+        span_rules=(
+            SpanRule(exact_name("compute"), STAGE_IGNORE),
+            SpanRule(SpanMatch(attributes=(("model_name", re.compile("")),)), STAGE_IGNORE),
+        ),
+        event_rules=tuple(EventRule(start, end, stage) for start, end, stage in TRITON_EVENT_STAGES),
+        server=exact_name("InferRequest"),
+        preset="triton",
+    ),
+    metric_map(
+        waiting=("nv_inference_pending_request_count",),
+        queue_time=MetricSource(("nv_inference_queue_duration_us",), 1e-6),
+        compute_time=MetricSource(("nv_inference_compute_infer_duration_us",), 1e-6),
+        finished=("nv_inference_request_success",),
+    ),
+    checked_against=("triton-inference-server/server docs/user_guide/trace.md (OpenTelemetry mode)",
+                     "triton-inference-server/server docs/user_guide/metrics.md"),
+))
+
+STAGE_PRESETS.register(StagePreset(
+    "vllm",
+    StageRules(
+        attribute_rules=(AttributeRule(exact_name("llm_request"), tuple(
+            AttributeStage(stage, key, "s") for stage, key in VLLM_ATTRIBUTE_STAGES)),),
+        tokens=TokenAttributes(exact_name("llm_request"), "gen_ai.usage.prompt_tokens",
+                               "gen_ai.usage.completion_tokens"),
+        preset="vllm",
+    ),
+    metric_map(
+        waiting=("vllm:num_requests_waiting",),
+        running=("vllm:num_requests_running",),
+        kv_usage=("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
+        preemptions=("vllm:num_preemptions_total",),
+        prompt_tokens=("vllm:prompt_tokens_total",),
+        generation_tokens=("vllm:generation_tokens_total",),
+        queue_time=("vllm:request_queue_time_seconds_sum",),
+        compute_time=("vllm:request_inference_time_seconds_sum",),
+        finished=("vllm:request_success_total",),
+    ),
+    checked_against=("vllm-project/vllm vllm/v1/engine/output_processor.py (do_tracing)",
+                     "vllm-project/vllm vllm/tracing.py (SpanAttributes)",
+                     "vllm-project/vllm vllm/v1/metrics/loggers.py (PrometheusStatLogger)",
+                     "vllm-project/vllm docs/design/metrics.md"),
+))
+
+STAGE_PRESETS.register(StagePreset(
+    "tgi",
+    StageRules(
+        span_rules=(
+            SpanRule(exact_name("queued"), "queue"),
+            SpanRule(exact_name("infer"), "inference"),
+            SpanRule(exact_name("waiting"), "prefill_wait"),
+            # the handler span and the spans that hold the queue entry: their time is the stages
+            # above (and the handler's fields below), not a stage of their own
+            SpanRule(_names(*TGI_HANDLERS, *TGI_CONTAINERS), STAGE_IGNORE),
+        ),
+        attribute_rules=(AttributeRule(_names(*TGI_HANDLERS), tuple(
+            AttributeStage(stage, key, "s") for stage, key in TGI_HANDLER_FIELDS)),),
+        preset="tgi",
+    ),
+    metric_map(
+        waiting=("tgi_queue_size",),
+        running=("tgi_batch_current_size",),
+        prompt_tokens=("tgi_request_input_length_sum",),
+        generation_tokens=("tgi_request_generated_tokens_sum",),
+        queue_time=("tgi_request_queue_duration_sum",),
+        compute_time=("tgi_request_inference_duration_sum",),
+        finished=("tgi_request_success", "tgi_request_success_total"),
+    ),
+    checked_against=("huggingface/text-generation-inference router/src/server.rs (handler fields, "
+                     "request metrics)",
+                     "huggingface/text-generation-inference backends/v3/src/queue.rs (queued, infer; "
+                     "tgi_queue_size)",
+                     "huggingface/text-generation-inference backends/v3/src/backend.rs (infer, waiting; "
+                     "tgi_batch_current_size)",
+                     "huggingface/text-generation-inference router/src/validation.rs (tgi_request_input_length)"),
+))
+
+STAGE_PRESETS.register(StagePreset(
+    "sglang",
+    StageRules(
+        span_rules=tuple(SpanRule(exact_name(name), stage) for name, stage in SGLANG_SLICES) + (
+            # the request span and the per-thread spans hold the slices; they are no stage themselves
+            SpanRule(SpanMatch(name=re.compile(r"(?:^|\s)Req \S+$")), STAGE_IGNORE),
+            SpanRule(SpanMatch(name=re.compile(r"\(host:\S* \| pid:\d+\)$")), STAGE_IGNORE),
+        ),
+        server=SpanMatch(name=re.compile(r"^Bootstrap Room ")),
+        preset="sglang",
+    ),
+    metric_map(
+        waiting=("sglang:num_queue_reqs",),
+        running=("sglang:num_running_reqs",),
+        kv_usage=("sglang:token_usage",),
+        prompt_tokens=("sglang:prompt_tokens_total",),
+        generation_tokens=("sglang:generation_tokens_total",),
+    ),
+    checked_against=("sgl-project/sglang docs/references/production_request_trace.md",
+                     "sgl-project/sglang python/sglang/srt/tracing/trace.py (span structure and names)",
+                     "sgl-project/sglang python/sglang/srt/managers/schedule_batch.py (RequestStage slice names)",
+                     "sgl-project/sglang docs/references/production_metrics.md"),
+))
+
+STAGE_PRESETS.register(StagePreset("none", StageRules(preset="none")))
+
+DEFAULT_PRESET = "reference"

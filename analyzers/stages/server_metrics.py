@@ -1,0 +1,127 @@
+"""Which of a run's signal series mean what on its server: a preset's metric map, resolved.
+
+A stage preset (:mod:`.presets`) declares, for each *role* (``waiting``, ``running``,
+``kv_usage``, ``preemptions``, ``prompt_tokens``, ``generation_tokens``, ``queue_time``,
+``compute_time``, ``finished``; :data:`~.presets.ROLES`), the Prometheus metric names that
+play it, newest first. :func:`server_series` finds them among a run's signals:
+
+* a signal ``prom.<metric>`` or ``prom.<metric>{labels}`` (the Prometheus sampler's names,
+  tracing/signals/prometheus.py) — or ``<metric>{labels}`` as an OTLP metric received by the
+  harness — belongs to ``<metric>``;
+* per role, the first candidate name with any series is used, with **all** its label sets
+  (several models, engines or scraped instances); older names are then not read, so a server
+  that exposes an old and a new name for one gauge (vLLM's ``gpu_cache_usage_perc`` beside
+  ``kv_cache_usage_perc``) is not counted twice.
+
+For the detectors::
+
+    servers = run_server_series(run)              # the run's preset, from its scenario
+    if servers.has("kv_usage"):
+        kv = servers.binned("kv_usage", inputs.signals, inputs.edges)   # one value per bin
+    waiting_names = servers.names("waiting")      # the series themselves, e.g. for evidence
+
+:meth:`ServerSeries.binned` reads each series on the grid (``SignalIndex.binned``: gauges
+averaged per bin, counters as rates per second), scales it to the role's unit and combines
+the label sets as the role says (``sum``, or ``max`` for ``kv_usage``); a bin none of them
+covers is NaN. Cost: one pass over the run's series names; ``binned`` O(readings + bins) per
+series.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from tailscope.analyzers.inputs.signal_index import SignalIndex
+from tailscope.analyzers.stages.presets import ROLES, STAGE_PRESETS, StagePreset
+from tailscope.analyzers.stages.rules import rules_for_scenario
+
+PROMETHEUS_PREFIX = "prom."
+
+
+def metric_of(series: str) -> str:
+    """The metric name of a signal series: ``prom.vllm:x{a="b"}`` → ``vllm:x``."""
+    name = series[len(PROMETHEUS_PREFIX):] if series.startswith(PROMETHEUS_PREFIX) else series
+    return name.split("{", 1)[0]
+
+
+@dataclass(frozen=True)
+class ServerSeries:
+    """A preset's metric map resolved against one run's signals.
+
+    ``metric[role]``: the metric name used; ``series[role]``: its signal series (every label
+    set), sorted; ``scale[role]``: the factor to the role's unit. Roles without a series in
+    the run are absent (``missing`` lists the roles the preset maps but the run lacks)."""
+
+    preset: str | None
+    metric: Mapping[str, str] = field(default_factory=dict)
+    series: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    scale: Mapping[str, float] = field(default_factory=dict)
+    missing: tuple[str, ...] = ()
+
+    def has(self, role: str) -> bool:
+        return bool(self.series.get(role))
+
+    def names(self, role: str) -> tuple[str, ...]:
+        """The signal series that play ``role`` (empty when the run has none)."""
+        return self.series.get(role, ())
+
+    def binned(self, role: str, signals: SignalIndex, edges_ns: np.ndarray) -> np.ndarray:
+        """``role`` on the grid ``edges_ns``, in the role's unit (:data:`~.presets.ROLES`): every label
+        set read with ``signals.binned``, scaled, then summed (or the max taken, per the role);
+        NaN where no series covers a bin, all NaN when the run has none."""
+        bins = max(len(edges_ns) - 1, 0)
+        names = self.names(role)
+        if not names:
+            return np.full(bins, np.nan)
+        values = np.vstack([signals.binned(name, edges_ns) for name in names]) * self.scale.get(role, 1.0)
+        covered = ~np.isnan(values).all(axis=0)
+        combined = np.nanmax(values, axis=0, initial=-np.inf) if ROLES[role].combine == "max" else np.nansum(values, axis=0)
+        return np.where(covered, combined, np.nan)
+
+    def describe(self) -> dict:
+        """JSON-ready: ``{"preset", "roles": {role: {"metric", "series", "kind", "unit"}}, "missing"}``."""
+        return {
+            "preset": self.preset,
+            "roles": {role: {"metric": self.metric[role], "series": list(self.series[role]),
+                             "kind": ROLES[role].kind, "unit": ROLES[role].unit} for role in self.series},
+            "missing": list(self.missing),
+        }
+
+
+def server_series(series_names: Iterable[str], preset: str | StagePreset | None) -> ServerSeries:
+    """Resolve ``preset``'s metric map (a preset or its name; None or a preset without metrics:
+    nothing) against the signal ``series_names`` of a run (see the module docstring)."""
+    if preset is None:
+        return ServerSeries(None)
+    preset = STAGE_PRESETS[preset] if isinstance(preset, str) else preset
+    by_metric: dict[str, list[str]] = {}
+    for name in series_names:
+        by_metric.setdefault(metric_of(name), []).append(name)
+    metric, series, scale, missing = {}, {}, {}, []
+    for role in preset.metrics.roles():
+        source = preset.metrics.get(role)
+        found = next((name for name in source.names if by_metric.get(name)), None)
+        if found is None:
+            missing.append(role)
+            continue
+        metric[role], series[role], scale[role] = found, tuple(sorted(by_metric[found])), source.scale
+    return ServerSeries(preset.name, metric, series, scale, tuple(missing))
+
+
+def run_server_series(run, signals: SignalIndex | None = None) -> ServerSeries:
+    """:func:`server_series` of a run (``tailscope.rundir.Run``): its scenario's preset (the one its
+    stage rules use, :func:`~.rules.rules_for_scenario`) against its signals (``signals``: the
+    run's :class:`SignalIndex` when the caller has it, else the series names in ``run.signals``)."""
+    preset = rules_for_scenario(run.manifest.get("scenario") or {}).rules.preset
+    if preset is None or preset not in STAGE_PRESETS:
+        return ServerSeries(None)
+    if signals is not None:
+        names: Iterable[str] = signals.names()
+    elif len(run.signals):
+        names = [n for n in run.signals.column("series").unique().to_pylist() if n is not None]
+    else:
+        names = ()
+    return server_series(names, preset)
