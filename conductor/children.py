@@ -12,12 +12,12 @@ import ctypes
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
-from typing import Sequence
+from collections.abc import Sequence
 
 from tailscope.faults.processes import stop_process
+from tailscope.support.python_child import output_tail
 
 PR_SET_PDEATHSIG = 1
 #: How long a child may take to print its ``LISTENING <port>`` line.
@@ -71,7 +71,7 @@ class Child:
     def pid(self) -> int | None:
         return self.proc.pid if self.proc else None
 
-    def start(self, wait_listening: bool = False, timeout_s: float = READY_TIMEOUT_S) -> "Child":
+    def start(self, wait_listening: bool = False, timeout_s: float = READY_TIMEOUT_S) -> Child:
         """Start the process; with ``wait_listening`` read its port from a
         ``LISTENING <port>`` line on stdout. Raises :class:`ChildError`."""
         self._log = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
@@ -110,12 +110,29 @@ class Child:
                 break
             thread.join(timeout=0.05)
         if "port" not in result:
+            if not thread.is_alive():  # stdout closed without a port: the child is exiting, get its code
+                try:
+                    self.proc.wait(timeout=STOP_GRACE_S)
+                except subprocess.TimeoutExpired:
+                    pass
             code = self.proc.poll()
             self.stop()
-            where = f"; see {self.log_path}" if self.log_path else ""
             state = f"exited with code {code}" if code is not None else f"not ready after {timeout_s:.0f} s"
-            raise ChildError(f"{self.name} {state}{where}")
+            raise ChildError(self._failure(state))
         return result["port"]
+
+    def _failure(self, state: str) -> str:
+        """The error for a child that did not come up: its state and the last lines it wrote.
+
+        The lines are quoted here rather than the log named, because a run that
+        never started removes its run directory, the log included."""
+        if not self.log_path:
+            return f"{self.name} {state}"
+        tail = output_tail(self.log_path)
+        if not tail:
+            return f"{self.name} {state} and wrote nothing to its log"
+        quoted = "\n".join(f"    {line}" for line in tail.splitlines())
+        return f"{self.name} {state}; its last output:\n{quoted}"
 
     def _drain_stdout(self) -> None:
         """Keep reading the child's stdout so it never blocks on a full pipe."""
@@ -156,13 +173,8 @@ class ChildGroup:
         while self.children:
             self.children.pop().stop()
 
-    def __enter__(self) -> "ChildGroup":
+    def __enter__(self) -> ChildGroup:
         return self
 
     def __exit__(self, *exc) -> None:
         self.stop_all()
-
-
-def python_module(module: str, *args: str) -> list[str]:
-    """argv that runs ``python -m module args`` with this interpreter."""
-    return [sys.executable, "-m", module, *args]

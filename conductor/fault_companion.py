@@ -1,6 +1,6 @@
 """The run companion that injects a run's faults through the fault agent process.
 
-:class:`FaultInjection` is a :class:`tailscope.conductor.session.Companion` (duck
+:class:`FaultInjection` is a :class:`tailscope.conductor.companion.Companion` (duck
 typed: this module does not import the conductor, so it stays free of
 Locust). ``start`` launches ``python -m tailscope.faults.fault_agent`` beside the
 load, waits until every fault is checked and prepared — a fault that cannot
@@ -18,12 +18,12 @@ import json
 import os
 import re
 import subprocess
-import sys
 import threading
 import time
 
 from tailscope.faults.injector import FaultCleanupError, FaultSetupError, FaultSpec
 from tailscope.faults.processes import stop_process
+from tailscope.support.python_child import python_module
 
 #: Longest wait for the agent's checks and preparation (a swap file of a few GB takes a while), s.
 READY_TIMEOUT_S = 300.0
@@ -51,10 +51,10 @@ class FaultInjection:
     def start(self, ctx) -> None:
         pid = (ctx.target_process or {}).get("pid")
         self._log_path = os.path.join(ctx.run_dir, LOG_NAME)
-        argv = [sys.executable, "-m", "tailscope.faults.fault_agent", "--run-dir", ctx.run_dir,
-                "--faults", json.dumps([spec.as_dict() for spec in self.specs]),
-                "--run-id", run_id_of(ctx.run_dir), "--target-url", ctx.plan.target,
-                *(["--target-pid", str(pid)] if pid else [])]
+        argv = python_module("tailscope.faults.fault_agent", "--run-dir", ctx.run_dir,
+                             "--faults", json.dumps([spec.as_dict() for spec in self.specs]),
+                             "--run-id", run_id_of(ctx.run_dir), "--target-url", ctx.plan.target,
+                             *(["--target-pid", str(pid)] if pid else []))
         with open(self._log_path, "ab") as log:
             self._process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log)
         answer = self._first_line(READY_TIMEOUT_S)

@@ -45,6 +45,8 @@ from __future__ import annotations
 
 from tailscope.loadgen.locust_roles import attach_role  # noqa: I001  (imports Locust: gevent first)
 
+# isort: split
+
 import copy
 import dataclasses
 import logging
@@ -55,6 +57,14 @@ import gevent
 from locust import events
 from locust.runners import WorkerRunner
 
+from tailscope.conductor.run_setup import (
+    bound_grpc_port,
+    open_run_dir,
+    receiver_child,
+    receiver_grpc_port,
+    receiver_options,
+    run_manifest,
+)
 from tailscope.loadgen.process_load import ScheduleHolder
 from tailscope.loadgen.spec import ArrivalSpec, LoadPlan, RequestClass
 
@@ -62,6 +72,8 @@ logger = logging.getLogger("tailscope.loadgen")
 
 #: Default parent folder of run directories.
 DEFAULT_OUT_DIR = "runs"
+#: The receiver started with ``--tailscope-receiver-port`` binds loopback only.
+RECEIVER_HOST = "127.0.0.1"
 #: Schedule length a forked worker assumes until its share brings the master's, s.
 WORKER_PLACEHOLDER_DURATION_S = 1.0
 
@@ -106,43 +118,34 @@ class _Config:
 
 
 class NativeRun:
-    """A run directory opened for one Locust test (the roles' RunHandle)."""
+    """A run directory opened for one Locust test (the roles' RunHandle).
+
+    Opened, described and reported by the conductor's own code (:mod:`.run_setup`,
+    :mod:`.reporting`), so it reads like a ``tailscope run`` directory; what differs is
+    that Locust drives the load and no samplers run (no target process is known)."""
 
     def __init__(self, config: _Config, out_dir: str, role: dict, receiver_port: int | None,
                  report: bool):
-        from tailscope.rundir import RunWriter, new_run_dir
+        from tailscope.rundir import RunWriter
 
-        os.makedirs(out_dir, exist_ok=True)
-        self.path = new_run_dir(out_dir, _safe_name(config.name))
+        self.path = open_run_dir(out_dir, config.name)
         self.report = report
-        self.receiver = self._start_receiver(receiver_port) if receiver_port is not None else None
-        plan = config.plan
-        self.writer = RunWriter(self.path, {
-            "name": config.name,
-            "scenario_path": config.scenario_path,
-            "scenario": config.scenario_raw,
-            "target": plan.target,
-            "target_process": {"pid": None, "found_by": None,
-                               "reason": "run under the locust command: target-process signals are off"},
-            "options": {"duration_s": plan.duration_s, "max_requests": plan.max_requests,
-                        "seed": plan.seed, "timeout_s": plan.timeout_s,
-                        "max_in_flight": plan.max_in_flight,
-                        "receiver_port": self.receiver.port if self.receiver else None},
-            "locust": {**role, "command": " ".join(sys.argv)},
-        })
+        grpc_port = receiver_grpc_port(receiver_port) if receiver_port is not None else None
+        self.receiver = (receiver_child(self.path, RECEIVER_HOST, receiver_port, grpc_port).start(wait_listening=True)
+                         if receiver_port is not None else None)
+        receiver = receiver_options(host=RECEIVER_HOST, port=self.receiver.port if self.receiver else None,
+                                    grpc_port=bound_grpc_port(self.path) if self.receiver else None)
+        self.writer = RunWriter(self.path, run_manifest(
+            name=config.name, scenario_path=config.scenario_path, scenario_raw=config.scenario_raw,
+            plan=config.plan, receiver=receiver,
+            target_process={"pid": None, "found_by": None,
+                            "reason": "run under the locust command: target-process signals are off"},
+            extra={"locust": {**role, "command": " ".join(sys.argv)}}))
         self.sink = self.writer.requests
         self.chunks = self.writer.chunks
         self.events = self.writer.events
         self.signals = self.writer.generator_signals
         logger.info("tailscope: run directory %s", self.path)
-
-    def _start_receiver(self, port: int):
-        from tailscope.conductor.children import Child, python_module
-
-        return Child("OTLP receiver",
-                     python_module("tailscope.tracing.ingest.receiver", "--run-dir", self.path,
-                                   "--host", "127.0.0.1", "--port", str(port)),
-                     log_path=os.path.join(self.path, "receiver.log")).start(wait_listening=True)
 
     def close(self, load: dict | None, problems: list[str]) -> None:
         if self.receiver is not None:
@@ -156,11 +159,14 @@ class NativeRun:
         sys.stderr.write(f"tailscope: run directory {self.path}\n")
 
     def _write_report(self) -> None:
-        from tailscope.analyzers.analysis import analyze_run
-        from tailscope.reports.writer import write_outputs
+        from tailscope.conductor.reporting import ReportWriteError, analyse_and_write
 
-        paths = write_outputs(self.path, analyze_run(self.path))
-        sys.stderr.write(f"tailscope: report {paths['html']}\n")
+        try:
+            report = analyse_and_write(self.path)
+        except ReportWriteError as exc:
+            logger.error("tailscope: %s", exc)
+            return
+        sys.stderr.write(f"tailscope: report {report.paths['html']}\n")
 
 
 def tailscope_run_dir(environment) -> str | None:
@@ -296,7 +302,3 @@ def _inline_config(user_class: type[OpenLoopUser], host: str, duration_s: float 
            "arrival": dataclasses.asdict(plan.arrival),
            "classes": [dataclasses.asdict(c) for c in plan.classes], "slo": list(user_class.slo)}
     return _Config(plan=plan, name=name, scenario_raw=raw, scenario_path=None)
-
-
-def _safe_name(name: str) -> str:
-    return "".join(ch if ch.isalnum() or ch in "-_." else "-" for ch in name)[:60] or "run"

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from tailscope.loadgen.distributed_runner import TailscopeSchedule  # noqa: I001  (imports Locust: gevent first)
 
+# isort: split
+
 import argparse
 import dataclasses
 import sys

@@ -31,10 +31,9 @@ import time
 
 import psutil
 
+from tailscope.conductor.companion import Companion, RunContext
 from tailscope.rundir import Appender, schema
 from tailscope.rundir.appender import EXIT_DISK_FULL
-
-from tailscope.conductor.session import Companion, RunContext
 
 #: Children whose death ends the run, by their Child.name → short series/role name.
 WATCHED_CHILDREN = {"OTLP receiver": "receiver", "signal sampler": "sampler"}

@@ -16,75 +16,36 @@ from __future__ import annotations
 # happen before threading, socket or subprocess are used.
 from tailscope.loadgen.runner import run_load  # noqa: I001  (import order matters)
 
+# isort: split
+
 import dataclasses
 import os
 import shutil
 import signal
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 from urllib.parse import urlparse
 
-from tailscope.rundir import RunWriter, new_run_dir, read_json, schema
-
-from tailscope.conductor.children import Child, ChildGroup, python_module
+from tailscope.conductor.children import Child, ChildGroup
+from tailscope.conductor.companion import Companion, RunContext
+from tailscope.conductor.run_setup import (
+    BOOKKEEPING_NICENESS,
+    bound_grpc_port,
+    open_run_dir,
+    receiver_child,
+    receiver_grpc_port,
+    receiver_options,
+    run_manifest,
+)
+from tailscope.rundir import RunWriter
 from tailscope.scenario_model.scenario import Scenario, is_loopback_url
-
-
-#: CPU priority drop of the receiver and the samplers (nice value): they are
-#: bookkeeping and must not delay the generator's sends on a small machine.
-BOOKKEEPING_NICENESS = 5
+from tailscope.support.python_child import python_module
 
 
 class SetupError(RuntimeError):
     """The run cannot start: bad target, a child that did not come up, ..."""
-
-
-@dataclass
-class RunContext:
-    """What a companion may use while the load runs."""
-
-    run_dir: str
-    writer: RunWriter  # add_event() for ground truth, outages, ...
-    plan: object  # tailscope.loadgen.spec.LoadPlan
-    scenario: Scenario
-    target_process: dict  # manifest["target_process"]
-    receiver_port: int
-    stop: threading.Event  # set it to end the load early
-    aborted: list = field(default_factory=list)  # reasons given to abort()
-    failures: list = field(default_factory=list)  # reasons given to fail()
-
-    def abort(self, reason: str) -> None:
-        """Stop the load; the run is marked ``aborted`` with ``reason``."""
-        self.aborted.append(reason)
-        self.stop.set()
-
-    def fail(self, reason: str) -> None:
-        """Stop the load because the run can no longer record faithfully (disk full,
-        a dead receiver); the run is marked ``failed`` with ``reason``."""
-        self.failures.append(reason)
-        self.stop.set()
-
-
-class Companion:
-    """Something that runs beside the load: a fault injector, an abort monitor.
-
-    ``start`` is called once the run directory exists and before the first
-    request; ``on_progress`` with each live snapshot (about once a second);
-    ``stop`` always, also on failure and Ctrl-C, and must undo whatever the
-    companion created (cgroups, swap files, processes)."""
-
-    name = "companion"
-
-    def start(self, ctx: RunContext) -> None:
-        pass
-
-    def on_progress(self, progress) -> None:
-        pass
-
-    def stop(self) -> None:
-        pass
 
 
 @dataclass
@@ -97,16 +58,21 @@ class RunOptions:
     receiver_host: str = "127.0.0.1"
     receiver_port: int = 4318  # 0: any free port
     receiver_grpc_port: int | None = None  # OTLP/gRPC: None = 4317 (0 when receiver_port is 0); -1 = off
+    #: Bearer token every OTLP request must carry; required when receiver_host is not loopback.
+    #: Reaches the receiver through its environment; never written to the manifest or a log.
+    receiver_token: str | None = field(default=None, repr=False)
+    receiver_tls_cert: str | None = None  # PEM files: the receiver serves HTTPS and gRPC over TLS
+    receiver_tls_key: str | None = None
     target_pid: int | None = None
     target_process_name: str | None = None  # --target-process NAME
     target_container: str | None = None  # --target-container ID (its cgroup, its oldest process)
     target_cgroup: str | None = None  # --target-cgroup PATH (sampled even without a pid)
     timeout_s: float | None = None  # client timeout per request (overrides the scenario)
     allow_remote: bool = False  # load a non-loopback target (never in tests/demos)
-    span_grace_s: float = 6.0  # longest wait for late spans after the load stops
+    late_span_wait_s: float | None = None  # --late-span-wait: cap of the wait for late spans (None: scenario/default)
     extra_manifest: dict = field(default_factory=dict)
     companions: list = field(default_factory=list)  # Companion instances
-    abort_on: tuple = ()  # tailscope.conductor.abort.AbortRule from --abort-on (the scenario's abort_on adds to them)
+    abort_on: tuple = ()  # tailscope.scenario_model.abort_rules.AbortRule from --abort-on (the scenario's abort_on adds to them)
     workers: int = 0  # > 0: this process is a Locust master with that many local worker processes
 
 
@@ -131,9 +97,11 @@ def execute_run(
 
     SIGINT/SIGTERM stop the load promptly; collected data is flushed and the
     run is marked ``interrupted``. Children are stopped in every case.
+    Raises :class:`SetupError` before anything starts when the receiver would
+    bind a non-loopback address without a token, or its TLS files are unusable.
     """
-    os.makedirs(options.out_dir, exist_ok=True)
-    run_dir = new_run_dir(options.out_dir, _safe_name(scenario.name))
+    check_receiver_access(options)
+    run_dir = open_run_dir(options.out_dir, scenario.name)
     session = _Session(scenario, options, run_dir)
     try:
         return session.run(on_progress, launch_target)
@@ -159,12 +127,9 @@ class _Session:
         status = "complete"
         with ChildGroup() as children, _stop_on_signals(self.stop):
             receiver = children.start(
-                Child("OTLP receiver",
-                      python_module("tailscope.tracing.ingest.receiver", "--run-dir", run_dir,
-                                    "--host", options.receiver_host,
-                                    "--port", str(options.receiver_port),
-                                    "--grpc-port", str(_grpc_port_arg(options))),
-                      log_path=os.path.join(run_dir, "receiver.log"), niceness=BOOKKEEPING_NICENESS),
+                receiver_child(run_dir, options.receiver_host, options.receiver_port,
+                               receiver_grpc_port(options.receiver_port, options.receiver_grpc_port),
+                               token=options.receiver_token, extra_args=_receiver_tls_args(options)),
                 wait_listening=True,
             )
             target_child = None
@@ -175,14 +140,16 @@ class _Session:
             if options.timeout_s is not None:
                 plan = dataclasses.replace(plan, timeout_s=options.timeout_s)
             _check_target_allowed(plan.target, options.allow_remote)
+            # a process the user named is looked for first: its absence is the more specific error
             target_proc = _find_target_process(plan.target, options.target_pid, target_child, options)
+            _check_target_listening(plan.target)
             children.start(Child(
                 "signal sampler",
                 python_module("tailscope.tracing.signals", "--run-dir", run_dir,
                               *_sampler_arguments(target_proc, scenario, plan.target)),
                 log_path=os.path.join(run_dir, "signals.log"), niceness=BOOKKEEPING_NICENESS,
             ))
-            grpc_port = (read_json(os.path.join(run_dir, schema.RECEIVER_STATS), {}) or {}).get("grpc_port")
+            grpc_port = bound_grpc_port(run_dir)
             self.writer = RunWriter(run_dir, self._manifest(plan, receiver.port, target_proc, grpc_port))
             ctx = RunContext(run_dir=run_dir, writer=self.writer, plan=plan, scenario=scenario,
                              target_process=target_proc, receiver_port=receiver.port, stop=self.stop)
@@ -211,41 +178,27 @@ class _Session:
             finally:
                 _close_keeper(keeper, ctx)
                 cleanup_errors = _stop_companions(started)
-                if target_child is None:
-                    _wait_for_late_spans(run_dir, options.span_grace_s)
+                late_spans = (_wait_for_late_spans(run_dir, self.writer, plan, scenario, options, load)
+                              if target_child is None and status in ("complete", "aborted") else None)
                 # ChildGroup stops in reverse start order: sampler, target (which
                 # flushes its spans on SIGTERM), then the receiver.
                 children.stop_all()
                 failure = "; ".join(ctx.failures) or _child_failure(started)
                 self.writer.close(status="failed" if failure else status, load=_load_summary(load),
                                   abort_reasons=ctx.aborted, cleanup_errors=cleanup_errors,
+                                  **({"late_spans": late_spans} if late_spans is not None else {}),
                                   **({"failure": failure} if failure else {}))
                 status = self.writer.manifest["status"]
         return RunOutcome(run_dir=run_dir, status=status, load=load)
 
-    def _manifest(self, plan, receiver_port: int, target_proc: dict, receiver_grpc_port: int | None) -> dict:
-        scenario = self.scenario
-        return {
-            "name": scenario.name,
-            "scenario_path": os.path.abspath(scenario.path),
-            "scenario": scenario.raw,
-            "target": plan.target,
-            "target_process": target_proc,
-            "options": {
-                "duration_s": plan.duration_s,
-                "max_requests": plan.max_requests,
-                "seed": plan.seed,
-                "timeout_s": plan.timeout_s,
-                "max_in_flight": plan.max_in_flight,
-                "in_flight_policy": plan.in_flight_policy,
-                "trace_sample_rate": plan.trace_sample_rate,
-                "receiver_port": receiver_port,
-                "receiver_grpc_port": receiver_grpc_port,
-                "signal_rate_hz": scenario.signal_rate_hz,
-            },
-            "arrival": plan.arrival.describe(),
-            **self.options.extra_manifest,
-        }
+    def _manifest(self, plan, receiver_port: int, target_proc: dict, grpc_port: int | None) -> dict:
+        scenario, options = self.scenario, self.options
+        receiver = receiver_options(host=options.receiver_host, port=receiver_port, grpc_port=grpc_port,
+                                    token=options.receiver_token, tls=options.receiver_tls_cert is not None)
+        return run_manifest(name=scenario.name, scenario_path=os.path.abspath(scenario.path),
+                            scenario_raw=scenario.raw, plan=plan, target_process=target_proc,
+                            receiver=receiver, signal_rate_hz=scenario.signal_rate_hz,
+                            extra=options.extra_manifest)
 
 
 def _abort_monitors(scenario: Scenario, options: RunOptions) -> list:
@@ -343,16 +296,36 @@ def _stop_companions(companions) -> list[str]:
     return errors
 
 
-def _grpc_port_arg(options: RunOptions) -> int:
-    """The receiver's ``--grpc-port``: as given, else 4317 — or a free port when the
-    HTTP port is a free one too, so that parallel runs never collide; -1 is off."""
-    if options.receiver_grpc_port is not None:
-        return options.receiver_grpc_port
-    return 0 if options.receiver_port == 0 else 4317
+def check_receiver_access(options: RunOptions) -> None:
+    """Refuse a receiver that strangers could write into, or one that cannot start
+    (a malformed token, one TLS file without the other, unusable TLS files)."""
+    from tailscope.tracing.ingest.receiver_auth import ReceiverAccessError, check_token, require_token, tls_files
+
+    try:
+        require_token(options.receiver_host, options.receiver_token)
+        if options.receiver_token is not None:
+            check_token(options.receiver_token)
+        tls_files(options.receiver_tls_cert, options.receiver_tls_key)
+    except ReceiverAccessError as exc:
+        raise SetupError(str(exc)) from None
 
 
-def _safe_name(name: str) -> str:
-    return "".join(ch if ch.isalnum() or ch in "-_." else "-" for ch in name)[:60] or "run"
+def _receiver_tls_args(options: RunOptions) -> list[str]:
+    """The receiver's ``--tls-cert``/``--tls-key`` flags (none without TLS)."""
+    if options.receiver_tls_cert is None:
+        return []
+    return ["--tls-cert", os.path.abspath(options.receiver_tls_cert),
+            "--tls-key", os.path.abspath(options.receiver_tls_key)]
+
+
+def _check_target_listening(url: str) -> None:
+    """Refuse to start against a target that refuses every connection (see :mod:`.target_probe`)."""
+    from tailscope.conductor.target_probe import TargetUnreachable, wait_until_accepting
+
+    try:
+        wait_until_accepting(url)
+    except TargetUnreachable as exc:
+        raise SetupError(str(exc)) from None
 
 
 def _check_target_allowed(url: str, allow_remote: bool) -> None:
@@ -391,19 +364,26 @@ def _sampler_arguments(target_proc: dict, scenario: Scenario, target_url: str) -
                              scenario.signal_process_tree)
 
 
-def _wait_for_late_spans(run_dir: str, grace_s: float) -> None:
-    """Give an external target's batch exporter time to send its last spans:
-    wait until the receiver's span count is stable for 1.5 s, at most ``grace_s``."""
-    path = os.path.join(run_dir, schema.RECEIVER_STATS)
-    deadline = time.monotonic() + grace_s
-    last, stable_since = None, time.monotonic()
-    while time.monotonic() < deadline:
-        count = (read_json(path, {}) or {}).get("spans_received")
-        if count != last:
-            last, stable_since = count, time.monotonic()
-        elif time.monotonic() - stable_since >= 1.5:
-            return
-        time.sleep(0.25)
+def _wait_for_late_spans(run_dir: str, writer: RunWriter, plan, scenario: Scenario, options: RunOptions,
+                         load) -> dict:
+    """Wait for the spans an external target still has to export (:mod:`.late_spans`); the
+    wait's facts for the manifest (``late_spans``), None when a second Ctrl-C cut it short."""
+    from tailscope.conductor.late_spans import policy_from, wait_for_late_spans
+
+    def rows_written() -> int:
+        try:
+            writer.requests.flush()  # the load has stopped: nothing else appends
+        except OSError:
+            pass  # a write error is the run guard's to report; wait for what is on disk
+        return writer.requests.rows_written
+
+    start_ns = getattr(load, "start_ns", None) or writer.manifest["start_ns"]
+    try:
+        return wait_for_late_spans(run_dir, load_start_ns=start_ns, sample_rate=plan.trace_sample_rate,
+                                   policy=policy_from(options.late_span_wait_s, scenario.tracing),
+                                   rows_written=rows_written).as_dict()
+    except KeyboardInterrupt:  # the user is leaving: close the run with what arrived
+        return None
 
 
 def _load_summary(load) -> dict | None:

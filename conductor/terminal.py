@@ -1,4 +1,4 @@
-"""What the user sees in the terminal: live progress and the end-of-run summary.
+"""What the user sees in the terminal: live progress, the end-of-run summary, a comparison's verdict.
 
 On a terminal, progress is a live panel (rich); elsewhere (CI logs) it is one
 plain line every ``PLAIN_PROGRESS_INTERVAL_S`` seconds.
@@ -27,7 +27,7 @@ class ProgressDisplay:
         self.live: Live | None = None
         self._last_plain = 0.0
 
-    def __enter__(self) -> "ProgressDisplay":
+    def __enter__(self) -> ProgressDisplay:
         if self.console.is_terminal:
             # No refresh thread: under gevent it is a greenlet that renders on its
             # own timer and can delay a scheduled send; the panel is redrawn only
@@ -60,9 +60,11 @@ class ProgressDisplay:
 
 
 def _cells(p) -> list[str]:
+    """Display cells of one progress snapshot; times are whole seconds, never negative
+    (a run draining its last requests past its duration shows 0 s remaining)."""
     return [
-        f"{p.elapsed_s:5.0f} s",
-        f"{p.remaining_s:5.0f} s",
+        f"{max(0.0, p.elapsed_s):5.0f} s",
+        f"{max(0.0, p.remaining_s):5.0f} s",
         f"{p.rps:7.1f}",
         _ms(p.p50_ms),
         _ms(p.p99_ms),
@@ -74,7 +76,7 @@ def _cells(p) -> list[str]:
 
 def _plain_line(p) -> str:
     c = _cells(p)
-    return (f"[{c[0].strip()} / -{c[1].strip()}] {c[2].strip()} req/s  P50 {c[3]}  P99 {c[4]}  "
+    return (f"[{c[0].strip()} elapsed, {c[1].strip()} left] {c[2].strip()} req/s  P50 {c[3]}  P99 {c[4]}  "
             f"errors {c[5]}  in flight {c[6]}  late {c[7]}")
 
 
@@ -83,7 +85,7 @@ def _ms(value) -> str:
 
 
 def print_summary(console: Console, analysis: dict, paths: dict) -> None:
-    """The end-of-run summary: verdict, headline percentiles, spikes, where the report is."""
+    """The end-of-run summary: verdict, headline percentiles, whole-run findings, spikes, where the report is."""
     summary = analysis.get("summary", {})
     verdict = analysis.get("verdict", {})
     run = analysis.get("run", {})
@@ -104,6 +106,16 @@ def print_summary(console: Console, analysis: dict, paths: dict) -> None:
     table.add_row("ms", *[_pct_cell(latency.get(k)) for k in ("p50", "p90", "p95", "p99", "p999", "max")])
     table.caption = "* too few samples to claim this percentile (MLPerf early-stopping rule)"
     console.print(table)
+    llm = llm_table(analysis.get("llm"))
+    if llm is not None:
+        console.print(llm)
+    stages = stage_table(analysis.get("stages") or {})
+    if stages is not None:
+        console.print(stages)
+    for finding in analysis.get("findings") or []:
+        color = "red" if finding.get("severity") == "high" else "yellow"
+        console.print(f"[bold {color}]finding {escape(str(finding.get('kind')))}:[/] {escape(str(finding.get('summary')))}",
+                      highlight=False, soft_wrap=True)
     for warning in analysis.get("warnings", []):
         text = warning.get("message", warning) if isinstance(warning, dict) else warning
         console.print(f"[yellow]warning:[/] {text}", highlight=False, soft_wrap=True)
@@ -129,6 +141,73 @@ def print_summary(console: Console, analysis: dict, paths: dict) -> None:
     console.print("[bold green]PASSED[/]" if passed else "[bold red]FAILED[/]")
     for name, path in paths.items():
         console.print(f"{name}: {path}", highlight=False, soft_wrap=True)
+
+
+def print_comparison(console, comparison: dict, paths: dict) -> None:
+    """The latency percentiles of all requests, the verdict, the changed stage, the files."""
+    console.rule(f"compare: {comparison['current']['name']} vs baseline {comparison['baseline']['name']}")
+    table = Table(show_header=True)
+    for column in ("latency", "baseline", "current", "change", f"{comparison['confidence']:.0%} CI", ""):
+        table.add_column(column, justify="right")
+    for row in comparison["percentiles"]:
+        if row["cls"] is not None or row["metric"] != "latency_ms":
+            continue
+        relative = row["relative_change"]
+        mark = "[red]REGRESSED[/]" if row["regressed"] else ("[green]improved[/]" if row["improved"] else
+                                                            ("significant" if row["significant"] else ""))
+        if not row["claimable"]:
+            mark = (mark + " " if mark else "") + "(too few samples)"
+        table.add_row(row["percentile"].upper().replace("P999", "P99.9"), f"{row['baseline_ms']:.1f} ms",
+                      f"{row['current_ms']:.1f} ms",
+                      f"{row['change_ms']:+.1f} ms" + ("" if relative is None else f" ({relative:+.1%})"),
+                      f"{row['change_ci_ms'][0]:+.1f} … {row['change_ci_ms'][1]:+.1f}", mark)
+    console.print(table)
+    regressed = comparison["verdict"]["regressed"]
+    console.print(("[bold red]REGRESSION[/] " if regressed else "[bold green]NO REGRESSION[/] ")
+                  + comparison["verdict"]["summary"], highlight=False, soft_wrap=True)
+    for name, path in paths.items():
+        console.print(f"{name}: {path}", highlight=False, soft_wrap=True)
+
+
+def llm_table(llm: dict | None) -> Table | None:
+    """An LLM run's token-level latencies (TTFT, TPOT, ITL, e2e: P50, P99, samples), with tokens/s
+    and goodput (the share meeting every per-request SLO) in the caption; None for a run without
+    OpenAI-API requests."""
+    if not llm:
+        return None
+    table = Table(show_header=True)
+    table.add_column(f"LLM ({llm.get('requests', 0):,} requests)")
+    for column in ("P50 ms", "P99 ms", "samples"):
+        table.add_column(column, justify="right")
+    for key, label in (("ttft_ms", "TTFT"), ("tpot_ms", "TPOT"), ("itl_ms", "ITL (per token)"), ("e2e_ms", "e2e")):
+        entry = llm.get(key) or {}
+        table.add_row(label, _pct_cell(entry.get("p50")), _pct_cell(entry.get("p99")),
+                      f"{(entry.get('p50') or {}).get('n', 0):,}")
+    goodput = llm.get("goodput") or {}
+    share = goodput.get("share")
+    rate = (llm.get("output_tokens_per_s") or {}).get("aggregate")
+    table.caption = (f"output {(llm.get('output_tokens') or {}).get('sum', 0):,} tokens"
+                     + (f", {rate:.1f} tokens/s" if rate is not None else "")
+                     + (f"; goodput {100 * share:.1f}%" if share is not None else ""))
+    return table
+
+
+def stage_table(stages: dict) -> Table | None:
+    """Where the joined requests' time went: P50/P99/mean per stage that occurred
+    (a stage no request had is not listed); None without joined requests."""
+    from tailscope.reports.tracing_view import occurred_stages
+
+    occurred = occurred_stages(stages.get("by_stage"))
+    if not occurred:
+        return None
+    table = Table(show_header=True)
+    table.add_column(f"stage ({stages.get('joined_requests', 0):,} joined requests)")
+    for column in ("P50 ms", "P99 ms", "mean ms", "requests"):
+        table.add_column(column, justify="right")
+    for name, s in occurred.items():
+        table.add_row(escape(str(name)), *[_pct_cell(s.get(k)) for k in ("p50_ms", "p99_ms", "mean_ms")],
+                      f"{s['count']:,}")
+    return table
 
 
 def _evidence_hint(evidence) -> str:

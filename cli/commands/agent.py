@@ -4,12 +4,13 @@ For a service on another machine than the harness: run this on the service's
 host; it samples host, process, cgroup, PSI, Prometheus and GPU signals like
 the harness's own sampler and exports them as OTLP metrics to the harness's
 receiver (start ``tailscope run`` with ``--receiver-host`` set to an address
-the agent can reach). See docs/signals.md.
+the agent can reach, and a ``--receiver-token``: the agent sends the same token).
+See docs/signals.md and docs/receiver.md.
 """
 
 from __future__ import annotations
 
-from tailscope.cli.commands.common import EXIT_OK, duration_arg, error
+from tailscope.cli.commands.common import EXIT_OK, duration_arg, error, receiver_token_from
 
 
 def register(sub) -> None:
@@ -20,7 +21,11 @@ def register(sub) -> None:
                     "offset to the harness is measured and sent). Stops on Ctrl-C/SIGTERM or after "
                     "--duration. Exit 0, or 2 when the target or the harness cannot be found.")
     p.add_argument("--harness", required=True, metavar="URL",
-                   help="the harness's OTLP/HTTP receiver, e.g. http://10.0.0.5:4318")
+                   help="the harness's OTLP/HTTP receiver, e.g. http://10.0.0.5:4318 (https:// when it serves TLS)")
+    p.add_argument("--token", metavar="TOKEN",
+                   help="the harness's receiver token (default: the environment variable TAILSCOPE_RECEIVER_TOKEN)")
+    p.add_argument("--harness-ca", metavar="FILE",
+                   help="PEM certificate(s) to verify an https:// harness with (e.g. its self-signed certificate)")
     p.add_argument("--rate", type=float, default=10.0, metavar="HZ", help="samples per second (default 10)")
     p.add_argument("--duration", type=duration_arg, metavar="D", help="stop after this long (default: until stopped)")
     p.add_argument("--host-label", metavar="NAME", help="the host attribute (default: this host's name)")
@@ -44,11 +49,11 @@ def handle(args) -> int:
     import signal
     import threading
 
-    from tailscope.tracing.signals.remote_agent import run_agent
-    from tailscope.tracing.signals.sampler import read_text
-    from tailscope.tracing.signals.cgroup import locate_cgroup_path
+    from tailscope.support.cgroups import locate_cgroup_path
+    from tailscope.support.procfs import read_text
     from tailscope.tracing.signals.discovery import TargetNotFound
     from tailscope.tracing.signals.launch import TargetChoice, find_target
+    from tailscope.tracing.signals.remote_agent import run_agent
     from tailscope.tracing.signals.runner import SamplerConfig
 
     if not 0.1 <= args.rate <= 1000:
@@ -73,7 +78,8 @@ def handle(args) -> int:
         timer.start()
     try:
         summary, stats = run_agent(args.harness, config, args.rate, stop, host=args.host_label,
-                                   export_interval_s=args.export_interval)
+                                   export_interval_s=args.export_interval, token=receiver_token_from(args, "token"),
+                                   ca_file=args.harness_ca)
     except (OSError, http.client.HTTPException, ValueError, KeyError) as exc:
         return error(f"the harness receiver at {args.harness} does not answer {'/v1/time'}: {exc}")
     finally:

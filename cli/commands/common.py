@@ -18,7 +18,7 @@ def error(message: str) -> int:
 
 def duration_arg(text: str) -> float:
     """argparse type for durations such as 30s, 2m, 1.5h."""
-    from tailscope.scenario_model.scenario import parse_duration_s
+    from tailscope.support.units import parse_duration_s
 
     try:
         seconds = parse_duration_s(text)
@@ -44,8 +44,8 @@ def fault_companions(scenario, extra_specs) -> list:
     """The companion injecting the scenario's ``faults`` plus ``extra_specs`` (none: []).
 
     Raises FaultSetupError when a fault kind cannot run on this host (e.g. not root)."""
-    from tailscope.faults.registry import check_host
     from tailscope.conductor.fault_companion import FaultInjection
+    from tailscope.faults.registry import check_host
 
     specs = [*(scenario.sections.get("faults") or []), *extra_specs]
     if not specs:
@@ -55,8 +55,8 @@ def fault_companions(scenario, extra_specs) -> list:
 
 
 def abort_rule_arg(text: str):
-    """argparse type for --abort-on rules (tailscope.conductor.abort)."""
-    from tailscope.conductor.abort import parse_rule
+    """argparse type for --abort-on rules (tailscope.scenario_model.abort_rules)."""
+    from tailscope.scenario_model.abort_rules import parse_rule
 
     try:
         return parse_rule(text)
@@ -79,9 +79,22 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
                    help="client timeout per request (e.g. 2s, 500ms; overrides the scenario's "
                         "timeout); a request without a complete response by then is recorded "
                         "as a timeout")
+    p.add_argument("--late-span-wait", type=duration_arg, metavar="D",
+                   help="after the load, wait at most this long for spans the target has not exported "
+                        "yet (default 15s, the OTel SDK's export interval plus its export timeout; "
+                        "overrides the scenario's tracing.late_span_wait); the wait ends as soon as "
+                        "every traced request has its server span")
     p.add_argument("--receiver-host", default="127.0.0.1", metavar="ADDR",
                    help="address the OTLP receiver binds (default 127.0.0.1; use the harness's "
-                        "address so a `tailscope agent` on the target's host can reach it)")
+                        "address so a `tailscope agent` on the target's host can reach it; any "
+                        "address but loopback needs --receiver-token)")
+    p.add_argument("--receiver-token", metavar="TOKEN",
+                   help="bearer token every OTLP request must carry (default: the environment variable "
+                        "TAILSCOPE_RECEIVER_TOKEN); targets send it with "
+                        "OTEL_EXPORTER_OTLP_HEADERS=Authorization=Bearer%%20TOKEN (docs/receiver.md)")
+    p.add_argument("--receiver-tls-cert", metavar="FILE",
+                   help="PEM certificate chain: the receiver serves HTTPS and gRPC over TLS")
+    p.add_argument("--receiver-tls-key", metavar="FILE", help="PEM private key of --receiver-tls-cert")
     p.add_argument("--target-pid", type=int, metavar="PID",
                    help="target process to sample (default: found from the target URL's port)")
     p.add_argument("--target-process", metavar="NAME",
@@ -115,15 +128,40 @@ def run_options_from(args):
         receiver_port=getattr(args, "receiver_port", 4318),
         receiver_host=getattr(args, "receiver_host", "127.0.0.1"),
         receiver_grpc_port=getattr(args, "receiver_grpc_port", None),
+        receiver_token=receiver_token_from(args),
+        receiver_tls_cert=getattr(args, "receiver_tls_cert", None),
+        receiver_tls_key=getattr(args, "receiver_tls_key", None),
         target_pid=getattr(args, "target_pid", None),
         target_process_name=getattr(args, "target_process", None),
         target_container=getattr(args, "target_container", None),
         target_cgroup=getattr(args, "target_cgroup", None),
         timeout_s=getattr(args, "timeout", None),
+        late_span_wait_s=getattr(args, "late_span_wait", None),
         allow_remote=getattr(args, "allow_remote", False),
         workers=getattr(args, "workers", 0) or 0,
         abort_on=tuple(getattr(args, "abort_on", None) or ()),
     )
+
+
+def receiver_token_from(args, attribute: str = "receiver_token") -> str | None:
+    """The receiver token: the option, else the environment variable TAILSCOPE_RECEIVER_TOKEN, else None."""
+    import os
+
+    from tailscope.support.receiver_token import TOKEN_ENV
+
+    return getattr(args, attribute, None) or os.environ.get(TOKEN_ENV) or None
+
+
+def receiver_problem(options) -> str | None:
+    """Why the run's receiver must not start (None when it may): a non-loopback address
+    without a token, a malformed token, unusable TLS files. Imports the conductor (Locust)."""
+    from tailscope.conductor.session import SetupError, check_receiver_access
+
+    try:
+        check_receiver_access(options)
+    except SetupError as exc:
+        return str(exc)
+    return None
 
 
 def workers_problem(args, scenario) -> str | None:
@@ -133,6 +171,10 @@ def workers_problem(args, scenario) -> str | None:
         return f"--workers must be >= 0, got {workers}"
     if workers and scenario.arrival.process == "closed":
         return "--workers needs an open-loop arrival process; a closed-loop scenario runs in one process"
+    cap = scenario.arrival.max_concurrency
+    if workers and cap is not None and cap < workers:
+        return (f"arrival.max_concurrency ({cap}) is split over the workers: it must be at least "
+                f"--workers ({workers})")
     return None
 
 
@@ -145,14 +187,13 @@ def run_and_report(scenario, options, launch_target=None, console=None,
     when the run could not start).
     """
     # The conductor imports Locust (gevent monkey-patching): import it first.
-    from tailscope.conductor.session import SetupError, execute_run
-    from tailscope.conductor.children import ChildError
-    from tailscope.faults.injector import FaultSetupError
-    from tailscope.loadgen.runner import LoadError
-
     from rich.console import Console
 
+    from tailscope.conductor.children import ChildError
+    from tailscope.conductor.session import SetupError, execute_run
     from tailscope.conductor.terminal import ProgressDisplay
+    from tailscope.faults.injector import FaultSetupError
+    from tailscope.loadgen.runner import LoadError
 
     console = console or Console()
     try:
@@ -198,16 +239,6 @@ def _manifest_abort_reasons(run_dir: str) -> list[str]:
     return [str(r) for r in manifest.get("abort_reasons") or []]
 
 
-def _release_stale_reserve(run_dir: str) -> None:
-    """Give back the disk reserve a killed harness left behind (never a live one's)."""
-    from tailscope.rundir.manifest import release_stale_reserves
-
-    try:
-        release_stale_reserves(run_dir)
-    except OSError:
-        pass  # a read-only run directory: the report is written elsewhere or fails clearly
-
-
 def _manifest_failure(run_dir: str) -> str:
     """The ``failure`` line of a failed run's manifest ("harness error" when absent)."""
     import os
@@ -226,42 +257,51 @@ def analyse_and_report(run_dir: str, console, window_s: float = 1.0, baseline: d
 
     With ``baseline`` (``{"dir", "threshold", "confidence"}``) the run is also compared with
     the baseline run (comparison files written into ``run_dir``; junit.xml then holds both
-    suites) and a regression makes the exit code 1.
+    suites) and a regression makes the exit code 1. The work is the conductor's
+    (tailscope.conductor.reporting); this prints and picks the exit code.
     """
-    from tailscope.analyzers.analysis import analyze_run
-    from tailscope.reports.writer import write_outputs
+    from tailscope.conductor.reporting import ReportWriteError, analyse_and_write
     from tailscope.conductor.terminal import print_summary
 
-    analysis = analyze_run(run_dir, window_s=window_s)
-    _release_stale_reserve(run_dir)
     try:
-        paths = write_outputs(run_dir, analysis)
-    except OSError as exc:
-        print_summary(console, analysis, {})
-        reason = "disk full" if exc.errno == 28 else (exc.strerror or str(exc))
-        return error(f"could not write the report into {run_dir}: {reason}; "
-                     f"free space and run `tailscope report {run_dir}`")
-    print_summary(console, analysis, paths)
-    code = EXIT_OK if analysis.get("verdict", {}).get("passed", True) else EXIT_SLO_FAILED
+        report = analyse_and_write(run_dir, window_s=window_s)
+    except ReportWriteError as exc:
+        print_summary(console, exc.analysis, {})
+        return error(str(exc))
+    print_summary(console, report.analysis, report.paths)
+    if report.damaged:
+        return error(damaged_line(report))
+    code = EXIT_OK if report.passed else EXIT_SLO_FAILED
     if baseline is not None:
-        code = max(code, compare_with_baseline(run_dir, analysis, baseline, console, paths))
+        code = max(code, compare_with_baseline(report, baseline, console))
     return code
 
 
-def compare_with_baseline(run_dir: str, analysis: dict, baseline: dict, console, paths: dict) -> int:
-    """Compare ``run_dir`` with the baseline, write the comparison and a two-suite junit.xml."""
-    from tailscope.reports.junit import render_junit
-    from tailscope.reports.writer import write_text_atomic
+def damaged_line(report) -> str:
+    """One line on a run whose data files are damaged: which file and batch, and where the
+    report went (beside the earlier good one, which was kept)."""
+    import os
+
+    first = report.damaged[0]["message"]
+    more = f" (and {len(report.damaged) - 1} more damaged files)" if len(report.damaged) > 1 else ""
+    html = os.path.basename(report.paths.get("html", ""))
+    where = (f"; the earlier report.html was kept, this analysis is in {html}" if report.kept_earlier
+             else f"; the numbers in {html} cover what could be read")
+    return first + more + where
+
+
+def compare_with_baseline(report, baseline: dict, console) -> int:
+    """Compare an analysed run (a conductor RunReport) with the baseline, print the comparison;
+    exit code 1 on a regression, 2 when a run cannot be read."""
+    from tailscope.conductor import reporting
+    from tailscope.conductor.terminal import print_comparison
     from tailscope.rundir import RunDirError
 
-    from tailscope.cli.commands.compare import compare_and_report
-
     try:
-        code, comparison = compare_and_report(run_dir, baseline["dir"], console,
-                                              threshold=baseline.get("threshold", 0.10),
-                                              confidence=baseline.get("confidence", 0.95))
+        compared = reporting.compare_with_baseline(
+            report, baseline["dir"], threshold=baseline.get("threshold", reporting.DEFAULT_THRESHOLD),
+            confidence=baseline.get("confidence", reporting.DEFAULT_CONFIDENCE))
     except RunDirError as exc:
         return error(f"baseline: {exc}")
-    if paths.get("junit"):
-        write_text_atomic(paths["junit"], render_junit(analysis, comparison))
-    return code
+    print_comparison(console, compared.comparison, compared.paths)
+    return EXIT_SLO_FAILED if compared.regressed else EXIT_OK

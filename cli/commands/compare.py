@@ -62,54 +62,14 @@ def register(sub) -> None:
 def handle(args) -> int:
     from rich.console import Console
 
+    from tailscope.conductor.reporting import compare_and_write
+    from tailscope.conductor.terminal import print_comparison
     from tailscope.rundir import RunDirError
 
     try:
-        code, _ = compare_and_report(args.run, args.baseline, Console(), threshold=args.threshold,
+        compared = compare_and_write(args.run, args.baseline, threshold=args.threshold,
                                      confidence=args.confidence, out_dir=args.out)
     except RunDirError as exc:
         return error(str(exc))
-    return code
-
-
-def compare_and_report(run_dir: str, baseline: str, console, *, threshold: float = 0.10,
-                       confidence: float = 0.95, out_dir: str | None = None) -> tuple[int, dict]:
-    """Compare, write the comparison outputs, print the verdict; (exit code, comparison dict).
-
-    Raises RunDirError when either run cannot be read.
-    """
-    from tailscope.analyzers.comparison.baseline import CompareRules, compare_runs
-    from tailscope.reports.writer import write_comparison_outputs
-
-    comparison = compare_runs(run_dir, baseline, CompareRules(threshold=threshold, confidence=confidence))
-    paths = write_comparison_outputs(out_dir or run_dir, comparison)
-    print_comparison(console, comparison, paths)
-    return (EXIT_SLO_FAILED if comparison["verdict"]["regressed"] else EXIT_OK), comparison
-
-
-def print_comparison(console, comparison: dict, paths: dict) -> None:
-    """The latency percentiles of all requests, the verdict, the changed stage, the files."""
-    from rich.table import Table
-
-    console.rule(f"compare: {comparison['current']['name']} vs baseline {comparison['baseline']['name']}")
-    table = Table(show_header=True)
-    for column in ("latency", "baseline", "current", "change", f"{comparison['confidence']:.0%} CI", ""):
-        table.add_column(column, justify="right")
-    for row in comparison["percentiles"]:
-        if row["cls"] is not None or row["metric"] != "latency_ms":
-            continue
-        relative = row["relative_change"]
-        mark = "[red]REGRESSED[/]" if row["regressed"] else ("[green]improved[/]" if row["improved"] else
-                                                            ("significant" if row["significant"] else ""))
-        if not row["claimable"]:
-            mark = (mark + " " if mark else "") + "(too few samples)"
-        table.add_row(row["percentile"].upper().replace("P999", "P99.9"), f"{row['baseline_ms']:.1f} ms",
-                      f"{row['current_ms']:.1f} ms",
-                      f"{row['change_ms']:+.1f} ms" + ("" if relative is None else f" ({relative:+.1%})"),
-                      f"{row['change_ci_ms'][0]:+.1f} … {row['change_ci_ms'][1]:+.1f}", mark)
-    console.print(table)
-    regressed = comparison["verdict"]["regressed"]
-    console.print(("[bold red]REGRESSION[/] " if regressed else "[bold green]NO REGRESSION[/] ")
-                  + comparison["verdict"]["summary"], highlight=False, soft_wrap=True)
-    for name, path in paths.items():
-        console.print(f"{name}: {path}", highlight=False, soft_wrap=True)
+    print_comparison(Console(), compared.comparison, compared.paths)
+    return EXIT_SLO_FAILED if compared.regressed else EXIT_OK

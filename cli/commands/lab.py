@@ -9,18 +9,20 @@ def register(sub) -> None:
     p = sub.add_parser(
         "lab", help="inject real faults into the reference target and score the diagnosis",
         description="Run a suite of short experiments — every fault kind (cpu_throttle, cpu_contention, "
-                    "memory_swap, gc_pressure, overload, io_stall) on the reference target, plus no-fault "
+                    "memory_swap, gc_pressure, overload, io_stall) on the reference target, the confounded "
+                    "cases (a cause on the target and a distraction elsewhere on the host at once, e.g. "
+                    "cotenant_cpu+neighbour_swap), plus no-fault "
                     "control runs — then score each run's diagnosis against the fault's ground-truth window: "
                     "AC@1, AC@3, detection rate, time to detect, false-alarm rate. Writes lab.json, lab.html "
                     "and scores.md. Faults that need root or writable cgroups are reported as errors where "
                     "they cannot run. Exit 0 when every experiment ran, 1 when some could not, 2 on usage errors.")
     p.add_argument("--quick", action="store_true",
-                   help="one seed, 20 s experiments (under 5 minutes for all kinds)")
+                   help="one seed, 20 s experiments (about 6 minutes for all kinds and cases)")
     p.add_argument("--seeds", type=int, default=None, metavar="N",
                    help="experiments per fault kind and control runs (default 3; 1 with --quick)")
     p.add_argument("--only", default=None, metavar="KINDS",
-                   help="comma-separated fault kinds to run, 'control' for the control runs "
-                        "(default: all kinds and control)")
+                   help="comma-separated fault kinds or confounded cases to run, 'control' for the control "
+                        "runs (default: all kinds, cases and control)")
     p.add_argument("--duration", type=duration_arg, default=None, metavar="D",
                    help="length of each experiment (default 40s; 20s with --quick); the fault runs from "
                         "35%% to 60%% of it")
@@ -34,9 +36,9 @@ def handle(args) -> int:
 
     from rich.console import Console
 
-    from tailscope.lab.suite import run_lab
-    from tailscope.lab.plan import build_suite
     from tailscope.lab.outputs import control_line, score_table
+    from tailscope.lab.plan import build_suite
+    from tailscope.lab.suite import run_lab
 
     only = [kind.strip() for kind in args.only.split(",") if kind.strip()] if args.only else None
     try:

@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
-from tailscope.cli.commands.common import add_run_options, error, fault_companions, run_and_report, run_options_from, workers_problem
+from tailscope.cli.commands.common import (
+    add_run_options,
+    error,
+    fault_companions,
+    receiver_problem,
+    run_and_report,
+    run_options_from,
+    workers_problem,
+)
 
 
 def register(sub) -> None:
@@ -32,6 +40,9 @@ def handle(args) -> int:
     if problem:
         return error(problem)
     options = run_options_from(args)
+    problem = receiver_problem(options)
+    if problem:
+        return error(problem)
     try:
         options.companions.extend(fault_companions(scenario, args.fault))
     except FaultSetupError as exc:

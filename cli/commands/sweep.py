@@ -1,10 +1,12 @@
-"""``tailscope sweep SCENARIO --rates 50:500:50``: rate steps, the highest rate under the SLOs.
+"""``tailscope sweep SCENARIO --rates 50:500:50`` (or ``--concurrency 1,4,16``): steps, the
+highest rate (or concurrency) under the SLOs, and for LLM workloads the throughput–latency frontier.
 
 Each step is a full run (its own run directory, report and SLO verdict) of
-the scenario with the arrival rate replaced, lasting ``--step-duration``.
-The steps live in one sweep directory with ``sweep.json`` and ``sweep.html``
-(docs/sweep.md). Exit 0 when some step met every SLO (or the scenario has
-none), 1 when no step did, 2 on usage or setup errors.
+the scenario with the arrival rate replaced (``--rates``) or its arrival
+made concurrency mode with N requests kept in flight (``--concurrency``),
+lasting ``--step-duration``. The steps live in one sweep directory with
+``sweep.json`` and ``sweep.html`` (docs/sweep.md). Exit 0 when some step met
+every SLO (or the scenario has none), 1 when no step did, 2 on usage or setup errors.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from tailscope.cli.commands.common import (
     add_run_options,
     duration_arg,
     error,
+    receiver_problem,
     run_options_from,
     workers_problem,
 )
@@ -26,22 +29,40 @@ from tailscope.cli.commands.common import (
 #: In a rate list, stop after this many consecutive steps failed their SLOs
 #: (the target is past its limit; more load only hurts it). --keep-going disables it.
 STOP_AFTER_FAILED_STEPS = 2
+
+
+def early_stop_note(failed_in_a_row: int, rates_left: int, keep_going: bool, what: str = "rate") -> str | None:
+    """The line that says the sweep stops early, or None: a sweep stops after
+    STOP_AFTER_FAILED_STEPS consecutive failing steps (unless ``keep_going``), and only
+    says so when rates were left to run — after its last step there is nothing to stop.
+    ``what``: the word for a step's level ("rate", "concurrency level")."""
+    if keep_going or failed_in_a_row < STOP_AFTER_FAILED_STEPS or rates_left <= 0:
+        return None
+    skipped = f"{rates_left} remaining {what}{'s' if rates_left != 1 else ''}"
+    return (f"{failed_in_a_row} steps in a row failed their SLOs: stopping the sweep, {skipped} not run "
+            f"(--keep-going runs every {what})")
 SWEEP_JSON = "sweep.json"
 SWEEP_HTML = "sweep.html"
 
 
 def register(sub) -> None:
     p = sub.add_parser(
-        "sweep", help="run successive rate steps; report the curve and the highest rate under the SLOs",
-        description="Run SCENARIO at each offered rate of --rates (one full run per step), or search "
-                    "for the peak rate (--search), and write sweep.json and sweep.html: achieved rate, "
-                    "P50/P99 with confidence intervals and error rate per step, the knee of the "
-                    "latency curve and the highest rate that met every SLO. Exit 0 when a step met "
-                    "the SLOs, 1 when none did, 2 on usage or setup errors.")
-    p.add_argument("scenario", help="scenario file (YAML) with an open-loop arrival process")
-    p.add_argument("--rates", required=True, metavar="RATES",
-                   help="START:STOP:STEP (e.g. 50:500:50) or a list (50,100,200) in requests/s; "
-                        "with --search, the bounds LOW:HIGH")
+        "sweep", help="run successive rate (or concurrency) steps; report the curve and the best step under the SLOs",
+        description="Run SCENARIO at each offered rate of --rates, or at each concurrency of --concurrency "
+                    "(one full run per step), or search for the peak rate (--search), and write sweep.json "
+                    "and sweep.html: achieved rate, P50/P99 with confidence intervals and error rate per "
+                    "step, the knee of the latency curve and the highest level that met every SLO; for "
+                    "OpenAI-API classes the throughput-latency frontier (output tokens/s against TTFT and "
+                    "TPOT) and its best point under the SLOs. Exit 0 when a step met the SLOs, 1 when none "
+                    "did, 2 on usage or setup errors.")
+    p.add_argument("scenario", help="scenario file (YAML); --rates needs an open-loop arrival process")
+    levels = p.add_mutually_exclusive_group(required=True)
+    levels.add_argument("--rates", metavar="RATES",
+                        help="START:STOP:STEP (e.g. 50:500:50) or a list (50,100,200) in requests/s; "
+                             "with --search, the bounds LOW:HIGH")
+    levels.add_argument("--concurrency", metavar="LEVELS",
+                        help="concurrency mode: START:STOP:STEP or a list (1,4,16,64) of requests kept in "
+                             "flight, each step replacing the scenario's arrival")
     p.add_argument("--step-duration", type=duration_arg, metavar="D",
                    help="length of each step (default --duration, else the scenario's duration)")
     p.add_argument("--search", action="store_true",
@@ -63,11 +84,25 @@ def handle(args) -> int:
         scenario = load_scenario(args.scenario, target_override=args.target)
     except ScenarioError as exc:
         return error(str(exc))
-    if scenario.arrival.process == "closed":
-        return error("a sweep varies the offered rate: it needs an open-loop arrival process, not closed")
-    problem = workers_problem(args, scenario)
+    variable = "concurrency" if args.concurrency is not None else "rate"
+    if variable == "rate" and scenario.arrival.process == "closed":
+        return error("--rates varies the offered rate: it needs an open-loop arrival process, not closed "
+                     "(--concurrency sweeps a closed loop's concurrency)")
+    if variable == "concurrency" and args.search:
+        return error("--search looks for a peak rate: use it with --rates LOW:HIGH")
+    if variable == "concurrency" and getattr(args, "workers", 0):
+        return error("--workers needs an open-loop arrival process; a concurrency sweep runs in one process")
+    problem = workers_problem(args, scenario) or receiver_problem(run_options_from(args))
     if problem:
         return error(problem)
+    if variable == "concurrency":
+        from tailscope.loadgen.sweep_rates import parse_concurrency
+
+        try:
+            levels = parse_concurrency(args.concurrency)
+        except ValueError as exc:
+            return error(f"--concurrency: {exc}")
+        return _Sweep(scenario, args, variable).run(levels)
     try:
         if args.search:
             low, high = _bounds(args.rates)
@@ -93,13 +128,14 @@ def _bounds(text: str) -> tuple[float, float]:
 class _Sweep:
     """Runs the steps of one sweep and writes its outputs."""
 
-    def __init__(self, scenario, args):
+    def __init__(self, scenario, args, variable: str = "rate"):
         from rich.console import Console
 
         from tailscope.rundir import new_run_dir
 
         self.scenario = scenario
         self.args = args
+        self.variable = variable  # what the steps vary: "rate" or "concurrency"
         self.console = Console()
         os.makedirs(args.out, exist_ok=True)
         self.path = new_run_dir(args.out, "sweep-" + _safe(scenario.name))
@@ -118,36 +154,43 @@ class _Sweep:
                 plan.record(rate, bool(step["passed"]) if step["passed"] is not None else True)
             return self._finish("search", _search_facts(plan))
         failed_in_a_row = 0
-        for rate in plan:
+        for position, rate in enumerate(plan, 1):
             if self.interrupted:
                 break
             step = self.step(rate)
             if step is None:
-                return self._finish("rates", None, setup_failed=True)
+                return self._finish(self._mode, None, setup_failed=True)
             failed_in_a_row = failed_in_a_row + 1 if step["passed"] is False else 0
-            if failed_in_a_row >= STOP_AFTER_FAILED_STEPS and not self.args.keep_going:
-                self.console.print(f"[yellow]{failed_in_a_row} steps in a row failed their SLOs: "
-                                   "stopping the sweep (--keep-going runs every rate)[/]")
+            note = early_stop_note(failed_in_a_row, len(plan) - position, self.args.keep_going,
+                                   "rate" if self.variable == "rate" else "concurrency level")
+            if note:
+                self.console.print(f"[yellow]{note}[/]")
                 break
-        return self._finish("rates", None)
+        return self._finish(self._mode, None)
+
+    @property
+    def _mode(self) -> str:
+        """sweep.json's ``mode`` of a list of levels: ``rates`` or ``concurrency``."""
+        return "rates" if self.variable == "rate" else "concurrency"
 
     def step(self, rate: float) -> dict | None:
-        """Run one step; its record, or None when the run could not start."""
-        from tailscope.conductor.session import SetupError, execute_run  # imports Locust (gevent) first
-        from tailscope.conductor.children import ChildError
-
+        """Run one step at ``rate`` (req/s; concurrency sweeps: requests in flight); its record,
+        or None when the run could not start."""
         from tailscope.analyzers.analysis import analyze_run
         from tailscope.analyzers.patterns.load_sweep import step_record
-        from tailscope.reports.writer import write_outputs
+        from tailscope.conductor.children import ChildError
+        from tailscope.conductor.session import SetupError, execute_run  # imports Locust (gevent) first
         from tailscope.conductor.terminal import ProgressDisplay
+        from tailscope.reports.writer import write_outputs
 
         index = len(self.steps)
-        scenario = _at_rate(self.scenario, rate)
+        concurrency = self.variable == "concurrency"
+        scenario = _at_concurrency(self.scenario, int(rate)) if concurrency else _at_rate(self.scenario, rate)
         options = dataclasses.replace(
             run_options_from(self.args), out_dir=self.path, duration_s=self.step_duration_s,
-            extra_manifest={"sweep": {"path": self.path, "step": index, "rate": rate}})
+            extra_manifest={"sweep": {"path": self.path, "step": index, self.variable: rate}})
         try:
-            with ProgressDisplay(self.console, f"sweep step {index + 1}: {rate:g} req/s") as display:
+            with ProgressDisplay(self.console, f"sweep step {index + 1}: {_level_text(rate, concurrency)}") as display:
                 outcome = execute_run(scenario, options, on_progress=display.update)
         except (SetupError, ChildError) as exc:
             error(str(exc))
@@ -155,7 +198,7 @@ class _Sweep:
         self.interrupted = outcome.status == "interrupted"
         analysis = analyze_run(outcome.run_dir)
         write_outputs(outcome.run_dir, analysis)
-        step = step_record(index, rate, outcome.run_dir, analysis)
+        step = step_record(index, rate, outcome.run_dir, analysis, self.variable)
         self.steps.append(step)
         self.console.print(_step_line(step))
         return step
@@ -166,7 +209,7 @@ class _Sweep:
         from tailscope.reports.writer import write_text_atomic
         from tailscope.rundir import write_json_atomic
 
-        sweep = summarize_sweep(self.scenario.name, mode, self.scenario.slos, self.steps, search)
+        sweep = summarize_sweep(self.scenario.name, mode, self.scenario.slos, self.steps, search, self.variable)
         sweep["path"] = self.path
         sweep["step_duration_s"] = self.step_duration_s
         sweep["interrupted"] = self.interrupted
@@ -180,15 +223,25 @@ class _Sweep:
     def _print_summary(self, sweep: dict) -> None:
         for warning in sweep["warnings"]:
             self.console.print(f"[yellow]warning: {warning['message']}[/]")
-        best, knee = sweep["max_rate_under_slo"], sweep["knee"]
+        concurrency = self.variable == "concurrency"
+        best = sweep["max_concurrency_under_slo"] if concurrency else sweep["max_rate_under_slo"]
+        knee, front = sweep["knee"], sweep.get("frontier")
         if sweep["passed"] is None:
-            self.console.print("no SLOs: no maximum rate under SLO")
+            self.console.print(f"no SLOs: no maximum {'concurrency' if concurrency else 'rate'} under SLO")
         elif best is None:
             self.console.print("[red]FAILED: no step met the SLOs[/]")
+        elif concurrency:
+            self.console.print(f"[green]max concurrency under SLO: {best:g} in flight[/]")
         else:
             self.console.print(f"[green]max rate under SLO: {best:g} req/s[/]")
         if knee is not None:
-            self.console.print(f"knee: {knee['rate']:g} req/s offered (P99 {knee['p99_ms']:.1f} ms)")
+            self.console.print(f"knee: {_level_text(knee['level'], concurrency)}"
+                               f"{'' if concurrency else ' offered'} (P99 {knee['p99_ms']:.1f} ms)")
+        if front is not None and front["best_under_slo"] is not None:
+            b = front["best_under_slo"]
+            self.console.print(f"[green]best point under SLO: {_level_text(b['level'], concurrency)}, "
+                               f"{b['output_tokens_per_s']:.0f} output tokens/s (TTFT P99 {_ms(b['ttft_p99_ms'])}, "
+                               f"TPOT P99 {_ms(b['tpot_p99_ms'])})[/]")
         self.console.print(f"sweep: {os.path.join(self.path, SWEEP_JSON)}")
         self.console.print(f"html: {os.path.join(self.path, SWEEP_HTML)}")
 
@@ -199,6 +252,24 @@ def _at_rate(scenario, rate: float):
     raw.setdefault("arrival", {})["rate"] = rate
     return dataclasses.replace(scenario, arrival=dataclasses.replace(scenario.arrival, rate=rate),
                                name=f"{scenario.name}-{rate:g}rps", raw=raw)
+
+
+def _at_concurrency(scenario, concurrency: int):
+    """The scenario in concurrency mode: ``concurrency`` requests kept in flight (in the manifest's copy too)."""
+    from tailscope.loadgen.spec import ArrivalSpec
+
+    raw = copy.deepcopy(scenario.raw)
+    raw["arrival"] = {"concurrency": concurrency}
+    return dataclasses.replace(scenario, arrival=ArrivalSpec(process="closed", users=concurrency),
+                               name=f"{scenario.name}-c{concurrency}", raw=raw)
+
+
+def _level_text(level: float, concurrency: bool) -> str:
+    return f"{level:g} in flight" if concurrency else f"{level:g} req/s"
+
+
+def _ms(value) -> str:
+    return "—" if value is None else f"{value:.1f} ms"
 
 
 def _search_facts(search) -> dict:
@@ -215,8 +286,14 @@ def _step_line(step: dict) -> str:
 
     verdict = {True: "[green]pass[/]", False: "[red]fail[/]", None: "—"}[step["passed"]]
     achieved = step["achieved_rps"] or 0.0
-    return (f"step {step['index'] + 1}: {step['rate']:g} req/s offered, {achieved:.1f} achieved, "
-            f"P50 {ms(step['p50'])}, P99 {ms(step['p99'])}, errors {step['error_rate']:.2%} → {verdict}")
+    level = (f"{step['concurrency']} in flight" if step.get("concurrency") is not None
+             else f"{step['rate']:g} req/s offered")
+    llm = step.get("llm")
+    tokens = "" if not llm or llm["output_tokens_per_s"] is None else (
+        f", {llm['output_tokens_per_s']:.0f} output tokens/s, TTFT P99 {ms(llm['ttft_ms']['p99'])}, "
+        f"TPOT P99 {ms(llm['tpot_ms']['p99'])}")
+    return (f"step {step['index'] + 1}: {level}, {achieved:.1f} req/s achieved, "
+            f"P50 {ms(step['p50'])}, P99 {ms(step['p99'])}{tokens}, errors {step['error_rate']:.2%} → {verdict}")
 
 
 def _safe(name: str) -> str:

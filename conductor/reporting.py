@@ -1,0 +1,122 @@
+"""Run directory → analysis → report files, and the comparison with a baseline run.
+
+The library half of ``tailscope run``/``report``/``compare``, the lab's experiments
+and the ``locust`` command's end-of-test report: it analyses, writes the outputs and
+returns what it wrote; it prints nothing and decides no exit code (the CLI does:
+tailscope.cli.commands.common). Errors are raised: :class:`ReportWriteError` when
+the outputs cannot be written, ``RunDirError`` when a run directory cannot be read.
+"""
+
+from __future__ import annotations
+
+import errno
+from dataclasses import dataclass
+
+from tailscope.analyzers.analysis import analyze_run
+from tailscope.analyzers.comparison.baseline import CompareRules, compare_runs
+from tailscope.reports.junit import render_junit
+from tailscope.reports.writer import outputs_variant, write_comparison_outputs, write_outputs, write_text_atomic
+from tailscope.rundir.manifest import release_stale_reserves
+
+#: Relative change that counts as a regression when significant (``--threshold``).
+DEFAULT_THRESHOLD = 0.10
+#: Confidence of the comparison's bootstrap intervals (``--confidence``).
+DEFAULT_CONFIDENCE = 0.95
+
+
+class ReportWriteError(RuntimeError):
+    """The analysis was computed but its files could not be written into the run directory.
+
+    ``analysis`` is the computed analysis (a summary can still be shown); ``str()``
+    says why and how to retry (``tailscope report RUN_DIR`` once there is space)."""
+
+    def __init__(self, run_dir: str, analysis: dict, cause: OSError):
+        reason = "disk full" if cause.errno == errno.ENOSPC else (cause.strerror or str(cause))
+        super().__init__(f"could not write the report into {run_dir}: {reason}; "
+                         f"free space and run `tailscope report {run_dir}`")
+        self.run_dir = run_dir
+        self.analysis = analysis
+
+
+@dataclass(frozen=True)
+class RunReport:
+    """An analysed run: its analysis dict and the files written
+    (``{"analysis"|"html"|"junit"|"markdown": path}``)."""
+
+    run_dir: str
+    analysis: dict
+    paths: dict
+    #: True when the analysis read damaged data and its files were written beside an earlier
+    #: good report (``report.failed.html`` …), which was kept.
+    kept_earlier: bool = False
+
+    @property
+    def passed(self) -> bool:
+        """Whether the run's verdict passed (a run without SLOs passes)."""
+        return bool(self.analysis.get("verdict", {}).get("passed", True))
+
+    @property
+    def damaged(self) -> list[dict]:
+        """The run's damaged data files (``run.damaged_files`` of the analysis); [] when none."""
+        return list((self.analysis.get("run") or {}).get("damaged_files") or [])
+
+
+@dataclass(frozen=True)
+class BaselineComparison:
+    """A run compared with a baseline run: the comparison dict and the files written
+    (``{"comparison"|"html"|"junit"|"markdown": path}``)."""
+
+    comparison: dict
+    paths: dict
+
+    @property
+    def regressed(self) -> bool:
+        return bool(self.comparison["verdict"]["regressed"])
+
+
+def analyse_and_write(run_dir: str, window_s: float = 1.0) -> RunReport:
+    """Analyse ``run_dir`` (windows of ``window_s`` seconds) and write analysis.json,
+    report.html, junit.xml and report.md into it.
+
+    A disk reserve left behind by a killed harness is released first (never a live
+    run's). When a data file is damaged and the run directory holds an earlier report made
+    from sound data, that report is kept and this one is written beside it
+    (:func:`~tailscope.reports.writer.outputs_variant`; ``kept_earlier``).
+    Raises RunDirError (unreadable run), ReportWriteError (outputs not written).
+    """
+    analysis = analyze_run(run_dir, window_s=window_s)
+    try:
+        release_stale_reserves(run_dir)
+    except OSError:
+        pass  # a read-only run directory: writing the outputs below fails clearly
+    variant = outputs_variant(run_dir, analysis)
+    try:
+        paths = write_outputs(run_dir, analysis, variant=variant)
+    except OSError as exc:
+        raise ReportWriteError(run_dir, analysis, exc) from exc
+    return RunReport(run_dir=run_dir, analysis=analysis, paths=paths, kept_earlier=variant is not None)
+
+
+def compare_and_write(run_dir: str, baseline_dir: str, *, threshold: float = DEFAULT_THRESHOLD,
+                      confidence: float = DEFAULT_CONFIDENCE, out_dir: str | None = None) -> BaselineComparison:
+    """Compare ``run_dir`` with ``baseline_dir`` (analyzers/comparison/baseline.py) and write
+    comparison.json/.html/.md and junit-compare.xml into ``out_dir`` (default: ``run_dir``).
+
+    ``threshold``: relative change counted as a regression when significant (0.10 = 10%);
+    ``confidence``: of the bootstrap intervals. Raises RunDirError when either run cannot be read.
+    """
+    comparison = compare_runs(run_dir, baseline_dir, CompareRules(threshold=threshold, confidence=confidence))
+    return BaselineComparison(comparison=comparison, paths=write_comparison_outputs(out_dir or run_dir, comparison))
+
+
+def compare_with_baseline(report: RunReport, baseline_dir: str, *, threshold: float = DEFAULT_THRESHOLD,
+                          confidence: float = DEFAULT_CONFIDENCE) -> BaselineComparison:
+    """Compare an analysed run with its baseline (files written into the run directory) and
+    rewrite its junit.xml with both suites (the run's SLOs and the comparison).
+
+    Raises RunDirError when either run cannot be read.
+    """
+    compared = compare_and_write(report.run_dir, baseline_dir, threshold=threshold, confidence=confidence)
+    if report.paths.get("junit"):
+        write_text_atomic(report.paths["junit"], render_junit(report.analysis, compared.comparison))
+    return compared
