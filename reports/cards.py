@@ -1,57 +1,57 @@
-"""Per-spike cause cards: ranked causes with evidence, slow-vs-normal stages, a waterfall.
+"""Per-spike cause cards: ranked by impact, each answering first and holding its evidence one click away.
 
-A card is built for each of the ``MAX_CARDS`` (12) spikes with the largest
-excess over the baseline (shown in time order); every spike, carded or not,
-is one row of the spike table. Evidence may carry strings from the run
-(span names, messages): like every run string it is only ever rendered as text. Keys read from
-each spike (all optional except the times): ``p99_ms``, ``baseline_p99_ms``,
-``excess_ms``, ``requests``, ``decomposition``, ``causes[]`` (``kind``,
-``confidence``, ``evidence``), ``representative_trace`` (docs/report.md).
+Every spike is one row of the spike table. A spike is **minor** when no known
+cause explains it (its top cause is ``unexplained``) and either its P99 stayed
+below ``MINOR_RATIO`` (2) × the baseline P99 or its impact (below) is under
+``MINOR_IMPACT_SHARE`` (10%) of the largest spike's: it is listed in one line, not carded.
+The other spikes get a **card** each — at most ``MAX_CARDS`` (12), ranked by
+**impact** = excess (spike P99 − baseline P99, ms) × the requests it pushed above the
+baseline P99 beyond the 1% a steady run has (at least 1). A card states when,
+how much worse (P99 vs baseline, ratio and excess), the top cause with its
+confidence and its one-sentence evidence (the detector's ``summary``), and the
+stage that grew most; it expands to the series that made the cause's case
+(``spikes[].evidence_series``, drawn over the spike with the baseline band), the
+slow-vs-normal stage split, the representative slow request's waterfall and
+every cause with its evidence as sentences (:mod:`.evidence_text`). Evidence
+may carry strings from the run (span names, messages): like every run string
+it is only ever rendered as text. Keys read from each spike (all optional
+except the times): ``p99_ms``, ``baseline_p99_ms``, ``excess_ms``,
+``requests``, ``slow_requests``, ``expected_slow_share``, ``decomposition``,
+``causes[]`` (``kind``, ``confidence``, ``evidence``), ``evidence_series``,
+``representative_trace`` (docs/report.md).
 """
 
 from __future__ import annotations
 
-from tailscope.reports.formatting import fmt_count, fmt_ms, fmt_number, fmt_offset, fmt_signed_ms
+from tailscope.reports.evidence_text import evidence_chart, evidence_sentences
+from tailscope.reports.formatting import fmt_count, fmt_ms, fmt_offset, fmt_signed_ms
+from tailscope.support.cause_words import cause_title
 
 MAX_CARDS = 12
-MAX_EVIDENCE_ROWS = 16
-#: Evidence keys that hold whole structures shown elsewhere on the card.
-EVIDENCE_SHOWN_ELSEWHERE = ("decomposition",)
-
-
-def evidence_rows(evidence, prefix: str = "") -> list[dict]:
-    """Flatten a detector's evidence into ``{"key", "value"}`` text rows (bounded, nested keys dotted)."""
-    rows = []
-    for key, value in (evidence or {}).items():
-        if key in EVIDENCE_SHOWN_ELSEWHERE and not prefix:
-            continue
-        name = f"{prefix}{key}"
-        if isinstance(value, dict):
-            rows += evidence_rows(value, f"{name}.")
-        elif isinstance(value, list):
-            shown = ", ".join(fmt_number(v) if not isinstance(v, dict) else str(v.get("kind") or v.get("name") or "…")
-                              for v in value[:8])
-            rows.append({"key": name, "value": shown + (" …" if len(value) > 8 else "")})
-        else:
-            rows.append({"key": name, "value": fmt_number(value)})
-    return rows[:MAX_EVIDENCE_ROWS]
+#: An unexplained spike whose P99 stays below this multiple of the baseline P99 is minor,
+#: and so is one whose impact is below this share of the largest spike's.
+MINOR_RATIO = 2.0
+MINOR_IMPACT_SHARE = 0.1
 
 
 def cause_rows(causes: list[dict]) -> list[dict]:
-    """Ranked causes: rank, kind, confidence (%), evidence rows."""
-    return [{"rank": i, "kind": str(c.get("kind", "?")),
+    """Ranked causes: rank, kind, title, confidence (%), evidence as sentences."""
+    return [{"rank": i, "kind": str(c.get("kind", "?")), "title": cause_title(str(c.get("kind", "?"))),
              "confidence": f"{(c.get('confidence') or 0):.0%}",
              "confidence_share": round(float(c.get("confidence") or 0), 4),
-             "evidence": evidence_rows(c.get("evidence"))}
+             "sentences": evidence_sentences(c)}
             for i, c in enumerate(causes or [], 1)]
 
 
 def stage_comparison(decomposition: dict) -> tuple[list[dict], dict]:
-    """(table rows, chart series) of the slow-vs-normal stage means of one spike."""
+    """(table rows, chart series) of the slow-vs-normal stage means of one spike; a stage
+    neither the slow nor the normal requests had is left out."""
     stages = (decomposition or {}).get("stages") or {}
     dominant = (decomposition or {}).get("dominant_stage")
     rows, chart = [], {"names": [], "normal": [], "slow": []}
     for stage, v in stages.items():
+        if not ((v.get("normal") or {}).get("count") or (v.get("slow") or {}).get("count")):
+            continue
         normal, slow = (v.get("normal") or {}).get("mean_ms"), (v.get("slow") or {}).get("mean_ms")
         rows.append({"stage": stage, "normal": fmt_ms(normal), "slow": fmt_ms(slow),
                      "growth": fmt_signed_ms(v.get("growth_ms")), "dominant": stage == dominant})
@@ -80,45 +80,96 @@ def waterfall(trace: dict | None) -> dict | None:
             "latency": fmt_ms(trace.get("latency_ms")), "bars": bars}
 
 
-def spike_row(number: int, spike: dict, origin_ns) -> dict:
+def impact(spike: dict) -> float:
+    """Excess (ms) × requests pushed above the baseline P99 beyond a steady run's 1% (at least 1)."""
+    requests = spike.get("requests") or 0
+    slow = spike.get("slow_requests")
+    if slow is None:
+        slow = (spike.get("decomposition") or {}).get("slow_requests") or 0
+    extra = slow - (spike.get("expected_slow_share") or 0.01) * requests
+    return max(spike.get("excess_ms") or 0.0, 0.0) * max(extra, 1.0)
+
+
+def unexplained(spike: dict) -> bool:
+    """No known cause explains the spike (its top cause is ``unexplained``, or it has none)."""
+    causes = spike.get("causes") or []
+    return not causes or causes[0].get("kind") == "unexplained"
+
+
+def is_minor(spike: dict) -> bool:
+    """No known cause explains it and its P99 stayed below MINOR_RATIO × the baseline P99
+    (the part of the minor rule that needs no other spike; :func:`minor_flags` has all of it)."""
+    p99, baseline = spike.get("p99_ms"), spike.get("baseline_p99_ms")
+    return unexplained(spike) and p99 is not None and bool(baseline) and p99 < MINOR_RATIO * baseline
+
+
+def _ratio(p99, baseline) -> str:
+    return f"{p99 / baseline:.1f}×" if p99 is not None and baseline else "—"
+
+
+def spike_row(number: int, spike: dict, origin_ns, minor: bool | None = None) -> dict:
     """The table row (and card header) of one spike; the keys Markdown and the terminal reuse."""
     decomposition = spike.get("decomposition") or {}
     causes = spike.get("causes") or []
     top = causes[0] if causes else {}
+    dominant = decomposition.get("dominant_stage")
+    growth = ((decomposition.get("stages") or {}).get(dominant) or {}).get("growth_ms") if dominant else None
+    kind = str(top.get("kind", "unexplained"))
     return {
         "number": number,
         "window": f"{fmt_offset(spike['start_ns'], origin_ns)} – {fmt_offset(spike['end_ns'], origin_ns)}",
         "peak": fmt_offset(spike.get("peak_ns"), origin_ns),
         "p99": fmt_ms(spike.get("p99_ms")), "baseline": fmt_ms(spike.get("baseline_p99_ms")),
+        "ratio": _ratio(spike.get("p99_ms"), spike.get("baseline_p99_ms")),
         "excess": fmt_ms(spike.get("excess_ms")), "requests": fmt_count(spike.get("requests")),
         "slow_requests": fmt_count(decomposition.get("slow_requests")),
-        "dominant": decomposition.get("dominant_stage") or "—",
+        "dominant": dominant or "—",
+        "dominant_growth": fmt_signed_ms(growth) if growth is not None else "",
         "summary": decomposition.get("summary") or "",
-        "top_cause": str(top.get("kind", "unexplained")),
+        "top_cause": kind,
+        "top_title": cause_title(kind),
         "top_confidence": f"{(top.get('confidence') or 0):.0%}",
+        "top_sentence": (evidence_sentences(top) or [""])[0] if top else "",
+        "minor": is_minor(spike) if minor is None else minor,
         "causes": [{"kind": str(c.get("kind", "?")), "confidence": f"{(c.get('confidence') or 0):.0%}"}
                    for c in causes],
     }
 
 
-def carded_spikes(spikes: list[dict]) -> set[int]:
-    """Numbers (1-based) of the MAX_CARDS spikes with the largest excess."""
-    order = sorted(range(len(spikes)), key=lambda i: -(spikes[i].get("excess_ms") or 0))
-    return {i + 1 for i in order[:MAX_CARDS]}
+def minor_flags(spikes: list[dict]) -> list[bool]:
+    """Per spike: minor when no known cause explains it and either its P99 stayed below
+    MINOR_RATIO × the baseline P99 (:func:`is_minor`) or its impact is under MINOR_IMPACT_SHARE
+    of the largest spike's."""
+    impacts = [impact(s) for s in spikes]
+    largest = max(impacts, default=0.0)
+    return [is_minor(s) or (unexplained(s) and impacts[i] < MINOR_IMPACT_SHARE * largest)
+            for i, s in enumerate(spikes)]
+
+
+def carded_spikes(spikes: list[dict], minor: list[bool] | None = None) -> list[int]:
+    """Numbers (1-based) of the spikes that get a card, by impact (largest first): at most
+    MAX_CARDS, minor spikes left out."""
+    minor = minor_flags(spikes) if minor is None else minor
+    order = sorted((i for i in range(len(spikes)) if not minor[i]), key=lambda i: -impact(spikes[i]))
+    return [i + 1 for i in order[:MAX_CARDS]]
 
 
 def spike_cards(spikes: list[dict], origin_ns) -> dict:
-    """``{"rows": [...every spike], "cards": [...], "uncarded": n}`` and the cards' chart series."""
-    with_card = carded_spikes(spikes)
-    rows, cards, charts = [], [], []
-    for number, spike in enumerate(spikes, 1):
-        row = spike_row(number, spike, origin_ns)
-        rows.append(row)
-        if number not in with_card:
-            continue
+    """``{"rows": [...every spike], "cards": [...by impact], "minor": [...rows], "uncarded": n}``
+    and the cards' chart series (``charts``: stages, waterfall, evidence series)."""
+    minor = minor_flags(spikes)
+    rows = [spike_row(number, spike, origin_ns, minor[number - 1]) for number, spike in enumerate(spikes, 1)]
+    cards, charts = [], []
+    for rank, number in enumerate(carded_spikes(spikes, minor), 1):
+        spike, row = spikes[number - 1], rows[number - 1]
         stage_rows, stage_chart = stage_comparison(spike.get("decomposition"))
         trace = waterfall(spike.get("representative_trace"))
-        cards.append({**row, "cause_rows": cause_rows(spike.get("causes")), "stage_rows": stage_rows,
-                      "trace": trace, "chart_index": len(charts)})
-        charts.append({"number": number, "stages": stage_chart, "waterfall": trace})
-    return {"rows": rows, "cards": cards, "uncarded": len(rows) - len(cards), "charts": charts}
+        evidence = [evidence_chart(e, origin_ns) for e in spike.get("evidence_series") or []]
+        cards.append({**row, "rank": rank, "cause_rows": cause_rows(spike.get("causes")), "stage_rows": stage_rows,
+                      "trace": trace, "chart_index": len(charts), "evidence_charts": len(evidence)})
+        charts.append({"number": number, "stages": stage_chart, "waterfall": trace, "evidence": evidence,
+                       "spike": [round((spike["start_ns"] - origin_ns) / 1e9, 3),
+                                 round((spike["end_ns"] - origin_ns) / 1e9, 3)] if origin_ns is not None else None})
+    minor = [row for row in rows if row["minor"]]
+    return {"rows": rows, "cards": cards, "minor": minor, "uncarded": len(rows) - len(cards) - len(minor),
+            "charts": charts}

@@ -1,9 +1,12 @@
 """The comparison report: a run against its baseline, as one self-contained HTML page.
 
 ``render_comparison(comparison)`` renders the dict that ``tailscope compare``
-builds (docs/analyzers/compare.md): the regression verdict and its checks,
-per-percentile changes with their intervals, the stage that changed most,
-and both runs' latency distributions overlaid (histogram and CDF, log axes).
+builds (docs/analyzers/compare.md), answer first: the regression verdict; what
+moved (each significant or regressed percentile of all requests, baseline →
+current) and whether it is real (the interval of the change excludes 0, and
+both runs hold enough requests to claim the percentile); which stage moved;
+then the details — the checks, every percentile change with its intervals, both
+runs' latency distributions overlaid (histogram and CDF, log axes) and the runs.
 Like the run report it embeds plotly (packed), escapes every run string and
 needs no network. Every key is read defensively: a comparison without
 distributions renders its tables without the charts.
@@ -53,6 +56,34 @@ def percentile_change_rows(changes: list[dict]) -> list[dict]:
     return rows
 
 
+def moved_rows(changes: list[dict]) -> list[dict]:
+    """What moved, in words: each latency percentile of all requests that changed significantly or
+    regressed, ``{"percentile", "what", "real", "is_real", "css"}``."""
+    rows = []
+    for c in changes or []:
+        if c.get("cls") or (c.get("metric") or "latency_ms") != "latency_ms":
+            continue
+        if not (c.get("significant") or c.get("regressed")):
+            continue
+        name = PERCENTILE_NAMES.get(c.get("percentile"), str(c.get("percentile")))
+        interval = _signed_interval(c.get("change_ci_ms"))
+        claimable = c.get("claimable", True)
+        real = bool(c.get("significant")) and claimable
+        if real:
+            why = f"real: the 95% interval of the change, {interval}, excludes 0"
+        elif c.get("significant"):
+            why = (f"not established: the interval {interval} excludes 0, but neither run holds enough "
+                   f"requests to claim {name}")
+        else:
+            why = f"not shown to be real: the interval {interval} includes 0"
+        rows.append({"percentile": name,
+                     "what": f"{name} {fmt_ms(c.get('baseline_ms'))} → {fmt_ms(c.get('current_ms'))} "
+                             f"({fmt_signed_ms(c.get('change_ms'))}, {_relative(c.get('relative_change'))})",
+                     "real": why, "is_real": real,
+                     "css": "fail" if c.get("regressed") else ("pass" if c.get("improved") else "none")})
+    return rows
+
+
 def check_rows(checks: list[dict]) -> list[dict]:
     return [{"name": str(c.get("name", "?")), "result": "pass" if c.get("passed") else "fail",
              "message": str(c.get("message") or "")} for c in checks or []]
@@ -90,6 +121,7 @@ def build_comparison_data(comparison: dict) -> dict:
         "current": run_facts(comparison.get("current")),
         "checks": check_rows(comparison.get("checks")),
         "percentiles": percentile_change_rows(comparison.get("percentiles")),
+        "moved": moved_rows(comparison.get("percentiles")),
         "changed_stage": {"stage": str(changed.get("stage")), "summary": str(changed.get("summary") or ""),
                           "change": fmt_signed_ms(changed.get("change_ms"))} if changed.get("stage") else None,
         "stages": stage_rows(comparison.get("stages"), changed.get("stage")),

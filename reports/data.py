@@ -9,27 +9,29 @@ from __future__ import annotations
 
 import json
 
-from tailscope.reports import extras, loadgen_view, reliability_view
+from tailscope.reports import extras, llm_view, loadgen_view, reliability_view
 from tailscope.reports.cards import spike_cards
 from tailscope.reports.distribution_view import distribution_charts
-from tailscope.reports.formatting import (NS_PER_S, fmt_count, fmt_iso, fmt_ms, fmt_observed, fmt_offset, fmt_rate,  # noqa: F401
-                         fmt_share, fmt_threshold)
-from tailscope.reports.timeline import timeline_charts
-from tailscope.reports.tracing_view import clock_text, receiver_rows, rules_text
+from tailscope.reports.findings_view import error_sample_rows, findings_data, missing_spans_text
+from tailscope.reports.formatting import (  # noqa: F401
+    NS_PER_S,
+    fmt_count,
+    fmt_iso,
+    fmt_ms,
+    fmt_observed,
+    fmt_offset,
+    fmt_rate,
+    fmt_share,
+    fmt_threshold,
+    percentile_cells,
+)
+from tailscope.reports.overview_view import detection_text, signals_text, slo_chips, tail_text
+from tailscope.reports.signal_view import summarise_panels
+from tailscope.reports.timeline import fault_label, timeline_charts
+from tailscope.reports.tracing_view import clock_text, occurred_stages, receiver_rows, rules_text
 
 PERCENTILE_LABELS = (("p50", "P50"), ("p90", "P90"), ("p95", "P95"), ("p99", "P99"), ("p999", "P99.9"))
 HEADLINE = ("p50", "p99", "p999")
-
-
-def percentile_cells(entry: dict) -> dict:
-    """Value, CI text and claim text of one percentile entry."""
-    return {
-        "value": fmt_ms(entry["value_ms"]),
-        "ci": "—" if entry["value_ms"] is None else f"{fmt_ms(entry['ci_low_ms'])} – {fmt_ms(entry['ci_high_ms'])}",
-        "n": fmt_count(entry["n"]),
-        "claimed": "claimed" if entry["claimed"] else f"not claimed (n = {entry['n']:,})",
-        "bound": fmt_ms(entry.get("bound_ms")),
-    }
 
 
 def verdict_data(verdict: dict) -> dict:
@@ -39,9 +41,11 @@ def verdict_data(verdict: dict) -> dict:
         "claimed": "yes" if row["claimed"] else "no (too few samples)",
     } for row in verdict["slos"]]
     if not rows:
-        return {"label": "NO SLOs", "css": "none", "rows": [], "failed": []}
+        return {"label": "NO SLOs", "css": "none", "rows": [], "failed": [], "other_failures": []}
+    texts = {row["text"] for row in rows}
     return {"label": "PASSED" if verdict["passed"] else "FAILED", "css": "pass" if verdict["passed"] else "fail",
-            "rows": rows, "failed": list(verdict["failed"])}
+            "rows": rows, "failed": list(verdict["failed"]),
+            "other_failures": [f for f in verdict["failed"] if f not in texts]}
 
 
 def percentile_rows(summary: dict) -> list[dict]:
@@ -73,8 +77,9 @@ def stage_data(stages: dict) -> dict:
                      if stages.get("traced_fraction", 1.0) < 1.0 else ""),
         "rows": [{"stage": name, "p50": fmt_ms(s["p50_ms"]), "p99": fmt_ms(s["p99_ms"]),
                   "mean": fmt_ms(s["mean_ms"]), "count": fmt_count(s["count"])}
-                 for name, s in stages["by_stage"].items()],
+                 for name, s in occurred_stages(stages["by_stage"]).items()],
         "unmapped": [{"name": str(u["name"]), "count": fmt_count(u["count"])} for u in stages["unmapped_span_names"]],
+        "missing": missing_spans_text(stages),
         "rules": rules_text(stages),
         "clock": clock_text(stages),
     }
@@ -107,7 +112,7 @@ def setup_data(analysis: dict) -> dict:
 def event_data(events: dict, origin_ns) -> dict:
     gc = events["gc_pauses"]
     return {
-        "faults": [{"kind": str(f["attributes"].get("name") or f["attributes"].get("fault") or f["kind"]),
+        "faults": [{"kind": fault_label(f),
                     "source": f["source"] or "",
                     "window": f"{fmt_offset(f['start_ns'], origin_ns)} – {fmt_offset(f['end_ns'], origin_ns)}",
                     "duration": fmt_ms(f["duration_ms"])} for f in events["faults"]],
@@ -115,18 +120,23 @@ def event_data(events: dict, origin_ns) -> dict:
     }
 
 
-def chart_data(analysis: dict, cards: dict) -> dict:
-    """Series for the page's charts (one JSON block); x in seconds since the load start."""
-    by_stage = analysis["stages"]["by_stage"]
+def chart_data(analysis: dict, cards: dict) -> tuple[dict, dict]:
+    """(series for the page's charts (one JSON block; x in seconds since the load start), the
+    :func:`~.signal_view.summarise_panels` of the signal panels, whose drawn panels the charts hold)."""
+    by_stage = occurred_stages(analysis["stages"]["by_stage"])
     _, sweep_chart = extras.sweep(analysis.get("sweep"))
+    timeline = timeline_charts(analysis)
+    signals = summarise_panels(timeline["panels"])
     return {
-        **timeline_charts(analysis),
+        **timeline,
+        "panels": signals["panels"],
         "stages": {"names": list(by_stage), "p50": [s["p50_ms"] for s in by_stage.values()],
                    "p99": [s["p99_ms"] for s in by_stage.values()]},
         "cards": cards["charts"],
         "distribution": distribution_charts(analysis.get("distribution")),
         "sweep": sweep_chart,
-    }
+        "llm": llm_view.llm_charts(analysis),
+    }, signals
 
 
 def build_report_data(analysis: dict) -> dict:
@@ -134,10 +144,13 @@ def build_report_data(analysis: dict) -> dict:
     summary, run = analysis["summary"], analysis["run"]
     origin = run["load_start_ns"] or run["start_ns"]
     cards = spike_cards(analysis["spikes"], origin)
+    charts, signals = chart_data(analysis, cards)
+    verdict = verdict_data(analysis["verdict"])
     return {
         "title": f"tailscope — {run['name']}",
         "run_name": run["name"],
-        "verdict": verdict_data(analysis["verdict"]),
+        "verdict": verdict,
+        "slo_chips": slo_chips(verdict["rows"]),
         "headline": [{"label": label, **percentile_cells(summary["latency_ms"][key])}
                      for key, label in PERCENTILE_LABELS if key in HEADLINE],
         "rates": {"achieved": fmt_rate(summary["achieved_rps"]), "offered": fmt_rate(summary["offered_rps"]),
@@ -148,6 +161,8 @@ def build_report_data(analysis: dict) -> dict:
         "lateness": {"p50": fmt_ms(summary["lateness_ms"]["p50_ms"]), "p99": fmt_ms(summary["lateness_ms"]["p99_ms"]),
                      "late_share": fmt_share(summary["lateness_ms"]["late_share"])},
         "warnings": [{"code": w["code"], "message": w["message"]} for w in analysis["warnings"]],
+        "findings": findings_data(analysis),
+        "error_samples": error_sample_rows(analysis),
         "percentile_rows": percentile_rows(summary),
         "class_rows": [{**row, **loadgen_view.class_slo_cells(analysis).get(row["name"], {})}
                        for row in class_rows(analysis["classes"])],
@@ -156,7 +171,12 @@ def build_report_data(analysis: dict) -> dict:
         "stages": stage_data(analysis["stages"]),
         "spikes": cards["rows"],
         "spike_cards": cards["cards"],
+        "minor_spikes": cards["minor"],
         "uncarded_spikes": cards["uncarded"],
+        "detection": detection_text(analysis.get("spike_detection"), len(cards["rows"]), len(cards["minor"])),
+        "tail": tail_text(charts["tail"], len(analysis["windows"])),
+        "signals": {"text": signals_text(signals), "constants": signals["constants"],
+                    "panels": len(signals["panels"])},
         "events": event_data(analysis["events"], origin),
         "outages": reliability_view.outage_data(analysis.get("outages"), origin),
         "soak": reliability_view.soak_data(analysis.get("soak"), origin),
@@ -166,10 +186,11 @@ def build_report_data(analysis: dict) -> dict:
         "goodput": extras.goodput(summary),
         "loop": extras.loop_label(run.get("scenario")),
         "streaming": extras.streaming(analysis.get("streaming")),
+        "llm": llm_view.llm_data(analysis),
         "sweep": extras.sweep(analysis.get("sweep"))[0],
         "has_distribution": bool(analysis.get("distribution", {}).get("bin_edges_ms")),
         "slow_points": {"shown": fmt_count((analysis.get("slow_requests") or {}).get("shown")),
                         "above": fmt_count((analysis.get("slow_requests") or {}).get("above_threshold")),
                         "threshold": fmt_ms((analysis.get("slow_requests") or {}).get("threshold_ms"))},
-        "charts": chart_data(analysis, cards),
+        "charts": charts,
     }

@@ -9,7 +9,7 @@ Keys read (all optional; docs/report.md lists them for the analyzers' authors):
 - ``generator_limited_windows`` — ``[{"start_ns", "end_ns"}]`` (drawn as grey bands);
 - ``sweep`` — ``{"steps": [{"offered_rps", "achieved_rps", "p50_ms", "p99_ms",
   "error_rate", "passed"}], "knee_rps", "max_rate_under_slo_rps", "slo"}``;
-- the scenario's ``arrival.process == "closed"`` — the closed-loop label.
+- the scenario's ``arrival.process == "closed"`` or ``arrival.concurrency`` — the closed-loop label.
 """
 
 from __future__ import annotations
@@ -90,6 +90,10 @@ def sweep(section: dict | None) -> tuple[dict | None, dict | None]:
 def loop_label(scenario: dict) -> str | None:
     """The closed-loop caveat, or None for an open-loop run."""
     arrival = (scenario or {}).get("arrival") or {}
+    if isinstance(arrival, dict) and arrival.get("concurrency") is not None:
+        return (f"closed loop (concurrency mode, {arrival['concurrency']} in flight): each request is sent when "
+                "another ends, so latency is measured from the actual send and coordinated omission can hide "
+                "stalls; use an open-loop arrival process for tail latency")
     if isinstance(arrival, dict) and arrival.get("process") == "closed":
         return ("closed loop: each user waits for its reply, so latency is measured from the actual send "
                 "and coordinated omission can hide stalls; use an open-loop arrival process for tail latency")

@@ -7,7 +7,7 @@ times epoch ns.
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 NS_PER_S = 1_000_000_000
 
@@ -23,12 +23,27 @@ def fmt_ms(value) -> str:
     return f"{value:.2f} ms"
 
 
+def percentile_cells(entry: dict) -> dict:
+    """Value, CI text and claim text of one percentile entry (analyzers' ``percentile_ci``)."""
+    return {
+        "value": fmt_ms(entry["value_ms"]),
+        "ci": "—" if entry["value_ms"] is None else f"{fmt_ms(entry['ci_low_ms'])} – {fmt_ms(entry['ci_high_ms'])}",
+        "n": fmt_count(entry["n"]),
+        "claimed": "claimed" if entry["claimed"] else f"not claimed (n = {entry['n']:,})",
+        "bound": fmt_ms(entry.get("bound_ms")),
+    }
+
+
 def fmt_count(value) -> str:
     return "—" if value is None else f"{int(value):,}"
 
 
 def fmt_rate(value) -> str:
     return "—" if value is None else f"{value:,.2f} req/s"
+
+
+def fmt_tokens_per_s(value) -> str:
+    return "—" if value is None else f"{value:,.1f} tokens/s"
 
 
 def fmt_share(value) -> str:
@@ -62,7 +77,7 @@ def fmt_number(value) -> str:
 def fmt_iso(epoch_ns) -> str:
     if epoch_ns is None:
         return "—"
-    moment = datetime.fromtimestamp(epoch_ns / NS_PER_S, tz=timezone.utc)
+    moment = datetime.fromtimestamp(epoch_ns / NS_PER_S, tz=UTC)
     return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
@@ -78,11 +93,14 @@ def fmt_offset(epoch_ns, origin_ns) -> str:
 
 
 def fmt_metric(metric, value) -> str:
-    """An SLO threshold or observation: a share for error_rate, a rate for achieved_rps, else ms."""
+    """An SLO threshold or observation: a share for error_rate, a rate for achieved_rps, tokens/s for
+    output_tokens_per_s, else ms."""
     if metric in ("error_rate", "goodput"):
         return fmt_share(value)
     if metric == "achieved_rps":
         return fmt_rate(value)
+    if metric == "output_tokens_per_s":
+        return fmt_tokens_per_s(value)
     return fmt_ms(value)
 
 

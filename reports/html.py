@@ -71,7 +71,7 @@ def page_assets(scripts: tuple[str, ...], compress_plotly: bool) -> dict:
     """The CSS, plotly (packed or inline), loader and app JS every page template embeds."""
     app = "\n".join(template_text(name) for name in scripts)
     return {
-        "css": template_text("report.css"),
+        "css": Markup(template_text("report.css").replace("</style", "<\\/style")),  # our own file: not escaped
         "plotly_packed": Markup(plotly_gzip_base64()) if compress_plotly else None,
         "plotly_inline": None if compress_plotly else Markup(inline_script(plotly_source())),
         "loader_js": Markup(inline_script(template_text("loader.js"))),

@@ -18,8 +18,12 @@ CAUSE_TEXT = {
 
 
 def _arrival_text(model: dict) -> str:
-    """``open loop, poisson at 40 req/s`` / ``closed loop, 8 users, think 0.1 s``."""
+    """``open loop, poisson at 40 req/s`` / ``closed loop, 8 users, think 0.1 s`` /
+    ``closed loop (concurrency mode): 8 requests kept in flight``."""
     if model.get("loop") == "closed":
+        if not model.get("think_time_s"):
+            return (f"closed loop (concurrency mode): {model.get('users', '?')} requests kept in flight, each sent "
+                    "as soon as one ends; latency from the send (subject to coordinated omission)")
         return (f"closed loop: {model.get('users', '?')} users, think time {model.get('think_time_s', 0):g} s "
                 "(subject to coordinated omission)")
     parts = [f"open loop: {model.get('process', '?')}"]
@@ -30,6 +34,9 @@ def _arrival_text(model: dict) -> str:
     profile = model.get("profile") or {}
     if profile:
         parts.append(f"{profile.get('kind')} rate profile")
+    if model.get("max_concurrency") is not None:
+        parts.append(f"at most {fmt_count(model['max_concurrency'])} in flight (max_concurrency: a request "
+                     "that waits for a slot is late, and its wait is in its latency)")
     if model.get("process") == "replay":
         parts.append(f"{fmt_count(model.get('arrivals'))} recorded arrivals from {model.get('file')} "
                      f"at {model.get('speed', 1):g}x" + (", looped" if model.get("loop_log") else ""))
@@ -65,16 +72,48 @@ def generator_data(analysis: dict) -> dict | None:
         "late": f"{fmt_count(i['late'])} of {fmt_count(i['scheduled'])} ({fmt_share(i['late_share'])})",
         "cause": CAUSE_TEXT.get(i["cause"], i["cause"]),
     } for i in generator.get("limited_windows") or []]
+    for row, raw in zip(intervals, generator.get("limited_windows") or []):
+        row["shift"] = fmt_ms(raw.get("p99_shift_ms"))
+        row["mattered"] = "yes" if raw.get("material", True) else "no"
     windows = generator.get("windows") or []
     short = [w for w in windows if w["offered_rps"] > 0 and w["achieved_rps"] < 0.9 * w["offered_rps"]]
+    rule = generator.get("lateness_rule")
+    if rule:
+        facts.append({"key": "does lateness matter?", "value": _rule_text(rule)})
     return {
-        "limited": bool(generator.get("limited")),
-        "verdict": ("generator-limited: the generator, not the target, may explain the tail in the windows below"
-                    if generator.get("limited") else "the generator kept to its schedule"),
+        "limited": bool(rule.get("material")) if rule else bool(generator.get("limited")),
+        "verdict": generator_verdict(generator, len(intervals)),
         "facts": facts,
         "intervals": intervals,
         "short_windows": f"{len(short)} of {len(windows)} windows achieved less than 90% of the offered rate",
     }
+
+
+def _rule_text(rule: dict) -> str:
+    checks = "; ".join(f"{c['percentile']} latency {fmt_ms(c['latency_ms'])} vs service time {fmt_ms(c['service_ms'])}: "
+                       f"lateness adds {fmt_ms(c['shift_ms'])} ({fmt_share(c['share'])})"
+                       + ("" if c["claimed"] else f", {c['percentile']} not claimed")
+                       for c in rule.get("checks") or [] if c.get("share") is not None)
+    return ("yes" if rule.get("material") else "no") + (f": {checks}" if checks else "") + f" ({rule.get('rule')})"
+
+
+def generator_verdict(generator: dict, intervals: int) -> str:
+    """One line that never contradicts the windows listed under it: kept to its schedule only
+    when no window was generator-limited; a headline "generator-limited" only when lateness
+    mattered (``lateness_rule.material``, :mod:`tailscope.analyzers.health.lateness_rule`)."""
+    rule = generator.get("lateness_rule")
+    material = bool(rule.get("material")) if rule else bool(generator.get("limited"))
+    if material:
+        return ("generator-limited: late sends changed the claimed percentiles, so the generator, not the "
+                "target, may explain the tail in the windows below")
+    if intervals or generator.get("limited"):
+        mattered = sum(1 for w in generator.get("limited_windows") or [] if w.get("material"))
+        return (f"the generator fell behind its schedule in {intervals} window{'s' if intervals != 1 else ''} "
+                "(more than 1% of sends over 1 ms late), but the lateness did not materially change a claimed "
+                "percentile, so it is no headline warning; "
+                + (f"grey bands on the latency chart mark the {mattered} where it mattered"
+                   if mattered else "no window's lateness mattered, so no grey band is drawn"))
+    return "the generator kept to its schedule: no window had more than 1% of its sends over 1 ms late"
 
 
 def _processes_text(processes: list[dict]) -> str:

@@ -40,7 +40,8 @@ def spike_lines(spikes: list[dict]) -> list[str]:
     lines = [f"**{len(spikes)} spike(s):**", "", "| # | window | P99 | baseline | top cause | grew most |",
              "| ---: | --- | ---: | ---: | --- | --- |"]
     lines += [f"| {s['number']} | {s['window']} | {s['p99']} | {s['baseline']} | "
-              f"{cell(s['top_cause'])} ({s['top_confidence']}) | {cell(s['dominant'])} |" for s in spikes[:50]]
+              f"{cell(s['top_cause'])} ({s['top_confidence']}){', minor' if s.get('minor') else ''} | "
+              f"{cell(s['dominant'])} |" for s in spikes[:50]]
     if len(spikes) > 50:
         lines.append(f"| | … {len(spikes) - 50} more in analysis.json | | | | |")
     lines.append("")
@@ -49,12 +50,16 @@ def spike_lines(spikes: list[dict]) -> list[str]:
 
 
 def render_markdown(report_data: dict) -> str:
-    """Verdict, goodput, SLO table, headline percentiles, spikes with top causes, warnings."""
+    """Verdict, goodput, SLO table, headline percentiles, spikes with top causes, findings, warnings."""
     lines = verdict_lines(report_data)
     lines += ["| percentile | latency | 95% CI | early stopping |", "| --- | ---: | ---: | --- |"]
     lines += [f"| {p['label']} | {p['value']} | {p['ci']} | {p['claimed']} |" for p in report_data["headline"]]
     lines.append("")
     lines += spike_lines(report_data["spikes"])
+    if report_data.get("findings"):
+        lines.append("**Findings:**")
+        lines += [f"- {cell(f['title'])} ({cell(f['severity'])}): {cell(f['summary'])}" for f in report_data["findings"]]
+        lines.append("")
     if report_data["warnings"]:
         lines.append("**Warnings:**")
         lines += [f"- {cell(w['code'])}: {cell(w['message'])}" for w in report_data["warnings"]]

@@ -3,13 +3,16 @@
 :func:`sweep_report_data` turns the sweep dict (analyzers/patterns/load_sweep.py) into
 pre-formatted strings and chart series; the template (templates/sweep.html)
 only loops over them, and templates/sweep.js draws the throughput–latency
-curve with plotly's bundled JS (embedded like the run report's; no network). Every string from the run is
-escaped by jinja2 or set as text by the page's JS.
+curve and, for LLM workloads, the frontier (output tokens/s against TTFT and
+TPOT P50/P99, the Pareto-optimal steps and the best point under the SLOs
+marked) with plotly's bundled JS (embedded like the run report's; no network). Every string from the run is
+escaped by jinja2 or set as text by the page's JS. Sweeps written before
+format 1.1 (rate steps only, no ``variable`` or ``frontier``) render as before.
 """
 
 from __future__ import annotations
 
-from tailscope.reports.formatting import fmt_ms, fmt_rate, fmt_share
+from tailscope.reports.formatting import fmt_count, fmt_ms, fmt_rate, fmt_share, fmt_tokens_per_s
 from tailscope.reports.html import render_page
 
 #: The sweep page's scripts (after report_common.js's helpers).
@@ -26,10 +29,17 @@ def _verdict(passed) -> str:
     return {True: "pass", False: "fail", None: "—"}[passed]
 
 
+def _level(step: dict) -> str:
+    """A step's level: its concurrency (``8 in flight``) or its offered rate."""
+    if step.get("concurrency") is not None:
+        return f"{fmt_count(step['concurrency'])} in flight"
+    return fmt_rate(step["rate"])
+
+
 def step_rows(sweep: dict) -> list[dict]:
     knee = (sweep.get("knee") or {}).get("index")
     return [{
-        "rate": fmt_rate(s["rate"]), "offered": fmt_rate(s["offered_rps"]), "achieved": fmt_rate(s["achieved_rps"]),
+        "rate": _level(s), "offered": fmt_rate(s["offered_rps"]), "achieved": fmt_rate(s["achieved_rps"]),
         "p50": fmt_ms(s["p50"]["value_ms"]), "p50_ci": _ci(s["p50"]),
         "p99": fmt_ms(s["p99"]["value_ms"]), "p99_ci": _ci(s["p99"]),
         "p99_claimed": "claimed" if s["p99"]["claimed"] else f"not claimed (n = {s['p99']['n'] or 0:,})",
@@ -53,10 +63,73 @@ def chart_data(sweep: dict) -> dict:
     return {
         "achieved": [s["achieved_rps"] for s in steps], "offered": [s["offered_rps"] for s in steps],
         "rate": [s["rate"] for s in steps], "passed": [s["passed"] for s in steps],
+        "level": [_level(s) for s in steps],
         "p50": series("p50"), "p99": series("p99"),
         "knee": None if knee is None else {"x": knee["achieved_rps"], "y": knee["p99_ms"]},
         "max_rate": sweep.get("max_rate_under_slo"),
+        "frontier": frontier_chart(sweep),
     }
+
+
+def _entry_series(points: list[dict], metric: str, p: str) -> dict:
+    """A frontier series: y = the percentile, with its CI as error bars."""
+    entries = [pt[metric][p] for pt in points]
+    ys = [e["value_ms"] for e in entries]
+    return {"y": ys,
+            "plus": [None if v is None else e["ci_high_ms"] - v for e, v in zip(entries, ys)],
+            "minus": [None if v is None else v - e["ci_low_ms"] for e, v in zip(entries, ys)]}
+
+
+def frontier_chart(sweep: dict) -> dict | None:
+    """Series for the frontier chart (x = output tokens/s), or None without a frontier."""
+    front = sweep.get("frontier")
+    if not front:
+        return None
+    points = sorted(front["points"], key=lambda pt: pt["output_tokens_per_s"])
+    best = front.get("best_under_slo")
+    return {
+        "x": [pt["output_tokens_per_s"] for pt in points],
+        "label": [_level_of_point(pt, sweep) for pt in points],
+        "pareto": [pt["pareto"] for pt in points],
+        "ttft_p50": _entry_series(points, "ttft_ms", "p50"), "ttft_p99": _entry_series(points, "ttft_ms", "p99"),
+        "tpot_p50": _entry_series(points, "tpot_ms", "p50"), "tpot_p99": _entry_series(points, "tpot_ms", "p99"),
+        "best": None if best is None else {"x": best["output_tokens_per_s"], "ttft": best["ttft_p99_ms"],
+                                           "tpot": best["tpot_p99_ms"], "label": _level_of_point(best, sweep)},
+    }
+
+
+def _level_of_point(point: dict, sweep: dict) -> str:
+    if sweep.get("variable") == "concurrency":
+        return f"{fmt_count(point['level'])} in flight"
+    return fmt_rate(point["level"])
+
+
+def frontier_rows(sweep: dict) -> list[dict]:
+    """The frontier table: one row per step with LLM figures, by level."""
+    front = sweep.get("frontier")
+    if not front:
+        return []
+    best = (front.get("best_under_slo") or {}).get("index")
+    return [{
+        "level": _level_of_point(pt, sweep), "tokens": fmt_tokens_per_s(pt["output_tokens_per_s"]),
+        "achieved": fmt_rate(pt["achieved_rps"]),
+        "ttft_p50": fmt_ms(pt["ttft_ms"]["p50"]["value_ms"]), "ttft_p99": fmt_ms(pt["ttft_ms"]["p99"]["value_ms"]),
+        "tpot_p50": fmt_ms(pt["tpot_ms"]["p50"]["value_ms"]), "tpot_p99": fmt_ms(pt["tpot_ms"]["p99"]["value_ms"]),
+        "result": _verdict(pt["passed"]), "pareto": "on the frontier" if pt["pareto"] else "",
+        "best": pt["index"] == best,
+    } for pt in front["points"]]
+
+
+def best_point_text(sweep: dict) -> str:
+    """The frontier's best point under the SLOs in words ('—' without a frontier)."""
+    front = sweep.get("frontier")
+    if not front:
+        return "—"
+    best = front.get("best_under_slo")
+    if best is None:
+        return "no step met the SLOs" if sweep["slos"] else "no SLOs"
+    return (f"{_level_of_point(best, sweep)}: {fmt_tokens_per_s(best['output_tokens_per_s'])} "
+            f"(TTFT P99 {fmt_ms(best['ttft_p99_ms'])}, TPOT P99 {fmt_ms(best['tpot_p99_ms'])})")
 
 
 def search_text(search: dict | None) -> str | None:
@@ -72,7 +145,9 @@ def search_text(search: dict | None) -> str | None:
 
 
 def sweep_report_data(sweep: dict) -> dict:
-    best = sweep.get("max_rate_under_slo")
+    concurrency = sweep.get("variable") == "concurrency"
+    best = sweep.get("max_concurrency_under_slo") if concurrency else sweep.get("max_rate_under_slo")
+    best_text = f"{fmt_count(best)} in flight" if concurrency and best is not None else fmt_rate(best)
     knee, sat = sweep.get("knee"), sweep.get("saturation")
     if sweep.get("passed") is None:
         banner = {"label": "NO SLOs", "css": "none"}
@@ -81,8 +156,13 @@ def sweep_report_data(sweep: dict) -> dict:
     return {
         "title": f"tailscope sweep — {sweep['name']}",
         "banner": banner,
-        "max_rate": fmt_rate(best) if best is not None else "no step met the SLOs" if sweep["slos"] else "—",
-        "knee": "—" if knee is None else f"{fmt_rate(knee['rate'])} offered (P99 {fmt_ms(knee['p99_ms'])})",
+        "max_rate": best_text if best is not None else "no step met the SLOs" if sweep["slos"] else "—",
+        "max_label": "highest concurrency that met every SLO" if concurrency else "highest offered rate that met every SLO",
+        "variable": "concurrency" if concurrency else "rate",
+        "knee": "—" if knee is None else (f"{fmt_count(knee['concurrency'])} in flight" if concurrency
+                                          else f"{fmt_rate(knee['rate'])} offered") + f" (P99 {fmt_ms(knee['p99_ms'])})",
+        "best_point": best_point_text(sweep),
+        "frontier_rows": frontier_rows(sweep),
         "saturation": "—" if sat is None else f"{fmt_rate(sat['rate'])} offered, {fmt_rate(sat['achieved_rps'])} achieved",
         "mode": sweep["mode"], "slos": list(sweep["slos"]),
         "search": search_text(sweep.get("search")),

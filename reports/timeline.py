@@ -6,15 +6,25 @@ reduced to at most ``MAX_LINE_POINTS`` (2,000) points each by LTTB, so a
 24-hour run of 86,400 windows charts the same shape in a bounded page;
 slow-request points come bounded from the analysis (``slow_requests``);
 spike, fault and generator-limited bands are capped at ``MAX_BANDS`` each
-(the longest kept). Signal series are grouped into panels: the analysis's
-``signals.panels`` (``[{"title", "series": [names], "unit"?}]``) when present,
-else one panel per series.
+(the longest kept); spikes are split into headline and minor bands
+(:func:`~.cards.minor_flags`), and generator-limited bands are drawn only where
+lateness mattered (``generator_limited_windows[].material``, :mod:`lateness
+rule <tailscope.analyzers.health.lateness_rule>`; absent means it did). The P99
+line is the analysis's ``tail_line`` — a rolling sample of at least 459
+requests per point, so every point is claimed — drawn instead of per-window
+P99s, which a 1-s window at a few dozen requests/s cannot claim. Signal series
+are grouped into panels here, at render time: by the report's panels
+(:mod:`.signal_panels`), or by a grouping the analysis carries itself
+(``signals.panels``: ``[{"title", "series": [names], "unit"?}]``, as analyses written
+before the grouping moved to the report did); a series no panel takes gets its own.
 """
 
 from __future__ import annotations
 
+from tailscope.reports.cards import minor_flags
 from tailscope.reports.downsample import lttb
 from tailscope.reports.formatting import NS_PER_S
+from tailscope.reports.signal_panels import build_panels
 
 MAX_LINE_POINTS = 2000
 MAX_BANDS = 300
@@ -28,12 +38,13 @@ def seconds(values_ns, origin_ns) -> list:
     return [round((v - origin_ns) / NS_PER_S, 6) for v in values_ns]
 
 
-def latency_lines(windows: list[dict], origin_ns: int) -> dict:
-    """``{"lines": [{"name", "x", "y"}], "windows": n, "downsampled": bool}``, one line per window percentile."""
+def latency_lines(windows: list[dict], origin_ns: int, skip: tuple[str, ...] = ()) -> dict:
+    """``{"lines": [{"name", "x", "y"}], "windows": n, "downsampled": bool}``, one line per window
+    percentile (those with a value in some window; ``skip``: column keys left out)."""
     mids = [((w["start_ns"] + w["end_ns"]) / 2 - origin_ns) / NS_PER_S for w in windows]
     lines = []
     for key, label in WINDOW_PERCENTILES:
-        if not any(w.get(key) is not None for w in windows):
+        if key in skip or not any(w.get(key) is not None for w in windows):
             continue
         values = [w.get(key) for w in windows]
         if len(windows) <= MAX_LINE_POINTS:
@@ -42,6 +53,16 @@ def latency_lines(windows: list[dict], origin_ns: int) -> dict:
             x, y = lttb(mids, values, MAX_LINE_POINTS)
         lines.append({"name": label, "x": [round(v, 6) for v in x], "y": y})
     return {"lines": lines, "windows": len(windows), "downsampled": len(windows) > MAX_LINE_POINTS}
+
+
+def rolling_tail(line: dict | None, origin_ns: int) -> dict | None:
+    """The rolling P99 line (``analysis.tail_line``): x (s at each point's end), y (ms), its rule as words."""
+    if not line or not line.get("t_ns"):
+        return None
+    span = line.get("span_s") or {}
+    return {"name": "P99 (rolling)", "x": seconds(line["t_ns"], origin_ns), "y": list(line["values_ms"]),
+            "min_samples": int(line.get("min_samples") or 0), "step_s": line.get("step_s"),
+            "span_median_s": span.get("median")}
 
 
 def slow_points(slow: dict | None, origin_ns: int) -> dict:
@@ -65,20 +86,25 @@ def bands(intervals: list[dict], origin_ns: int, label_of) -> list[dict]:
 
 
 def fault_label(fault: dict) -> str:
+    """The fault's name, marked when its ground truth calls it a distraction (another process's trouble)."""
     attributes = fault.get("attributes") or {}
-    return str(attributes.get("name") or attributes.get("fault") or fault.get("kind") or "fault")
+    name = str(attributes.get("name") or attributes.get("fault") or fault.get("kind") or "fault")
+    return f"{name} (distraction)" if attributes.get("role") == "distraction" else name
 
 
 def signal_panels(signals: dict, origin_ns: int) -> list[dict]:
-    """``[{"title", "unit", "series": [{"name", "unit", "x", "y"}]}]`` in the analysis's panel order."""
+    """``[{"title", "unit", "series": [{"name", "unit", "x", "y"}]}]`` in panel order (module docstring)."""
     series = {s["name"]: s for s in signals.get("series") or []}
+    grouping = signals.get("panels")
+    if grouping is None:
+        grouping = build_panels(list(series.values()))
 
     def chart(s):
         return {"name": s["name"], "unit": s.get("unit") or "", "x": seconds(s["t_ns"], origin_ns),
                 "y": s["values"]}
 
     panels, used = [], set()
-    for panel in signals.get("panels") or []:
+    for panel in grouping:
         members = [series[name] for name in panel.get("series") or [] if name in series]
         if not members:
             continue
@@ -98,14 +124,20 @@ def timeline_charts(analysis: dict) -> dict:
     run = analysis["run"]
     origin = run.get("load_start_ns") or run.get("start_ns") or 0
     events = analysis.get("events") or {}
+    tail = rolling_tail(analysis.get("tail_line"), origin)
+    spikes = [dict(s, label=f"spike {i}") for i, s in enumerate(analysis.get("spikes") or [], 1)]
+    minor = minor_flags(spikes)
     return {
         "x_title": "seconds since load start",
         "x_range": [0.0, run.get("duration_s") or 0.0],
-        "latency": latency_lines(analysis.get("windows") or [], origin),
+        "latency": latency_lines(analysis.get("windows") or [], origin, ("p99_ms",) if tail else ()),
+        "tail": tail,
         "slow": slow_points(analysis.get("slow_requests"), origin),
-        "spikes": bands([dict(s, label=f"spike {i}") for i, s in enumerate(analysis.get("spikes") or [], 1)],
-                        origin, lambda s: s["label"]),
+        "spikes": bands([s for s, m in zip(spikes, minor) if not m], origin, lambda s: s["label"]),
+        "minor_spikes": bands([s for s, m in zip(spikes, minor) if m], origin, lambda s: s["label"] + " (minor)"),
         "faults": bands(events.get("faults") or [], origin, fault_label),
-        "limited": bands(analysis.get("generator_limited_windows") or [], origin, lambda w: "generator-limited"),
+        "limited": bands([w for w in analysis.get("generator_limited_windows") or [] if w.get("material", True)],
+                         origin, lambda w: "generator-limited"),
         "panels": signal_panels(analysis.get("signals") or {}, origin),
+        "warmup_s": (analysis.get("spike_detection") or {}).get("warmup_s") or 0.0,
     }

@@ -23,6 +23,12 @@ def _count(value) -> str:
     return "—" if value is None else f"{int(value):,}"
 
 
+def occurred_stages(by_stage: dict) -> dict:
+    """The ``stages.by_stage`` entries of stages that occurred in at least one request
+    (a preset's stage the target never has stays out of the tables and charts)."""
+    return {name: s for name, s in (by_stage or {}).items() if (s or {}).get("count")}
+
+
 def rules_text(stages: dict) -> str:
     """One line: which stage rules produced the breakdown, and how the server span was chosen."""
     rules = stages.get("rules")
@@ -48,7 +54,10 @@ def clock_text(stages: dict) -> str:
         return (f"{head}; applied: server spans and the target's GC pauses were shifted in this analysis "
                 f"(spans outside their request: {clock['violating_share_before']:.1%} before, "
                 f"{clock['violating_share_after']:.1%} after)")
-    reason = "mode off" if clock.get("mode") == "off" else "the clocks agree within the bound"
+    tolerance = clock.get("tolerance_ms")
+    reason = ("mode off" if clock.get("mode") == "off" else
+              "the clocks agree within the bound" if tolerance is None else
+              f"no offset beyond where each side takes its timestamps, ± {tolerance:.3f} ms")
     return f"{head}; not applied ({reason})"
 
 
@@ -68,7 +77,11 @@ def receiver_rows(receiver: dict) -> list[dict]:
         grpc = receiver.get("grpc_port")
         rows.append({"key": "ports", "value": f"OTLP/HTTP {receiver['port']}, "
                      + (f"OTLP/gRPC {grpc}" if grpc is not None else "OTLP/gRPC off")})
-    shown = {key for key, _ in _RECEIVER_LABELS} | {"rejected", "requests", "requests_by_transport", "port", "grpc_port"}
+    if "auth" in receiver:
+        token = "bearer token required" if receiver["auth"] == "bearer token" else "no token"
+        rows.append({"key": "access", "value": f"{token}, {'TLS' if receiver.get('tls') else 'no TLS'}"})
+    shown = {key for key, _ in _RECEIVER_LABELS} | {"rejected", "requests", "requests_by_transport", "port",
+                                                     "grpc_port", "auth", "tls"}
     rows += [{"key": str(k), "value": v if isinstance(v, str) else json.dumps(v)}
              for k, v in receiver.items() if k not in shown]
     return rows

@@ -2,6 +2,10 @@
 
 Each file is written atomically (temporary file in the same directory, fsync,
 rename): a reader sees the old file or the new one, never half of one.
+
+An analysis of damaged data (``run.damaged_files``) never replaces a report made
+from sound data: :func:`outputs_variant` then names the ``failed`` variant, whose
+files sit beside the good ones (``report.failed.html``, ``analysis.failed.json``, …).
 """
 
 from __future__ import annotations
@@ -16,6 +20,8 @@ from tailscope.reports.junit import render_comparison_junit, render_junit
 from tailscope.reports.markdown import render_comparison_markdown, render_markdown
 
 OUTPUT_FILES = {"analysis": "analysis.json", "html": "report.html", "junit": "junit.xml", "markdown": "summary.md"}
+#: The variant of the outputs of a failed re-analysis, written beside an earlier good report.
+FAILED_VARIANT = "failed"
 COMPARISON_FILES = {"comparison": "comparison.json", "html": "comparison.html", "junit": "junit-compare.xml",
                     "markdown": "comparison.md"}
 
@@ -34,8 +40,34 @@ def write_text_atomic(path: str, text: str) -> None:
             os.unlink(tmp)
 
 
-def write_outputs(run_dir: str | os.PathLike, analysis: dict) -> dict[str, str]:
-    """Write the four outputs into ``run_dir``; return ``{"analysis"|"html"|"junit"|"markdown": path}``."""
+def output_name(key: str, variant: str | None = None) -> str:
+    """The file name of output ``key`` (``analysis``, ``html``, ``junit``, ``markdown``), with
+    ``variant`` before its extension when given (``report.failed.html``)."""
+    stem, ext = os.path.splitext(OUTPUT_FILES[key])
+    return f"{stem}.{variant}{ext}" if variant else OUTPUT_FILES[key]
+
+
+def outputs_variant(run_dir: str | os.PathLike, analysis: dict) -> str | None:
+    """None (the usual names) or :data:`FAILED_VARIANT` when ``analysis`` read damaged data and
+    ``run_dir`` already holds a report made from data that was not damaged (an unreadable
+    earlier analysis.json beside a report.html counts as good: it is kept too)."""
+    if not (analysis.get("run") or {}).get("damaged_files"):
+        return None
+    run_dir = os.fspath(run_dir)
+    try:
+        with open(os.path.join(run_dir, OUTPUT_FILES["analysis"]), encoding="utf-8") as fh:
+            earlier = json.load(fh)
+    except FileNotFoundError:
+        return FAILED_VARIANT if os.path.exists(os.path.join(run_dir, OUTPUT_FILES["html"])) else None
+    except (OSError, ValueError):
+        return FAILED_VARIANT
+    damaged_before = isinstance(earlier, dict) and (earlier.get("run") or {}).get("damaged_files")
+    return None if damaged_before else FAILED_VARIANT
+
+
+def write_outputs(run_dir: str | os.PathLike, analysis: dict, variant: str | None = None) -> dict[str, str]:
+    """Write the four outputs into ``run_dir``, under their :func:`output_name` with ``variant``;
+    return ``{"analysis"|"html"|"junit"|"markdown": path}``."""
     run_dir = os.fspath(run_dir)
     report_data = build_report_data(analysis)
     texts = {
@@ -46,7 +78,7 @@ def write_outputs(run_dir: str | os.PathLike, analysis: dict) -> dict[str, str]:
     }
     paths = {}
     for key, text in texts.items():
-        paths[key] = os.path.join(run_dir, OUTPUT_FILES[key])
+        paths[key] = os.path.join(run_dir, output_name(key, variant))
         write_text_atomic(paths[key], text)
     return paths
 

@@ -16,14 +16,23 @@
                  fillcolor: color, opacity: 0.18, line: { width: 0 }, layer: "below" };
       });
     }
-    return shapes(data.spikes, "#dc2626").concat(shapes(data.faults, "#f59e0b"), shapes(data.limited, "#6b7280"));
+    var minor = shapes(data.minor_spikes || [], "#dc2626").map(function (s) { s.opacity = 0.07; return s; });
+    if (data.warmup_s) {
+      minor.push({ type: "rect", xref: "x", yref: "paper", x0: 0, x1: data.warmup_s, y0: 0, y1: 1,
+                   fillcolor: "#94a3b8", opacity: 0.12, line: { width: 0 }, layer: "below" });
+    }
+    return shapes(data.spikes, "#dc2626").concat(minor, shapes(data.faults, "#f59e0b"), shapes(data.limited, "#6b7280"));
   }
 
   function bandLabels() {
-    return data.faults.map(function (b) {
-      return { x: b.x0, xref: "x", y: 1, yref: "paper", yanchor: "bottom", xanchor: "left", showarrow: false,
-               text: plain(b.label), font: { size: 10, color: "#92400e" } };
-    });
+    function labels(list, color, shift) {
+      return list.map(function (b) {
+        return { x: b.x0, xref: "x", y: 1, yref: "paper", yanchor: "top", xanchor: "left", showarrow: false,
+                 yshift: shift, text: plain(b.label), font: { size: 10, color: color } };
+      });
+    }
+    var warmup = data.warmup_s ? [{ x0: 0, label: "warm-up" }] : [];
+    return labels(data.faults, "#92400e", -13).concat(labels(data.spikes, "#991b1b", 0), labels(warmup, "#475569", 0));
   }
 
   function xRangeUpdate(event) {
@@ -62,13 +71,19 @@
       return { x: line.x, y: line.y, name: line.name, mode: "lines", connectgaps: false,
                line: { color: colors[line.name], width: 1.5, dash: line.name === "max" ? "dot" : "solid" } };
     });
+    if (data.tail) {
+      traces.push({ x: data.tail.x, y: data.tail.y, name: "P99 (rolling, ≥ " + data.tail.min_samples + " requests)",
+                    mode: "lines", line: { color: colors.P99, width: 2 },
+                    hovertemplate: "P99 %{y:.1f} ms of the requests before %{x:.1f} s<extra></extra>" });
+    }
     traces.push({ x: data.slow.x, y: data.slow.y, name: "slow requests", mode: "markers", type: "scatter",
                   marker: { color: "#991b1b", size: 4, opacity: 0.55 },
                   text: data.slow.cls.map(function (c, i) { return plain(c) + " · trace " + plain(data.slow.trace[i]); }),
                   hovertemplate: "%{y:.1f} ms at %{x:.2f} s<br>%{text}<extra></extra>" });
     Plotly.newPlot(div, traces, timeLayout({
-      yaxis: { title: { text: "latency (ms)" }, type: "linear" }, showlegend: true, legend: { orientation: "h" },
-      annotations: bandLabels()
+      yaxis: { title: { text: "latency (ms)" }, type: "linear" }, showlegend: true,
+      legend: { orientation: "h", x: 0, y: 1.02, xanchor: "left", yanchor: "bottom" },
+      margin: { l: 64, r: 20, t: 30, b: 40 }, annotations: bandLabels()
     }), CONFIG);
     timeCharts.push(div);
     syncTimeAxis(Plotly, div);
@@ -92,7 +107,8 @@
         return { x: s.x, y: s.y, mode: "lines", name: plain(s.name),
                  line: { color: tailscope.PALETTE[(i + 7) % tailscope.PALETTE.length], width: 1 } };
       });
-      var layout = timeLayout({ yaxis: { title: { text: plain(panel.unit) } }, showlegend: panel.series.length > 1,
+      /* the unit is in the panel's heading: a y-axis title in a 120-px chart would be clipped */
+      var layout = timeLayout({ yaxis: { automargin: true }, showlegend: panel.series.length > 1,
                                 legend: { orientation: "h", y: 1.2 }, margin: { l: 64, r: 20, t: 6, b: 26 } });
       layout.xaxis.title = null;
       if (timeCharts.length) { layout.xaxis.range = timeCharts[0].layout.xaxis.range.slice(); }
@@ -101,12 +117,86 @@
       syncTimeAxis(Plotly, div);
   }
 
-  function panelTasks(Plotly) {
+  /* "All signals" is folded: its panels are drawn the first time it is opened, one per task. */
+  function lazySignals(Plotly) {
+    var section = document.getElementById("all-signals");
     var host = document.getElementById("signal-panels");
-    if (!host) { return []; }
-    return data.panels.map(function (panel, index) {
-      return function () { drawPanel(Plotly, host, panel, index); };
+    if (!section || !host) { return; }
+    whenOpened(section, function () {
+      return data.panels.map(function (panel, index) {
+        return function () { drawPanel(Plotly, host, panel, index); };
+      });
     });
+  }
+
+  /* Run a <details> element's draw tasks the first time it is opened (once), one per macrotask;
+     sets data-drawn="yes" on it when the last one ran. */
+  function whenOpened(details, tasks) {
+    function run() {
+      if (!details.open || details.getAttribute("data-drawn")) { return; }
+      details.setAttribute("data-drawn", "drawing");
+      var queue = tasks();
+      function next() {
+        if (!queue.length) { details.setAttribute("data-drawn", "yes"); return; }
+        queue.shift()();
+        setTimeout(next, 0);
+      }
+      next();
+    }
+    details.addEventListener("toggle", run);
+    run();
+  }
+
+  function drawEvidence(Plotly, host, chart, spike) {
+    var title = document.createElement("h5");
+    title.textContent = chart.title + (chart.unit ? " (" + chart.unit + ")" : "");
+    var div = document.createElement("div");
+    div.className = "evidence-chart";
+    var item = document.createElement("div");
+    item.appendChild(title);
+    item.appendChild(div);
+    host.appendChild(item);
+    var shapes = [], annotations = [], levels = [];
+    function level(y, text, color, dash, side) {
+      if (y === null || y === undefined) { return; }
+      levels.push(y);
+      shapes.push({ type: "line", xref: "paper", x0: 0, x1: 1, yref: "y", y0: y, y1: y,
+                    line: { color: color, width: 1.5, dash: dash } });
+      annotations.push({ xref: "paper", x: side === "left" ? 0 : 1, xanchor: side, y: y, yref: "y",
+                         yanchor: "bottom", showarrow: false, text: plain(text), font: { size: 11, color: color } });
+    }
+    if (spike) {
+      shapes.push({ type: "rect", xref: "x", yref: "paper", x0: spike[0], x1: spike[1], y0: 0, y1: 1,
+                    fillcolor: "#dc2626", opacity: 0.12, line: { width: 0 }, layer: "below" });
+    }
+    if (chart.band) {
+      levels.push(chart.band[0], chart.band[1]);
+      shapes.push({ type: "rect", xref: "paper", x0: 0, x1: 1, yref: "y", y0: chart.band[0], y1: chart.band[1],
+                    fillcolor: "#64748b", opacity: 0.18, line: { width: 0 }, layer: "below" });
+    }
+    level(chart.baseline, chart.baseline_text, "#475569", "solid", "left");
+    level(chart.spike, chart.spike_text, "#b91c1c", "dash", "right");
+    chart.marks.forEach(function (m) { level(m.y, m.text, "#7c3aed", "dot", "left"); });
+    var trace = { x: chart.x, y: chart.y, name: plain(chart.title), type: "scatter",
+                  hovertemplate: "%{y:.3~g} " + plain(chart.unit) + " at %{x:.1f} s<extra></extra>" };
+    if (chart.kind === "events") {
+      trace.mode = "markers";
+      trace.marker = { color: "#b91c1c", size: 6 };
+      trace.error_y = { type: "data", symmetric: false, array: chart.y.map(function () { return 0; }),
+                        arrayminus: chart.y, width: 0, color: "#b91c1c", thickness: 2 };
+    } else {
+      trace.mode = "lines";
+      trace.line = { color: "#1d4ed8", width: 1.5 };
+    }
+    var traces = [trace];
+    if (levels.length && chart.x.length) {  /* keep every stated level inside the y range */
+      traces.push({ x: levels.map(function () { return chart.x[0]; }), y: levels, mode: "markers",
+                    marker: { opacity: 0 }, hoverinfo: "skip", showlegend: false });
+    }
+    Plotly.newPlot(div, traces, { margin: { l: 56, r: 12, t: 8, b: 34 }, height: 180, showlegend: false,
+                                  shapes: shapes, annotations: annotations,
+                                  xaxis: { title: { text: data.x_title } }, yaxis: { automargin: true, rangemode: "tozero" } },
+                   CONFIG);
   }
 
   function drawStageCompare(Plotly, div, stages) {
@@ -133,13 +223,26 @@
           height: Math.max(160, 26 * bars.length + 50) }, CONFIG);
   }
 
-  function drawCards(Plotly) {
+  /* A cause card is folded: its evidence series, stage split and waterfall are drawn when it is opened. */
+  function lazyCards(Plotly) {
     Array.prototype.forEach.call(document.querySelectorAll(".cause-card"), function (card) {
       var chart = data.cards[Number(card.getAttribute("data-chart-index"))];
-      var stageDiv = card.querySelector(".stage-compare");
-      if (stageDiv && chart.stages.names.length) { drawStageCompare(Plotly, stageDiv, chart.stages); }
-      var fallDiv = card.querySelector(".waterfall");
-      if (fallDiv && chart.waterfall) { drawWaterfall(Plotly, fallDiv, chart.waterfall); }
+      whenOpened(card, function () {
+        var tasks = [];
+        var host = card.querySelector(".evidence-charts");
+        if (host) {
+          chart.evidence.forEach(function (series) {
+            tasks.push(function () { drawEvidence(Plotly, host, series, chart.spike); });
+          });
+        }
+        var stageDiv = card.querySelector(".stage-compare");
+        if (stageDiv && chart.stages.names.length) {
+          tasks.push(function () { drawStageCompare(Plotly, stageDiv, chart.stages); });
+        }
+        var fallDiv = card.querySelector(".waterfall");
+        if (fallDiv && chart.waterfall) { tasks.push(function () { drawWaterfall(Plotly, fallDiv, chart.waterfall); }); }
+        return tasks;
+      });
     });
   }
 
@@ -178,12 +281,53 @@
          yaxis: { title: { text: "latency (ms)" }, type: "log" }, shapes: shapes, legend: { orientation: "h" } }, CONFIG);
   }
 
+  /* The LLM section (reports/llm_view.py): TTFT and TPOT per request with per-window P50/P99, their
+     spikes as bands, and the output tokens/s per window; on the shared, synchronised time axis. */
+  function drawLlm(Plotly) {
+    var llm = data.llm;
+    if (!llm) { return; }
+    var colors = { "P50": "#3b6fb6", "P99": "#c2410c" };
+    [["ttft", "TTFT (ms)"], ["tpot", "TPOT (ms)"]].forEach(function (pair) {
+      var div = document.getElementById("llm-" + pair[0] + "-chart"), series = llm[pair[0]];
+      if (!div || !series) { return; }
+      var traces = [{ x: series.x, y: series.y, mode: "markers", type: "scatter", name: "requests",
+                      marker: { color: "#64748b", size: 4, opacity: 0.5 },
+                      text: series.cls.map(plain), hovertemplate: "%{y:.1f} ms at %{x:.2f} s · %{text}<extra></extra>" }];
+      series.lines.forEach(function (line) {
+        traces.push({ x: line.x, y: line.y, name: line.name, mode: "lines", connectgaps: false,
+                      line: { color: colors[line.name], width: 1.5 } });
+      });
+      var layout = timeLayout({ yaxis: { title: { text: pair[1] } }, showlegend: true,
+                                legend: { orientation: "h", x: 0, y: 1.02, xanchor: "left", yanchor: "bottom" },
+                                margin: { l: 64, r: 20, t: 30, b: 40 } });
+      layout.shapes = layout.shapes.concat(series.bands.map(function (b) {
+        return { type: "rect", xref: "x", yref: "paper", x0: b.x0, x1: b.x1, y0: 0, y1: 1, fillcolor: "#dc2626",
+                 opacity: 0.18, line: { width: 0 }, layer: "below" };
+      }));
+      Plotly.newPlot(div, traces, layout, CONFIG);
+      timeCharts.push(div);
+      syncTimeAxis(Plotly, div);
+    });
+    var tokens = document.getElementById("llm-tokens-chart");
+    if (tokens && llm.tokens) {
+      Plotly.newPlot(tokens, [{ x: llm.tokens.x, y: llm.tokens.y, mode: "lines", name: "output tokens/s",
+                                line: { color: "#15803d", width: 1.5 } }],
+                     timeLayout({ yaxis: { title: { text: "output tokens/s" }, rangemode: "tozero" } }), CONFIG);
+      timeCharts.push(tokens);
+      syncTimeAxis(Plotly, tokens);
+    }
+  }
+
+  /* On load: the latency chart first, then the charts of the open sections below it. Folded sections
+     (cause cards, "All signals") draw when opened. */
   tailscope.whenPlotly(function (Plotly) {
-    return [function () { drawLatency(Plotly); }].concat(panelTasks(Plotly), [
-      function () { drawCards(Plotly); },
+    return [
+      function () { drawLatency(Plotly); },
+      function () { drawLlm(Plotly); },
       function () { drawDistribution(Plotly); },
       function () { drawStages(Plotly); },
-      function () { drawSweep(Plotly); }
-    ]);
+      function () { drawSweep(Plotly); },
+      function () { lazyCards(Plotly); lazySignals(Plotly); }
+    ];
   });
 })();

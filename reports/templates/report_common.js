@@ -17,7 +17,8 @@ var tailscope = (function () {
 
   /* Run the draw tasks once the embedded plotly.js is unpacked, one per macrotask so the browser
      paints the first charts (the latency chart) before drawing the rest. Records the time of the
-     first plotted chart and of the last (ms since navigation start) and marks the page ready. */
+     first plotted chart and of the last (ms since navigation start) and how many charts were drawn
+     (window.tailscopeChartsOnLoad), and marks the page ready. */
   function whenPlotly(tasks) {
     window.tailscopePlotly.then(function (Plotly) {
       var started = performance.now(), queue = tasks(Plotly).slice();
@@ -25,6 +26,7 @@ var tailscope = (function () {
         if (!queue.length) {
           window.tailscopeDrawMs = performance.now() - started;
           window.tailscopeReadyMs = performance.now();
+          window.tailscopeChartsOnLoad = document.querySelectorAll(".js-plotly-plot").length;
           document.body.setAttribute("data-charts", "ready");
           return;
         }

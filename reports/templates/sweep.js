@@ -1,4 +1,4 @@
-/* tailscope sweep report: the throughput-latency curve (see reports/sweep_report.py). */
+/* tailscope sweep report: the throughput-latency curve and the token frontier (see reports/sweep_report.py). */
 (function () {
   "use strict";
   var data = tailscope.chartData();
@@ -6,7 +6,7 @@
   function trace(name, series, color) {
     return { x: data.achieved, y: series.y, name: name, mode: "lines+markers", line: { color: color },
              error_y: { type: "data", symmetric: false, array: series.plus, arrayminus: series.minus, visible: true },
-             text: data.rate.map(function (r) { return "offered " + r + " req/s"; }) };
+             text: data.level };
   }
 
   function drawCurve(Plotly) {
@@ -27,5 +27,34 @@
     }, tailscope.CONFIG);
   }
 
-  tailscope.whenPlotly(function (Plotly) { return [function () { drawCurve(Plotly); }]; });
+  function frontierTrace(name, series, color, axis, dash) {
+    var f = data.frontier;
+    return { x: f.x, y: series.y, name: name, yaxis: axis, mode: "lines+markers",
+             line: { color: color, dash: dash }, text: f.label,
+             marker: { size: f.pareto.map(function (p) { return p ? 10 : 6; }) },
+             error_y: { type: "data", symmetric: false, array: series.plus, arrayminus: series.minus, visible: true } };
+  }
+
+  function drawFrontier(Plotly) {
+    var div = document.getElementById("frontier-chart"), f = data.frontier;
+    if (!div || !f || !f.x.length) { return; }
+    var annotations = [];
+    if (f.best) {
+      annotations.push({ x: f.best.x, y: f.best.tpot, yref: "y2", text: "best under SLO: " + f.best.label,
+                         showarrow: true, arrowhead: 2 });
+    }
+    Plotly.newPlot(div, [
+      frontierTrace("TTFT P50", f.ttft_p50, "#3b6fb6", "y", "dot"), frontierTrace("TTFT P99", f.ttft_p99, "#3b6fb6", "y", "solid"),
+      frontierTrace("TPOT P50", f.tpot_p50, "#c2410c", "y2", "dot"), frontierTrace("TPOT P99", f.tpot_p99, "#c2410c", "y2", "solid")
+    ], {
+      margin: { l: 60, r: 60, t: 20, b: 40 }, xaxis: { title: { text: "output tokens/s" } },
+      yaxis: { title: { text: "TTFT (ms)" } },
+      yaxis2: { title: { text: "TPOT (ms)" }, overlaying: "y", side: "right" },
+      legend: { orientation: "h" }, annotations: annotations
+    }, tailscope.CONFIG);
+  }
+
+  tailscope.whenPlotly(function (Plotly) {
+    return [function () { drawCurve(Plotly); }, function () { drawFrontier(Plotly); }];
+  });
 })();

@@ -1,0 +1,205 @@
+"""A cause's evidence as sentences with units, and its series in the units of those sentences.
+
+The detectors write their evidence as JSON (``spikes[].causes[].evidence``):
+a ``summary`` sentence, per-signal contrasts (``signals[]``: ``series``,
+``spike``, ``baseline``, ``spread``, ``z``, ``material_excess``), the latency
+split, the confidence factors and other scalars. The report shows none of it
+as raw keys: :func:`evidence_sentences` turns it into sentences, and
+:func:`series_display` gives the scale, unit and label every number of a
+series is shown in — the same for a sentence and for the chart beside it
+(:func:`evidence_chart`), so each number of the evidence can be found on its
+chart. Values arrive in the units the detector read (a counter as its rate per
+second in its own unit; ``docs/analysis-schema.md``).
+"""
+
+from __future__ import annotations
+
+import re
+
+from tailscope.reports.formatting import NS_PER_S, fmt_number
+from tailscope.support.cause_words import cause_title
+
+#: Series name (metric part) → (scale to the shown unit, shown unit, label). Scales follow the
+#: detectors' own sentences (throttled time in ms per second, PSI as a share of time, …).
+SERIES_DISPLAY = {
+    "cgroup.cpu.throttled_ns": (1e-6, "ms/s", "CPU time throttled (CFS quota)"),
+    "cgroup.cpu.nr_throttled": (1.0, "periods/s", "throttled CFS periods"),
+    "proc.runqueue_wait_ns": (1e-6, "ms/s", "target threads waiting for a CPU"),
+    "generator.runqueue_wait_ms": (1.0, "ms/s", "generator waiting for a CPU"),
+    "psi.cpu.some_us": (1e-4, "% of time", "CPU pressure (PSI some)"),
+    "psi.io.some_us": (1e-4, "% of time", "host I/O pressure (PSI some)"),
+    "cgroup.psi.io.some_us": (1e-4, "% of time", "target cgroup I/O pressure (PSI some)"),
+    "psi.memory.some_us": (1.0, "µs/s", "memory stall (PSI some)"),
+    "others.cpu_cores": (1.0, "cores", "CPU used by other processes"),
+    "proc.ctxt.nonvoluntary": (1.0, "/s", "involuntary context switches of the target"),
+    "proc.io.bytes": (1e-6, "MB/s", "target storage I/O"),
+    "host.disk.flushes": (1.0, "/s", "disk flushes"),
+    "host.disk.busy_s": (100.0, "% busy", "disks busy"),
+    "host.cpu.iowait_s": (1.0, "cores", "CPU time in iowait"),
+    "proc.threads_blocked": (1.0, "threads", "target threads blocked on I/O"),
+    "host.vm.pswpin": (1.0, "pages/s", "pages swapped in"),
+    "proc.major_faults": (1.0, "/s", "major page faults of the target"),
+    "host.vm.pgmajfault": (1.0, "/s", "major page faults of the host"),
+    "generator.cpu_percent": (1.0, "% of a core", "generator CPU"),
+    "generator.late_share": (100.0, "% of sends", "sends more than 1 ms late"),
+    "offered_rps": (1.0, "req/s", "offered load (scheduled sends)"),
+    "queue.depth": (1.0, "requests", "queue depth (mean per second)"),
+    "gc.pause_ms": (1.0, "ms", "GC pauses of the target (each at its start)"),
+}
+#: Seconds per unit of a counted time, for series not listed above: shown as ms per second.
+TIME_UNITS_MS = {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}
+_GPU_EVENT = re.compile(r"^gpu\d+\.clocks_event\.(\w+)$")
+_GPU_DROP = re.compile(r"^(gpu\d+\.sm_clock_mhz) \(drop\)$")
+#: Scalar evidence keys → (sentence label, formatter). Keys not listed are spelled out from their name.
+KNOWN_SCALARS = {
+    "slow_requests": ("slow requests (above the baseline P99)", lambda v: f"{v:,}"),
+    "slow_overlapping_share": ("slow requests that overlapped a GC pause", lambda v: f"{100 * v:.0f}%"),
+    "normal_overlapping_share": ("normal requests that overlapped a GC pause", lambda v: f"{100 * v:.0f}%"),
+    "median_overlap_ms": ("median pause time inside a slow request", lambda v: f"{v:.1f} ms"),
+    "median_extra_latency_ms": ("median extra latency of a slow request", lambda v: f"{v:.1f} ms"),
+    "longest_pause_ms": ("longest GC pause overlapping a slow request", lambda v: f"{v:.0f} ms"),
+    "pauses_in_spike": ("GC pauses inside the spike", lambda v: f"{v:,}"),
+    "generator_share_of_growth": ("share of the extra latency spent in the generator", lambda v: f"{100 * v:.0f}%"),
+    "late_share_slow": ("slow requests sent more than 1 ms late", lambda v: f"{100 * v:.0f}%"),
+    "late_share_normal": ("normal requests sent more than 1 ms late", lambda v: f"{100 * v:.0f}%"),
+    "queue_share_of_server_growth": ("queue wait's share of the extra server time", lambda v: f"{100 * v:.0f}%"),
+    "queue_growth_ms": ("queue wait growth", lambda v: f"{v:+.1f} ms"),
+    "load_ratio": ("offered load vs baseline", lambda v: f"{v:.2f}×"),
+    "throughput_ratio": ("throughput vs baseline", lambda v: f"{v:.2f}×"),
+    "target_cpu_ratio": ("target CPU use vs baseline", lambda v: f"{v:.2f}×"),
+    "offered_load_ratio": ("offered load vs baseline", lambda v: f"{v:.2f}×"),
+    "rejected_429_share": ("requests answered 429", lambda v: f"{100 * v:.1f}%"),
+    "baseline_429_share": ("429 answers at baseline", lambda v: f"{100 * v:.1f}%"),
+}
+#: Evidence keys shown elsewhere on the card, or only bookkeeping.
+SKIPPED = {"summary", "signals", "latency_split", "factors", "decomposition", "detectors_consulted",
+           "detectors_without_inputs", "weak_findings", "coverage", "generator_runqueue_wait",
+           "longest_pause_generation", "load_measured_by", "top_series", "method"}
+MAX_SENTENCES = 12
+
+
+def series_display(name: str, unit: str = "", counter: bool = False) -> tuple[float, str, str]:
+    """(scale, shown unit, label) of a series' values as the detector read them."""
+    base = str(name).split("{", 1)[0]
+    if base in SERIES_DISPLAY:
+        return SERIES_DISPLAY[base]
+    event = _GPU_EVENT.match(base)
+    if event:
+        return 100.0, "% of time", f"{base.split('.')[0]} clocks slowed: {event.group(1).replace('_', ' ')}"
+    drop = _GPU_DROP.match(base)
+    if drop:
+        return -1.0, "MHz", f"{drop.group(1)} (SM clock)"
+    if counter and unit in TIME_UNITS_MS:
+        return TIME_UNITS_MS[unit], "ms/s", base
+    if counter:
+        return 1.0, f"{unit}/s" if unit else "/s", base
+    return 1.0, unit or "", base
+
+
+def _value(x: float | None, scale: float) -> str:
+    return "—" if x is None else fmt_number(float(x) * scale)
+
+
+def signal_sentence(entry: dict) -> str:
+    """``CPU time throttled (CFS quota): 312 ms/s in the spike vs 0 ms/s at baseline (robust z 41);
+    it counts fully from +50 ms/s.``"""
+    scale, unit, label = series_display(entry.get("series", "?"), entry.get("unit", ""), entry.get("counter", True))
+    text = (f"{label}: {_value(entry.get('spike'), scale)} {unit} in the spike vs "
+            f"{_value(entry.get('baseline'), scale)} {unit} at baseline")
+    if entry.get("z") is not None:
+        text += f" (robust z {fmt_number(entry['z'])})"
+    if entry.get("material_excess") is not None:
+        text += f"; it counts fully from +{_value(entry['material_excess'], abs(scale))} {unit}"
+    return text + "."
+
+
+def split_sentence(split: dict) -> str | None:
+    """Where the slow requests' extra latency went, from ``latency_split``."""
+    total = split.get("latency_growth_ms")
+    if total is None:
+        return None
+    parts = [f"{label} {value:+.1f} ms" for label, value in (
+        ("server", split.get("server_growth_ms")), ("client/network", split.get("client_network_growth_ms")),
+        ("send lateness", split.get("lateness_growth_ms"))) if value is not None]
+    return f"Extra latency of the slow requests: {total:+.1f} ms on average" + (f" — {', '.join(parts)}." if parts else ".")
+
+
+def factors_sentence(factors: dict) -> str | None:
+    """``Confidence is the product of: overlap lift 100%, server side 47%.``"""
+    shown = [f"{str(k).replace('_', ' ')} {100 * float(v):.0f}%" for k, v in factors.items()
+             if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    return f"Confidence is the product of: {', '.join(shown)}." if shown else None
+
+
+def scalar_sentence(key: str, value) -> str | None:
+    """One scalar of the evidence as words with its unit; None for absent or structured values."""
+    if value is None or isinstance(value, (dict, list)):
+        return None
+    if key in KNOWN_SCALARS and isinstance(value, (int, float)) and not isinstance(value, bool):
+        label, fmt = KNOWN_SCALARS[key]
+        return f"{label[0].upper()}{label[1:]}: {fmt(value)}."
+    label = str(key).replace("_", " ")
+    if isinstance(value, bool):
+        shown = "yes" if value else "no"
+    elif isinstance(value, (int, float)):
+        shown = fmt_number(value)
+        for suffix, unit in (("_ms", " ms"), ("_share", ""), ("_bytes", " bytes"), ("_s", " s")):
+            if key.endswith(suffix):
+                label = str(key)[: -len(suffix)].replace("_", " ")
+                shown = f"{100 * value:.1f}%" if suffix == "_share" else f"{fmt_number(value)}{unit}"
+                break
+    else:
+        shown = str(value)
+    return f"{label[0].upper()}{label[1:]}: {shown}."
+
+
+def evidence_sentences(cause: dict) -> list[str]:
+    """Every part of a cause's evidence as a sentence with units (bounded), the summary first."""
+    evidence = cause.get("evidence") or {}
+    sentences = []
+    if isinstance(evidence.get("summary"), str):
+        sentences.append(evidence["summary"])
+    signals = [e for e in (evidence.get("signals") or []) if isinstance(e, dict)]
+    runqueue = evidence.get("generator_runqueue_wait")
+    if isinstance(runqueue, dict):
+        signals.append(runqueue)
+    sentences += [signal_sentence(e) for e in sorted(signals, key=lambda e: -(e.get("confidence") or 0))]
+    for key, value in evidence.items():
+        if key not in SKIPPED:
+            made = scalar_sentence(str(key), value)
+            if made:
+                sentences.append(made)
+    weak = [w for w in evidence.get("weak_findings") or [] if isinstance(w, dict)]
+    if weak:
+        ranked = sorted(weak, key=lambda w: -(w.get("confidence") or 0))
+        sentences.append("Findings below the threshold: " + "; ".join(
+            f"{cause_title(str(w.get('kind')))} {100 * float(w.get('confidence') or 0):.0f}%" for w in ranked) + ".")
+    for made in (split_sentence(evidence.get("latency_split") or {}), factors_sentence(evidence.get("factors") or {})):
+        if made:
+            sentences.append(made)
+    return sentences[:MAX_SENTENCES]
+
+
+def evidence_chart(entry: dict, origin_ns: int) -> dict:
+    """One evidence series for the page: x (s since ``origin_ns``), y and its levels in shown units."""
+    scale, unit, label = series_display(entry.get("name", "?"), entry.get("unit", ""), entry.get("counter", False))
+
+    def scaled(x):
+        return None if x is None else float(x) * scale
+
+    spread = entry.get("spread")
+    baseline = scaled(entry.get("baseline"))
+    band = None
+    if baseline is not None and spread is not None:
+        low, high = sorted((baseline - abs(spread * scale), baseline + abs(spread * scale)))
+        band = [low, high]
+    spike = scaled(entry.get("spike"))
+    return {"title": label, "unit": unit, "kind": entry.get("kind", "signal"),
+            "x": [round((t - origin_ns) / NS_PER_S, 3) for t in entry.get("t_ns") or []],
+            "y": [float(v) * scale for v in entry.get("values") or []],
+            "baseline": baseline, "band": band, "spike": spike,
+            "spike_text": (f"{'longest' if entry.get('kind') == 'events' else 'spike level'} "
+                           f"{fmt_number(spike)} {unit}" if spike is not None else ""),
+            "baseline_text": f"baseline {fmt_number(baseline)} {unit}" if baseline is not None else "",
+            "marks": [{"y": scaled(m.get("value")), "text": f"{m.get('label')} {fmt_number(scaled(m.get('value')))}"}
+                      for m in entry.get("marks") or [] if m.get("value") is not None]}

@@ -1,0 +1,59 @@
+"""The report's whole-run findings, the join's missing spans, and the error samples, as text.
+
+Reads only the analysis dict (``findings``, ``stages.missing_spans``,
+``error_samples``); an older analysis without them yields no rows / empty text.
+Every value is pre-formatted text the template only loops over; the texts
+that come from the target (error messages and bodies) are passed through as
+they are and escaped by the template engine (autoescape), never marked safe.
+"""
+
+from __future__ import annotations
+
+from tailscope.reports.formatting import fmt_count
+
+#: Labels of the finding kinds (analyzers/findings); an unknown kind shows as itself.
+FINDING_TITLES = {
+    "tcp_delayed_ack": "TCP delayed-ACK stall",
+    "outside_server": "time outside the server's spans",
+    "generator_limited": "generator-limited",
+}
+
+
+def findings_data(analysis: dict) -> list[dict]:
+    """``[{"kind", "title", "severity", "summary"}]``, most severe first (as the analysis lists them)."""
+    return [{"kind": str(f.get("kind")), "title": FINDING_TITLES.get(f.get("kind"), str(f.get("kind"))),
+             "severity": str(f.get("severity")), "summary": str(f.get("summary"))}
+            for f in analysis.get("findings") or []]
+
+
+def missing_spans_text(stages: dict) -> str:
+    """How many traced requests still lack their server span, and why; '' when none do."""
+    missing = stages.get("missing_spans") or {}
+    late, never = missing.get("end_of_run") or 0, missing.get("never") or 0
+    wait = missing.get("wait") or {}
+    waited = (f"; the harness waited {wait['waited_s']:.1f} s for late spans ({wait.get('ended')})"
+              if wait.get("waited_s") is not None else "")
+    if not late and not never:
+        return f"every traced request has its server span{waited}" if wait else ""
+    parts = []
+    if late:
+        parts.append(f"{fmt_count(late)} at the end of the run (the target's last export batches never "
+                     "arrived: raise tracing.late_span_wait)")
+    if never:
+        parts.append(f"{fmt_count(never)} never (the target recorded no span for them: its own sampling, "
+                     "or a route that does not continue the traceparent)")
+    return "missing server spans: " + "; ".join(parts) + waited
+
+
+def error_sample_rows(analysis: dict) -> list[dict]:
+    """One row per sampled error: class, status, kind, count, message and body (untrusted text)."""
+    rows = []
+    for cls, entry in ((analysis.get("error_samples") or {}).get("classes") or {}).items():
+        for sample in entry.get("samples") or []:
+            rows.append({"cls": str(cls), "status": "—" if sample.get("status") in (None, 0) else str(sample["status"]),
+                         "kind": str(sample.get("error_kind") or "—"), "count": fmt_count(sample.get("count")),
+                         "message": str(sample.get("message") or ""), "body": str(sample.get("body") or "")})
+        if entry.get("unsampled"):
+            rows.append({"cls": str(cls), "status": "", "kind": "", "count": fmt_count(entry["unsampled"]),
+                         "message": "other errors (beyond the distinct ones kept)", "body": ""})
+    return rows

@@ -1,0 +1,140 @@
+"""The report's LLM section: token-level latencies, tokens, goodput and their course over time.
+
+Reads only the analysis's ``llm`` section and ``windows`` (docs/analysis-schema.md);
+absent (None) for a run without OpenAI-API requests. :func:`llm_data` is the
+section's pre-formatted table data, :func:`llm_charts` its chart series (x in
+seconds since ``origin_ns``, the load start): each request's TTFT and TPOT as
+points (the analysis's bounded ``llm.points``), the per-window P50/P99 where
+claimed (null where a window holds too few requests, as on the latency chart),
+the output tokens/s per window, and the TTFT/TPOT spikes as bands.
+"""
+
+from __future__ import annotations
+
+from tailscope.reports.downsample import lttb
+from tailscope.reports.formatting import (
+    NS_PER_S,
+    fmt_count,
+    fmt_ms,
+    fmt_number,
+    fmt_offset,
+    fmt_share,
+    fmt_tokens_per_s,
+    percentile_cells,
+)
+
+#: The percentile-set metrics of the section, in display order: (key, label).
+METRICS = (("ttft_ms", "TTFT"), ("tpot_ms", "TPOT"), ("itl_ms", "ITL (per token)"), ("e2e_ms", "end-to-end"))
+#: Series charted over time: (key in llm.points and in the window columns, label).
+SERIES = (("ttft", "TTFT"), ("tpot", "TPOT"))
+MAX_LINE_POINTS = 2000
+TPOT_NOTE = ("TPOT = (last token − first token) ÷ (output tokens − 1). When the first chunk carries k tokens, "
+             "TPOT reads low by (k − 1) ÷ (output tokens − 1) of the true decode time per token; the per-token "
+             "ITL (a chunk of k tokens after a gap g counts k samples of g ÷ k) does not.")
+
+
+def _metric_row(label: str, entry: dict) -> dict:
+    p50, p99 = percentile_cells(entry["p50"]), percentile_cells(entry["p99"])
+    return {"metric": label, "p50": p50["value"], "p50_ci": p50["ci"], "p90": fmt_ms(entry["p90"]["value_ms"]),
+            "p99": p99["value"], "p99_ci": p99["ci"], "p99_claimed": p99["claimed"],
+            "p999": fmt_ms(entry["p999"]["value_ms"]), "n": p50["n"]}
+
+
+def _token_row(label: str, stats: dict) -> dict:
+    return {"what": label, "sum": fmt_count(stats["sum"]), "mean": fmt_number(stats["mean"]),
+            "p50": fmt_number(stats["p50"]), "p99": fmt_number(stats["p99"])}
+
+
+def _counts_text(counts: dict) -> str:
+    return ", ".join(f"{name} {fmt_count(count)}" for name, count in counts.items()) or "—"
+
+
+def llm_data(analysis: dict) -> dict | None:
+    """The LLM section's tables (every value a string); None without an ``llm`` section."""
+    llm = analysis.get("llm")
+    if not llm:
+        return None
+    origin = analysis["run"].get("load_start_ns") or analysis["run"].get("start_ns")
+    rate = llm["output_tokens_per_s"]
+    per_request = rate["per_request"]
+    goodput = llm["goodput"]
+    return {
+        "requests": fmt_count(llm["requests"]), "completed": fmt_count(llm["completed"]),
+        "errors": fmt_count(llm["errors"]), "streamed": fmt_count(llm["streamed"]),
+        "rows": [_metric_row(label, llm[key]) for key, label in METRICS],
+        "tokens": [_token_row("prompt", llm["prompt_tokens"]), _token_row("output", llm["output_tokens"])],
+        "rate": {"aggregate": fmt_tokens_per_s(rate["aggregate"]),
+                 **{name: fmt_tokens_per_s(per_request.get(name)) for name in ("p1", "p10", "p50", "p90", "p99")},
+                 "n": fmt_count(per_request.get("n"))},
+        "sources": _counts_text(llm["token_counts_from"]),
+        "finish": _counts_text(llm["finish_reasons"]),
+        "goodput": {"share": fmt_share(goodput["share"]), "good": fmt_count(goodput["good"]),
+                    "total": fmt_count(goodput["total"]), "definition": goodput["definition"]},
+        "classes": [{
+            "name": name, "api": c.get("api") or "—", "model": c.get("model") or "—",
+            "requests": fmt_count(c["requests"]), "errors": fmt_count(c["errors"]),
+            "ttft_p50": fmt_ms(c["ttft_ms"]["p50"]["value_ms"]), "ttft_p99": fmt_ms(c["ttft_ms"]["p99"]["value_ms"]),
+            "tpot_p50": fmt_ms(c["tpot_ms"]["p50"]["value_ms"]), "tpot_p99": fmt_ms(c["tpot_ms"]["p99"]["value_ms"]),
+            "output": fmt_count(c["output_tokens"]["sum"]),
+            "rate": fmt_tokens_per_s(c["output_tokens_per_s"]["aggregate"]),
+            "goodput": fmt_share((c.get("goodput") or {}).get("share")),
+        } for name, c in llm["classes"].items()],
+        "spikes": [{"metric": label, "window": f"{fmt_offset(s['start_ns'], origin)} – {fmt_offset(s['end_ns'], origin)}",
+                    "p99": fmt_ms(s["p99_ms"]), "baseline": fmt_ms(s["baseline_p99_ms"]),
+                    "requests": fmt_count(s["requests"]), "slow": fmt_count(s["slow_requests"])}
+                   for key, label in SERIES for s in (llm.get("spikes") or {}).get(key, [])],
+        "detection": _detection_text(llm.get("spike_detection") or {}),
+        "tpot_note": TPOT_NOTE,
+        "has_points": bool((llm.get("points") or {}).get("scheduled_ns")),
+    }
+
+
+def _detection_text(detection: dict) -> str:
+    """One sentence on the TTFT/TPOT spike tests: performed or why not, against which baseline."""
+    parts = []
+    for key, label in SERIES:
+        facts = detection.get(key) or {}
+        if facts.get("performed"):
+            parts.append(f"{label}: {facts['detection_window_s']:g}-s windows against a baseline P99 of "
+                         f"{fmt_ms(facts['baseline_p99_ms'])}")
+        else:
+            parts.append(f"{label}: not tested (too few requests)")
+    return ("TTFT and TPOT spikes are found with the latency spike test (the tail-share test after the warm-up); "
+            + "; ".join(parts) + ".")
+
+
+def _seconds(values_ns, origin_ns) -> list:
+    return [round((v - origin_ns) / NS_PER_S, 6) for v in values_ns]
+
+
+def _line(windows: list[dict], key: str, origin_ns: int) -> dict | None:
+    if not any(w.get(key) is not None for w in windows):
+        return None
+    mids = [((w["start_ns"] + w["end_ns"]) / 2 - origin_ns) / NS_PER_S for w in windows]
+    values = [w.get(key) for w in windows]
+    x, y = (mids, values) if len(windows) <= MAX_LINE_POINTS else lttb(mids, values, MAX_LINE_POINTS)
+    return {"x": [round(v, 6) for v in x], "y": y}
+
+
+def llm_charts(analysis: dict) -> dict | None:
+    """``{"ttft": {...}, "tpot": {...}, "tokens": line}``: per series its points (``x``, ``y``,
+    ``cls``), window ``lines`` (``P50``/``P99`` where claimed) and spike ``bands`` (``x0``, ``x1``);
+    ``tokens`` the output tokens/s per window. None without an ``llm`` section."""
+    llm = analysis.get("llm")
+    if not llm:
+        return None
+    origin = analysis["run"].get("load_start_ns") or analysis["run"].get("start_ns") or 0
+    windows = analysis.get("windows") or []
+    points = llm.get("points") or {}
+    x = _seconds(points.get("scheduled_ns") or [], origin)
+    out = {}
+    for key, _ in SERIES:
+        lines = {label: _line(windows, f"{key}_{p}_ms", origin) for p, label in (("p50", "P50"), ("p99", "P99"))}
+        out[key] = {
+            "x": x, "y": points.get(f"{key}_ms") or [], "cls": points.get("cls") or [],
+            "lines": [{"name": name, **line} for name, line in lines.items() if line is not None],
+            "bands": [{"x0": (s["start_ns"] - origin) / NS_PER_S, "x1": (s["end_ns"] - origin) / NS_PER_S}
+                      for s in (llm.get("spikes") or {}).get(key, [])],
+        }
+    out["tokens"] = _line(windows, "output_tokens_per_s", origin)
+    return out
