@@ -9,6 +9,8 @@ import os
 import subprocess
 import sys
 
+from tailscope.support.python_child import python_argv
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 SERVER_CPU = 0
 GENERATOR_CPU = 1 if (os.cpu_count() or 1) > 1 else 0
@@ -38,7 +40,7 @@ def run_python(code: str, config: dict, timeout_s: float = 300) -> dict:
     interpreter pinned to GENERATOR_CPU; return the parsed JSON."""
     prelude = (f"import os, json\nos.sched_setaffinity(0, {{{GENERATOR_CPU}}})\n"
                f"CONFIG = json.loads({json.dumps(json.dumps(config))})\n")
-    proc = subprocess.run([sys.executable, "-c", prelude + code], capture_output=True, text=True,
+    proc = subprocess.run(python_argv("-c", prelude + code), capture_output=True, text=True,
                           timeout=timeout_s)
     if proc.returncode != 0:
         raise RuntimeError(proc.stderr[-3000:])

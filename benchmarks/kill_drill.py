@@ -39,6 +39,7 @@ import numpy as np
 from tailscope.loadgen.arrivals import schedule_offsets_ns
 from tailscope.rundir import FLUSH_INTERVAL_S, load_run
 from tailscope.scenario_model.scenario import load_scenario
+from tailscope.support.python_child import python_module
 
 ENV = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 SETTLED_S = 0.2
@@ -97,8 +98,8 @@ def expected_before(scenario_path: str, origin_ns: int, until_ns: int) -> int:
 
 
 def one_kill(scenario_path: str, out: str, receiver_port: int, delay_s: float) -> dict:
-    proc = subprocess.Popen([sys.executable, "-m", "tailscope.cli.main", "run", scenario_path, "--out", out,
-                             "--receiver-port", str(receiver_port), "--receiver-grpc-port", "-1"],
+    proc = subprocess.Popen(python_module("tailscope.cli.main", "run", scenario_path, "--out", out,
+                                          "--receiver-port", str(receiver_port), "--receiver-grpc-port", "-1"),
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     run_dir = None
     try:
@@ -121,7 +122,7 @@ def one_kill(scenario_path: str, out: str, receiver_port: int, delay_s: float) -
     while any(alive(p) for p in children) and time.monotonic() < deadline:
         time.sleep(0.05)
     orphans = [p for p in children if alive(p)]
-    report = subprocess.run([sys.executable, "-m", "tailscope.cli.main", "report", run_dir], capture_output=True,
+    report = subprocess.run(python_module("tailscope.cli.main", "report", run_dir), capture_output=True,
                             text=True)
     result = {"delay_s": delay_s, "children": len(children), "orphans": len(orphans),
               "report_exit": report.returncode, "recovered": False}
@@ -159,7 +160,7 @@ def main() -> int:
     port, receiver_port = free_port(), free_port()
     env = dict(os.environ, **ENV, OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{receiver_port}",
                OTEL_EXPORTER_OTLP_PROTOCOL="http/protobuf", OTEL_BSP_SCHEDULE_DELAY="200")
-    target = subprocess.Popen([sys.executable, "-m", "tailscope.targets.reference", "--host", "127.0.0.1", "--port", str(port)],
+    target = subprocess.Popen(python_module("tailscope.targets.reference", "--host", "127.0.0.1", "--port", str(port)),
                               env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     for line in target.stdout:
         if line.startswith(b"LISTENING"):

@@ -20,7 +20,6 @@ import argparse
 import math
 
 import numpy as np
-
 from bench_common import load_average, loopback_server, run_python
 
 STALL_EVERY_S, STALL_FOR_S = 5.0, 1.0

@@ -33,6 +33,7 @@ import time
 import numpy as np
 
 from tailscope.rundir import read_json, read_stream, schema
+from tailscope.support.python_child import python_argv, python_module
 
 TARGET_CODE = (
     "import threading, time\n"
@@ -77,7 +78,7 @@ def schedule_deviation_p99_ms(run_dir: str, rate_hz: float) -> float | None:
 def measure(label: str, args: list[str], seconds: float) -> dict:
     """Run the sampler process with ``args`` for ``seconds`` (+ warm-up); its CPU share and jitter."""
     run_dir = tempfile.mkdtemp(prefix="tailscope-bench-signals-")
-    sampler = subprocess.Popen([sys.executable, "-m", "tailscope.tracing.signals", "--run-dir", run_dir, *args])
+    sampler = subprocess.Popen(python_module("tailscope.tracing.signals", "--run-dir", run_dir, *args))
     try:
         time.sleep(WARMUP_S)
         cpu0, wall0 = cpu_seconds(sampler.pid), time.monotonic()
@@ -107,8 +108,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=20.0, help="measured seconds per configuration")
     args = parser.parse_args()
-    target = subprocess.Popen([sys.executable, "-c", TARGET_CODE])
-    exposition = subprocess.Popen([sys.executable, "-c", EXPOSITION_CODE], stdout=subprocess.PIPE, text=True)
+    target = subprocess.Popen(python_argv("-c", TARGET_CODE))
+    exposition = subprocess.Popen(python_argv("-c", EXPOSITION_CODE), stdout=subprocess.PIPE, text=True)
     try:
         metrics_url = f"http://127.0.0.1:{int(exposition.stdout.readline())}/metrics"
         time.sleep(0.5)

@@ -41,6 +41,7 @@ import numpy as np
 from tailscope.analyzers.stats.percentiles import percentile_ci
 from tailscope.rundir import load_run, read_stream, schema
 from tailscope.rundir.retention_policy import trace_sampled
+from tailscope.support.python_child import python_module
 
 ENV = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
@@ -59,8 +60,8 @@ def start_target(port: int, receiver_port: int) -> subprocess.Popen:
     env = dict(os.environ, **ENV, OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{receiver_port}",
                OTEL_EXPORTER_OTLP_PROTOCOL="http/protobuf", OTEL_BSP_SCHEDULE_DELAY="200",
                OTEL_BSP_MAX_QUEUE_SIZE="65536")
-    proc = subprocess.Popen([sys.executable, "-m", "tailscope.targets.reference", "--host", "127.0.0.1",
-                             "--port", str(port), *TARGET_ARGS], env=env, stdout=subprocess.PIPE,
+    proc = subprocess.Popen(python_module("tailscope.targets.reference", "--host", "127.0.0.1",
+                                          "--port", str(port), *TARGET_ARGS), env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.DEVNULL)
     for line in proc.stdout:
         if line.startswith(b"LISTENING"):
@@ -108,14 +109,14 @@ signals: {{rate: 1}}
 
 def run(scenario_path: str, out: str, receiver_port: int) -> tuple[str, float]:
     """`tailscope run`; returns (run dir, seconds the report took after the load)."""
-    proc = subprocess.run([sys.executable, "-m", "tailscope.cli.main", "run", scenario_path, "--out", out,
-                           "--receiver-port", str(receiver_port), "--receiver-grpc-port", "-1"],
+    proc = subprocess.run(python_module("tailscope.cli.main", "run", scenario_path, "--out", out,
+                                        "--receiver-port", str(receiver_port), "--receiver-grpc-port", "-1"),
                           capture_output=True, text=True)
     if proc.returncode not in (0, 1):
         raise RuntimeError(f"tailscope run failed ({proc.returncode}): {proc.stderr[-3000:]}")
     run_dir = os.path.join(out, sorted(os.listdir(out))[-1])
     started = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "tailscope.cli.main", "report", run_dir], capture_output=True, check=False)
+    subprocess.run(python_module("tailscope.cli.main", "report", run_dir), capture_output=True, check=False)
     return run_dir, time.perf_counter() - started
 
 

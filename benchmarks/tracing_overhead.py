@@ -53,6 +53,7 @@ import numpy as np
 import psutil
 
 from tailscope.loadgen.tracecontext import new_traceparent
+from tailscope.support.python_child import python_module
 
 TEXT_BODY = json.dumps({"text": "the quick brown fox jumps over the lazy dog " * 6}).encode()
 SPANS_PER_BATCH = 512
@@ -154,8 +155,8 @@ def start_target(mode: str, receiver_port: int, model_dim: int, cpu: int) -> tup
     env = {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{receiver_port}",
            "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf", "OPENBLAS_NUM_THREADS": "1",
            "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TAILSCOPE_TRACING_ENGINE": engine or "lean"}
-    argv = [sys.executable, "-m", "tailscope.targets.reference", "--host", "127.0.0.1", "--port", "0",
-            "--model-dim", str(model_dim), "--tracing" if tracing else "--no-tracing"]
+    argv = python_module("tailscope.targets.reference", "--host", "127.0.0.1", "--port", "0",
+                         "--model-dim", str(model_dim), "--tracing" if tracing else "--no-tracing")
     return start_child(argv, cpu, env)
 
 
@@ -200,8 +201,8 @@ def part1(args, model_dim: int, cpus, workdir: str) -> dict:
     the machine's drift (±15 % over seconds on a shared VM) hits every mode alike. Per
     round, each traced mode is compared with ``off`` of the same round."""
     receiver, receiver_port = start_child(
-        [sys.executable, "-m", "tailscope.tracing.ingest.receiver", "--run-dir", os.path.join(workdir, f"dim{model_dim}"),
-         "--port", "0", "--no-grpc"], cpus[1])
+        python_module("tailscope.tracing.ingest.receiver", "--run-dir", os.path.join(workdir, f"dim{model_dim}"),
+                      "--port", "0", "--no-grpc"), cpus[1])
     targets: dict[str, tuple[subprocess.Popen, int]] = {}
     variants = mode_variants(args.modes, args.sample_rates)
     results: dict[str, list[dict]] = {label: [] for label in variants}
@@ -304,8 +305,8 @@ def sender(port: int, seconds: float, cpu: int) -> None:
 
 def part2(args, cpus, workdir: str, seconds: float) -> dict:
     run_dir = os.path.join(workdir, "ingest")
-    receiver, port = start_child([sys.executable, "-m", "tailscope.tracing.ingest.receiver", "--run-dir", run_dir,
-                                  "--port", "0", "--no-grpc", "--queue-size", "4096"], cpus[0])
+    receiver, port = start_child(python_module("tailscope.tracing.ingest.receiver", "--run-dir", run_dir,
+                                               "--port", "0", "--no-grpc", "--queue-size", "4096"), cpus[0])
     senders = []
     try:
         senders = [subprocess.Popen([sys.executable, __file__, "--sender", str(port), "--seconds",

@@ -23,11 +23,11 @@ from opentelemetry import trace
 from tailscope.targets.llm.app import LlmApp
 from tailscope.targets.llm.config import LlmServerConfig
 from tailscope.targets.reference.server import (
-    exit_on_signals,
     ExternallySignalledServer,
-    uvicorn_config,
     announce_port,
     bind_listening_socket,
+    exit_on_signals,
+    uvicorn_config,
 )
 from tailscope.tracing import kit
 

@@ -34,20 +34,29 @@ from typing import Any
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 
-from tailscope.targets.reference.asgi_io import HttpError, Receive, Send, header, json_bytes, read_body, send_error
-from tailscope.targets.reference.asgi_io import send_json, send_response
+from tailscope.targets.reference.asgi_io import (
+    HttpError,
+    Receive,
+    Send,
+    header,
+    json_bytes,
+    read_body,
+    send_error,
+    send_json,
+    send_response,
+)
 from tailscope.targets.reference.batcher import BatcherStoppedError, BatchPolicy, DynamicBatcher, QueueFullError
 from tailscope.targets.reference.config import TargetConfig
 from tailscope.targets.reference.gc_pressure import GcPressure, make_request_garbage
-from tailscope.targets.reference.generation import DecodeScheduler, DecoderModel
+from tailscope.targets.reference.generation import DecoderModel, DecodeScheduler
 from tailscope.targets.reference.io_stall import IoStall
 from tailscope.targets.reference.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from tailscope.targets.reference.metrics import TargetMetrics
 from tailscope.targets.reference.model import ReferenceModel
 from tailscope.targets.reference.pipeline import ModelOutput, TracedBatchRunner
-from tailscope.targets.reference.resident import ResidentSet
 from tailscope.targets.reference.postprocessing import top_classes
 from tailscope.targets.reference.preprocessing import InvalidInputError, decode_image, text_from_body, tokenize
+from tailscope.targets.reference.resident import ResidentSet
 from tailscope.tracing import kit
 
 TEXT_ROUTE = "/v1/infer/text"
