@@ -9,7 +9,6 @@ import subprocess
 import sys
 
 
-
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

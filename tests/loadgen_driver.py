@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from tailscope.loadgen.runner import run_load  # noqa: I001  (Locust first: gevent patching)
 
+# isort: split
+
 import dataclasses
 import json
 import os

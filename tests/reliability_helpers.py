@@ -80,8 +80,10 @@ def start_target(port: int, receiver_port: int | None = None, extra=()) -> Owned
     raise RuntimeError(f"reference target did not start: {''.join(target.stderr_lines)[-2000:]}")
 
 
-def write_scenario(path, target_url: str, *, duration="20s", rate=50, timeout="2s", extra: str = "") -> str:
-    """A small text-only scenario against ``target_url``; returns its path."""
+def write_scenario(path, target_url: str, *, duration="20s", rate=50, timeout="2s", extra: str = "",
+                   request_path: str = "/v1/infer/text") -> str:
+    """A small text-only scenario (POST of a small JSON body to ``request_path``) against
+    ``target_url``; returns its path."""
     text = f"""name: reliability
 target: {target_url}
 duration: {duration}
@@ -90,7 +92,7 @@ seed: 3
 arrival: {{process: poisson, rate: {rate}}}
 classes:
   - name: text
-    path: /v1/infer/text
+    path: {request_path}
     headers: {{Content-Type: application/json}}
     payload: {{kind: json_text, size: 64}}
 signals: {{rate: 2}}

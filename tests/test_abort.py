@@ -8,14 +8,14 @@ import os
 from types import SimpleNamespace
 
 import pytest
-
-from tailscope.conductor.abort import AbortMonitor, parse_rule
-from tailscope.loadgen.recorder import LiveStats
-from tailscope.loadgen.spec import ArrivalSpec
-from tailscope.scenario_model.scenario import ScenarioError, parse_scenario
-
 from cli_helpers import load_analysis, only_run_dir, run_tailscope
 from test_loadgen_runner import serve  # noqa: F401  (fixture)
+
+from tailscope.conductor.abort import AbortMonitor
+from tailscope.loadgen.recorder import LiveStats
+from tailscope.loadgen.spec import ArrivalSpec
+from tailscope.scenario_model.abort_rules import parse_rule
+from tailscope.scenario_model.scenario import ScenarioError, parse_scenario
 
 
 @pytest.mark.parametrize("text, metric, op, threshold, window", [

@@ -7,11 +7,10 @@ import os
 
 import numpy as np
 import pytest
+from cli_helpers import run_tailscope
 
 from tailscope.analyzers.comparison.baseline import CompareRules, _interval, bootstrap_quantiles, compare_runs
 from tailscope.testing.synthetic import write_synthetic_run
-
-from cli_helpers import run_tailscope
 
 
 def test_beta_bootstrap_matches_resampling():
@@ -110,3 +109,24 @@ def test_compare_cli_exit_codes_and_files(runs, tmp_path):
     assert missing.returncode == 2 and "no such run directory" in missing.stderr
     bad = run_tailscope("compare", runs["same"], runs["baseline"], "--threshold", "ten", timeout=60)
     assert bad.returncode == 2
+
+
+def test_stages_named_after_the_spans_are_compared_too(runs, tmp_path):
+    """With no rule for them (preset none), the server span's children are stages under their own
+    names (analyzers/stages/span_tree.py), and the comparison attributes the change to one of them."""
+    import shutil
+
+    copies = {}
+    for name in ("baseline", "slower"):
+        copies[name] = str(tmp_path / name)
+        shutil.copytree(runs[name], copies[name])
+        manifest_path = os.path.join(copies[name], "manifest.json")
+        with open(manifest_path, encoding="utf-8") as fh:
+            manifest = json.load(fh)
+        manifest["scenario"] = {**(manifest.get("scenario") or {}), "stages": {"preset": "none"}}
+        with open(manifest_path, "w", encoding="utf-8") as fh:
+            json.dump(manifest, fh)
+    comparison = compare_runs(copies["slower"], copies["baseline"])
+    compared = {row["stage"] for row in comparison["stages"]}
+    assert {"queue_wait", "inference", "preprocess"} <= compared and "queue" not in compared
+    assert comparison["changed_stage"]["stage"] == "inference" and comparison["changed_stage"]["change_ms"] > 3

@@ -3,10 +3,16 @@
 import numpy as np
 import pytest
 
-from tailscope.analyzers.stats.percentiles import (
-    STANDARD_PERCENTILES, ci_ranks, grouped_quantile, max_tail_for_claim, min_samples_for_claim, percentile_ci,
-    percentile_set)
 from tailscope.analyzers.stages.decomposition import stage_stats
+from tailscope.analyzers.stats.percentiles import (
+    STANDARD_PERCENTILES,
+    ci_ranks,
+    grouped_quantile,
+    max_tail_for_claim,
+    min_samples_for_claim,
+    percentile_ci,
+    percentile_set,
+)
 
 
 @pytest.mark.parametrize("p, totals", [(0.99, (459, 662, 838)), (0.90, (44, 64, 81))])

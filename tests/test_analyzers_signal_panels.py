@@ -1,5 +1,5 @@
-"""Signal panels and the series derived for them (GC pauses, queue depth, throttled
-periods, generator lateness), and a real sampler run analysed end to end."""
+"""Signal panels (the report's grouping) and the series the analysis derives (GC pauses,
+queue depth, throttled periods, generator lateness), and a real sampler run analysed end to end."""
 
 from __future__ import annotations
 
@@ -10,15 +10,10 @@ import numpy as np
 import pyarrow as pa
 
 from tailscope.analyzers.analysis import analyze_run
+from tailscope.analyzers.inputs.derived_series import gc_pause_series, lateness_series, throttled_period_share
 from tailscope.analyzers.inputs.queues import queue_depth_series, queue_points
 from tailscope.analyzers.inputs.records import request_arrays
-from tailscope.analyzers.inputs.signal_panels import (
-    PANELS,
-    build_panels,
-    gc_pause_series,
-    lateness_series,
-    throttled_period_share,
-)
+from tailscope.reports.signal_panels import PANELS, build_panels
 from tailscope.rundir import RunWriter, schema
 from tailscope.tracing.signals.runner import run_sampling
 
@@ -123,7 +118,7 @@ def test_real_sampler_run_analyses_into_panels_with_sampling_health(tmp_path):
         writer.close(status="complete")
     analysis = analyze_run(str(tmp_path))
     signals = analysis["signals"]
-    panels = {p["id"]: p for p in signals["panels"]}
+    panels = {p["id"]: p for p in build_panels(signals["series"])}
     assert {"cpu", "memory", "ctxt"} <= set(panels)
     names = {s["name"] for s in signals["series"]}
     assert all(name in names for p in panels.values() for name in p["series"])

@@ -117,3 +117,21 @@ def test_timeouts_count_in_latency_at_their_timeout(tmp_path):
     assert summary["latency_ms"]["max"]["value_ms"] >= 5000
     assert summary["latency_ms"]["p999"]["value_ms"] >= 5000  # 20 of ~1,500: above the 99.9th percentile
     assert summary["latency_ms"]["max"]["n"] == summary["completed"] + summary["errors"]
+
+
+def test_weighted_samples_give_the_test_of_the_samples_they_stand_for():
+    """A retained run is tested on its per-window histograms (each bucket one sample weighted by
+    its count): same τ, counts, flagged windows and Bonferroni divisor as the expanded samples."""
+    rng = np.random.default_rng(11)
+    t = np.sort(rng.uniform(0, 60 * NS, 9000)).astype(np.int64)
+    latency = np.round(10 * np.exp(0.3 * rng.standard_normal(9000)), 1)  # few distinct values per window
+    latency[(t >= 20 * NS) & (t < 23 * NS)] += 40
+    window = t // NS
+    keys, counts = np.unique(np.stack([window, np.round(latency * 10).astype(np.int64)]), axis=1, return_counts=True)
+    weighted = tail_test(keys[0] * NS, keys[1] / 10, 0, 60 * NS, NS, weights=counts)
+    expanded = tail_test(window * NS, latency, 0, 60 * NS, NS)
+    assert merge_runs(weighted.flagged, 1) == merge_runs(expanded.flagged, 1) == [(20, 22)]
+    assert weighted.threshold_ms == pytest.approx(expanded.threshold_ms)
+    assert np.array_equal(weighted.n, expanded.n) and np.array_equal(weighted.slow, expanded.slow)
+    assert (weighted.tests, weighted.iterations) == (expanded.tests, expanded.iterations)
+    assert np.allclose(weighted.p_value, expanded.p_value)

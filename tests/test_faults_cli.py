@@ -6,9 +6,9 @@ import json
 import os
 
 import pytest
-
 from cli_helpers import only_run_dir, run_tailscope
 from fault_helpers import LabTarget
+
 from tailscope.rundir import load_run
 
 SCENARIO = """\

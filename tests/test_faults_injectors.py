@@ -13,11 +13,11 @@ import time
 
 import psutil
 import pytest
-
 from fault_helpers import LabTarget, cgroups_or_skip, close_all, timed_requests
-from tailscope.faults.injector import FaultSetupError, TargetInfo
+
 from tailscope.faults.cgroupfs import target_cgroup
 from tailscope.faults.cpu_throttle import cpu_stat, read_limit
+from tailscope.faults.injector import FaultSetupError, TargetInfo
 from tailscope.faults.registry import build_spec, make_injector
 from tailscope.faults.swapfile import active_swap_files
 
@@ -143,6 +143,78 @@ def test_cpu_contention_weight_runs_the_burners_in_a_weighted_cgroup_then_remove
         injector.cleanup()
     assert observed["burner_cpu_s"] > 0.1
     assert not os.path.exists(group)
+
+
+def _cpu_usage_s(pid: int) -> tuple[float, float]:
+    """(CPU s of ``pid``'s cpuacct — or cpu on v2 — cgroup, CPU s of the process itself)."""
+    try:
+        group = target_cgroup(pid, "cpuacct")
+        cgroup_s = int(group.read("cpuacct.usage")) / 1e9
+    except (FaultSetupError, OSError):
+        group = target_cgroup(pid, "cpu")
+        stat = dict(line.split() for line in group.read("cpu.stat").splitlines())
+        cgroup_s = int(stat["usage_usec"]) / 1e6
+    times = psutil.Process(pid).cpu_times()
+    return cgroup_s, times.user + times.system
+
+
+def test_cpu_contention_placement_target_runs_cotenants_inside_the_targets_cgroup(own_target, tmp_path):
+    if os.geteuid() != 0:
+        pytest.skip("needs root")
+    with pytest.raises(FaultSetupError, match="set weight 0"):
+        _injector("cpu_contention", own_target, str(tmp_path), placement="target", weight=2048).check()
+    injector = _injector("cpu_contention", own_target, str(tmp_path), processes=2, placement="target")
+    injector.check()
+    cpu = target_cgroup(own_target.pid, "cpu")
+    cgroup_before, own_before = _cpu_usage_s(own_target.pid)
+    facts = injector.apply()
+    try:
+        assert facts["placement"] == "target" and cpu.path in facts["cgroups"]
+        for pid in facts["pids"]:
+            assert target_cgroup(pid, "cpu").path == cpu.path  # co-tenants of the target's own cgroup
+            assert sorted(psutil.Process(pid).cpu_affinity()) == sorted(os.sched_getaffinity(own_target.pid))
+        time.sleep(1.0)
+        cgroup_after, own_after = _cpu_usage_s(own_target.pid)
+    finally:
+        observed = injector.revert()
+        injector.cleanup()
+    # the cgroup's CPU use rose well above the target's own: the burners' time is charged to it
+    assert (cgroup_after - cgroup_before) - (own_after - own_before) > 0.5
+    assert observed["burner_cpu_s"] > 0.5
+    assert set(cpu.processes()) <= {own_target.pid, *(c.pid for c in psutil.Process(own_target.pid).children(True))}
+
+
+def test_memory_swap_on_a_neighbour_pages_another_process_and_leaves_the_target_alone(own_target, tmp_path):
+    try:
+        type(_injector("memory_swap", own_target, str(tmp_path))).check_host()
+    except FaultSetupError as exc:
+        print(f"skipping: {exc}")
+        pytest.skip(str(exc))
+    injector = _injector("memory_swap", own_target, str(tmp_path), victim="neighbour", neighbour_mb=96,
+                         neighbour_mb_s=32.0, fraction=0.3)
+    injector.check()
+    injector.prepare()
+    target_memory = target_cgroup(own_target.pid, "memory")
+    limit_file = "memory.limit_in_bytes" if target_memory.version == 1 else "memory.max"
+    target_limit = target_memory.read(limit_file)
+    facts = injector.apply()
+    try:
+        neighbour = facts["neighbour_pid"]
+        assert facts["victim"] == "neighbour" and facts["swap_file"] in active_swap_files()
+        assert os.path.basename(facts["cgroup"]) == f"tailscope-neighbour-{os.getpid()}"
+        assert target_cgroup(neighbour, "memory").path == facts["cgroup"] != target_memory.path
+        assert facts["limit_bytes"] < facts["usage_bytes"] and target_memory.read(limit_file) == target_limit
+        answers = timed_requests(own_target, 1.5)  # the target works (its resident set is read) meanwhile
+        assert {status for *_, status in answers} == {200}
+    finally:
+        observed = injector.revert()
+        injector.cleanup()
+    print(f"neighbour paging observed: {observed}")
+    assert observed["pswpin_delta"] > 1000 and observed["neighbour_major_faults_delta"] > 200
+    assert observed["major_faults_delta"] <= 0.01 * observed["neighbour_major_faults_delta"]  # not the target's
+    assert not psutil.pid_exists(neighbour) or psutil.Process(neighbour).status() == psutil.STATUS_ZOMBIE
+    assert not os.path.exists(facts["cgroup"]) and facts["swap_file"] not in active_swap_files()
+    assert not os.path.exists(facts["swap_file"])
 
 
 def test_memory_swap_swaps_the_target_out_then_removes_swap_and_limit(own_target, tmp_path):

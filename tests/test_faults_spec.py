@@ -38,6 +38,8 @@ def test_command_line_form_fills_defaults_and_converts_units():
     ("overload:duration=2s,retries=1.5", "params.retries", "expected an integer"),
     ("io_stall:duration=fast", "duration", "expected a duration"),
     ("io_stall:duration=2s,kb", "kb", "expected NAME=VALUE"),
+    ("cpu_contention:duration=2s,placement=inside", "params.placement", "expected one of beside, target"),
+    ("memory_swap:duration=2s,victim=harness", "params.victim", "expected one of target, neighbour"),
 ])
 def test_command_line_errors_name_the_field(text, field, message):
     with pytest.raises(FaultSpecError) as caught:
@@ -65,6 +67,25 @@ faults:
         FaultSpec("cpu_throttle", 5.0, 3.0, {"cpus": 0.5, "period_ms": 100.0}),
         build_spec("overload", 0.0, 2.0, {}),
     ]
+
+
+def test_a_fault_may_be_declared_a_distraction_and_says_so_in_its_ground_truth(tmp_path):
+    scenario = parse_scenario(BASE_SCENARIO + """faults:
+  - {kind: cpu_contention, at: 5s, duration: 3s, params: {placement: target}}
+  - {kind: memory_swap, at: 5s, duration: 3s, role: distraction, params: {victim: neighbour}}
+""", "lab.yaml")
+    cause, distraction = scenario.sections["faults"]
+    assert (cause.role, distraction.role) == ("cause", "distraction")
+    assert FaultSpec.from_dict(distraction.as_dict()) == distraction
+    with pytest.raises(FaultSpecError, match="expected one of cause, distraction"):
+        build_spec("gc_pressure", 0, 1, {}, role="bystander")
+    schedule, events = _schedule(_Recorder(FaultSpec("recorder", 0.0, 0.1, {}, role="distraction"),
+                                           TargetInfo(None, None, "t", str(tmp_path))))
+    import time
+
+    schedule.start(time.time_ns())
+    assert schedule.wait(5) and schedule.shutdown() == []
+    assert events[0][4]["role"] == "distraction"
 
 
 @pytest.mark.parametrize("section, where", [

@@ -7,10 +7,10 @@ import json
 import os
 
 import pytest
-
 from cli_helpers import load_analysis, run_tailscope
 from otlp_json_helpers import record_requests, write_collector_file
 from run_builders import TRITON_FIXTURE, requests_around, triton_requests, write_requests_run
+
 from tailscope.rundir import load_run
 from tailscope.tracing.ingest.importers import SpanImportError, import_spans
 

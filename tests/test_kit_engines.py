@@ -15,8 +15,8 @@ import json
 import os
 
 import pytest
-
 from receiver_helpers import stored_events, stored_spans
+
 from tailscope.targets.reference.config import TargetConfig
 from tailscope.targets.reference.server import build_asgi_app
 from tailscope.tracing import kit

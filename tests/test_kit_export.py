@@ -8,8 +8,8 @@ import os
 
 import pytest
 from opentelemetry.trace import SpanKind
-
 from receiver_helpers import receiver_stats, running_receiver, stored_events, stored_spans
+
 from tailscope.tracing import kit
 
 

@@ -16,8 +16,8 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Status as PbStatus
 from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 from opentelemetry.trace.span import TraceState
-
 from receiver_helpers import running_receiver, stored_spans
+
 from tailscope.tracing import kit
 from tailscope.tracing.kit.http_server import asgi_parent_context, extract_trace_context
 from tailscope.tracing.kit.lean import LeanTracerProvider

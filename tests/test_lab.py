@@ -7,13 +7,15 @@ import os
 
 import pyarrow.compute as pc
 import pytest
-
 from cli_helpers import run_tailscope
+
 from tailscope.faults.cgroupfs import target_cgroup
+from tailscope.faults.registry import INJECTORS
 from tailscope.faults.swapfile import active_swap_files
-from tailscope.lab.plan import CONTROL, build_suite, fault_window
-from tailscope.lab.outputs import control_line, render_html, score_rows
+from tailscope.lab.outputs import control_line, lab_page_data, score_rows
+from tailscope.lab.plan import CONFOUNDED_CASES, CONTROL, Experiment, build_suite, fault_window
 from tailscope.lab.scoring import aggregate, matching_spike, score_control_run, score_fault_run
+from tailscope.reports.lab_page import render_lab_page
 from tailscope.rundir import load_run
 
 S = 1_000_000_000
@@ -37,7 +39,8 @@ def _windows(p99_by_second):
 def test_suite_covers_every_kind_and_controls_with_varied_loads():
     full = build_suite(quick=False)
     kinds = [e.kind for e in full]
-    assert {k: kinds.count(k) for k in set(kinds)} == {k: 3 for k in set(kinds)} and len(set(kinds)) == 7
+    assert {k: kinds.count(k) for k in set(kinds)} == {k: 3 for k in set(kinds)}
+    assert len(set(kinds)) == len(INJECTORS) + len(CONFOUNDED_CASES) + 1 and len(CONFOUNDED_CASES) >= 1
     for kind in set(kinds) - {CONTROL}:
         mine = [e for e in full if e.kind == kind]
         assert len({e.seed for e in mine}) == 3 and len({e.rate for e in mine}) == 3
@@ -47,6 +50,19 @@ def test_suite_covers_every_kind_and_controls_with_varied_loads():
     assert (quick[0].fault.at_s, quick[0].fault.duration_s) == fault_window(10) == (3.5, 2.5)
     with pytest.raises(ValueError, match="unknown lab kind"):
         build_suite(quick=True, only=["bogus"])
+
+
+def test_confounded_case_runs_its_cause_and_a_distraction_in_one_window():
+    name, case = next(iter(CONFOUNDED_CASES.items()))
+    (experiment,) = build_suite(quick=True, only=[name], duration_s=10)
+    assert experiment.kind == name and experiment.name.startswith(name)
+    cause, distraction = experiment.faults
+    assert (cause.kind, cause.role) == (case.cause[0], "cause")
+    assert (distraction.kind, distraction.role) == (case.distraction[0], "distraction")
+    assert (cause.at_s, cause.duration_s) == (distraction.at_s, distraction.duration_s) == fault_window(10)
+    assert cause.params["placement"] == "target" and distraction.params["victim"] == "neighbour"
+    again = Experiment.from_dict(json.loads(json.dumps(experiment.as_dict())))  # how the lab hands it over
+    assert again == experiment and again.faults == experiment.faults
 
 
 def test_scoring_matches_the_overlapping_spike_and_its_ranked_causes():
@@ -62,6 +78,20 @@ def test_scoring_matches_the_overlapping_spike_and_its_ranked_causes():
     missed = score_fault_run(_analysis(("overload", 10 * S, 15 * S), spikes=[_spike(25, 26, "queueing")]))
     assert not missed["detected"] and not missed["ac1"] and missed["time_to_detect_s"] is None
     assert matching_spike([_spike(9, 11), _spike(12, 20)], 10 * S, 15 * S)["start_ns"] == 12 * S
+
+
+def test_scoring_a_confounded_run_expects_the_cause_not_the_distraction():
+    analysis = _analysis(("cpu_contention", 10 * S, 15 * S), spikes=[_spike(10, 14, "swap", "cpu_contention")])
+    analysis["events"]["faults"][0]["attributes"]["role"] = "cause"
+    analysis["events"]["faults"].insert(0, {"kind": "fault", "start_ns": 9 * S, "end_ns": 16 * S,
+                                            "attributes": {"fault": "memory_swap", "role": "distraction"}})
+    misled = score_fault_run(analysis)
+    assert misled["fault_kind"] == "cpu_contention" and misled["fault_window_ns"] == [10 * S, 15 * S]
+    assert misled["detected"] and not misled["ac1"] and misled["ac3"] and misled["distracted"]
+    assert misled["distractions"] == ["memory_swap"]
+    analysis["spikes"] = [_spike(10, 14, "cpu_contention")]
+    right = score_fault_run(analysis)
+    assert right["ac1"] and not right["distracted"]
 
 
 def test_aggregate_scores_per_kind_and_control_false_alarms():
@@ -107,7 +137,7 @@ def test_summary_page_escapes_untrusted_text(tmp_path):
     lab = {"suite": "quick", "status": "complete", "created_ns": 0, "experiments": [result],
            "scores": aggregate([{**result, "score": {**result["score"], "ground_truth": True, "ac3": False,
                                                      "time_to_detect_s": 0.5}}])}
-    page = render_html(lab, str(tmp_path))
+    page = render_lab_page(lab_page_data(lab, str(tmp_path)))
     assert evil not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
     assert "<script" not in page and "http" not in page.replace("http-equiv", "")
 
@@ -171,4 +201,35 @@ def test_quick_lab_subset_runs_scores_and_shows_fault_windows(tmp_path):
 
     mine = {f"tailscope-lab-{r['process_pid']}" for r in lab["experiments"]}
     leftovers = [d for c in ("cpu", "memory") for d in os.listdir(target_cgroup(os.getpid(), c).path) if d in mine]
+    assert leftovers == [] and not [p for p in active_swap_files() if str(out) in p]
+
+
+@pytest.mark.slow
+@pytest.mark.root
+def test_confounded_lab_case_scores_the_cause_beside_a_distraction_and_cleans_up(tmp_path):
+    """cotenant_cpu+neighbour_swap for real: co-tenants in the target's cgroup and a neighbour paging
+    through swap at once. Slow (a swap file, 20 s of load): not in the quick subset above."""
+    _lab_root_or_skip()
+    case = "cotenant_cpu+neighbour_swap"
+    out = tmp_path / "lab"
+    done = run_tailscope("lab", "--quick", "--only", case, "--duration", "20s", "--out", str(out), timeout=400)
+    assert done.returncode == 0, done.stdout + done.stderr
+    lab = json.loads((out / "lab.json").read_text())
+    (result,) = lab["experiments"]
+    assert result["status"] == "ok" and result["kind"] == case, result
+    score = result["score"]
+    assert score["fault_kind"] == "cpu_contention" and score["distractions"] == ["memory_swap"]
+    run = load_run(result["run_dir"])
+    truth = {a["role"]: a for a in (json.loads(t) for t in run.events.column("attributes").to_pylist())
+             if a.get("fault") in ("cpu_contention", "memory_swap")}
+    assert truth["cause"]["fault"] == "cpu_contention" and truth["cause"]["mechanism"]["placement"] == "target"
+    paging = truth["distraction"]["observed"]
+    assert paging["neighbour_major_faults_delta"] > 100 and paging["pswpin_delta"] > 1000
+    assert paging["major_faults_delta"] <= 0.01 * paging["neighbour_major_faults_delta"]  # the target did not page
+    # the fault hurt, was found, and the host's paging did not outrank it
+    assert score["detected"] and score["ac3"] and not score["distracted"], score
+    assert "cotenant_cpu+neighbour_swap" in lab["scores"]["kinds"]
+    mine = {f"tailscope-lab-{result['process_pid']}"}
+    parents = [target_cgroup(os.getpid(), c).path for c in ("cpu", "memory")]
+    leftovers = [d for p in parents for d in os.listdir(p) if d in mine or d.startswith("tailscope-neighbour-")]
     assert leftovers == [] and not [p for p in active_swap_files() if str(out) in p]

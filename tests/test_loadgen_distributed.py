@@ -16,6 +16,9 @@ from collections import Counter
 import numpy as np
 import pyarrow as pa
 import pytest
+from cli_helpers import run_tailscope
+from test_loadgen_runner import serve  # noqa: F401  (fixture: a recording HTTP server on 127.0.0.1)
+from test_loadgen_streaming import TOKENS, stream_server  # noqa: F401  (fixture: an SSE server on 127.0.0.1)
 
 from tailscope.analyzers.inputs.records import request_arrays
 from tailscope.analyzers.stats.summary import summarize
@@ -37,10 +40,6 @@ from tailscope.loadgen.distributed import (
 from tailscope.loadgen.selfcheck import GeneratorMonitor
 from tailscope.loadgen.spec import ArrivalSpec
 from tailscope.rundir import Appender, load_run, read_stream, schema
-
-from cli_helpers import run_tailscope
-from test_loadgen_runner import serve  # noqa: F401  (fixture: a recording HTTP server on 127.0.0.1)
-from test_loadgen_streaming import TOKENS, stream_server  # noqa: F401  (fixture: an SSE server on 127.0.0.1)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXAMPLE_LOCUSTFILE = os.path.join(REPO, "scenarios", "locustfile_example.py")
@@ -113,7 +112,7 @@ def test_merged_percentiles_equal_those_over_the_concatenated_records(tmp_path):
     table = read_stream(tmp_path / schema.REQUESTS, schema.REQUESTS_SCHEMA).table
     assert Counter(table.column("worker").to_pylist()) == {0: 1500, 1: 1100}
     concatenated = rows[0] + rows[1]
-    direct = pa.table({name: [r[i] for r in concatenated] for i, name in enumerate(REQUEST_COLUMNS)},
+    direct = pa.table({name: [r[i] if i < len(r) else None for r in concatenated] for i, name in enumerate(REQUEST_COLUMNS)},
                       schema=schema.REQUESTS_SCHEMA)
     expected = summarize(request_arrays(direct))
     got = summarize(request_arrays(table))
@@ -150,7 +149,7 @@ def test_column_buffer_hands_over_rows_once():
     assert buffer.take() is None
     buffer.append(*range(len(REQUEST_COLUMNS)))
     columns = buffer.take()
-    assert columns["scheduled_ns"] == [0] and columns["worker"] == [len(REQUEST_COLUMNS) - 1]
+    assert columns["scheduled_ns"] == [0] and columns["worker"] == [REQUEST_COLUMNS.index("worker")]
     assert buffer.take() is None and buffer.appended == 1
 
 
@@ -287,7 +286,7 @@ def _generator_run(signal_rows: list[tuple], gc_events: list[tuple], origin: int
         sent = scheduled + (5_000_000 if i // 10 == late_window else 100_000)
         rows.append((scheduled, sent, sent + 10_000_000, None, "a", 200, 1, 1, f"{i:032x}", None, None, 0, None,
                      i % 2))
-    requests = pa.table({name: [r[i] for r in rows] for i, name in enumerate(REQUEST_COLUMNS)},
+    requests = pa.table({name: [r[i] if i < len(r) else None for r in rows] for i, name in enumerate(REQUEST_COLUMNS)},
                         schema=schema.REQUESTS_SCHEMA)
     signals = pa.table({"t_ns": [r[0] for r in signal_rows], "series": [r[1] for r in signal_rows],
                         "value": [r[2] for r in signal_rows]}, schema=schema.SIGNALS_SCHEMA)
@@ -364,7 +363,7 @@ def test_plain_locustfile_headless_writes_a_run_directory(tmp_path, serve):
     assert set(run.requests.column("cls").to_pylist()) <= {"short_text", "long_text"}
     assert set(run.requests.column("worker").to_pylist()) == {0}
     # Locust's own statistics saw the same requests
-    assert f"Aggregated" in proc.stderr + proc.stdout
+    assert "Aggregated" in proc.stderr + proc.stdout
 
 
 def test_inline_locustfile_with_processes_merges_two_workers(tmp_path, serve):

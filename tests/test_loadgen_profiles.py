@@ -8,8 +8,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from tailscope.loadgen.arrivals import (cumulative_rate_inverse, expected_arrivals, rate_at,
-                                        schedule_offsets_ns)
+from tailscope.loadgen.arrivals import cumulative_rate_inverse, expected_arrivals, rate_at, schedule_offsets_ns
 from tailscope.loadgen.datafiles import DataFileError, load_arrival_log
 from tailscope.loadgen.spec import ArrivalLog, ArrivalSpec, RateProfile, SpecError
 from tailscope.scenario_model.scenario import ScenarioError, parse_scenario

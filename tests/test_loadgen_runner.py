@@ -27,7 +27,7 @@ MS = 1_000_000
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     wbufsize = 1 << 16  # head and body in one write (no Nagle / delayed-ACK 40 ms stalls)
-    server: "RecordingServer"
+    server: RecordingServer
 
     def do_GET(self):
         self._serve()

@@ -10,7 +10,6 @@ import os
 
 import numpy as np
 import pytest
-
 from cli_helpers import load_analysis, only_run_dir, run_tailscope
 from test_target_service import TargetProcess
 

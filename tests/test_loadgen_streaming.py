@@ -14,12 +14,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import numpy as np
 import pytest
+from test_loadgen_runner import run_plan, serve  # noqa: F401  (fixture)
 
 from tailscope.analyzers.analysis import analyze_run
 from tailscope.loadgen.streams import ChunkTimer, framing_of
 from tailscope.rundir import read_stream, schema, write_json_atomic
-
-from test_loadgen_runner import run_plan, serve  # noqa: F401  (fixture)
 
 MS = 1_000_000
 TOKENS = 8
@@ -116,7 +115,7 @@ def test_streamed_tokens_are_timed_recorded_and_analysed(stream_server, tmp_path
     for trace, index, t in zip(*(chunks.column(c).to_pylist() for c in ("trace_id", "index", "t_ns"))):
         by_trace.setdefault(trace, []).append((index, t))
     assert set(by_trace) == set(rec["trace_id"])
-    for trace, items in by_trace.items():
+    for items in by_trace.values():
         assert [i for i, _ in items] == list(range(len(items)))
         assert all(b[1] > a[1] for a, b in zip(items, items[1:]))
 

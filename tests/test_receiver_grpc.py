@@ -19,9 +19,8 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from receiver_helpers import CHILD_ID, receiver_stats, running_receiver, span, stored_metric_signals, stored_spans, trace_request
 
-from receiver_helpers import (CHILD_ID, receiver_stats, running_receiver, span, stored_metric_signals, stored_spans,
-                              trace_request)
 from tailscope.tracing.ingest.receiver import OtlpReceiver
 from tailscope.tracing.ingest.receiver_grpc import service_names
 
@@ -135,7 +134,7 @@ def test_bad_messages_are_rejected_counted_and_the_server_keeps_serving(receiver
     assert call(channel, TRACES, trace_request([span("still-alive")])) == grpc.StatusCode.OK
     receiver.stop()
     stats = receiver_stats(receiver.run_dir)
-    assert stats["rejected"] == {"malformed": 2, "oversized": 2, "unsupported": 0}
+    assert stats["rejected"] == {"malformed": 2, "oversized": 2, "unsupported": 0, "unauthenticated": 0}
     assert stats["requests_by_transport"]["grpc"] == 7
     assert {r["name"] for r in stored_spans(receiver.run_dir)} == {"ok-before", "x", "still-alive"}
 

@@ -16,7 +16,6 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-
 from receiver_helpers import (
     CHILD_ID,
     ROOT_ID,
@@ -30,6 +29,7 @@ from receiver_helpers import (
     trace_request,
 )
 from test_receiver_decode import _metrics_request, json_body
+
 from tailscope.tracing.ingest.receiver import OtlpReceiver
 
 
@@ -111,7 +111,7 @@ def test_bad_requests_are_rejected_and_the_receiver_keeps_serving(receiver):
     assert post(receiver.port, "/v1/traces", trace_request([span("still-alive")]))[0] == 200
     receiver.stop()
     stats = receiver_stats(receiver.run_dir)
-    assert stats["rejected"] == {"malformed": 3, "oversized": 2, "unsupported": 2}
+    assert stats["rejected"] == {"malformed": 3, "oversized": 2, "unsupported": 2, "unauthenticated": 0}
     assert stats["requests"] == 10
     assert {r["name"] for r in stored_spans(receiver.run_dir)} == {"after-400", "still-alive"}
 

@@ -7,7 +7,6 @@ import subprocess
 import sys
 
 import pytest
-
 from receiver_helpers import CHILD_ID, post, receiver_stats, span, stored_events, stored_spans, trace_request
 
 

@@ -11,15 +11,20 @@ import shutil
 import pyarrow as pa
 import pytest
 import yaml
-from hypothesis import HealthCheck, given, settings, strategies as st
-
 from cli_helpers import run_tailscope
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
 from tailscope.loadgen.datafiles import DataFileError, load_arrival_log, load_bodies, load_sizes
 from tailscope.rundir import RunDirError, RunWriter, load_run, read_stream, schema
 from tailscope.scenario_model.scenario import ScenarioError, parse_scenario
 from tailscope.tracing.ingest.importers import FileImport, SpanImportError, read_jaeger, read_otlp_json_lines
 from tailscope.tracing.ingest.otlp_decode import (
-    MalformedPayload, decode_metrics_json, decode_metrics_protobuf, decode_traces_json, decode_traces_protobuf,
+    MalformedPayload,
+    decode_metrics_json,
+    decode_metrics_protobuf,
+    decode_traces_json,
+    decode_traces_protobuf,
 )
 
 PROPERTY = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow,

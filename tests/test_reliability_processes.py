@@ -14,10 +14,9 @@ import tempfile
 import time
 
 import pytest
-
 from cli_helpers import free_port, load_analysis
-from reliability_helpers import (children_of, manifest, pid_alive, run_dir_of, start_run, start_target,
-                                 wait_for_file, write_scenario)
+from reliability_helpers import children_of, manifest, pid_alive, run_dir_of, start_run, start_target, wait_for_file, write_scenario
+
 from tailscope.rundir import load_run
 
 
@@ -122,7 +121,8 @@ def test_sigint_and_sigterm_stop_promptly_flush_report_and_clean_up(tmp_path, tr
 
 COMPANION_RUN = r"""
 import os, subprocess, sys
-from tailscope.conductor.session import Companion, RunOptions, execute_run
+from tailscope.conductor.companion import Companion
+from tailscope.conductor.session import RunOptions, execute_run
 from tailscope.scenario_model.scenario import load_scenario
 
 class Leftovers(Companion):

@@ -12,11 +12,12 @@ import time
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
-
 from cli_helpers import free_port
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from receiver_helpers import post, span, trace_request
 from reliability_helpers import manifest, run_dir_of, start_run, start_target, write_scenario
+
 from tailscope.analyzers.health.run_health import span_warnings
 from tailscope.rundir import load_run, read_json
 from tailscope.tracing.ingest.receiver import OtlpReceiver

@@ -9,14 +9,16 @@ import numpy as np
 import pytest
 
 from tailscope.analyzers.analysis import analyze_run
-from tailscope.analyzers.stats.percentiles import percentile_set
 from tailscope.analyzers.inputs.retained import grouped_quantiles_ms, histogram_percentile_set
+from tailscope.analyzers.spikes.detection import SpikeRules
+from tailscope.analyzers.stats.percentiles import percentile_set
 from tailscope.loadgen.disk_budget import DiskBudget
 from tailscope.loadgen.locust_stats_trim import trim_per_second_counts
 from tailscope.loadgen.record_keeper import RecordKeeper
 from tailscope.loadgen.retention_section import RetentionPolicy
 from tailscope.loadgen.window_stats import SpikeWatch
-from tailscope.rundir import RunWriter, histograms as hist, load_run
+from tailscope.rundir import RunWriter, load_run
+from tailscope.rundir import histograms as hist
 from tailscope.rundir.retention_policy import load_retention, trace_sampled
 
 START_NS = 1_767_225_600 * 10**9
@@ -123,6 +125,28 @@ def test_retained_run_keeps_the_spike_in_full_and_reports_like_the_exact_records
     assert retained["spikes"] and exact["spikes"]
     assert retained["spikes"][0]["requests"] == exact["spikes"][0]["requests"]
     assert any(w["code"] == "records_retained" for w in retained["warnings"])
+
+
+def test_a_retained_runs_spikes_are_the_exact_records_spikes_whatever_the_window_alignment(tmp_path):
+    """Outside its keep interval a retained run holds a 2 % sample: ~4 records per 1-s window, where
+    the detection window was sized for 20. Tested on those records, one slow record of two in a
+    window that shares a flagged 8-window group with the spike joined it (uncorrected p = 0.02 <
+    0.05) — an extra spike, for seed 4 with the warm-up's origin, seed 31 without: the alignment
+    decides which sampled window shares the spike's group. The histograms count every request."""
+    policy = RetentionPolicy(full_records_around_spikes_s=3.0, sample_rate=0.02, window_s=1.0)
+    no_warmup = SpikeRules(warmup_share=0.0, warmup_min_s=0.0, warmup_max_s=0.0)
+    for seed, rules in ((4, SpikeRules()), (31, no_warmup)):
+        rows = _requests(seed=seed)
+        _write(tmp_path / f"kept{seed}", rows, policy)
+        _write(tmp_path / f"full{seed}", rows, None)
+        retained, exact = (analyze_run(tmp_path / f"{name}{seed}", spike_rules=rules) for name in ("kept", "full"))
+        spans = [[(round((s["start_ns"] - START_NS) / 1e9), round((s["end_ns"] - START_NS) / 1e9))
+                  for s in analysis["spikes"]] for analysis in (retained, exact)]
+        assert spans[0] == spans[1] == [(40, 41)], (seed, spans)
+        assert retained["spike_detection"]["tests"] == exact["spike_detection"]["tests"]
+        assert retained["spike_detection"]["baseline_p99_ms"] == pytest.approx(
+            exact["spike_detection"]["baseline_p99_ms"], rel=0.0101)
+        assert retained["spikes"][0]["slow_requests"] == pytest.approx(exact["spikes"][0]["slow_requests"], abs=2)
 
 
 def test_spike_watch_flags_a_window_against_the_running_median():

@@ -7,13 +7,14 @@ import xml.etree.ElementTree as ET
 import numpy as np
 import pytest
 
-from tailscope.analyzers.stats.distribution import bin_edges_ms, latency_distribution
 from tailscope.analyzers.inputs.records import request_arrays
-from tailscope.analyzers.stats.slow_points import slow_request_points
 from tailscope.analyzers.stages.representative_trace import representative_trace, span_depths
-from tailscope.reports.cards import MAX_CARDS, evidence_rows, spike_cards
+from tailscope.analyzers.stats.distribution import bin_edges_ms, latency_distribution
+from tailscope.analyzers.stats.slow_points import slow_request_points
+from tailscope.reports.cards import MAX_CARDS, spike_cards
 from tailscope.reports.compare_html import build_comparison_data, render_comparison
 from tailscope.reports.downsample import lttb, lttb_indices
+from tailscope.reports.evidence_text import evidence_sentences
 from tailscope.reports.extras import loop_label, streaming, sweep
 from tailscope.reports.html import render_html
 from tailscope.reports.junit import render_junit
@@ -96,16 +97,30 @@ def test_representative_trace_is_a_median_slow_request_with_relative_spans(gc_ru
     assert span_depths(["a", "b", "c"], [None, "a", "b"]) == [0, 1, 2]
 
 
-def test_cards_rank_causes_flatten_evidence_and_cap_the_count():
+def test_cards_rank_by_impact_write_evidence_as_sentences_and_cap_the_count():
     spikes = [{"start_ns": i * NS, "end_ns": (i + 1) * NS, "excess_ms": float(i), "p99_ms": 100.0 + i,
                "causes": [{"kind": "gc_pause", "confidence": 0.9, "evidence": {"share": 0.97, "pause": {"max_ms": 180}}}]}
               for i in range(MAX_CARDS + 3)]
     result = spike_cards(spikes, 0)
     assert len(result["rows"]) == MAX_CARDS + 3 and len(result["cards"]) == MAX_CARDS and result["uncarded"] == 3
-    assert [c["number"] for c in result["cards"]] == list(range(4, MAX_CARDS + 4))  # largest excess, time order
+    assert [c["number"] for c in result["cards"]] == list(range(MAX_CARDS + 3, 3, -1))  # largest impact first
+    assert [c["rank"] for c in result["cards"]] == list(range(1, MAX_CARDS + 1))
     assert result["cards"][0]["cause_rows"][0]["confidence"] == "90%"
-    assert evidence_rows({"share": 0.97, "pause": {"max_ms": 180}, "decomposition": {"x": 1}}) == [
-        {"key": "share", "value": "0.97"}, {"key": "pause.max_ms", "value": "180"}]
+    assert result["cards"][0]["top_title"] == "GC pauses of the target"
+    sentences = evidence_sentences({"kind": "cpu_throttling", "evidence": {
+        "summary": "CFS throttling of the target's cgroup", "longest_pause_ms": 180.0, "decomposition": {"x": 1},
+        "signals": [{"series": "cgroup.cpu.throttled_ns", "spike": 3.12e8, "baseline": 0.0, "z": 41.0,
+                     "material_excess": 5e7, "confidence": 1.0}],
+        "latency_split": {"latency_growth_ms": 30.0, "server_growth_ms": 28.0, "lateness_growth_ms": 0.5},
+        "factors": {"server_side": 1.0, "throttling": 0.98}}})
+    assert sentences == [
+        "CFS throttling of the target's cgroup",
+        "CPU time throttled (CFS quota): 312 ms/s in the spike vs 0 ms/s at baseline (robust z 41); "
+        "it counts fully from +50 ms/s.",
+        "Longest GC pause overlapping a slow request: 180 ms.",
+        "Extra latency of the slow requests: +30.0 ms on average — server +28.0 ms, send lateness +0.5 ms.",
+        "Confidence is the product of: server side 100%, throttling 98%."]
+    assert not any("_" in text for text in sentences)  # no raw evidence keys
 
 
 def test_optional_sections_read_defensively():
@@ -164,8 +179,8 @@ def test_markdown_cells_cannot_inject():
 
 def test_a_synthetic_day_renders_a_bounded_page(tmp_path):
     """A 24-hour analysis shape (86,400 windows, 3,000 slow points, 2,000-point signals) stays far below 10 MB."""
-    from tailscope.reports.data import build_report_data
     from tailscope.analyzers.analysis import analyze_run
+    from tailscope.reports.data import build_report_data
 
     path = str(tmp_path / "run")
     write_synthetic_run(path, duration_s=20, rate=20, seed=2)

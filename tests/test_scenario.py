@@ -4,7 +4,8 @@ import textwrap
 
 import pytest
 
-from tailscope.scenario_model.scenario import ScenarioError, load_scenario, parse_duration_s, parse_scenario
+from tailscope.scenario_model.scenario import ScenarioError, load_scenario, parse_scenario
+from tailscope.support.units import parse_duration_s
 
 GOOD = textwrap.dedent("""\
     name: t
@@ -129,3 +130,34 @@ def test_shipped_scenarios_are_valid():
     for f in files:
         with resources.as_file(f) as path:
             load_scenario(path, require_target=False)
+
+
+def test_the_late_span_wait_is_read_and_a_bad_one_is_named():
+    tracing = "duration: 30s\ntracing:\n  late_span_wait: 20s\n  export_interval: 10s\n"
+    scenario = parse_scenario(GOOD.replace("duration: 30s\n", tracing), "good.yaml")
+    assert scenario.tracing == {"late_span_wait_s": 20.0, "export_interval_s": 10.0}
+    assert parse_scenario(GOOD, "good.yaml").tracing == {}
+    err = bad(GOOD.replace("duration: 30s\n", "duration: 30s\ntracing:\n  late_span_wait: soon\n"))
+    assert (err.line, err.field) == (5, "tracing.late_span_wait") and "expected a duration" in err.message
+    err = bad(GOOD.replace("duration: 30s\n", "duration: 30s\ntracing:\n  late_span_wait: 1h\n"))
+    assert (err.line, err.field) == (5, "tracing.late_span_wait") and "between 0s and 10m" in err.message
+    err = bad(GOOD.replace("duration: 30s\n", "duration: 30s\ntracing:\n  wait: 5s\n"))
+    assert (err.line, err.field) == (5, "tracing.wait") and "unknown field" in err.message
+
+
+def test_concurrency_mode_and_max_concurrency_are_read_and_bad_ones_named():
+    arrival = "arrival:\n  process: poisson\n  rate: 50\n"
+    concurrency = parse_scenario(GOOD.replace(arrival, "arrival: {concurrency: 16}\n"), "good.yaml")
+    assert (concurrency.arrival.process, concurrency.arrival.users, concurrency.arrival.think_time_s) == ("closed", 16, 0)
+    capped = parse_scenario(GOOD.replace("  rate: 50\n", "  rate: 50\n  max_concurrency: 8\n"), "good.yaml")
+    assert capped.arrival.max_concurrency == 8 and capped.load_plan().max_in_flight == 8
+    assert capped.arrival.describe()["max_concurrency"] == 8
+    for replacement, field, words in [
+        ("arrival: {concurrency: 16, rate: 5}\n", "arrival.rate", "not with concurrency"),
+        ("arrival: {process: poisson, concurrency: 16}\n", "arrival.concurrency", "max_concurrency"),
+        ("arrival: {concurrency: 0}\n", "arrival.concurrency", ">= 1"),
+        ("arrival: {process: closed, users: 4, max_concurrency: 2}\n", "arrival.max_concurrency", "number of users"),
+        ("arrival: {process: poisson, rate: 5, max_concurrency: 0}\n", "arrival.max_concurrency", ">= 1"),
+    ]:
+        err = bad(GOOD.replace(arrival, replacement))
+        assert (err.line, err.field) == (4, field) and words in err.message, str(err)

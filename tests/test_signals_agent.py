@@ -11,8 +11,8 @@ import sys
 import numpy as np
 import pyarrow as pa
 import pytest
-
 from signals_helpers import start_burner, stop_process
+
 from tailscope.analyzers.inputs.signal_series import load_receiver_meta, signal_series
 from tailscope.rundir import read_stream, schema
 from tailscope.tracing.ingest.receiver import OtlpReceiver

@@ -10,7 +10,6 @@ import os
 import time
 
 import pytest
-
 from signals_helpers import read_series, read_signals_meta, run_sampler_process, start_burner, stop_process
 
 CPU_HIERARCHY = "/sys/fs/cgroup/cpu"

@@ -13,8 +13,8 @@ import threading
 import time
 
 import pytest
-
 from signals_helpers import read_series, start_burner, stop_process
+
 from tailscope.tracing.signals.process import ProcessSampler
 from tailscope.tracing.signals.psi import PressureSampler
 from tailscope.tracing.signals.runner import run_sampling

@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 from signals_helpers import stop_process
+
 from tailscope.tracing.signals.discovery import describe_process, find_listening_pid
 
 SERVER_CODE = (

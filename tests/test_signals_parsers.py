@@ -6,10 +6,8 @@ import os
 
 import pytest
 
-from tailscope.tracing.signals.sampler import CLOCK_TICKS_PER_S
+from tailscope.support.cgroups import CgroupLocation, locate_cgroups
 from tailscope.tracing.signals.cgroup import (
-    CgroupLocation,
-    locate_cgroups,
     parse_cpu_v1,
     parse_cpu_v2,
     parse_memory_v1,
@@ -26,6 +24,7 @@ from tailscope.tracing.signals.process import (
     parse_status_ctxt,
 )
 from tailscope.tracing.signals.psi import parse_pressure
+from tailscope.tracing.signals.sampler import CLOCK_TICKS_PER_S
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures")
 V1 = os.path.join(FIXTURES, "cgroup_v1")

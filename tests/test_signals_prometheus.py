@@ -7,8 +7,8 @@ import threading
 
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Summary, generate_latest, start_http_server
-
 from signals_helpers import read_series, read_signals_meta
+
 from tailscope.tracing.signals.prometheus import PrometheusSampler, parse_exposition
 from tailscope.tracing.signals.runner import SamplerConfig, run_sampling
 

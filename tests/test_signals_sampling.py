@@ -5,7 +5,6 @@ from __future__ import annotations
 import threading
 
 import pytest
-
 from signals_helpers import (
     read_series,
     read_signals_meta,
@@ -14,6 +13,7 @@ from signals_helpers import (
     start_fsync_writer,
     stop_process,
 )
+
 from tailscope.tracing.signals import SeriesMeta, default_samplers, run_sampling
 from tailscope.tracing.signals.sampler import GAUGE
 

@@ -16,8 +16,8 @@ import threading
 import time
 
 import pytest
-
 from signals_helpers import read_series, read_signals_meta, stop_process
+
 from tailscope.tracing.signals.cgroup import CgroupSampler
 from tailscope.tracing.signals.host import MemorySampler, VmstatSampler
 from tailscope.tracing.signals.process import ProcessSampler

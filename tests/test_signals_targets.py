@@ -11,15 +11,13 @@ import textwrap
 import time
 
 import pytest
-
 from signals_helpers import stop_process
-from tailscope.tracing.signals.sampler import read_text
+
+from tailscope.support.cgroups import CgroupLocation, find_container_cgroup, locate_cgroup_path
+from tailscope.support.procfs import read_text
 from tailscope.tracing.signals.cgroup import (
-    CgroupLocation,
     CgroupSampler,
-    find_container_cgroup,
     is_cgroup2_root,
-    locate_cgroup_path,
     parse_cgroup_pressure,
     parse_memory_v1,
     parse_memory_v2,
@@ -144,6 +142,22 @@ def test_find_by_name_picks_the_root_of_a_forked_server(process_tree):
     with pytest.raises(TargetNotFound, match="no process named"):
         find_process_target(f"tailscope-no-such-process-{os.getpid()}")
     assert find_target(TargetChoice(process_name=name), None, True)["pid"] == parent
+
+
+def test_find_by_name_matches_the_module_of_a_safe_path_python_child(tmp_path):
+    """tailscope starts its children as ``python -P -m MODULE``: the module is still the name."""
+    from tailscope.support.python_child import python_module
+
+    module = f"tailscope_test_module_{os.getpid()}"
+    (tmp_path / f"{module}.py").write_text("import sys\nprint('up', flush=True)\nsys.stdin.read()\n")
+    child = subprocess.Popen(python_module(module), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                             env=dict(os.environ, PYTHONPATH=str(tmp_path)))
+    try:
+        assert child.stdout.readline().strip() == "up"
+        assert find_process_target(module)["pid"] == child.pid
+    finally:
+        child.stdin.close()
+        child.wait(timeout=10)
 
 
 def test_process_sampler_sums_the_tree_or_watches_the_root_alone(process_tree):

@@ -7,15 +7,15 @@ import json
 import numpy as np
 import pyarrow as pa
 import pytest
-
 from run_builders import TRITON_FIXTURE, triton_requests, write_requests_run
+
 from tailscope.analyzers.analysis import analyze_run
 from tailscope.analyzers.inputs.records import request_arrays
-from tailscope.analyzers.stages.rules import PRESETS, StageRuleError, parse_stages_config, rules_for_scenario
 from tailscope.analyzers.stages.decomposition import stage_matrix
+from tailscope.analyzers.stages.rules import PRESETS, StageRuleError, parse_stages_config, rules_for_scenario
 from tailscope.rundir import load_run, schema
-from tailscope.testing.synthetic import write_synthetic_run
 from tailscope.scenario_model.scenario import ScenarioError, parse_scenario
+from tailscope.testing.synthetic import write_synthetic_run
 from tailscope.tracing.ingest.importers import import_spans
 
 TRITON_STAGES = ("http_recv", "queue", "compute_input", "inference", "compute_output", "http_send")
@@ -53,11 +53,14 @@ def test_triton_analysis_shows_the_slow_queue_and_the_rules(triton_run):
     assert {"between": ["QUEUE_START", "COMPUTE_START"], "stage": "queue"} in stages["rules"]["rules"]
 
 
-def test_without_the_preset_triton_spans_are_unmapped_and_time_is_unaccounted(triton_run):
+def test_without_the_preset_triton_spans_are_unmapped_and_the_model_span_is_its_own_stage(triton_run):
     run = load_run(triton_run)
     matrix = stage_matrix(request_arrays(run.requests), run.spans, PRESETS["reference"])
     assert {u["name"]: u["count"] for u in matrix.unmapped} == {"resnet50": 60, "compute": 60}
-    assert np.allclose(matrix.column("unaccounted"), matrix.column("server"))
+    assert matrix.span_stages == ("resnet50",)  # the server span's child; `compute` inside it rolls up
+    assert np.allclose(matrix.column("unaccounted") + matrix.column("resnet50"), matrix.column("server"))
+    none = stage_matrix(request_arrays(run.requests), run.spans, PRESETS["none"])
+    assert none.span_stages == ("resnet50",) and np.allclose(none.column("resnet50"), matrix.column("resnet50"))
 
 
 def _spans(rows: list[dict]) -> pa.Table:
@@ -133,7 +136,7 @@ stages:
 
 
 @pytest.mark.parametrize("section, where, message", [
-    ("  preset: vllm\n", "6: stages.preset", "unknown preset 'vllm'"),
+    ("  preset: trtllm\n", "6: stages.preset", "unknown preset 'trtllm'"),
     ("  rules:\n    - match: {name: '(('}\n      stage: queue\n", "7: stages.rules[0].match.name",
      "invalid regular expression"),
     ("  rules:\n    - match: {name: x}\n      stage: server\n", "8: stages.rules[0].stage", "derived by the analysis"),
@@ -162,3 +165,71 @@ def test_a_broken_section_in_an_old_manifest_falls_back_with_a_warning():
     assert resolved.warnings[0]["code"] == "invalid_stage_rules"
     with pytest.raises(StageRuleError):
         parse_stages_config({"preset": 42})
+
+
+@pytest.mark.parametrize("span_id", [lambda hex_id: hex_id, lambda hex_id: f"span-{hex_id[:2]}"],
+                         ids=["otlp-ids", "other-ids"])
+def test_unmapped_children_of_the_server_span_are_stages_under_their_own_names(tmp_path, span_id):
+    trace = "ef" * 16
+    run_dir = write_requests_run(tmp_path / "run", [{"trace_id": trace, "sent_ns": 0, "end_ns": 100_000_000}])
+    t = 1_000_000
+    spans = _spans([{**row, "span_id": span_id(row["span_id"]), "parent_span_id": span_id(row["parent_span_id"])}
+                    for row in [  # a plain OTel SDK service: decode, model (twice), encode; nothing a rule names
+        {"trace_id": trace, "span_id": "01" * 8, "parent_span_id": "ff" * 8, "name": "POST /predict", "kind": 2,
+         "start_ns": t, "end_ns": 91 * t},
+        {"trace_id": trace, "span_id": "06" * 8, "parent_span_id": "01" * 8, "name": "encode",
+         "start_ns": 80 * t, "end_ns": 85 * t},
+        {"trace_id": trace, "span_id": "02" * 8, "parent_span_id": "01" * 8, "name": "decode",
+         "start_ns": 2 * t, "end_ns": 6 * t},
+        {"trace_id": trace, "span_id": "03" * 8, "parent_span_id": "01" * 8, "name": "model",
+         "start_ns": 10 * t, "end_ns": 50 * t},
+        {"trace_id": trace, "span_id": "04" * 8, "parent_span_id": "03" * 8, "name": "inference",  # a preset's
+         "start_ns": 20 * t, "end_ns": 45 * t},
+        {"trace_id": trace, "span_id": "05" * 8, "parent_span_id": "04" * 8, "name": "kernel",  # rolls up
+         "start_ns": 21 * t, "end_ns": 30 * t},
+        {"trace_id": trace, "span_id": "08" * 8, "parent_span_id": "01" * 8, "name": "model",
+         "start_ns": 60 * t, "end_ns": 70 * t},
+        {"trace_id": trace, "span_id": "07" * 8, "parent_span_id": "ee" * 8, "name": "orphan",  # parent lost
+         "start_ns": 86 * t, "end_ns": 88 * t},
+    ]])
+    matrix = stage_matrix(request_arrays(load_run(run_dir).requests), spans, PRESETS["reference"])
+    assert matrix.span_stages == ("decode", "model", "encode")  # in the order they start
+    got = {stage: matrix.column(stage)[0] for stage in matrix.stages}
+    assert got["decode"] == 4.0 and got["encode"] == 5.0 and got["inference"] == 25.0
+    assert got["model"] == pytest.approx(40.0 + 10.0 - 25.0)  # both model spans, less the preset's inference
+    assert got["server"] == 90.0 and got["unaccounted"] == pytest.approx(90.0 - 4 - 5 - 25 - 25)
+    assert {u["name"] for u in matrix.unmapped} == {"decode", "model", "encode", "kernel", "orphan"}
+    ruled = parse_stages_config({"rules": [{"match": {"name": "^model$"}, "stage": "compute"}]})
+    matrix = stage_matrix(request_arrays(load_run(run_dir).requests), spans, ruled)
+    assert matrix.span_stages == ("decode", "encode") and matrix.column("compute")[0] == 50.0
+
+
+def test_a_spike_is_decomposed_into_the_span_name_stages(tmp_path):
+    write_synthetic_run(tmp_path / "syn", duration_s=40, rate=100, seed=5, with_signals=False,
+                        spikes=[{"kind": "gpu", "at_s": 20, "duration_s": 5, "extra_ms": 80, "stage": "inference"}])
+    analysis = analyze_run(tmp_path / "syn", stage_map={"preprocess": "preprocess"})  # the rest: no rule
+    assert analysis["stages"]["span_stages"] == ["queue_wait", "batch_wait", "inference", "postprocess"]
+    spike = max(analysis["spikes"], key=lambda s: s["p99_ms"])
+    decomposition = spike["decomposition"]
+    assert decomposition["dominant_stage"] == "inference"
+    assert {"queue_wait", "inference", "preprocess"} <= set(decomposition["stages"])
+
+
+def test_a_span_named_like_a_rules_stage_adds_to_that_stage(tmp_path):
+    trace = "ab" * 16
+    run_dir = write_requests_run(tmp_path / "run", [{"trace_id": trace, "sent_ns": 0, "end_ns": 100_000_000}])
+    t = 1_000_000
+    spans = _spans([
+        {"trace_id": trace, "span_id": "01" * 8, "parent_span_id": "ff" * 8, "name": "POST /x", "kind": 2,
+         "start_ns": t, "end_ns": 91 * t},
+        {"trace_id": trace, "span_id": "02" * 8, "parent_span_id": "01" * 8, "name": "queue_wait",  # preset: queue
+         "start_ns": 2 * t, "end_ns": 12 * t},
+        {"trace_id": trace, "span_id": "03" * 8, "parent_span_id": "01" * 8, "name": "queue",  # no rule: its name
+         "start_ns": 20 * t, "end_ns": 25 * t},
+        {"trace_id": trace, "span_id": "04" * 8, "parent_span_id": "01" * 8, "name": "server",  # a derived name
+         "start_ns": 30 * t, "end_ns": 33 * t},
+    ])
+    matrix = stage_matrix(request_arrays(load_run(run_dir).requests), spans, PRESETS["reference"])
+    assert matrix.stages.count("queue") == 1 and matrix.column("queue")[0] == 15.0
+    assert matrix.span_stages == ("span:server",) and matrix.column("span:server")[0] == 3.0
+    assert matrix.column("server")[0] == 90.0

@@ -10,12 +10,11 @@ import sys
 import textwrap
 
 import pytest
+from cli_helpers import run_tailscope
 
 from tailscope.analyzers.patterns.load_sweep import find_knee, max_rate_under_slo, saturation, summarize_sweep
 from tailscope.loadgen.sweep_rates import PeakSearch, parse_rates
 from tailscope.reports.sweep_report import render_sweep_html, sweep_report_data
-
-from cli_helpers import run_tailscope
 
 
 def test_parse_rates_ranges_and_lists():

@@ -9,11 +9,11 @@ import json
 import os
 
 import jsonschema
-
 from cli_helpers import free_port, load_analysis, only_run_dir, run_tailscope
 from receiver_helpers import stored_spans
 from test_loadgen_runs import CLASSES
 from test_target_service import TargetProcess
+
 from tailscope.analyzers.analysis import SCHEMA_PATH
 from tailscope.rundir.retention_policy import trace_sampled
 

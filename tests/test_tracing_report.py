@@ -6,8 +6,8 @@ import json
 import os
 
 import jsonschema
-
 from run_builders import TRITON_FIXTURE, triton_requests, write_requests_run
+
 from tailscope.analyzers.analysis import SCHEMA_PATH, analyze_run
 from tailscope.reports.data import build_report_data
 from tailscope.reports.tracing_view import clock_text, receiver_rows
