@@ -11,11 +11,21 @@ from the scheduled send; taken from the actual send it can only exceed the
 server's (causality: the request leaves before the server stamps its arrival,
 the first token is made before the client reads it), by the loopback trip,
 the parsing before the server's arrival stamp and the hand-over of the first
-chunk: never below −TTFT_CLOCK_MS (reading two clocks in turn), median below
-TTFT_MEDIAN_MS, every request below TTFT_ANY_MS (generous: the suite runs on
-2 shared cores, where a process waits for a core for milliseconds). A client
-that took the role-only chunk, or the response head, as the first token would
-read *below* the server. TPOT (one token per chunk here, so not biased by a
+chunk. That is the correctness property, and every request must keep it: never
+below −TTFT_CLOCK_MS (reading two clocks in turn). A client that took the
+response head as the first token reads *below* the server (the head leaves
+before the first engine step: tried, −5 ms median, −33 ms worst) and fails it.
+The role-only chunk cannot be told apart by time here: this server, like vLLM,
+sends it just before the first content chunk, once the first token is made
+(``test_llm_loopback``'s server sends it TTFT_S earlier and checks that it does
+not count; counted as a content chunk here, it would break the ITL sample count
+of ``test_the_analysis_has_the_llm_section_with_the_servers_token_counts``).
+How far above is the harness's overhead, bounded where the tool reports it —
+the median below TTFT_MEDIAN_MS and the P90 below TTFT_P90_MS — not by the
+maximum: on 2 shared cores under load a process now and then waits tens of ms
+for a core, so the largest of a few dozen requests measures the scheduler, not
+tailscope (130 ms once, one request of ~40, with 6 other processes on the 2
+cores). TPOT (one token per chunk here, so not biased by a
 multi-token first chunk) differs from the server's decode time per token only
 by the delivery jitter of the first and last chunk over ``n − 1`` tokens:
 median |error| < TPOT_MEDIAN_MS. The measured errors are printed (``-s``)."""
@@ -38,7 +48,7 @@ SCHEMA_PATH = os.path.join(os.path.dirname(__file__), "..", "analyzers", "analys
 STEP_MS = 4  # the server's added time per engine step
 TTFT_CLOCK_MS = 0.5
 TTFT_MEDIAN_MS = 10.0
-TTFT_ANY_MS = 100.0
+TTFT_P90_MS = 50.0
 TPOT_MEDIAN_MS = 0.5
 MS = 1_000_000
 SCENARIO = """\
@@ -135,7 +145,7 @@ def test_ttft_and_tpot_agree_with_the_servers_own_timings(llm_run):
           f"{np.median(tpot_error):+.4f} ms, median |error| {np.median(np.abs(tpot_error)):.4f} ms, max |error| "
           f"{np.abs(tpot_error).max():.4f} ms (server TPOT median {np.median(server_tpot):.2f} ms)")
     assert ttft_error.min() > -TTFT_CLOCK_MS and float(np.median(ttft_error)) < TTFT_MEDIAN_MS
-    assert ttft_error.max() < TTFT_ANY_MS and (scheduled_error >= ttft_error).all()
+    assert float(np.quantile(ttft_error, 0.9)) < TTFT_P90_MS and (scheduled_error >= ttft_error).all()
     assert float(np.median(np.abs(tpot_error))) < TPOT_MEDIAN_MS
     # the analysis's TPOT is the same per-request value: its P50 is the client's, not a different definition
     analysis = load_analysis(llm_run)

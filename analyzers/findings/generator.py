@@ -34,7 +34,7 @@ def check_generator_limited(inputs: FindingInputs) -> Finding | None:
     changed = [c for c in rule["checks"] if c["material"]]
     moved = "; ".join(f"lateness adds {c['shift_ms']:.1f} ms ({c['share']:.0%}) to the {c['percentile']}"
                       for c in changed)
-    summary = (f"generator-limited: {lateness['late_share']:.1%} of sends left more than 1 ms after their "
+    summary = (f"{lateness['late_share']:.1%} of sends left more than 1 ms after their "
                f"scheduled time and it changes the claimed percentiles ({moved}; the rule: {rule['rule']}); "
                "the generator, not the target, may be the bottleneck" + (f"; windows: {intervals}" if intervals else ""))
     return Finding("generator_limited", "high" if lateness["late_share"] >= HIGH_LATE_SHARE else "medium",

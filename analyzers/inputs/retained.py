@@ -5,7 +5,9 @@ spikes and a sample elsewhere, so percentiles over its records would be biased
 towards the spikes. Its counts, rates, error kinds, latency / service-time /
 lateness percentiles, per-class summaries and per-window P50/P99 are therefore
 computed here from the histograms the harness wrote for *every* request
-(``tailscope.rundir.histograms``: log buckets 2 % wide, values within ±1 %).
+(``tailscope.rundir.histograms``: log buckets 2 % wide, values within ±1 %),
+and spike detection reads them too (:meth:`RetainedView.latency_samples`:
+a sampled window's few records are no evidence of its slow share).
 The records still serve what needs them: spike decomposition (full around
 spikes), stage statistics and trace joins (sampled).
 

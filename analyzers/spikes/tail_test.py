@@ -44,8 +44,15 @@ make it vanish on the next iteration (seen in a 10 s lab run: τ went 285 →
 514 ms and the overload spike was lost). Only the binomial test flags
 windows; the outlier screen only keeps windows out of τ.
 
+Weighted samples: an element may stand for several samples of one value
+(``weights``): a retained run is tested on its per-window latency histograms,
+one element per bucket weighted by its count, which gives the same test as the
+samples expanded (but for the outlier screen's subsample above 500,000 samples;
+:mod:`tailscope.analyzers.spikes.detection`).
+
 Cost: O(n) per iteration for the counts plus O(k log k) for the k slow
-requests' medians; memory O(n) booleans and int64 window indices.
+requests' medians; memory O(n) booleans and int64 window indices (n: elements;
+weighted quantiles sort the elements, O(n log n)).
 """
 
 from __future__ import annotations
