@@ -103,7 +103,8 @@ def is_minor(spike: dict) -> bool:
     return unexplained(spike) and p99 is not None and bool(baseline) and p99 < MINOR_RATIO * baseline
 
 
-def _ratio(p99, baseline) -> str:
+def ratio_text(p99, baseline) -> str:
+    """``p99 ÷ baseline`` as ``"3.5×"``; ``"—"`` without both."""
     return f"{p99 / baseline:.1f}×" if p99 is not None and baseline else "—"
 
 
@@ -120,7 +121,7 @@ def spike_row(number: int, spike: dict, origin_ns, minor: bool | None = None) ->
         "window": f"{fmt_offset(spike['start_ns'], origin_ns)} – {fmt_offset(spike['end_ns'], origin_ns)}",
         "peak": fmt_offset(spike.get("peak_ns"), origin_ns),
         "p99": fmt_ms(spike.get("p99_ms")), "baseline": fmt_ms(spike.get("baseline_p99_ms")),
-        "ratio": _ratio(spike.get("p99_ms"), spike.get("baseline_p99_ms")),
+        "ratio": ratio_text(spike.get("p99_ms"), spike.get("baseline_p99_ms")),
         "excess": fmt_ms(spike.get("excess_ms")), "requests": fmt_count(spike.get("requests")),
         "slow_requests": fmt_count(decomposition.get("slow_requests")),
         "dominant": dominant or "—",
@@ -165,7 +166,8 @@ def spike_cards(spikes: list[dict], origin_ns) -> dict:
         stage_rows, stage_chart = stage_comparison(spike.get("decomposition"))
         trace = waterfall(spike.get("representative_trace"))
         evidence = [evidence_chart(e, origin_ns) for e in spike.get("evidence_series") or []]
-        cards.append({**row, "rank": rank, "cause_rows": cause_rows(spike.get("causes")), "stage_rows": stage_rows,
+        cards.append({**row, "rank": rank, "impact": impact(spike), "token": False,
+                      "cause_rows": cause_rows(spike.get("causes")), "stage_rows": stage_rows,
                       "trace": trace, "chart_index": len(charts), "evidence_charts": len(evidence)})
         charts.append({"number": number, "stages": stage_chart, "waterfall": trace, "evidence": evidence,
                        "spike": [round((spike["start_ns"] - origin_ns) / 1e9, 3),
@@ -173,3 +175,11 @@ def spike_cards(spikes: list[dict], origin_ns) -> dict:
     minor = [row for row in rows if row["minor"]]
     return {"rows": rows, "cards": cards, "minor": minor, "uncarded": len(rows) - len(cards) - len(minor),
             "charts": charts}
+
+
+def rank_cards(cards: list[dict], extra: list[dict]) -> tuple[list[dict], int]:
+    """(the latency spikes' cards and ``extra`` cards (each with an ``impact``, e.g. an LLM run's
+    TTFT/TPOT spikes, reports/llm_view.py) in one ranking by impact, largest first, ``rank``
+    renumbered from 1 and at most MAX_CARDS; how many cards the cap left out)."""
+    merged = sorted(cards + extra, key=lambda c: -c["impact"])
+    return [{**c, "rank": rank} for rank, c in enumerate(merged[:MAX_CARDS], 1)], max(len(merged) - MAX_CARDS, 0)

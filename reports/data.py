@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 
 from tailscope.reports import extras, llm_view, loadgen_view, reliability_view
-from tailscope.reports.cards import spike_cards
+from tailscope.reports.cards import rank_cards, spike_cards
 from tailscope.reports.distribution_view import distribution_charts
 from tailscope.reports.findings_view import error_sample_rows, findings_data, missing_spans_text
 from tailscope.reports.formatting import (  # noqa: F401
@@ -146,6 +146,8 @@ def build_report_data(analysis: dict) -> dict:
     cards = spike_cards(analysis["spikes"], origin)
     charts, signals = chart_data(analysis, cards)
     verdict = verdict_data(analysis["verdict"])
+    tokens = llm_view.token_spike_cards(analysis)  # an LLM run's TTFT/TPOT spikes, carded beside latency's
+    ranked, capped = rank_cards(cards["cards"], tokens["cards"])
     return {
         "title": f"tailscope — {run['name']}",
         "run_name": run["name"],
@@ -170,9 +172,10 @@ def build_report_data(analysis: dict) -> dict:
         "stream_rates": loadgen_view.streaming_rates(analysis.get("streaming")),
         "stages": stage_data(analysis["stages"]),
         "spikes": cards["rows"],
-        "spike_cards": cards["cards"],
+        "spike_cards": ranked,
         "minor_spikes": cards["minor"],
-        "uncarded_spikes": cards["uncarded"],
+        "minor_token_spikes": tokens["minor"],
+        "uncarded_spikes": cards["uncarded"] + capped,
         "detection": detection_text(analysis.get("spike_detection"), len(cards["rows"]), len(cards["minor"])),
         "tail": tail_text(charts["tail"], len(analysis["windows"])),
         "signals": {"text": signals_text(signals), "constants": signals["constants"],
@@ -187,6 +190,7 @@ def build_report_data(analysis: dict) -> dict:
         "loop": extras.loop_label(run.get("scenario")),
         "streaming": extras.streaming(analysis.get("streaming")),
         "llm": llm_view.llm_data(analysis),
+        "llm_headline": llm_view.llm_headline(analysis),
         "sweep": extras.sweep(analysis.get("sweep"))[0],
         "has_distribution": bool(analysis.get("distribution", {}).get("bin_edges_ms")),
         "slow_points": {"shown": fmt_count((analysis.get("slow_requests") or {}).get("shown")),

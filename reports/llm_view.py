@@ -7,10 +7,13 @@ seconds since ``origin_ns``, the load start): each request's TTFT and TPOT as
 points (the analysis's bounded ``llm.points``), the per-window P50/P99 where
 claimed (null where a window holds too few requests, as on the latency chart),
 the output tokens/s per window, and the TTFT/TPOT spikes as bands.
+:func:`llm_headline` is the verdict's compact LLM figures and :func:`token_spike_cards`
+the TTFT/TPOT spikes as cards, ranked with the latency spikes' (reports/cards.py).
 """
 
 from __future__ import annotations
 
+from tailscope.reports.cards import MINOR_IMPACT_SHARE, impact, is_minor, ratio_text
 from tailscope.reports.downsample import lttb
 from tailscope.reports.formatting import (
     NS_PER_S,
@@ -22,6 +25,7 @@ from tailscope.reports.formatting import (
     fmt_tokens_per_s,
     percentile_cells,
 )
+from tailscope.support.cause_words import cause_title
 
 #: The percentile-set metrics of the section, in display order: (key, label).
 METRICS = (("ttft_ms", "TTFT"), ("tpot_ms", "TPOT"), ("itl_ms", "ITL (per token)"), ("e2e_ms", "end-to-end"))
@@ -87,6 +91,69 @@ def llm_data(analysis: dict) -> dict | None:
         "tpot_note": TPOT_NOTE,
         "has_points": bool((llm.get("points") or {}).get("scheduled_ns")),
     }
+
+
+def llm_headline(analysis: dict) -> list[dict] | None:
+    """The verdict's LLM figures: TTFT and TPOT P99 with their 95% CIs and whether claimed, and
+    goodput (``{"label", "value", "note"}``, every value a string); None without an ``llm`` section."""
+    llm = analysis.get("llm")
+    if not llm:
+        return None
+    out = []
+    for key, label in (("ttft_ms", "TTFT"), ("tpot_ms", "TPOT")):
+        cells = percentile_cells(llm[key]["p99"])
+        out.append({"label": f"{label} P99 {cells['value']}", "note": f"95% CI {cells['ci']} · {cells['claimed']}"})
+    goodput = llm["goodput"]
+    out.append({"label": f"LLM goodput {fmt_share(goodput['share'])}",
+                "note": f"{fmt_count(goodput['good'])} of {fmt_count(goodput['total'])} requests"})
+    return out
+
+
+#: Per series: what a request above the baseline P99 did, in words.
+SLOW_WORDS = {"ttft": "waited longer than the baseline P99 for their first token",
+              "tpot": "took longer per output token than the baseline P99"}
+
+
+def _overlap_text(spike: dict, latency_spikes: list[dict]) -> str:
+    for number, other in enumerate(latency_spikes, 1):
+        if other["start_ns"] < spike["end_ns"] and spike["start_ns"] < other["end_ns"]:
+            causes = other.get("causes") or []
+            kind = str(causes[0].get("kind", "unexplained")) if causes else "unexplained"
+            return f"it overlaps latency spike {number}, whose top cause is: {cause_title(kind)}."
+    return "no latency spike overlaps it, and a token-level spike is given no cause of its own."
+
+
+def token_spike_cards(analysis: dict) -> dict:
+    """The TTFT/TPOT spikes (``llm.spikes``) as spike cards: ``{"cards": [...], "minor": [...]}``.
+
+    Each card has the keys the report's card template reads (``token`` True, ``key``, ``metric``,
+    ``number`` per series, ``window``, ``p99``, ``baseline``, ``ratio``, ``excess``, ``requests``,
+    ``slow_requests``, ``top_title``, ``top_sentence``: its one-line description) and ``impact``
+    (reports/cards.py ``impact``, so it ranks with the latency spikes). A token-level spike has no
+    cause; it is **minor** by the latency spikes' rule for unexplained spikes (its P99 below twice
+    the baseline P99, or its impact under a tenth of the largest spike's, latency spikes included)."""
+    llm = analysis.get("llm") or {}
+    origin = analysis["run"].get("load_start_ns") or analysis["run"].get("start_ns")
+    latency = analysis.get("spikes") or []
+    found = [(key, label, number, s) for key, label in SERIES
+             for number, s in enumerate((llm.get("spikes") or {}).get(key, []), 1)]
+    largest = max([impact(s) for s in latency] + [impact(s) for *_, s in found], default=0.0)
+    cards, minor = [], []
+    for key, label, number, s in found:
+        window = f"{fmt_offset(s['start_ns'], origin)} – {fmt_offset(s['end_ns'], origin)}"
+        ratio = ratio_text(s["p99_ms"], s["baseline_p99_ms"])
+        card = {
+            "token": True, "key": key, "metric": label, "number": number, "window": window,
+            "p99": fmt_ms(s["p99_ms"]), "baseline": fmt_ms(s["baseline_p99_ms"]), "ratio": ratio,
+            "excess": fmt_ms(s["excess_ms"]), "requests": fmt_count(s["requests"]),
+            "slow_requests": fmt_count(s["slow_requests"]), "impact": impact(s),
+            "top_title": f"{label} spike: no cause attributed",
+            "top_sentence": (f"{label} P99 rose to {fmt_ms(s['p99_ms'])} against a {fmt_ms(s['baseline_p99_ms'])} "
+                             f"baseline ({ratio}) in {window}: {fmt_count(s['slow_requests'])} of "
+                             f"{fmt_count(s['requests'])} requests {SLOW_WORDS[key]}; " + _overlap_text(s, latency)),
+        }
+        (minor if is_minor(s) or card["impact"] < MINOR_IMPACT_SHARE * largest else cards).append(card)
+    return {"cards": cards, "minor": minor}
 
 
 def _detection_text(detection: dict) -> str:

@@ -191,7 +191,7 @@ def test_the_report_shows_the_llm_section_and_draws_its_charts(steady, tmp_path)
     assert data["goodput"]["good"] == f"{analysis['llm']['goodput']['good']:,}" and len(data["classes"]) == 2
     paths = write_outputs(tmp_path, analysis)
     html = open(paths["html"], encoding="utf-8").read()
-    assert html.index('id="llm"') < html.index('id="spikes"')  # after the verdict, before the detail
+    assert html.index('id="spikes"') < html.index('id="llm-ttft-chart"') < html.index('id="llm"')  # answer first, then detail
     if not os.path.exists(CHROMIUM):
         pytest.skip(f"no Chromium at {CHROMIUM}: the charts were not drawn")
     sync_playwright = pytest.importorskip("playwright.sync_api").sync_playwright

@@ -1,10 +1,10 @@
 """The HTML reports in a real headless Chromium: the answer first, folded evidence, escaping.
 
-Four pages: the report of a short real run (``tailscope demo`` in a subprocess,
+Five pages: the report of a short real run (``tailscope demo`` in a subprocess,
 with its injected GC storm), the report of a synthetic run with spikes as the
 analyzers find and explain them, the report of a synthetic run with spikes
-whose causes are given and hostile strings everywhere a run can put one, and a
-comparison report. At 1400×1000: the top cause's name and evidence sentence
+whose causes are given and hostile strings everywhere a run can put one, the
+report of a seeded synthetic LLM run with a TTFT spike, and a comparison report. At 1400×1000: the top cause's name and evidence sentence
 are on the first screen; no chart is drawn in a folded section before it is
 opened; no console error, no network request. Full-page screenshots (every
 section opened) and the time to plotted charts go to ``test-artifacts/`` for
@@ -23,8 +23,10 @@ from report_fixtures import ONERROR_PAYLOAD, SCRIPT_PAYLOAD, SVG_PAYLOAD, add_ho
 
 from tailscope.analyzers.analysis import analyze_run
 from tailscope.reports.data import build_report_data
+from tailscope.reports.formatting import fmt_ms, fmt_share
 from tailscope.reports.writer import write_comparison_outputs, write_outputs
 from tailscope.testing.synthetic import write_synthetic_run
+from tailscope.testing.synthetic_llm import write_synthetic_llm_run
 
 CHROMIUM = "/usr/bin/chromium"
 LAUNCH_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
@@ -89,6 +91,16 @@ def detected_report(tmp_path_factory):
                                 {"kind": "gc", "at_s": 26, "duration_s": 2, "extra_ms": 120}])
     analysis = analyze_run(path)
     return {"html": write_outputs(path, analysis)["html"], "analysis": analysis}
+
+
+@pytest.fixture(scope="module")
+def llm_report(tmp_path_factory):
+    """A seeded synthetic LLM run (streamed openai-chat) whose TTFT rose by 400 ms from 20 s to 24 s."""
+    path = str(tmp_path_factory.mktemp("llm") / "run")
+    truth = write_synthetic_llm_run(path, duration_s=40, rate=25, seed=9, name="synthetic llm", slo=["p99 < 2000ms"],
+                                    ttft_spike={"at_s": 20, "duration_s": 4, "extra_ms": 400})
+    analysis = analyze_run(path)
+    return {"html": write_outputs(path, analysis)["html"], "analysis": analysis, "truth": truth}
 
 
 @pytest.fixture(scope="module")
@@ -205,6 +217,13 @@ def detected_page(browser, detected_report):
 
 
 @pytest.fixture(scope="module")
+def llm_page(browser, llm_report):
+    page = open_page(browser, llm_report["html"], "llm")
+    yield page
+    page.close()
+
+
+@pytest.fixture(scope="module")
 def comparison_page(browser, comparison_report):
     page = open_page(browser, comparison_report, "comparison")
     yield page
@@ -216,7 +235,7 @@ PLOTTED = """() => Array.from(document.querySelectorAll('.js-plotly-plot')).map(
     points: d.data.reduce((n, t) => n + ((t.x || []).filter(v => v !== null).length), 0)}))"""
 
 
-@pytest.mark.parametrize("name", ["synthetic_page", "demo_page", "detected_page", "comparison_page"])
+@pytest.mark.parametrize("name", ["synthetic_page", "demo_page", "detected_page", "llm_page", "comparison_page"])
 def test_no_console_errors_and_no_network(name, request):
     page = request.getfixturevalue(name)
     assert page.problems == []
@@ -255,7 +274,7 @@ FIRST_SCREEN = """() => {
             scroll: window.scrollY, height: window.innerHeight}; }"""
 
 
-@pytest.mark.parametrize("report", ["demo_report", "detected_report", "synthetic_report"])
+@pytest.mark.parametrize("report", ["demo_report", "detected_report", "synthetic_report", "llm_report"])
 def test_the_top_cause_and_its_evidence_are_on_the_first_screen(report, request, browser):
     found = request.getfixturevalue(report)
     if report == "demo_report":
@@ -276,6 +295,40 @@ def test_the_top_cause_and_its_evidence_are_on_the_first_screen(report, request,
         assert screen["kind"] == "gc" and "GC pause" in screen["sentence"]["text"], screen
     if report == "detected_report":
         assert screen["kind"] in ("cpu_throttling", "gc"), screen
+    if report == "llm_report":  # no latency spike: the TTFT spike is the top card, in one line of words
+        assert screen["kind"] == "ttft_spike", screen
+        assert screen["sentence"]["text"].startswith("TTFT P99 rose to ") and "for their first token" in screen["sentence"]["text"]
+
+
+LLM_ON_LOAD = ["latency-chart", "llm-ttft-chart", "llm-tpot-chart", "llm-tokens-chart", "histogram-chart", "cdf-chart"]
+
+
+def test_an_llm_report_answers_first_and_draws_only_its_on_load_charts(browser, llm_report):
+    page = load(browser, llm_report["html"])
+    try:
+        state = page.evaluate("""() => ({
+            sections: Array.from(document.querySelectorAll('main > section')).map(s => s.id),
+            verdict: document.getElementById('verdict').innerText,
+            plotted: Array.from(document.querySelectorAll('.js-plotly-plot')).map(d => d.id),
+            on_load: window.tailscopeChartsOnLoad,
+            signals: document.querySelectorAll('#all-signals .js-plotly-plot').length,
+            ttft_bands: document.getElementById('llm-ttft-chart').layout.shapes.filter(s => s.fillcolor === '#dc2626').length,
+            chart_order: ['latency-chart', 'llm-ttft-chart', 'llm-tokens-chart', 'all-signals'].map(
+                id => document.getElementById(id).getBoundingClientRect().top)})""")
+        assert page.problems == [] and [u for u in page.requests if not u.startswith("file://")] == []
+    finally:
+        page.close()
+    sections = state["sections"]
+    assert sections[:3] == ["verdict-section", "spikes", "over-time"] and sections.index("llm") == 3, sections
+    llm = llm_report["analysis"]["llm"]
+    for label, key in (("TTFT P99", "ttft_ms"), ("TPOT P99", "tpot_ms")):  # the headline figures with their CIs
+        entry = llm[key]["p99"]
+        assert f"{label} {fmt_ms(entry['value_ms'])}" in state["verdict"]
+        assert f"95% CI {fmt_ms(entry['ci_low_ms'])} – {fmt_ms(entry['ci_high_ms'])}" in state["verdict"]
+    assert f"LLM goodput {fmt_share(llm['goodput']['share'])}" in state["verdict"]
+    assert state["plotted"] == LLM_ON_LOAD and state["on_load"] == len(LLM_ON_LOAD) and state["signals"] == 0, state
+    assert state["ttft_bands"] == len(llm["spikes"]["ttft"]) >= 1
+    assert state["chart_order"] == sorted(state["chart_order"]), state  # the LLM charts beside latency, then details
 
 
 def test_every_number_of_a_cause_card_evidence_chart_is_in_its_sentences(detected_page):
@@ -416,14 +469,14 @@ def test_the_comparison_answers_first(comparison_page):
 
 @pytest.mark.skipif(not os.environ.get("TAILSCOPE_DOCS_SCREENSHOTS"), reason="set TAILSCOPE_DOCS_SCREENSHOTS=1 "
                     "to rewrite docs/images/report-*.png")
-def test_write_the_first_screens_shown_in_the_docs(browser, detected_report, release_comparison, tmp_path):
+def test_write_the_first_screens_shown_in_the_docs(browser, detected_report, release_comparison, llm_report, tmp_path):
     out = tmp_path / "demo"
     proc = run_tailscope("demo", "--out", str(out), timeout=300)  # the whole 60-s demo, as a reader runs it
     assert proc.returncode in (0, 1), proc.stderr[-3000:]
     demo_report = os.path.join(only_run_dir(out), "report.html")
     os.makedirs(DOCS_IMAGES, exist_ok=True)
     for name, path in (("demo", demo_report), ("spikes", detected_report["html"]),
-                       ("comparison", release_comparison)):
+                       ("comparison", release_comparison), ("llm", llm_report["html"])):
         page = load(browser, path, scale=0.7)
         try:
             if name != "spikes":

@@ -21,9 +21,10 @@ from tailscope.analyzers.patterns.trends import PatternRules, call_trend
 from tailscope.analyzers.spikes.detection import SpikeRules, warmup_ns
 from tailscope.cli.commands.demo import demo_incident, incident_window
 from tailscope.cli.commands.sweep import early_stop_note
-from tailscope.reports.cards import minor_flags, spike_cards
+from tailscope.reports.cards import minor_flags, rank_cards, spike_cards
 from tailscope.reports.data import build_report_data
 from tailscope.reports.html import render_html
+from tailscope.reports.llm_view import token_spike_cards
 from tailscope.reports.loadgen_view import generator_verdict
 from tailscope.reports.signal_view import summarise_panels
 from tailscope.testing.synthetic import write_synthetic_run
@@ -145,6 +146,31 @@ def test_unexplained_spikes_below_twice_the_baseline_or_a_tenth_of_the_largest_i
     cards = spike_cards(spikes, 0)
     assert [c["number"] for c in cards["cards"]] == [2, 4, 5]  # by impact
     assert [m["number"] for m in cards["minor"]] == [1, 3]
+
+
+def _token_spike(start_s, p99, baseline, slow, requests):
+    return {"start_ns": start_s * NS, "end_ns": (start_s + 3) * NS, "p99_ms": p99, "baseline_p99_ms": baseline,
+            "excess_ms": p99 - baseline, "requests": requests, "slow_requests": slow}
+
+
+def test_ttft_and_tpot_spikes_are_cards_ranked_with_the_latency_spikes_by_impact():
+    latency = [_spike(1, "gc", 400.0)]  # 10–12 s; impact 380 ms × 27 requests
+    analysis = {"run": {"load_start_ns": 0, "start_ns": 0}, "spikes": latency,
+                "llm": {"spikes": {"ttft": [_token_spike(9, 700.0, 100.0, 100, 200),  # impact 600 ms × 98
+                                            _token_spike(30, 260.0, 100.0, 12, 200)],  # 160 ms × 10: minor (< 10%)
+                                   "tpot": [_token_spike(40, 35.0, 20.0, 40, 200)]}}}  # P99 < 2× baseline: minor
+    tokens = token_spike_cards(analysis)
+    assert [(c["metric"], c["number"]) for c in tokens["cards"]] == [("TTFT", 1)]
+    assert [(c["metric"], c["number"]) for c in tokens["minor"]] == [("TTFT", 2), ("TPOT", 1)]
+    ranked, capped = rank_cards(spike_cards(latency, 0)["cards"], tokens["cards"])
+    assert [(c["token"], c["rank"]) for c in ranked] == [(True, 1), (False, 2)] and capped == 0
+    top = ranked[0]
+    assert top["top_title"] == "TTFT spike: no cause attributed"
+    assert top["top_sentence"] == ("TTFT P99 rose to 700 ms against a 100 ms baseline (7.0×) in 9.0 s – 12.0 s: "
+                                   "100 of 200 requests waited longer than the baseline P99 for their first token; "
+                                   "it overlaps latency spike 1, whose top cause is: GC pauses of the target.")
+    alone = token_spike_cards({**analysis, "spikes": []})["cards"][0]["top_sentence"]
+    assert alone.endswith("no latency spike overlaps it, and a token-level spike is given no cause of its own.")
 
 
 def test_an_unexplained_spike_says_what_was_checked_and_what_grew():

@@ -223,9 +223,10 @@
           height: Math.max(160, 26 * bars.length + 50) }, CONFIG);
   }
 
-  /* A cause card is folded: its evidence series, stage split and waterfall are drawn when it is opened. */
+  /* A cause card is folded: its evidence series, stage split and waterfall are drawn when it is opened.
+     (An LLM run's TTFT/TPOT spike cards have no charts of their own: their series is drawn under the latency chart.) */
   function lazyCards(Plotly) {
-    Array.prototype.forEach.call(document.querySelectorAll(".cause-card"), function (card) {
+    Array.prototype.forEach.call(document.querySelectorAll(".cause-card[data-chart-index]"), function (card) {
       var chart = data.cards[Number(card.getAttribute("data-chart-index"))];
       whenOpened(card, function () {
         var tasks = [];
@@ -281,7 +282,7 @@
          yaxis: { title: { text: "latency (ms)" }, type: "log" }, shapes: shapes, legend: { orientation: "h" } }, CONFIG);
   }
 
-  /* The LLM section (reports/llm_view.py): TTFT and TPOT per request with per-window P50/P99, their
+  /* An LLM run's charts under the latency chart (reports/llm_view.py): TTFT and TPOT per request with per-window P50/P99, their
      spikes as bands, and the output tokens/s per window; on the shared, synchronised time axis. */
   function drawLlm(Plotly) {
     var llm = data.llm;
