@@ -17,6 +17,8 @@ CAUSE_TITLES = {
     "cpu_contention": "CPU contention",
     "swap": "memory paging (swap)",
     "io_stall": "storage I/O stalls",
+    "kv_cache_pressure": "KV-cache pressure (LLM server)",
+    "prefill_interference": "prefill interference (long prompts, LLM server)",
     "queue_saturation": "queue saturation",
     "gpu_throttling": "GPU throttling",
     "generator": "the load generator",

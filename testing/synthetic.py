@@ -34,18 +34,25 @@ swap     memory_swap    swap             preprocess/inference; swap-ins, major f
 io       io_stall       io_stall         preprocess; threads blocked on I/O, PSI io,
                                          the target's write bytes, disk busy and flushes
 queue    overload       queue_saturation arrivals ×(1 + ``surge``); queue wait, deep
-                                         queue (``queue.depth``), a few 429s
+                                         queue (``queue.depth``), a few 429s; in an LLM
+                                         run 30 requests waiting on the engine
 gpu      gpu_throttle   gpu_throttling   inference; SM clock drop, thermal clocks-event
 generator generator     generator        send lateness and client-side time
 network  network        unexplained      client/network time only
 postprocess postprocess unexplained      postprocess stage only
+kv_cache kv_cache_pressure kv_cache_pressure queue wait, deep queue; the KV cache 99% in use
+                                         (from 45%), 6 preemptions/s (``llm``)
+prefill  prefill_interference prefill_interference decode (``inference`` → ``decode`` in an LLM
+                                         run); prompts ×8 in the spike, prompt tokens/s (``llm``)
 cotenant_cpu cpu_contention cpu_contention preprocess/inference; co-tenants inside the target's
                                          cgroup (its CPU use 1 core above the target's own),
                                          run-queue wait, involuntary switches, PSI cpu —
                                          *confounded*: with a ``neighbour_swap`` distraction
 ======== ============== ================ ===============================================
 
-``"stage"`` in a spike overrides the stage it slows (as ``extra_ms``).
+``"stage"`` in a spike overrides the stage it slows (as ``extra_ms``); ``"surge"`` adds that many
+times the rate in extra arrivals during it (default 1 for ``queue``, 0 for the others; a
+``kv_cache`` spike with a surge is a burst of requests that fills the cache).
 
 A *confounded* spike has two things happen at once: its own cause, on the
 target, and a *distraction* elsewhere on the host (:data:`DISTRACTIONS`:
@@ -107,7 +114,15 @@ SPIKE_FAULTS = {
     "network": ("network", {"client_network": 1.0}),
     "postprocess": ("postprocess", {"postprocess": 1.0}),
     "cotenant_cpu": ("cpu_contention", {"preprocess": 0.3, "inference": 0.7}),
+    "kv_cache": ("kv_cache_pressure", {"queue": 1.0}),
+    "prefill": ("prefill_interference", {"inference": 1.0}),
 }
+#: Spike kinds of an LLM server: their runs get the vLLM series (:data:`LLM_SERIES`) and the ``vllm``
+#: preset's metric map (the spans keep the reference names, mapped by the scenario's own rules).
+LLM_SPIKE_KINDS = frozenset({"kv_cache", "prefill"})
+#: An LLM run's prompt tokens (uniform) and output tokens (uniform); a ``prefill`` spike multiplies
+#: the prompts of the requests scheduled in it by PREFILL_PROMPT_FACTOR.
+LLM_PROMPT_TOKENS, LLM_OUTPUT_TOKENS, PREFILL_PROMPT_FACTOR = (16, 512), (8, 64), 8
 #: kind → (fault kind, cause a detector should name, {stage: share of extra_ms}); the cause is the
 #: kind of the detector that declares it answers the fault (``unexplained`` when none does).
 SPIKE_KINDS = {kind: (fault, cause_of_fault(fault), effects) for kind, (fault, effects) in SPIKE_FAULTS.items()}
@@ -186,16 +201,18 @@ def _normalise_spikes(spikes: Iterable[Mapping], start_ns: int) -> list[dict]:
                     "distraction": distraction,
                     "stage": max(effects, key=effects.get) if "lateness" not in effects else "client_network",
                     "start_ns": begin, "end_ns": begin + int(float(spike["duration_s"]) * NS_PER_S),
-                    "extra_ms": float(spike["extra_ms"]), "surge": float(spike.get("surge", 1.0))})
+                    "extra_ms": float(spike["extra_ms"]),
+                    "surge": float(spike.get("surge", 1.0 if kind == "queue" else 0.0))})
     return out
 
 
 def _arrivals(rng, rate: float, duration_s: float, start_ns: int, spikes: list[dict]) -> np.ndarray:
-    """Poisson arrival times (epoch ns, sorted), with extra arrivals during ``queue`` spikes."""
+    """Poisson arrival times (epoch ns, sorted), with extra arrivals (``surge`` × rate) during spikes
+    that have a surge (``queue`` spikes: 1 unless given; others: 0 unless given)."""
     count = rng.poisson(rate * duration_s)
     times = [rng.uniform(0.0, duration_s, size=count)]
     for spike in spikes:
-        if spike["kind"] == "queue" and spike["surge"] > 0:
+        if spike["surge"] > 0:
             length_s = (spike["end_ns"] - spike["start_ns"]) / NS_PER_S
             extra = rng.poisson(rate * spike["surge"] * length_s)
             times.append((spike["start_ns"] - start_ns) / NS_PER_S + rng.uniform(0.0, length_s, size=extra))
@@ -230,13 +247,16 @@ def write_synthetic_run(path, *, duration_s: float = 60, rate: float = 50, seed:
                         stage_spans: Sequence[str] = tuple(n for n, _ in STAGE_SPANS),
                         signal_rate_hz: float = 2.0, gpu: bool = False, rss_growth_bytes_per_s: float = 0.0,
                         latency_drift_per_s: float = 0.0, timeouts: int = 0, timeout_s: float = 10.0,
-                        trace_sample_rate: float = 1.0) -> dict:
+                        trace_sample_rate: float = 1.0, llm: bool = False) -> dict:
     """Write a seeded synthetic run to ``path``; return its ground truth.
 
     ``span_loss`` drops the whole trace of that share of requests (receiver
     loss); ``lateness_ms`` is the mean (exponential) send lateness; ``status``
     ``"running"`` leaves the manifest as a killed harness would. ``gpu`` adds
-    GPU series (always added when a ``gpu`` spike is injected);
+    GPU series (always added when a ``gpu`` spike is injected); ``llm`` makes the target an LLM
+    server: vLLM's Prometheus series (:data:`LLM_SERIES`) and ``stages: {preset: vllm}`` with the
+    reference span names as the scenario's own rules (``inference`` as ``decode``), and token
+    counts per request (always when an :data:`LLM_SPIKE_KINDS` spike is injected);
     ``rss_growth_bytes_per_s`` makes the target's RSS leak;
     ``latency_drift_per_s`` multiplies every stage by ``1 + drift·t``;
     ``timeouts`` requests (at random) time out after ``timeout_s``;
@@ -250,6 +270,7 @@ def write_synthetic_run(path, *, duration_s: float = 60, rate: float = 50, seed:
     path = os.fspath(path)
     start_ns = SYNTHETIC_START_NS
     injected = _normalise_spikes(spikes, start_ns)
+    llm = llm or any(spike["kind"] in LLM_SPIKE_KINDS for spike in injected)
     scheduled = _arrivals(rng, rate, duration_s, start_ns, injected)
     n = len(scheduled)
     weights = np.array([0.7, 0.3]) if tuple(classes) == ("short", "long") else np.ones(len(classes))
@@ -285,9 +306,10 @@ def write_synthetic_run(path, *, duration_s: float = 60, rate: float = 50, seed:
                 lateness[hit] += extra
             else:
                 stage_ms[hit, STAGE_NAMES.index(target)] += extra
-        if spike["kind"] == "queue":
+        if spike["kind"] in ("queue", "kv_cache"):  # requests pile up in the queue (waiting for KV blocks)
             queue_depth[hit] += (rate * (1 + spike["surge"]) * spike["extra_ms"] / 1000.0
                                  * rng.uniform(0.75, 1.25, size=count)).astype(np.int64)
+        if spike["kind"] == "queue":
             rejected = np.flatnonzero(hit)[rng.random(count) < 0.03]
             is_error[rejected] = True
             status_code[rejected] = 429
@@ -322,6 +344,7 @@ def write_synthetic_run(path, *, duration_s: float = 60, rate: float = 50, seed:
             "arrival": {"process": "poisson", "rate": rate},
             "classes": [{"name": c, "path": "/v1/infer/text"} for c in classes],
             "slo": ["p99 < 250ms", "error_rate < 1%"],
+            **({"stages": LLM_STAGES} if llm else {}),
         },
     }
     writer = RunWriter(path, manifest)
@@ -344,6 +367,7 @@ def write_synthetic_run(path, *, duration_s: float = 60, rate: float = 50, seed:
                     pa.array([error_message, f"no complete response within {timeout_s:g} s", None], pa.string()),
                 ).cast(pa.string()),
                 "chunks": np.zeros(n, np.int32), "worker": np.zeros(n, np.int32),
+                **(_token_columns(seed, scheduled, injected, is_error | timed_out) if llm else {}),
             })
         finally:
             requests.close()
@@ -370,7 +394,7 @@ def write_synthetic_run(path, *, duration_s: float = 60, rate: float = 50, seed:
             })
         if with_signals:
             _write_signals(path, rng, start_ns, duration_s, rate, injected, signal_rate_hz,
-                           gpu or any(s["kind"] == "gpu" for s in injected), rss_growth_bytes_per_s)
+                           gpu or any(s["kind"] == "gpu" for s in injected), rss_growth_bytes_per_s, llm)
     finally:
         if status == "running":
             writer.flusher.stop()
@@ -384,6 +408,24 @@ def write_synthetic_run(path, *, duration_s: float = 60, rate: float = 50, seed:
         "path": path, "start_ns": start_ns, "end_ns": int(end.max()) if n else start_ns,
         "requests": n, "errors": int(is_error.sum()), "spans": spans_written, "spikes": injected,
     }
+
+
+def _token_columns(seed: int, scheduled: np.ndarray, injected: list[dict], failed: np.ndarray) -> dict:
+    """An LLM run's token columns: prompt and output tokens per request (uniform in LLM_PROMPT_TOKENS,
+    LLM_OUTPUT_TOKENS; prompts × PREFILL_PROMPT_FACTOR when scheduled in a ``prefill`` spike), counts
+    from the response's usage; failed requests have no output. Drawn from a generator of their own,
+    so the run's other columns are those of the same run without tokens."""
+    rng = np.random.default_rng(seed + 7919)
+    n = len(scheduled)
+    prompts = rng.integers(LLM_PROMPT_TOKENS[0], LLM_PROMPT_TOKENS[1] + 1, size=n)
+    outputs = rng.integers(LLM_OUTPUT_TOKENS[0], LLM_OUTPUT_TOKENS[1] + 1, size=n)
+    for spike in injected:
+        if spike["kind"] == "prefill":
+            hit = (scheduled >= spike["start_ns"]) & (scheduled < spike["end_ns"])
+            prompts[hit] *= PREFILL_PROMPT_FACTOR
+    return {"prompt_tokens": pa.array(prompts, pa.int32()),
+            "output_tokens": pa.array(outputs, pa.int32(), mask=failed),
+            "token_count_source": pa.array(np.where(failed, None, "usage"), pa.string())}
 
 
 def _write_spans(path, rng, kept, is_error, trace_ids, server_start, server_end, bounds, queue_depth,
@@ -516,6 +558,19 @@ GPU_SERIES = {
     "gpu0.clocks_event.hw_thermal_slowdown": ("bool", "gauge", "gpu", "HW thermal slowdown", 0.0),
     "gpu0.clocks_event.sw_power_cap": ("bool", "gauge", "gpu", "SW power cap", 0.0),
 }
+#: An LLM server's series (``llm``): vLLM's /metrics names as the Prometheus sampler records them.
+LLM_LABELS = '{engine="0",model_name="synthetic-llm"}'
+LLM_SERIES = {
+    f"prom.vllm:kv_cache_usage_perc{LLM_LABELS}": ("ratio", "gauge", "prometheus", "KV-cache use", 0.45),
+    f"prom.vllm:num_preemptions_total{LLM_LABELS}": ("count", "counter", "prometheus", "preemptions", 0.0),
+    f"prom.vllm:num_requests_waiting{LLM_LABELS}": ("requests", "gauge", "prometheus", "waiting", 1.0),
+    f"prom.vllm:num_requests_running{LLM_LABELS}": ("requests", "gauge", "prometheus", "running", 8.0),
+    f"prom.vllm:prompt_tokens_total{LLM_LABELS}": ("tokens", "counter", "prometheus", "prompt tokens", 13000.0),
+}
+#: The ``stages`` section of an LLM run: the vLLM preset (its metric map), the reference span names.
+LLM_STAGES = {"preset": "vllm", "rules": [{"match": {"name": f"^{name}$"},
+                                            "stage": "decode" if stage == "inference" else stage}
+                                           for name, stage in STAGE_SPANS]}
 #: kind → {series: change during the spike}: counters add to the rate, gauges are set.
 SIGNAL_FOOTPRINTS = {
     "cpu": {"host.cpu.user_s": 1.0, "host.cpu.idle_s": -1.0, "proc.runqueue_wait_ns": 3e8,
@@ -527,11 +582,15 @@ SIGNAL_FOOTPRINTS = {
              "proc.threads_blocked": 0.5, "host.disk.busy_s": 0.3},
     "io": {"proc.threads_blocked": 0.4, "psi.io.some_us": 4e5, "proc.io.write_bytes": 5e7,
            "host.disk.busy_s": 0.5, "host.disk.flushes": 50.0, "host.cpu.iowait_s": 0.3, "host.cpu.idle_s": -0.3},
-    "queue": {"proc.cpu.user_s": 0.3, "host.cpu.user_s": 0.3, "host.cpu.idle_s": -0.3},
+    "queue": {"proc.cpu.user_s": 0.3, "host.cpu.user_s": 0.3, "host.cpu.idle_s": -0.3,
+              f"prom.vllm:num_requests_waiting{LLM_LABELS}": 30.0},  # an LLM server's engine queue
     "gc": {"proc.cpu.user_s": 0.2, "host.cpu.user_s": 0.2, "host.cpu.idle_s": -0.2},
     "generator": {"host.cpu.user_s": 0.1, "host.cpu.idle_s": -0.1},
     "gpu": {"gpu0.sm_clock_mhz": 1100.0, "gpu0.clocks_event_reasons": 64.0,
             "gpu0.clocks_event.hw_thermal_slowdown": 1.0},
+    "kv_cache": {f"prom.vllm:kv_cache_usage_perc{LLM_LABELS}": 0.99,
+                 f"prom.vllm:num_preemptions_total{LLM_LABELS}": 6.0},
+    "prefill": {f"prom.vllm:prompt_tokens_total{LLM_LABELS}": 90000.0},
     # busy processes inside the target's own cgroup: its CPU use rises a core above the target's own
     "cotenant_cpu": {"cgroup.cpu.usage_ns": 1e9, "host.cpu.user_s": 1.0, "host.cpu.idle_s": -1.0,
                      "proc.runqueue_wait_ns": 3e8, "proc.ctxt.nonvoluntary": 800.0, "psi.cpu.some_us": 4e5},
@@ -550,12 +609,13 @@ DISTRACTIONS = {
 SPIKE_DISTRACTIONS = {"cotenant_cpu": "neighbour_swap"}
 
 
-def _write_signals(path, rng, start_ns, duration_s, rate, injected, rate_hz, with_gpu, rss_growth) -> None:
+def _write_signals(path, rng, start_ns, duration_s, rate, injected, rate_hz, with_gpu, rss_growth,
+                   with_llm=False) -> None:
     """Every series at ``rate_hz`` (counters cumulative with noise, gauges as read) and signals.json."""
     interval = 1.0 / rate_hz
     t = start_ns + (np.arange(0.0, duration_s + interval, interval) * NS_PER_S).astype(np.int64)
     k = len(t)
-    series = dict(SIGNAL_SERIES, **(GPU_SERIES if with_gpu else {}))
+    series = dict(SIGNAL_SERIES, **(GPU_SERIES if with_gpu else {}), **(LLM_SERIES if with_llm else {}))
     values = {}
     for name, (_, kind, _, _, level) in series.items():
         if kind == "counter":

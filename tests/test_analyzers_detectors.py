@@ -54,7 +54,8 @@ from tailscope.testing.synthetic import (
     write_synthetic_run,
 )
 
-FAULT_KINDS = ("gc", "throttle", "cpu", "swap", "io", "queue", "gpu", "generator")
+FAULT_KINDS = ("gc", "throttle", "cpu", "swap", "io", "queue", "gpu", "generator", "kv_cache",
+               "prefill")
 UNEXPLAINED_KINDS = ("network", "postprocess")
 FIRES = 0.5
 
@@ -114,9 +115,9 @@ def test_faults_without_a_detector_are_unexplained_with_the_grown_stage(fault_ru
     evidence = cause["evidence"]
     stage = "client_network" if kind == "network" else "postprocess"
     assert evidence["decomposition"]["dominant_stage"] == stage
-    # 7 of 8 detectors had inputs (no GPU series), none was tempted: confidence 7/8
-    assert evidence["coverage"] == pytest.approx(7 / 8)
-    assert cause["confidence"] == pytest.approx(7 / 8, abs=0.05)
+    # 7 of 10 detectors had inputs (no GPU series, no server metrics), none was tempted: confidence 7/10
+    assert evidence["coverage"] == pytest.approx(7 / 10)
+    assert cause["confidence"] == pytest.approx(7 / 10, abs=0.05)
 
 
 def test_unexplained_is_weak_when_signals_are_missing(tmp_path):
@@ -126,8 +127,9 @@ def test_unexplained_is_weak_when_signals_are_missing(tmp_path):
     assert cause["kind"] == "unexplained"
     # without signals only gc (events), queue_saturation (spans) and generator could look
     assert set(cause["evidence"]["detectors_without_inputs"]) == {
-        "cpu_throttling", "cpu_contention", "swap", "io_stall", "gpu_throttling"}
-    assert cause["confidence"] == pytest.approx(3 / 8, abs=0.05)
+        "cpu_throttling", "cpu_contention", "swap", "io_stall", "kv_cache_pressure", "prefill_interference",
+        "gpu_throttling"}
+    assert cause["confidence"] == pytest.approx(3 / 10, abs=0.05)
 
 
 def _clean_context(path, start_s: float, length_s: float) -> SpikeContext:
@@ -192,9 +194,9 @@ def _spike_kind_of(detector_kind: str) -> str:
 
 @pytest.fixture(scope="module")
 def control_run(tmp_path_factory):
-    """(analysis, pretend-spike contexts) of a clean run with GPU series: no fault anywhere."""
+    """(analysis, pretend-spike contexts) of a clean run with GPU and LLM-server series: no fault anywhere."""
     path = tmp_path_factory.mktemp("control") / "run"
-    write_synthetic_run(path, duration_s=40, rate=50, seed=11, gpu=True)
+    write_synthetic_run(path, duration_s=40, rate=50, seed=11, gpu=True, llm=True)
     return analyze_run(path), [_clean_context(path, start, 3.0) for start in (5.0, 18.0, 30.0)]
 
 

@@ -29,18 +29,39 @@ confidence = ramp(queue share, 0.3, 0.7)
            × max(ramp(throughput ratio, 0.6, 0.9), ramp(load ratio, 1.5, 3.0))
            × max(ramp(load ratio, 1.1, 1.4),
                  ramp(depth ratio, 2, 5) × (1 − ramp(compute growth, 0.3, 1.0)),
-                 ramp(429 share − baseline 429 share, 0.005, 0.03))
+                 ramp(429 share − baseline 429 share, 0.005, 0.03),
+                 waiting grew)
+           × (1 − KV pressure)
+
+On an LLM server the engine's own queue is a Prometheus gauge (the preset's ``waiting`` role:
+``vllm:num_requests_waiting``, ``tgi_queue_size``, ``sglang:num_queue_reqs``, …): *waiting
+grew* is its signal evidence (robust z 2 → 6, material 4 requests) — requests waiting while the
+KV cache is not full mean the engine is at its concurrency or compute limit.
+
+On an LLM server a queue also grows when the KV cache is full (requests wait for blocks):
+that is ``kv_cache_pressure``, so the finding yields by the KV pressure the kit measures
+(:func:`~.kit.kv_pressure`; 1 − 0 where the run has no KV-use series).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from tailscope.analyzers.causes.kit import latency_split, load_ratio, percent, ramp
+from tailscope.analyzers.causes.kit import (
+    kv_pressure,
+    latency_split,
+    load_ratio,
+    percent,
+    ramp,
+    server_role_prefixes,
+    signal_evidence,
+)
 from tailscope.analyzers.causes.protocol import CauseDetector, Finding, SpikeContext
 
 QUEUE_STAGES = ("queue", "batch_wait")
 COMPUTE_STAGES = ("preprocess", "inference", "postprocess")
+#: Material rise of an LLM server's waiting requests (the preset's ``waiting`` role), requests.
+WAITING_MATERIAL = 4.0
 
 
 def _growth(stages: dict, names) -> tuple[float, float]:
@@ -76,7 +97,7 @@ def rejection_excess(ctx: SpikeContext) -> tuple[float, float]:
 class QueueSaturationDetector(CauseDetector):
     kind = "queue_saturation"
     answers = ("overload",)
-    reads = ("derived.queue_depth", "derived.server_arrivals_per_s")
+    reads = ("derived.queue_depth", "derived.server_arrivals_per_s", *server_role_prefixes("waiting"))
     aliases = ("queueing", "queue", "saturation", "retry_storm")
     needs = ("spans",)
 
@@ -108,8 +129,18 @@ class QueueSaturationDetector(CauseDetector):
             "deep_queue": ramp(depth_ratio, 2.0, 5.0) * (1.0 - ramp(compute_ratio, 0.3, 1.0)),
             "rejections": ramp(spike_429 - base_429, 0.005, 0.03),
         }
+        waiting_values = ctx.inputs.server_role("waiting")
+        waiting = (signal_evidence(ctx, "waiting", WAITING_MATERIAL, floor=0.5, values=np.nan_to_num(waiting_values))
+                   if waiting_values is not None else None)
+        if waiting is not None:
+            factors["waiting_grew"] = waiting.confidence
+        kv = kv_pressure(ctx)
+        if kv.watched:
+            factors["kv_cache_not_full"] = 1.0 - kv.confidence
         confidence = (factors["queue_dominant"] * factors["capacity_held"]
-                      * max(factors["load_surge"], factors["deep_queue"], factors["rejections"]))
+                      * max(factors["load_surge"], factors["deep_queue"], factors["rejections"],
+                            factors.get("waiting_grew", 0.0))
+                      * factors.get("kv_cache_not_full", 1.0))
         parts = [f"queue wait is {percent(max(queue_share, 0.0))} of the slow requests' extra server time "
                  f"(+{queue_growth:.1f} ms)"]
         if ratio is not None:
@@ -122,6 +153,11 @@ class QueueSaturationDetector(CauseDetector):
         if held is not None:
             parts.append(f"throughput {held:.2f}× the baseline's"
                          + (" (the service slowed: the queue is a symptom)" if held < 0.75 else ""))
+        if waiting is not None:
+            parts.append(f"{waiting.contrast.spike:.0f} requests waiting on the server "
+                         f"(baseline {waiting.contrast.baseline:.0f})")
+        if kv.watched and kv.confidence > 0:
+            parts.append(f"KV cache {percent(kv.kv_spike)} in use (the queue waited for KV blocks)")
         return Finding(self.name, round(float(confidence), 4), {
             "summary": "; ".join(parts),
             "queue_share_of_server_growth": queue_share,
@@ -130,6 +166,7 @@ class QueueSaturationDetector(CauseDetector):
             "load_ratio": ratio, "load_measured_by": load_label,
             "median_slow_queue_depth": median_depth, "normal_p99_queue_depth": normal_p99,
             "queue_capacity": capacity,
+            "server_waiting": waiting.as_dict() if waiting is not None else None,
             "rejected_429_share": spike_429, "baseline_429_share": base_429, "throughput_ratio": held,
             "latency_split": latency_split(ctx).as_dict(),
             "factors": factors,

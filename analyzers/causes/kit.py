@@ -32,6 +32,7 @@ import numpy as np
 
 from tailscope.analyzers.causes.protocol import SpikeContext
 from tailscope.analyzers.inputs.signal_index import Contrast
+from tailscope.analyzers.stages.presets import STAGE_PRESETS
 
 #: Robust z at which a signal's change starts / fully counts.
 Z_LOW, Z_HIGH = 2.0, 6.0
@@ -294,3 +295,76 @@ def load_ratio(ctx: SpikeContext) -> tuple[float | None, str]:
     if found is None or found.baseline <= 0:
         return None, label
     return found.spike / found.baseline, label
+
+
+# -- LLM servers: the preset's server series (analyzers/stages/server_metrics.py) -------------------
+
+#: KV-cache use (0..1) at which the cache counts as near its limit / full.
+KV_NEAR_LIMIT, KV_FULL = 0.85, 0.95
+#: Rise of KV-cache use over the baseline (fraction of the cache) that starts / fully counts.
+KV_RISE_LOW, KV_RISE_HIGH = 0.1, 0.3
+#: Material excess of preemptions per s.
+PREEMPTIONS_MATERIAL = 1.0
+
+
+@dataclass(frozen=True)
+class KvPressure:
+    """Whether the KV cache was near its limit during a spike, ignoring latency (:func:`kv_pressure`).
+
+    ``confidence`` = ramp(spike KV use, KV_NEAR_LIMIT, KV_FULL) × max(ramp(its rise, KV_RISE_LOW,
+    KV_RISE_HIGH), preemptions) × (0.75 + 0.25 × preemptions), where *preemptions* is the
+    preemption rate's signal evidence (robust z and PREEMPTIONS_MATERIAL per s); ``watched``: the
+    run has a KV-use series; the rest are the numbers behind it."""
+
+    confidence: float
+    watched: bool
+    kv_spike: float | None = None
+    kv_baseline: float | None = None
+    preemptions_per_s: float | None = None
+    preemptions_baseline_per_s: float | None = None
+    factors: dict | None = None
+    series: tuple[str, ...] = ()
+
+    def as_dict(self) -> dict:
+        def r(x):
+            return None if x is None else round(float(x), 4)
+        return {"kv_usage_spike": r(self.kv_spike), "kv_usage_baseline": r(self.kv_baseline),
+                "preemptions_per_s": r(self.preemptions_per_s),
+                "preemptions_baseline_per_s": r(self.preemptions_baseline_per_s),
+                "series": list(self.series), "factors": self.factors or {}}
+
+
+def kv_pressure(ctx: SpikeContext) -> KvPressure:
+    """KV-cache pressure during the spike from the preset's ``kv_usage`` and ``preemptions`` roles
+    (``kv_cache_pressure``'s evidence; ``queue_saturation`` yields by it: a queue that grew because
+    the KV cache was full is KV pressure, not saturation). Not watched without a ``kv_usage`` series."""
+    inputs = ctx.inputs
+    usage = inputs.server_role("kv_usage")
+    if usage is None:
+        return KvPressure(0.0, False)
+    kv = inputs.contrast_values(np.nan_to_num(usage), ctx.start_ns, ctx.end_ns)
+    if kv is None:
+        return KvPressure(0.0, True)
+    rate = inputs.server_role("preemptions")
+    preempted = (signal_evidence(ctx, "preemptions", PREEMPTIONS_MATERIAL, floor=0.1, values=np.nan_to_num(rate))
+                 if rate is not None else None)
+    preempting = preempted.confidence if preempted is not None else 0.0
+    factors = {"near_limit": ramp(kv.spike, KV_NEAR_LIMIT, KV_FULL),
+               "rose": ramp(kv.spike - kv.baseline, KV_RISE_LOW, KV_RISE_HIGH),
+               "preempting": preempting}
+    confidence = factors["near_limit"] * max(factors["rose"], preempting) * (0.75 + 0.25 * preempting)
+    names = inputs.server_series.names("kv_usage") + inputs.server_series.names("preemptions")
+    return KvPressure(confidence, True, kv.spike, kv.baseline,
+                      preempted.contrast.spike if preempted is not None else None,
+                      preempted.contrast.baseline if preempted is not None else None, factors, names)
+
+
+def server_role_prefixes(*roles: str) -> tuple[str, ...]:
+    """The signal series (``prom.<metric>``) that play ``roles`` in any stage preset's metric map:
+    a detector's ``reads`` for evidence it takes from server roles."""
+    names = []
+    for preset in STAGE_PRESETS.values():
+        for role in roles:
+            source = preset.metrics.get(role)
+            names += [f"prom.{name}" for name in (source.names if source is not None else ())]
+    return tuple(dict.fromkeys(names))

@@ -22,6 +22,8 @@ from tailscope.analyzers.causes.detect_gc import GcDetector
 from tailscope.analyzers.causes.detect_generator import GeneratorDetector
 from tailscope.analyzers.causes.detect_gpu import GpuThrottlingDetector
 from tailscope.analyzers.causes.detect_io import IoStallDetector
+from tailscope.analyzers.causes.detect_kv_cache import KvCacheDetector
+from tailscope.analyzers.causes.detect_prefill import PrefillInterferenceDetector
 from tailscope.analyzers.causes.detect_queue import QueueSaturationDetector
 from tailscope.analyzers.causes.detect_swap import SwapDetector
 from tailscope.analyzers.causes.protocol import DEFAULT_MIN_CONFIDENCE, CauseDetector, DetectorRegistry
@@ -37,6 +39,8 @@ DETECTORS.register(CpuThrottlingDetector)
 DETECTORS.register(CpuContentionDetector)
 DETECTORS.register(SwapDetector)
 DETECTORS.register(IoStallDetector)
+DETECTORS.register(KvCacheDetector)
+DETECTORS.register(PrefillInterferenceDetector)
 DETECTORS.register(QueueSaturationDetector)
 DETECTORS.register(GpuThrottlingDetector)
 DETECTORS.register(GeneratorDetector)

@@ -32,6 +32,8 @@ from tailscope.analyzers.inputs.records import NS_PER_MS, NS_PER_S, RequestArray
 from tailscope.analyzers.inputs.signal_index import Contrast, SignalIndex, contrast
 from tailscope.analyzers.inputs.trace_join import trace_positions
 from tailscope.analyzers.stages.decomposition import SPAN_KIND_SERVER, StageMatrix
+from tailscope.analyzers.stages.server_metrics import ServerSeries, run_server_series
+from tailscope.analyzers.stats.llm import LlmArrays, llm_arrays
 from tailscope.rundir import Run
 
 #: Grid step of the signals detectors compare (ns).
@@ -108,6 +110,17 @@ class RunInputs:
             if (~excluded).sum() >= needed:
                 return ~excluded
         return np.ones(len(self.edges) - 1, dtype=bool)
+
+    @cached_property
+    def server_series(self) -> ServerSeries:
+        """The run's preset metric map resolved against its signals (:mod:`~..stages.server_metrics`)."""
+        return run_server_series(self.run, self.signals)
+
+    def server_role(self, role: str) -> np.ndarray | None:
+        """One server role (``kv_usage``, ``preemptions``, ``waiting``, …) per grid bin in the role's
+        unit (counters as rates per second); None when the run has no series for it."""
+        series = self.server_series
+        return series.binned(role, self.signals, self.edges) if series.has(role) else None
 
     def binned(self, name: str) -> np.ndarray:
         return self.signals.binned(name, self.edges)
@@ -278,6 +291,25 @@ class RunInputs:
         index = np.floor_divide(np.asarray(times_ns, dtype=np.int64) - self.origin_ns, GRID_NS)  # edges are uniform
         inside = (index >= 0) & (index < bins)
         return np.bincount(index[inside], minlength=bins) / (GRID_NS / NS_PER_S)
+
+    @cached_property
+    def llm(self) -> LlmArrays | None:
+        """The OpenAI-API columns of the requests (token counts), None in a run without them."""
+        return llm_arrays(self.run.requests)
+
+    @cached_property
+    def prompt_tokens_per_second(self) -> tuple[np.ndarray, np.ndarray]:
+        """(own, other) per grid bin: prompt tokens per second the harness's requests sent (each
+        request's prompt at its send) and the other traffic's (:attr:`other_traffic_per_second`);
+        zeros where the run has none."""
+        bins = len(self.edges) - 1
+        own = np.zeros(bins)
+        if self.llm is not None:
+            index = np.floor_divide(self.req.sent_ns - self.origin_ns, GRID_NS)
+            counted = (index >= 0) & (index < bins) & ~np.isnan(self.llm.prompt_tokens)
+            own = np.bincount(index[counted], weights=self.llm.prompt_tokens[counted], minlength=bins) / (
+                GRID_NS / NS_PER_S)
+        return own, self.other_traffic_per_second["prompt_tokens"]
 
     # ------------------------------------------------------------------ requests
     def normal_sample(self, normal_index: np.ndarray) -> np.ndarray:

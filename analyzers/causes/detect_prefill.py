@@ -1,0 +1,142 @@
+"""``prefill_interference``: long prompts being prefilled slowed the streams already decoding.
+
+A continuous-batching LLM engine runs the prefill of new prompts in the same steps as the decode
+of running streams; a surge of prompt tokens (a storm of long prompts, ours or another client's)
+makes every step longer, so the running streams' time per output token grows. Evidence:
+
+- the slow requests' time per output token against the normal requests': the ``decode`` stage
+  (vLLM's ``gen_ai.latency.time_in_model_decode``) ÷ (output tokens − 1), the server's TPOT;
+- prompt tokens per second (1-s bins) — the harness's own requests' prompts at their send
+  (``requests.arrow`` ``prompt_tokens``) plus the other traffic's (``gen_ai.usage.prompt_tokens``
+  of spans of traces the harness did not send, :mod:`~..inputs.other_traffic`) — in the spike
+  against the baseline;
+- the long prompts (above the baseline's P90) sent during the widened spike: how many, the
+  largest, and whether they were ours or other traffic's;
+- neither KV pressure (:func:`~.kit.kv_pressure`) nor queue growth (the queue stage's share of
+  the slow requests' server growth) explains it.
+
+confidence = ramp(TPOT ratio, 1.2, 2) × ramp(prompt surge ratio, 1.5, 3) × ramp(its robust z, 2, 6)
+× (1 − KV pressure) × (1 − ramp(queue share, 0.3, 0.7)) × target side.
+It runs where the run has spans and Prometheus series (``prom.*``: an LLM server scraped) and
+says nothing without a ``decode`` stage or without token counts.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tailscope.analyzers.causes.kit import (
+    Z_HIGH,
+    Z_LOW,
+    kv_pressure,
+    latency_split,
+    percent,
+    ramp,
+    server_role_prefixes,
+    server_side_factor,
+)
+from tailscope.analyzers.causes.protocol import CauseDetector, Finding, SpikeContext
+from tailscope.analyzers.inputs.run_inputs import GRID_NS, margin_ns
+
+QUEUE_STAGES = ("queue", "batch_wait")
+DECODE_STAGE = "decode"
+#: Most long prompts listed in the evidence.
+MAX_LONG_PROMPTS = 5
+
+
+def _tpot_ms(ctx: SpikeContext, index: np.ndarray) -> np.ndarray:
+    """Server-side time per output token (ms) of requests ``index`` with a decode stage and ≥ 2 tokens."""
+    inputs = ctx.inputs
+    matrix = inputs.matrix
+    rows = np.full(inputs.req.n, -1, np.int64)
+    rows[matrix.request_index] = np.arange(len(matrix.request_index))
+    row = rows[index]
+    joined = row >= 0
+    decode = np.full(len(index), np.nan)
+    decode[joined] = matrix.column(DECODE_STAGE)[row[joined]]
+    tokens = inputs.llm.output_tokens[index]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        tpot = np.where(tokens >= 2, decode / (tokens - 1), np.nan)
+    return tpot[np.isfinite(tpot)]
+
+
+class PrefillInterferenceDetector(CauseDetector):
+    kind = "prefill_interference"
+    answers = ("prefill_interference",)
+    reads = server_role_prefixes("prompt_tokens")
+    aliases = ("prefill", "long_prompts")
+    needs = ("spans", "prom.*")
+
+    def score(self, ctx: SpikeContext) -> Finding | None:
+        inputs = ctx.inputs
+        if inputs.llm is None or DECODE_STAGE not in inputs.matrix.stages:
+            return None
+        slow_tpot = _tpot_ms(ctx, ctx.slow_request_index)
+        normal_tpot = _tpot_ms(ctx, inputs.normal_sample(ctx.normal_request_index))
+        if not len(slow_tpot) or not len(normal_tpot):
+            return None
+        tpot_ratio = float(np.median(slow_tpot) / max(np.median(normal_tpot), 1e-9))
+        own, other = inputs.prompt_tokens_per_second
+        surge = inputs.contrast_values(own + other, ctx.start_ns, ctx.end_ns)
+        surge_ratio = surge.spike / surge.baseline if surge is not None and surge.baseline > 0 else None
+        own_surge = inputs.contrast_values(own, ctx.start_ns, ctx.end_ns)
+        other_surge = inputs.contrast_values(other, ctx.start_ns, ctx.end_ns) if other.any() else None
+        stages = ctx.decomposition.get("stages") or {}
+        server_growth = (stages.get("server") or {}).get("growth_ms")
+        queue_growth = sum((stages[s]["growth_ms"] or 0.0) for s in QUEUE_STAGES if s in stages)
+        queue_share = queue_growth / server_growth if server_growth else 0.0
+        kv = kv_pressure(ctx)
+        split = latency_split(ctx)
+        factors = {
+            "streams_slowed": ramp(tpot_ratio, 1.2, 2.0),
+            "prompt_surge": ramp(surge_ratio, 1.5, 3.0) * ramp(surge.z if surge is not None else None, Z_LOW, Z_HIGH),
+            "kv_cache_not_full": 1.0 - kv.confidence,
+            "queue_not_grown": 1.0 - ramp(queue_share, 0.3, 0.7),
+            "target_side": server_side_factor(split),
+        }
+        confidence = float(np.prod(list(factors.values())))
+        long_prompts = self._long_prompts(ctx)
+        parts = [f"the slow streams' time per output token {np.median(slow_tpot):.1f} ms vs "
+                 f"{np.median(normal_tpot):.1f} ms normal ({tpot_ratio:.2f}×)"]
+        if surge is not None:
+            parts.append(f"prompt tokens being prefilled {surge.spike:.0f}/s vs baseline {surge.baseline:.0f}/s"
+                         + (f" (other traffic {other_surge.spike:.0f}/s)" if other_surge is not None else ""))
+        if long_prompts["count"]:
+            parts.append(f"{long_prompts['count']} long prompts (> {long_prompts['threshold_tokens']:.0f} tokens, "
+                         f"largest {long_prompts['largest'][0]['prompt_tokens']:.0f}) overlapped the slow streams")
+        parts.append(f"queue {percent(max(queue_share, 0.0))} of the extra server time")
+        return Finding(self.name, round(confidence, 4), {
+            "summary": "; ".join(parts),
+            "tpot_slow_ms": float(np.median(slow_tpot)), "tpot_normal_ms": float(np.median(normal_tpot)),
+            "tpot_ratio": tpot_ratio,
+            "prompt_tokens_per_s": surge.spike if surge is not None else None,
+            "prompt_tokens_per_s_baseline": surge.baseline if surge is not None else None,
+            "own_prompt_tokens_per_s": own_surge.spike if own_surge is not None else None,
+            "other_traffic_prompt_tokens_per_s": other_surge.spike if other_surge is not None else None,
+            "long_prompts": long_prompts,
+            "queue_share_of_server_growth": queue_share,
+            "kv_pressure": kv.confidence,
+            "latency_split": split.as_dict(),
+            "factors": factors,
+        })
+
+    @staticmethod
+    def _long_prompts(ctx: SpikeContext) -> dict:
+        """The harness's requests sent in the widened spike with a prompt above the baseline's P90."""
+        inputs = ctx.inputs
+        prompts = inputs.llm.prompt_tokens
+        sent = inputs.req.sent_ns
+        margin = margin_ns(ctx.start_ns, ctx.end_ns)
+        inside = (sent >= ctx.start_ns - margin) & (sent < ctx.end_ns + margin) & np.isfinite(prompts)
+        bins = np.floor_divide(sent - inputs.origin_ns, GRID_NS)
+        on_grid = (bins >= 0) & (bins < len(inputs.baseline_bins)) & np.isfinite(prompts)
+        in_baseline = np.zeros(len(sent), dtype=bool)
+        in_baseline[on_grid] = inputs.baseline_bins[bins[on_grid]]
+        baseline = prompts[in_baseline]
+        if not len(baseline):
+            return {"count": 0, "threshold_tokens": None, "largest": []}
+        threshold = float(np.quantile(baseline, 0.9))
+        long = np.flatnonzero(inside & (prompts > threshold))
+        largest = long[np.argsort(-prompts[long], kind="stable")[:MAX_LONG_PROMPTS]]
+        return {"count": int(len(long)), "threshold_tokens": threshold,
+                "largest": [{"sent_ns": int(sent[i]), "prompt_tokens": float(prompts[i])} for i in largest]}

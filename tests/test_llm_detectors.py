@@ -1,0 +1,170 @@
+"""The LLM-server cause detectors beyond the contract (tests/test_analyzers_detectors.py runs that
+over every registered detector): their evidence in numbers, and how they share a queue.
+
+Seeded synthetic runs of an LLM server (testing/synthetic.py ``llm``: vLLM's series under the
+``vllm`` preset's metric map). A ``kv_cache`` spike fills the KV cache (99% in use, from 45%),
+preempts 6 requests/s and piles the slow requests up in the queue; here it comes with a burst of
+requests (twice the rate), which queue_saturation alone would take for an overload. A ``queue``
+spike on the same server is an overload with the cache not full. A ``prefill`` spike sends prompts
+eight times as long (prompt tokens/s ×8) and slows the running streams' decode.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+
+from tailscope.analyzers.analysis import analyze_run
+from tailscope.analyzers.causes.detect_kv_cache import KvCacheDetector
+from tailscope.analyzers.causes.detect_prefill import PrefillInterferenceDetector
+from tailscope.analyzers.causes.detect_queue import QueueSaturationDetector
+from tailscope.analyzers.causes.protocol import SpikeContext, available_inputs
+from tailscope.analyzers.inputs.records import request_arrays
+from tailscope.analyzers.inputs.run_inputs import RunInputs
+from tailscope.analyzers.spikes.detection import decompose
+from tailscope.analyzers.stages.decomposition import stage_matrix
+from tailscope.analyzers.stages.rules import rules_for_scenario
+from tailscope.rundir import load_run
+from tailscope.testing.synthetic import LLM_PROMPT_TOKENS, PREFILL_PROMPT_FACTOR, write_synthetic_run
+
+SPIKE = {"at_s": 18, "duration_s": 4, "extra_ms": 80}
+
+
+def _spike_context(path, truth: dict) -> SpikeContext:
+    """The injected spike's context, as find_spikes builds it: slow = inside and above the run's P99."""
+    run = load_run(path)
+    req = request_arrays(run.requests)
+    matrix = stage_matrix(req, run.spans, rules_for_scenario(run.manifest["scenario"]).rules)
+    lo, hi = truth["spikes"][0]["start_ns"], truth["spikes"][0]["end_ns"]
+    inside = (req.scheduled_ns >= lo) & (req.scheduled_ns < hi)
+    threshold = float(np.quantile(req.latency_ms[req.in_latency], 0.99))
+    slow = np.flatnonzero(inside & req.is_ok & (req.latency_ms > threshold))
+    normal = np.flatnonzero(req.is_ok & ~inside)
+    origin = int(req.scheduled_ns.min())
+    inputs = RunInputs(run, req, matrix, origin, int(req.end_ns.max()), threshold, [(lo, hi)])
+    return SpikeContext(run, lo, hi, (lo + hi) // 2, slow, normal, decompose(slow, normal, matrix, req.n),
+                        available_inputs(run), inputs, threshold)
+
+
+@pytest.fixture(scope="module")
+def kv_run(tmp_path_factory):
+    path = tmp_path_factory.mktemp("kv") / "run"
+    return path, write_synthetic_run(path, duration_s=40, rate=50, seed=31,
+                                     spikes=[{"kind": "kv_cache", "surge": 1.0, **SPIKE}])
+
+
+def test_kv_cache_pressure_gives_its_numbers(kv_run):
+    path, truth = kv_run
+    spike = analyze_run(path)["spikes"][0]
+    top = spike["causes"][0]
+    assert top["kind"] == "kv_cache_pressure" and top["confidence"] >= 0.9
+    evidence = top["evidence"]
+    assert evidence["kv_usage_spike"] == pytest.approx(0.99, abs=0.01)
+    assert evidence["kv_usage_baseline"] == pytest.approx(0.45, abs=0.01)
+    assert evidence["preemptions_per_s"] == pytest.approx(6.0, rel=0.25) and evidence["preemptions_baseline_per_s"] == 0
+    assert evidence["queue_share_of_server_growth"] > 0.8
+    assert evidence["series"][0].startswith("prom.vllm:kv_cache_usage_perc{")
+    assert "KV cache 99% in use (baseline 45%)" in evidence["summary"]
+    assert [c["kind"] for c in spike["causes"]] == ["kv_cache_pressure"]  # queue_saturation yielded
+
+
+def test_queue_saturation_yields_to_a_full_kv_cache(kv_run):
+    """The queue grew under a load surge, but the full KV cache explains it."""
+    path, truth = kv_run
+    finding = QueueSaturationDetector().score(_spike_context(path, truth))
+    factors = finding.evidence["factors"]
+    without_kv = (factors["queue_dominant"] * factors["capacity_held"]
+                  * max(factors["load_surge"], factors["deep_queue"], factors["rejections"]))
+    assert factors["load_surge"] == 1.0 and without_kv >= 0.5  # queue_saturation would have fired
+    assert factors["kv_cache_not_full"] < 0.1 and finding.confidence < 0.1
+    assert "waited for KV blocks" in finding.evidence["summary"]
+
+
+def test_an_overload_with_the_kv_cache_not_full_is_queue_saturation(tmp_path):
+    path = tmp_path / "run"
+    truth = write_synthetic_run(path, duration_s=40, rate=50, seed=32, llm=True, spikes=[{"kind": "queue", **SPIKE}])
+    spike = analyze_run(path)["spikes"][0]
+    assert [c["kind"] for c in spike["causes"]] == ["queue_saturation"]  # neither KV pressure nor prefill
+    kv = KvCacheDetector().score(_spike_context(path, truth))
+    assert kv.confidence < 0.1 and kv.evidence["factors"]["kv_pressure"] < 0.1
+    assert kv.evidence["kv_usage_spike"] == pytest.approx(0.45, abs=0.01)
+
+
+def test_no_kv_usage_series_means_no_finding(tmp_path):
+    path = tmp_path / "run"
+    truth = write_synthetic_run(path, duration_s=40, rate=50, seed=33, spikes=[{"kind": "queue", **SPIKE}])
+    assert KvCacheDetector().score(_spike_context(path, truth)) is None
+
+
+def test_prefill_interference_gives_prompt_tokens_and_the_long_prompts(tmp_path):
+    path = tmp_path / "run"
+    truth = write_synthetic_run(path, duration_s=40, rate=50, seed=34, spikes=[{"kind": "prefill", **SPIKE}])
+    spike = analyze_run(path)["spikes"][0]
+    assert [c["kind"] for c in spike["causes"]] == ["prefill_interference"]
+    evidence = spike["causes"][0]["evidence"]
+    assert evidence["tpot_ratio"] > 2 and evidence["tpot_slow_ms"] > 2 * evidence["tpot_normal_ms"]
+    mean_prompt = sum(LLM_PROMPT_TOKENS) / 2
+    assert evidence["prompt_tokens_per_s_baseline"] == pytest.approx(50 * mean_prompt, rel=0.2)
+    assert evidence["prompt_tokens_per_s"] > 4 * evidence["prompt_tokens_per_s_baseline"]
+    assert evidence["other_traffic_prompt_tokens_per_s"] is None  # all of it was ours
+    long = evidence["long_prompts"]
+    assert long["threshold_tokens"] == pytest.approx(0.9 * LLM_PROMPT_TOKENS[1], rel=0.1)
+    assert long["count"] >= 0.5 * 50 * SPIKE["duration_s"]
+    largest = long["largest"][0]
+    assert largest["prompt_tokens"] > LLM_PROMPT_TOKENS[1] * PREFILL_PROMPT_FACTOR * 0.9
+    assert truth["spikes"][0]["start_ns"] <= largest["sent_ns"] < truth["spikes"][0]["end_ns"] + 10**7
+    assert "prompt tokens being prefilled" in evidence["summary"]
+
+
+def test_prefill_interference_stays_quiet_when_kv_pressure_explains_the_slow_requests(kv_run):
+    path, truth = kv_run
+    finding = PrefillInterferenceDetector().score(_spike_context(path, truth))
+    assert finding.confidence < 0.1
+    assert finding.evidence["factors"]["kv_cache_not_full"] < 0.1
+
+
+def test_other_traffics_prompts_count_as_prompt_tokens_being_prefilled(tmp_path):
+    """Other traffic (spans of traces the harness did not send, with ``gen_ai.usage.prompt_tokens``)
+    adds its prompts to the second they started in, beside the harness's own."""
+    path = tmp_path / "run"
+    write_synthetic_run(path, duration_s=40, rate=50, seed=35, llm=True)
+    run = load_run(path)
+    server = run.spans.filter(pc.equal(run.spans.column("kind"), 2)).slice(0, 10)
+    origin = int(request_arrays(run.requests).scheduled_ns.min())
+    at = origin + 20 * 10**9 + 10**8  # 20.1 s into the load
+    foreign = server.set_column(server.schema.get_field_index("trace_id"), "trace_id",
+                                pa.array([f"{i:032x}" for i in range(10)]))
+    for name, values in (("name", pa.array(["llm_request"] * 10)),
+                         ("attributes", pa.array(['{"gen_ai.usage.prompt_tokens": 3000}'] * 10)),
+                         ("start_ns", pa.array([at] * 10, pa.int64())), ("end_ns", pa.array([at + 10**8] * 10, pa.int64()))):
+        index = foreign.schema.get_field_index(name)
+        foreign = foreign.set_column(index, foreign.schema.field(index), values.cast(foreign.schema.field(index).type))
+    run.spans = pa.concat_tables([run.spans, foreign])
+    req = request_arrays(run.requests)
+    matrix = stage_matrix(req, run.spans, rules_for_scenario(run.manifest["scenario"]).rules)
+    inputs = RunInputs(run, req, matrix, origin, int(req.end_ns.max()), 100.0, [])
+    own, other = inputs.prompt_tokens_per_second
+    assert inputs.other_traffic.requests == 10
+    assert other[20] == 30_000 and other.sum() == 30_000
+    assert own.sum() == pytest.approx(float(np.nansum(inputs.llm.prompt_tokens)), rel=0.01)
+
+
+def test_waiting_requests_with_the_kv_cache_not_full_are_queue_saturation(tmp_path):
+    """The engine's queue (``vllm:num_requests_waiting``, 1 → 30) grows while the KV cache stays at
+    45%: the engine is at its concurrency limit. No load surge and no deep ``queue.depth`` here, so
+    without the waiting gauge queue_saturation would not fire."""
+    path = tmp_path / "run"
+    truth = write_synthetic_run(path, duration_s=40, rate=50, seed=36, llm=True,
+                                spikes=[{"kind": "queue", "surge": 0.0, **SPIKE}])
+    finding = QueueSaturationDetector().score(_spike_context(path, truth))
+    factors = finding.evidence["factors"]
+    assert max(factors["load_surge"], factors["deep_queue"], factors["rejections"]) < 0.5
+    assert factors["waiting_grew"] == pytest.approx(1.0) and factors["kv_cache_not_full"] == pytest.approx(1.0)
+    assert finding.confidence >= 0.5
+    waiting = finding.evidence["server_waiting"]
+    assert waiting["spike"] == pytest.approx(30, abs=0.5) and waiting["baseline"] == pytest.approx(1, abs=0.1)
+    assert "30 requests waiting on the server (baseline 1)" in finding.evidence["summary"]
+    spike = analyze_run(path)["spikes"][0]
+    assert [c["kind"] for c in spike["causes"]] == ["queue_saturation"]
