@@ -156,7 +156,7 @@ def _lab_root_or_skip():
 def test_quick_lab_subset_runs_scores_and_shows_fault_windows(tmp_path):
     _lab_root_or_skip()
     out = tmp_path / "lab"
-    done = run_tailscope("lab", "--quick", "--only", "cpu_throttle,gc_pressure,overload", "--duration", "14s",
+    done = run_tailscope("lab", "--quick", "--only", "cpu_throttle,gc_pressure,overload", "--duration", "18s",
                          "--out", str(out), timeout=400)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "AC@1" in done.stdout and "cpu_throttle" in done.stdout

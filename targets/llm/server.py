@@ -13,22 +13,13 @@ signal and uvicorn helpers are the reference target's
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import sys
 from typing import TextIO
 
 from opentelemetry import trace
 
 from tailscope.targets.llm.app import LlmApp
 from tailscope.targets.llm.config import LlmServerConfig
-from tailscope.targets.reference.server import (
-    ExternallySignalledServer,
-    announce_port,
-    bind_listening_socket,
-    exit_on_signals,
-    uvicorn_config,
-)
+from tailscope.targets.reference.server import serve_until_signalled
 from tailscope.tracing import kit
 
 
@@ -44,16 +35,4 @@ def run_llm_server(config: LlmServerConfig, *, announce_to: TextIO | None = None
     Raises OSError when the address cannot be bound.
     """
     provider = kit.setup_tracing(config.service_name, config.otlp_traces_endpoint or None) if config.tracing else None
-    gc_reporter = kit.GcPauseReporter(provider, config.gc_min_pause_ms) if provider is not None else None
-    try:
-        server = ExternallySignalledServer(uvicorn_config(build_app(config, provider), config))
-        with exit_on_signals(server), contextlib.closing(bind_listening_socket(config.host, config.port)) as sock:
-            if gc_reporter is not None:
-                gc_reporter.start()
-            announce_port(sock.getsockname()[1], announce_to or sys.stdout)
-            asyncio.run(server.serve(sockets=[sock]))
-    finally:
-        if gc_reporter is not None:
-            gc_reporter.stop()
-        if provider is not None:
-            provider.shutdown()
+    serve_until_signalled(build_app(config, provider), config, provider, announce_to=announce_to)

@@ -108,13 +108,25 @@ def run_target(config: TargetConfig, *, announce_to: TextIO | None = None) -> No
     Raises OSError when the address cannot be bound.
     """
     provider = kit.setup_tracing(config.service_name) if config.tracing else None
+    serve_until_signalled(build_asgi_app(config, provider), config, provider,
+                          announce_to=announce_to, gc_freeze=config.gc_freeze)
+
+
+def serve_until_signalled(app: Any, config: Any, provider: trace.TracerProvider | None, *,
+                          announce_to: TextIO | None = None, gc_freeze: bool = False) -> None:
+    """Serve ``app`` with uvicorn on ``config.host``/``config.port`` until SIGINT/SIGTERM; the
+    target's GC pauses are reported as spans while it serves (``config.gc_min_pause_ms``), and
+    ``provider`` is flushed and shut down on the way out, also on failure. ``gc_freeze`` moves
+    the start-up heap out of the collector's reach before the first request. Shared by both
+    reference services (``config`` needs the fields :func:`uvicorn_config` reads). Raises
+    OSError when the address cannot be bound."""
     gc_reporter = kit.GcPauseReporter(provider, config.gc_min_pause_ms) if provider is not None else None
     try:
-        server = ExternallySignalledServer(uvicorn_config(build_asgi_app(config, provider), config))
+        server = ExternallySignalledServer(uvicorn_config(app, config))
         with exit_on_signals(server), contextlib.closing(bind_listening_socket(config.host, config.port)) as sock:
             if gc_reporter is not None:
                 gc_reporter.start()
-            if config.gc_freeze:
+            if gc_freeze:
                 gc.collect()
                 gc.freeze()
             announce_port(sock.getsockname()[1], announce_to or sys.stdout)
