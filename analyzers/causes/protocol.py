@@ -27,6 +27,7 @@ name starts with ``gpu``.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import ClassVar, Protocol, runtime_checkable
 
@@ -90,7 +91,7 @@ class Detector(Protocol):
         ...
 
 
-class CauseDetector:
+class CauseDetector(ABC):
     """Base of the detectors tailscope ships: the declarations each makes as class attributes.
 
     - ``kind``: the cause it names (its findings' ``kind``, its name in the registry);
@@ -119,8 +120,9 @@ class CauseDetector:
         """The :class:`Detector` name: the cause kind."""
         return self.kind
 
+    @abstractmethod
     def score(self, ctx: SpikeContext) -> Finding | None:
-        raise NotImplementedError
+        """This cause's finding for the spike in ``ctx``, or None when its evidence is absent."""
 
 
 def available_inputs(run: Run) -> frozenset[str]:
