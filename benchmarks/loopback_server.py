@@ -73,14 +73,20 @@ class HttpProtocol(asyncio.Protocol):
             self.transport.write(RESPONSE)
 
 
-async def serve(port: int, stall: StallClock) -> None:
+async def serve_until_sigterm(protocol_factory, port: int, *, backlog: int, announce: str = "") -> None:
+    """Serve ``protocol_factory`` on 127.0.0.1:``port`` (0: a free port) until SIGTERM, printing
+    ``LISTENING <port>[ <announce>]`` once listening. Shared by the benchmarks' loopback servers."""
     loop = asyncio.get_running_loop()
-    server = await loop.create_server(lambda: HttpProtocol(stall), "127.0.0.1", port, backlog=1024)
+    server = await loop.create_server(protocol_factory, "127.0.0.1", port, backlog=backlog)
     stop = asyncio.Event()
     loop.add_signal_handler(signal.SIGTERM, stop.set)
-    print(f"LISTENING {server.sockets[0].getsockname()[1]} {stall.start_ns}", flush=True)
+    print(f"LISTENING {server.sockets[0].getsockname()[1]}" + (f" {announce}" if announce else ""), flush=True)
     async with server:
         await stop.wait()
+
+
+async def serve(port: int, stall: StallClock) -> None:
+    await serve_until_sigterm(lambda: HttpProtocol(stall), port, backlog=1024, announce=str(stall.start_ns))
 
 
 def main() -> None:

@@ -31,10 +31,11 @@ import asyncio
 import json
 import os
 import random
-import signal
 import socket
 import time
 from urllib.parse import parse_qs, urlsplit
+
+from loopback_server import serve_until_sigterm  # a sibling script: benchmarks/ is on sys.path
 
 #: Every SSE event's length in bytes, ``data: ...\n\n`` included.
 EVENT_BYTES = 240
@@ -199,13 +200,7 @@ class StampServer:
 
 
 async def serve(port: int, server: StampServer) -> None:
-    loop = asyncio.get_running_loop()
-    listener = await loop.create_server(lambda: StreamProtocol(server), "127.0.0.1", port, backlog=4096)
-    stop = asyncio.Event()
-    loop.add_signal_handler(signal.SIGTERM, stop.set)
-    print(f"LISTENING {listener.sockets[0].getsockname()[1]}", flush=True)
-    async with listener:
-        await stop.wait()
+    await serve_until_sigterm(lambda: StreamProtocol(server), port, backlog=4096)
 
 
 def main() -> None:
