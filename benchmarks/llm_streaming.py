@@ -31,7 +31,13 @@ connections — and the drain at the end are left out): chunks that arrived
 in the window, per second of wall time and per CPU-second of the generator
 process (``getrusage``), the process's run-queue wait (ms per second: time
 it was ready to run but another process had the core; the machine is
-shared) and the P50/P99/max lag of those chunks. The modes alternate for
+shared) and the min/P50/P99/max lag of those chunks. tailscope times a read
+with the kernel's receive stamp (loadgen/arrival_stamps.py) mapped onto its
+run clock (monotonic, anchored to the wall clock once at the start), so its
+lag is what the chunk spent between the server's stamp and this host's
+kernel; the run clock and the server's wall clock may disagree by a few µs
+(the anchor's read, slewing), which can show as a slightly negative minimum.
+The modes alternate for
 ``--rounds`` rounds; the summary gives the medians and the ratio tailscope ÷
 bare Locust of chunks per CPU-second (> 1: tailscope reads more chunks per
 core). Goal (issue 19): at 2,000 streams × 25 tokens/s (50,000 chunks/s) on
@@ -183,12 +189,12 @@ def recorded_chunks(chunks_path: str, stamps: dict[str, np.ndarray]) -> tuple[np
 
     table = read_stream(chunks_path, schema.CHUNKS_SCHEMA).table
     trace, index, t_ns = (table.column(name).to_numpy(zero_copy_only=False) for name in ("trace_id", "index", "t_ns"))
-    lags = np.full(len(t_ns), -1, dtype=np.int64)
+    lags = np.zeros(len(t_ns), dtype=np.int64)
+    matched = np.zeros(len(t_ns), dtype=bool)
     for i, (rid, k, t) in enumerate(zip(trace, index, t_ns)):
         sent = stamps.get(rid)
         if sent is not None and k < len(sent):
-            lags[i] = t - sent[k]
-    matched = lags >= 0
+            lags[i], matched[i] = t - sent[k], True
     return np.asarray(t_ns, dtype=np.int64)[matched], lags[matched], int((~matched).sum())
 
 
@@ -203,7 +209,8 @@ def window_figures(r: dict, arrivals: np.ndarray, lags: np.ndarray) -> dict:
     return {**r, "chunks": int(inside.sum()), "wall_s": wall_s, "cpu_s": cpu_s,
             "runqueue_ms_per_s": (end["runqueue_ns"] - start["runqueue_ns"]) / 1e6 / wall_s,
             "per_s": int(inside.sum()) / wall_s, "per_core": int(inside.sum()) / max(cpu_s, 1e-9),
-            "lag_ms": [float(x) for x in np.percentile(window_lags, [50, 99, 100]) / 1e6] if len(window_lags) else None}
+            "lag_ms": [float(x) for x in np.percentile(window_lags, [50, 99, 100]) / 1e6] if len(window_lags) else None,
+            "min_lag_ms": float(window_lags.min()) / 1e6 if len(window_lags) else None}
 
 
 def run_ours(config: dict, url: str) -> dict:
@@ -247,7 +254,11 @@ def _line(r: dict) -> str:
     return (f"{r['chunks']:8d} chunks ({r['requests']} requests, {r['errors']} errors, {r['unmatched']} unmatched) "
             f"in {r['wall_s']:.1f} s: {r['per_s']:8.0f} chunks/s, {r['per_core']:8.0f} per CPU-s "
             f"(CPU {r['cpu_s'] / r['wall_s']:.0%}, waited {r['runqueue_ms_per_s']:.0f} ms/s for a CPU); "
-            f"lag P50 {lag[0]:.2f} ms, P99 {lag[1]:.2f} ms, max {lag[2]:.1f} ms")
+            f"lag min {_min_lag(r)}, P50 {lag[0]:.2f} ms, P99 {lag[1]:.2f} ms, max {lag[2]:.1f} ms")
+
+
+def _min_lag(r: dict) -> str:
+    return f"{r['min_lag_ms']:.3f} ms" if r.get("min_lag_ms") is not None else "—"
 
 
 def summarize(results: dict) -> list[dict]:

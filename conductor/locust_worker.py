@@ -1,7 +1,7 @@
 """One Locust worker of ``tailscope run --workers N`` (started by the conductor).
 
     python -m tailscope.conductor.locust_worker --master-port P --scenario S.yaml \
-        [--target URL] [--duration S] [--rate RPS]
+        [--target URL] [--duration S] [--rate RPS | --users N [--think-time S]]
 
 Loads the scenario (the same file as the master), connects to the master on
 127.0.0.1:P and walks the share of the schedule the master gives it,
@@ -22,7 +22,7 @@ import sys
 from locust.env import Environment
 
 from tailscope.loadgen.locust_roles import WorkerRole
-from tailscope.loadgen.spec import LoadPlan
+from tailscope.loadgen.spec import ArrivalSpec, LoadPlan
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -33,6 +33,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--target", default=None, help="base URL (overrides the scenario)")
     parser.add_argument("--duration", type=float, default=None, help="schedule length, s")
     parser.add_argument("--rate", type=float, default=None, help="offered rate, requests/s (whole run)")
+    parser.add_argument("--users", type=int, default=None,
+                        help="a closed loop of this many users in the whole run (concurrency mode: no think time)")
+    parser.add_argument("--think-time", type=float, default=0.0, help="with --users: each user's think time, s")
     return parser
 
 
@@ -42,7 +45,10 @@ def plan_from_args(args) -> LoadPlan:
 
     scenario = load_scenario(args.scenario, target_override=args.target)
     plan = scenario.load_plan(args.target, args.duration)
-    if args.rate:
+    if args.users is not None:
+        arrival = ArrivalSpec(process="closed", users=args.users, think_time_s=args.think_time)
+        plan = dataclasses.replace(plan, arrival=arrival)
+    elif args.rate:
         plan = dataclasses.replace(plan, arrival=dataclasses.replace(plan.arrival, rate=args.rate))
     return plan
 

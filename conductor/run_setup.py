@@ -11,6 +11,7 @@ import os
 from collections.abc import Sequence
 
 from tailscope.conductor.children import Child
+from tailscope.loadgen.distributed import split_description
 from tailscope.rundir import new_run_dir, read_json, schema
 from tailscope.support.python_child import python_module
 from tailscope.support.receiver_token import TOKEN_ENV
@@ -73,11 +74,14 @@ def receiver_options(*, host: str, port: int | None, grpc_port: int | None, toke
 
 
 def run_manifest(*, name: str, scenario_path: str | None, scenario_raw: dict, plan, target_process: dict,
-                 receiver: dict, signal_rate_hz: float | None = None, extra: dict | None = None) -> dict:
+                 receiver: dict, signal_rate_hz: float | None = None, extra: dict | None = None,
+                 workers: int = 0) -> dict:
     """The manifest a run starts with (docs/run-format.md): the scenario as given, the load plan's
     settings (``plan``: a tailscope.loadgen.spec.LoadPlan), the receiver's ``options`` entries
     (``receiver``: from :func:`receiver_options`),
-    the signal sampling rate (Hz; omitted when no sampler runs) and ``extra`` top-level keys."""
+    the signal sampling rate (Hz; omitted when no sampler runs) and ``extra`` top-level keys.
+    ``workers`` > 0: the load is split over that many Locust worker processes, which
+    ``arrival`` describes (:func:`~tailscope.loadgen.distributed.split_description`)."""
     options = {
         "duration_s": plan.duration_s,
         "max_requests": plan.max_requests,
@@ -97,7 +101,7 @@ def run_manifest(*, name: str, scenario_path: str | None, scenario_raw: dict, pl
         "target": plan.target,
         "target_process": target_process,
         "options": options,
-        "arrival": plan.arrival.describe(),
+        "arrival": {**plan.arrival.describe(), **(split_description(plan.arrival, workers) if workers else {})},
         **llm_classes(plan),
         **(extra or {}),
     }

@@ -198,7 +198,7 @@ class _Session:
         return run_manifest(name=scenario.name, scenario_path=os.path.abspath(scenario.path),
                             scenario_raw=scenario.raw, plan=plan, target_process=target_proc,
                             receiver=receiver, signal_rate_hz=scenario.signal_rate_hz,
-                            extra=options.extra_manifest)
+                            extra=options.extra_manifest, workers=options.workers)
 
 
 def _abort_monitors(scenario: Scenario, options: RunOptions) -> list:

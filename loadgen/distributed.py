@@ -12,7 +12,11 @@ Poisson arrivals: k superposed constant or gamma processes are neither
 constant nor gamma.) Each worker generates the whole schedule and keeps 1/k
 of it; generation is vectorised numpy, a few ns per offset. An
 ``arrival.max_concurrency`` cap is split the same way (:func:`cap_share`),
-so the workers together hold at most that many requests in flight.
+so the workers together hold at most that many requests in flight. A closed
+loop (concurrency mode: N requests kept in flight) has no schedule: its N
+users are split by :func:`cap_share` (parts differ by at most one, add up to
+N), each worker running its part from the shared origin for the duration;
+so is ``max_requests``.
 
 **Merge.** A worker's recorder writes rows into a :class:`ColumnBuffer`, and
 so do its streamed-chunk timer and its self-check (:class:`WorkerOutbox`:
@@ -117,6 +121,19 @@ def cap_share(cap: int, index: int, count: int) -> int:
     """Worker ``index`` of ``count``'s part of an in-flight cap of ``cap`` requests
     (``arrival.max_concurrency``): the parts differ by at most one and add up to ``cap``."""
     return cap // count + (1 if index < cap % count else 0)
+
+
+def split_description(arrival, workers: int) -> dict:
+    """How a run's ``arrival`` (a :class:`~.spec.ArrivalSpec`) is split over ``workers``
+    processes, for the manifest's ``arrival``: ``workers``, and each worker's part of a closed
+    loop's users (``users_per_worker``; concurrency mode: requests kept in flight) or of a
+    ``max_concurrency`` cap (``max_concurrency_per_worker``)."""
+    out: dict = {"workers": workers}
+    if arrival.process == "closed":
+        out["users_per_worker"] = [cap_share(arrival.users, i, workers) for i in range(workers)]
+    elif arrival.max_concurrency is not None:
+        out["max_concurrency_per_worker"] = [cap_share(arrival.max_concurrency, i, workers) for i in range(workers)]
+    return out
 
 
 def share_seed(seed: int, index: int, count: int) -> int:

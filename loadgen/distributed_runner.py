@@ -47,10 +47,28 @@ class TailscopeSchedule(ScheduleHolder):
 
 
 def worker_command(master_port: int, scenario_path: str, plan: LoadPlan) -> list[str]:
-    """argv of one worker process for ``plan`` (loaded from ``scenario_path``)."""
+    """argv of one worker process for ``plan`` (loaded from ``scenario_path``): the plan's
+    rate, or its closed loop (users and think time: a concurrency sweep's step replaces
+    the scenario file's arrival), overrides the file's."""
+    arrival = plan.arrival
+    load = (["--users", str(arrival.users), "--think-time", repr(arrival.think_time_s)]
+            if arrival.process == "closed" else ["--rate", repr(arrival.rate)])
     return python_module("tailscope.conductor.locust_worker", "--master-port", str(master_port),
                          "--scenario", scenario_path, "--target", plan.target, "--duration", repr(plan.duration_s),
-                         "--rate", repr(plan.arrival.rate))
+                         *load)
+
+
+def split_problem(plan: LoadPlan, workers: int) -> str | None:
+    """Why ``plan`` cannot be split over ``workers`` (None when it can): each worker needs at least
+    one of a closed loop's users and of an ``arrival.max_concurrency`` cap."""
+    arrival = plan.arrival
+    if arrival.process == "closed" and arrival.users < workers:
+        return (f"a closed loop's {arrival.users} users (arrival.concurrency or arrival.users) are split over "
+                f"the workers: there must be at least --workers ({workers})")
+    if arrival.max_concurrency is not None and arrival.max_concurrency < workers:
+        return (f"arrival.max_concurrency ({arrival.max_concurrency}) is split over the workers: "
+                f"it must be at least --workers ({workers})")
+    return None
 
 
 class _ConductorRun:
@@ -87,13 +105,18 @@ def run_distributed_load(
     ``events`` (their ``generator_gc`` events), ``signals`` (their self-check
     gauges, labelled ``{worker="i"}``).
 
-    Raises :class:`LoadError` when the workers do not connect, a worker's load
-    fails, or rows are lost in the merge (the run directory keeps what arrived).
+    A closed loop (concurrency mode) is split too: each worker runs its share
+    of ``arrival.users`` (:func:`~.distributed.cap_share`), from the shared origin.
+
+    Raises :class:`LoadError` when the plan cannot be split (:func:`split_problem`),
+    the workers do not connect, a worker's load fails, or rows are lost in the
+    merge (the run directory keeps what arrived).
     """
     if workers < 1:
         raise ValueError(f"workers must be >= 1, got {workers!r}")
-    if plan.arrival.process == "closed":
-        raise LoadError("--workers needs an open-loop arrival process; a closed loop runs in one process")
+    problem = split_problem(plan, workers)
+    if problem:
+        raise LoadError(problem)
     environment = Environment(user_classes=[TailscopeSchedule], host=plan.target)
     runner = environment.create_master_runner("127.0.0.1", 0)
     conductor_run = _ConductorRun(sink, chunks, events, signals)

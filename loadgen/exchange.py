@@ -50,13 +50,16 @@ import socket as _stdlib_socket
 import gevent
 import gevent.queue
 import gevent.socket
+import gevent.ssl
 from geventhttpclient.response import HTTPConnectionClosed, HTTPParseError, HTTPSocketPoolResponse
 from geventhttpclient.url import URL
 
+from tailscope.loadgen import arrival_stamps
 from tailscope.loadgen.clock import RunClock
 from tailscope.loadgen.mix import PreparedRequest
 from tailscope.loadgen.openai_stream import ERROR_BODY_BYTES, OpenAIReply
 from tailscope.loadgen.recorder import Recorder, TokenRecord
+from tailscope.loadgen.stream_reader import StreamReader
 from tailscope.loadgen.streams import ChunkTimer
 
 _REFUSED_ERRNOS = frozenset({errno.ECONNREFUSED})
@@ -167,7 +170,7 @@ class Exchanger:
     """
 
     def __init__(self, client_pool, base_url: str, clock: RunClock, timeout_s: float,
-                 recorder: Recorder, request_event):
+                 recorder: Recorder, request_event, stream_reader: StreamReader | None = None):
         url = URL(base_url)
         self._client = client_pool.get_client(url)
         self._prefix = url.path.rstrip("/")
@@ -177,6 +180,7 @@ class Exchanger:
         self._timeout_ns = int(timeout_s * 1e9)
         self._recorder = recorder
         self._request_event = request_event
+        self._stream_reader = stream_reader  # None: each streamed body is read in its request's greenlet
 
     def encode(self, request: PreparedRequest) -> bytes | None:
         """The request on the wire: head (default headers, Host, Content-Length,
@@ -219,13 +223,13 @@ class Exchanger:
             status = response.status_code
             if request.llm is not None:
                 reply = OpenAIReply(response.get("content-type"), request.llm.counter, cls.llm.generates)
-                read_stream(response, reply, clock)
+                read_stream(response, reply, clock, self._stream_reader)
                 bytes_in = reply.bytes
                 if reply.times:
                     first_byte_ns = reply.times[0]
             elif cls.stream:
                 chunks = ChunkTimer(response.get("content-type"))
-                read_stream(response, chunks, clock)
+                read_stream(response, chunks, clock, self._stream_reader)
                 bytes_in = chunks.bytes
                 first_byte_ns = chunks.times[0] if chunks.times else first_byte_ns
             else:
@@ -348,7 +352,7 @@ def _server_error(message: str) -> str:
     return f"server error: {message[:200]}"
 
 
-def read_stream(response, chunks: ChunkTimer | OpenAIReply, clock: RunClock) -> None:
+def read_stream(response, chunks: ChunkTimer | OpenAIReply, clock: RunClock, reader: StreamReader | None = None) -> None:
     """Read a response body read by read until it is complete, timing each read.
 
     Uses the geventhttpclient response's parser directly (``feed``, its body
@@ -363,15 +367,25 @@ def read_stream(response, chunks: ChunkTimer | OpenAIReply, clock: RunClock) -> 
     drained the socket (fewer bytes than a block) the loop waits for the socket
     to be readable before the next ``recv``, instead of a ``recv`` that fails
     with ``EWOULDBLOCK`` (a system call and a Python exception) and then waits.
+
+    Each read is timed with the kernel's receive stamp where the socket gives
+    one (:mod:`.arrival_stamps`: ``recvmsg`` with ``SO_TIMESTAMPNS``; not for
+    TLS), so the time a ready read waited for the busy event loop is not
+    recorded as the server's; else with the clock after the read.
     """
     buffer = response._body_buffer
     if buffer:
         chunks.feed(bytes(buffer), clock.now_ns())
         del buffer[:]
+    if not response.message_complete and reader is not None and not isinstance(response._sock, gevent.ssl.SSLSocket):
+        reader.read(response, chunks)
+        chunks.finish(clock.now_ns())
+        return
     sock = response._sock
     if sock is not None and sock.timeout is not None:
         sock.settimeout(None)
     wait, readable = getattr(sock, "_wait", None), getattr(sock, "_read_event", None)  # gevent's own wait
+    stamped = sock is not None and arrival_stamps.enable(sock)
     block_size = response.block_size
     drained = True
     while not response.message_complete:
@@ -380,13 +394,17 @@ def read_stream(response, chunks: ChunkTimer | OpenAIReply, clock: RunClock) -> 
             raise HTTPConnectionClosed("connection closed before the end of the stream")
         if drained and readable is not None:
             wait(readable)
-        data = sock.recv(block_size)
+        if stamped:
+            data, ancillary, _flags, _address = sock.recvmsg(block_size, arrival_stamps.STAMP_SPACE)
+        else:
+            data = sock.recv(block_size)
         if not data:
             response.release()
             raise HTTPConnectionClosed("connection closed before the end of the stream")
         drained = len(data) < block_size
         response.feed(data)
         if buffer:
-            chunks.feed(bytes(buffer), clock.now_ns())
+            now_ns = clock.now_ns()
+            chunks.feed(bytes(buffer), arrival_stamps.arrival_ns(ancillary, now_ns) if stamped else now_ns)
             del buffer[:]
     chunks.finish(clock.now_ns())

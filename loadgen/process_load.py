@@ -6,13 +6,15 @@ generates load. Used by the Locust roles (:mod:`.locust_roles`) under the
 
 The schedule is walked by one greenlet per process, not by a Locust user:
 the offered load is the plan's arrival process, independent of how many
-users Locust spawns (open loop). :class:`ScheduleHolder` is the Locust user
-that stands for it in Locust's user count; it sends nothing.
+users Locust spawns (open loop). A closed loop (concurrency mode included)
+runs its users as greenlets of the same process, a worker its share of them.
+:class:`ScheduleHolder` is the Locust user that stands for the load in
+Locust's user count; it sends nothing.
 """
 
 from __future__ import annotations
 
-from tailscope.loadgen.users import DRAIN_GRACE_S, LoadSession, run_open_loop  # noqa: I001  (imports Locust: gevent first)
+from tailscope.loadgen.users import DRAIN_GRACE_S, LoadSession, run_closed_users, run_open_loop  # noqa: I001  (imports Locust: gevent first)
 
 # isort: split
 
@@ -35,7 +37,8 @@ MONITOR_TICK_S = 0.1
 
 
 class ScheduleHolder(User):
-    """A Locust user that sends nothing: the schedule greenlet sends the requests.
+    """A Locust user that sends nothing: the schedule greenlet (or the closed loop's
+    greenlets) send the requests.
 
     Subclass it (``abstract = False``) to give Locust a user class to count;
     one per process is enough, more are idle."""
@@ -64,6 +67,16 @@ class SharedLoadSession(LoadSession):
         return take_share(offsets, self.share.index, self.share.count)
 
 
+def _closed_share(plan: LoadPlan, index: int, count: int) -> LoadPlan:
+    """``plan`` with worker ``index`` of ``count``'s part of its closed loop's users
+    (:func:`~.distributed.cap_share`); ValueError when that part is empty."""
+    users = cap_share(plan.arrival.users, index, count)
+    if users < 1:
+        raise ValueError(f"a closed loop of {plan.arrival.users} users (arrival.concurrency or arrival.users) "
+                         f"cannot be split over {count} workers: give at least one user per worker")
+    return dataclasses.replace(plan, arrival=dataclasses.replace(plan.arrival, users=users))
+
+
 def _poll_forever(monitor: GeneratorMonitor) -> None:
     while True:
         gevent.sleep(MONITOR_TICK_S)
@@ -82,19 +95,21 @@ class ProcessLoad:
     with the worker index). The monitor's last gauges are written before
     :attr:`done` is set.
 
-    Open-loop arrival processes only: a closed loop is Locust's own model
-    (use :class:`tailscope.conductor.locust_plugin.RecordingUser`). With a
-    ``share``, an ``arrival.max_concurrency`` cap is this worker's part of it
-    (:func:`~.distributed.cap_share`).
+    A closed loop (``arrival.process == "closed"``: ``users`` users, concurrency
+    mode when they do not think) runs as greenlets from the origin until the
+    duration (:func:`~.users.run_closed_users`). With a ``share``, this worker
+    runs its part of the users and of ``max_requests``, and an
+    ``arrival.max_concurrency`` cap is its part of that cap (all split by
+    :func:`~.distributed.cap_share`).
     """
 
     def __init__(self, plan: LoadPlan, sink, request_event, share: ScheduleShare | None = None, *,
                  chunks=None, events=None, signals=None):
-        if plan.arrival.process == "closed":
-            raise ValueError("a closed-loop arrival process has no schedule to walk; "
-                             "use RecordingUser (Locust's own closed loop) instead")
         index, count = (share.index, share.count) if share is not None else (0, 1)
-        if count > 1 and plan.arrival.max_concurrency is not None:
+        closed = plan.arrival.process == "closed"
+        if closed:
+            plan = _closed_share(plan, index, count)
+        elif count > 1 and plan.arrival.max_concurrency is not None:
             cap = cap_share(plan.arrival.max_concurrency, index, count)
             if cap < 1:
                 raise ValueError(f"max_concurrency {plan.arrival.max_concurrency} cannot be split over "
@@ -108,8 +123,12 @@ class ProcessLoad:
         mix = RequestMix(plan.classes, share_seed(plan.seed, index, count),
                          trace_sample_rate=plan.trace_sample_rate)
         self.session = SharedLoadSession(plan, self.recorder, mix, share)
+        if closed:
+            self.session.max_requests = cap_share(plan.max_requests, index, count)
         self._request_event = request_event
-        self._http = FastHttpSession(plan.target, request_event, None, concurrency=plan.max_in_flight,
+        # a closed loop's users each hold one request: one connection each, as Locust's users have
+        connections = plan.arrival.users if closed else plan.max_in_flight
+        self._http = FastHttpSession(plan.target, request_event, None, concurrency=connections,
                                      network_timeout=plan.timeout_s, connection_timeout=plan.timeout_s,
                                      max_retries=0, max_redirects=0)
         self._greenlet: gevent.Greenlet | None = None
@@ -127,10 +146,13 @@ class ProcessLoad:
         session, plan = self.session, self.plan
         clock = session.begin()
         exchanger = Exchanger(self._http.client.clientpool, plan.target, clock, plan.timeout_s,
-                              self.recorder, self._request_event)
+                              self.recorder, self._request_event, session.stream_reader)
         monitor, poller = self._start_monitor(clock)
         try:
-            run_open_loop(session, exchanger)
+            if plan.arrival.process == "closed":
+                run_closed_users(session, exchanger)
+            else:
+                run_open_loop(session, exchanger)
         except Exception as exc:  # noqa: BLE001  (reported in the totals and the manifest)
             session.failure = exc
             session.halt("stopped")

@@ -17,6 +17,8 @@ in the process that generates load.
   *before* its scheduled time, so only the send itself happens at the deadline.
 - :class:`ClosedLoopUser` — ``arrival.users`` instances, each sending its next
   request ``think_time_s`` after the previous reply (``scheduled_ns = sent_ns``).
+  A distributed worker runs its share of the users as greenlets instead
+  (:func:`run_closed_users`).
 
 Both share one :class:`LoadSession` (bound with :func:`bind_user_class`),
 through which the runner halts them and learns when they are done.
@@ -38,6 +40,7 @@ from tailscope.loadgen.mix import RequestMix
 from tailscope.loadgen.recorder import Recorder
 from tailscope.loadgen.senders import SenderPool
 from tailscope.loadgen.spec import LoadPlan
+from tailscope.loadgen.stream_reader import StreamReader
 
 #: Extra time, beyond the client timeout, that in-flight requests get to end
 #: after the schedule is over before they are abandoned.
@@ -63,6 +66,8 @@ class LoadSession:
         self.recorder = recorder
         self.mix = mix
         self.clock: RunClock | None = None  # set by begin(): the run origin
+        #: Reads every streamed body of this session (set by begin(), on the run clock).
+        self.stream_reader: StreamReader | None = None
         self.origin_ns: int | None = None  # epoch ns of offset 0; None: when begin() is first called
         self.started = gevent.event.Event()
         #: Set once every user has begun (the closed loop's ``users``; the open loop's one walker).
@@ -75,6 +80,8 @@ class LoadSession:
         self.scheduling_ended_ns: int | None = None  # elapsed ns when no more requests were started
         self.failure: BaseException | None = None
         self.scheduled = 0  # requests taken from the schedule (open) or claimed (closed)
+        #: Most requests this session's closed loop claims: the plan's, or a distributed worker's share of it.
+        self.max_requests = plan.max_requests
         self.sent = 0
         self.in_flight = 0
         self.dropped_at_cap = 0  # requests dropped because the cap was full (drop policy)
@@ -85,6 +92,7 @@ class LoadSession:
         """Fix the run origin (first call only) and return the run clock. Each user calls it once."""
         if self.clock is None:
             self.clock = RunClock(self.origin_ns)
+            self.stream_reader = StreamReader(self.clock) if StreamReader.available() else None
             self.started.set()
         self._users_begun += 1
         if self._users_begun >= (self.plan.arrival.users if self.plan.arrival.process == "closed" else 1):
@@ -124,7 +132,7 @@ class LoadSession:
     def closed_user_finished(self) -> None:
         self._closed_users_finished += 1
         if self._closed_users_finished >= self.plan.arrival.users:
-            self.end_scheduling("max_requests" if self.scheduled >= self.plan.max_requests else None)
+            self.end_scheduling("max_requests" if self.scheduled >= self.max_requests else None)
             self.done.set()
 
 
@@ -141,7 +149,7 @@ class _PlanUser(FastHttpUser):
         session = self.session
         return Exchanger(self.client.client.clientpool, session.plan.target, clock,
                          session.plan.timeout_s, session.recorder,
-                         self.environment.events.request)
+                         self.environment.events.request, session.stream_reader)
 
     def _fail(self, exc: BaseException) -> None:
         self.session.failure = exc
@@ -295,7 +303,7 @@ def run_closed_loop(session: LoadSession, exchanger: Exchanger) -> None:
     """One closed-loop user: request, reply, think, until halted or out of requests."""
     plan, mix = session.plan, session.mix
     think_s = plan.arrival.think_time_s
-    while not session.halted.is_set() and session.scheduled < plan.max_requests:
+    while not session.halted.is_set() and session.scheduled < session.max_requests:
         session.scheduled += 1
         session.sent += 1
         session.in_flight += 1
@@ -307,3 +315,31 @@ def run_closed_loop(session: LoadSession, exchanger: Exchanger) -> None:
             session.in_flight -= 1
         if think_s > 0 and session.halted.wait(think_s):
             break
+
+
+def run_closed_users(session: LoadSession, exchanger: Exchanger) -> None:
+    """The closed loop without Locust users: ``plan.arrival.users`` greenlets, each a user
+    (:func:`run_closed_loop`), from the run origin (slept to: distributed workers share it)
+    until ``plan.duration_s`` after it, a halt, or ``session.max_requests``; then in-flight
+    requests get the client timeout (plus grace) to end. A user that fails halts the others
+    and leaves its exception in ``session.failure``."""
+    plan, clock = session.plan, session.clock
+    wait_s = clock.seconds_until(0)
+    if wait_s > 0 and session.halted.wait(wait_s):
+        session.end_scheduling(None)
+        return
+    users = [gevent.spawn(_closed_user, session, exchanger) for _ in range(plan.arrival.users)]
+    gevent.joinall(users, timeout=max(0.0, clock.seconds_until(int(plan.duration_s * 1e9))))
+    session.halt("duration")  # the first reason wins: a halt from outside, or a failure, keeps its own
+    session.end_scheduling("max_requests" if session.scheduled >= session.max_requests else None)
+    gevent.joinall(users, timeout=plan.timeout_s + DRAIN_GRACE_S)
+    gevent.killall(users, timeout=DRAIN_GRACE_S)
+
+
+def _closed_user(session: LoadSession, exchanger: Exchanger) -> None:
+    """One user of :func:`run_closed_users`; its failure halts the run."""
+    try:
+        run_closed_loop(session, exchanger)
+    except Exception as exc:  # noqa: BLE001  (kept for the totals and the manifest)
+        session.failure = exc
+        session.halt("stopped")

@@ -8,7 +8,10 @@ SSE chunk) on loopback, with short runs:
   the wait for a slot recorded as lateness (also split over ``--workers``, whose chunk and
   token records merge into one run);
 - a concurrency sweep: the throughput–latency frontier (output tokens/s against TTFT and
-  TPOT) and its best point under the SLOs.
+  TPOT) and its best point under the SLOs;
+- concurrency mode and its sweep over ``--workers`` (Locust master and worker processes):
+  N split over the workers, N in flight in all as the server counts them, the workers'
+  request, chunk and token records merged into one run.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import textwrap
+import threading
 import urllib.request
 
 import numpy as np
@@ -25,7 +29,8 @@ from cli_helpers import load_analysis, only_run_dir, run_tailscope
 from test_llm_server import LlmServer
 
 from tailscope.analyzers.patterns.load_sweep import frontier
-from tailscope.loadgen.distributed import cap_share
+from tailscope.loadgen.distributed import cap_share, split_description
+from tailscope.loadgen.spec import ArrivalSpec
 from tailscope.rundir import read_stream, schema
 
 MS = 1_000_000
@@ -221,6 +226,122 @@ def test_a_max_concurrency_cap_is_split_over_the_workers_and_must_cover_them(tmp
                         "classes: [{name: a, path: /a}]\n")
     proc = run_tailscope("run", str(scenario), "--workers", "3", "--out", str(tmp_path / "runs"))
     assert proc.returncode == 2 and "max_concurrency (2)" in proc.stderr and "--workers (3)" in proc.stderr
+    # concurrency mode's N is split the same way, and must cover the workers too
+    scenario.write_text("target: http://127.0.0.1:9\nduration: 1s\narrival: {concurrency: 2}\n"
+                        "classes: [{name: a, path: /a}]\n")
+    proc = run_tailscope("run", str(scenario), "--workers", "3", "--out", str(tmp_path / "runs"))
+    assert proc.returncode == 2 and "arrival.concurrency (2)" in proc.stderr and "--workers (3)" in proc.stderr
+
+
+class _ServerLoadProbe:
+    """Samples the server's own count of requests it holds (``vllm:num_requests_running`` +
+    ``waiting`` on /metrics) every :attr:`PERIOD_S` in a thread, until :meth:`stop`."""
+
+    PERIOD_S = 0.02
+
+    def __init__(self, port: int):
+        self.url = f"http://127.0.0.1:{port}/metrics"
+        self.samples: list[float] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+        self._thread.start()
+
+    def _poll(self) -> None:
+        while not self._stop.wait(self.PERIOD_S):
+            with urllib.request.urlopen(self.url, timeout=10) as reply:
+                text = reply.read().decode()
+            self.samples.append(sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                                    if line.startswith(("vllm:num_requests_running{", "vllm:num_requests_waiting{"))))
+
+    def stop(self) -> np.ndarray:
+        self._stop.set()
+        self._thread.join(timeout=15)
+        return np.array(self.samples)
+
+
+def _tokens_by_trace(run_dir: str) -> dict[str, list[int]]:
+    chunks = read_stream(os.path.join(run_dir, schema.CHUNKS), schema.CHUNKS_SCHEMA).table
+    out: dict[str, list[int]] = {}
+    for trace, tokens in zip(chunks.column("trace_id").to_pylist(), chunks.column("tokens").to_pylist()):
+        out.setdefault(trace, []).append(tokens)
+    return out
+
+
+def _assert_merged_closed_loop(run_dir: str, manifest: dict, level: int, workers: int) -> None:
+    """Both workers' rows in one run, each worker holding its part of ``level``, every request's
+    chunks and tokens merged with it."""
+    assert manifest["arrival"]["users"] == level and manifest["arrival"]["workers"] == workers
+    parts = manifest["arrival"]["users_per_worker"]
+    assert sum(parts) == level and max(parts) - min(parts) <= 1
+    table = _requests(run_dir)
+    assert pc.sum(pc.is_valid(table.column("error_kind"))).as_py() == 0
+    worker = np.array(table.column("worker").to_pylist())
+    assert set(worker) == set(range(workers))
+    sent, end = table.column("sent_ns").to_numpy(), table.column("end_ns").to_numpy()
+    assert np.array_equal(table.column("scheduled_ns").to_numpy(), sent)  # closed loop: no schedule
+    for index, part in enumerate(parts):
+        assert _in_flight(sent[worker == index], end[worker == index])[1].max() == part
+    assert _in_flight(sent, end)[1].max() == level
+    assert manifest["load"]["scheduled"] == table.num_rows
+    tokens = _tokens_by_trace(run_dir)
+    for row in table.to_pylist():
+        carried = tokens[row["trace_id"]]
+        assert len(carried) == row["chunks"] and sum(carried) == row["output_tokens"] > 0
+        assert row["token_count_source"] == "usage"
+    assert len(tokens) == table.num_rows
+
+
+def test_workers_split_concurrency_mode_and_merge_its_records(tmp_path, llm_server):
+    probe = _ServerLoadProbe(llm_server.port)
+    try:
+        run_dir, manifest, analysis = _run(tmp_path, llm_server, "{concurrency: 5}", "--workers", "2")
+    finally:
+        held = probe.stop()
+    assert manifest["arrival"] == {"loop": "closed", "process": "closed", "users": 5, "think_time_s": 0.0,
+                                   "workers": 2, "users_per_worker": [3, 2]}
+    assert analysis["summary"]["load_model"] == "closed"
+    assert analysis["generator"]["load_model"]["users"] == 5
+    _assert_merged_closed_loop(run_dir, manifest, 5, 2)
+    # the server's own count: from its first to its last busy sample, it held five requests
+    # but for the moments between one request's end and the next one's send
+    busy = np.flatnonzero(held > 0)
+    assert len(busy) > 20, held
+    during = held[busy[0]:busy[-1] + 1]
+    assert during.max() == 5 and np.median(during) == 5 and during.mean() > 4.3, during
+    # the generator's in-flight gauges, summed over the two workers, say the same
+    gauges = [w["in_flight"] for w in analysis["generator"]["windows"] if w["in_flight"]]
+    assert max(gauges) == pytest.approx(5, abs=0.5)
+    # no schedule, so nothing is late, and both workers' processes are listed
+    assert analysis["summary"]["lateness_ms"]["late_share"] == 0.0
+    assert {p["worker"] for p in analysis["generator"]["processes"]} == {0, 1}
+    with open(os.path.join(run_dir, "report.html"), encoding="utf-8") as fh:
+        assert "closed loop (concurrency mode): 5 requests kept in flight" in fh.read()
+
+
+def test_concurrency_sweep_over_workers(tmp_path, llm_server):
+    out = tmp_path / "runs"
+    scenario = _scenario(tmp_path, "{process: poisson, rate: 5}")
+    proc = run_tailscope("sweep", scenario, "--target", f"http://127.0.0.1:{llm_server.port}", "--concurrency", "2,4",
+                         "--workers", "2", "--step-duration", "1.5s", "--receiver-port", "0", "--out", str(out),
+                         timeout=240)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    (sweep_dir,) = [os.path.join(out, d) for d in os.listdir(out)]
+    with open(os.path.join(sweep_dir, "sweep.json"), encoding="utf-8") as fh:
+        sweep = json.load(fh)
+    assert [s["concurrency"] for s in sweep["steps"]] == [2, 4]
+    for step in sweep["steps"]:
+        with open(os.path.join(step["run_dir"], "manifest.json"), encoding="utf-8") as fh:
+            manifest = json.load(fh)
+        assert manifest["arrival"]["users_per_worker"] == [step["concurrency"] // 2] * 2
+        _assert_merged_closed_loop(step["run_dir"], manifest, step["concurrency"], 2)
+        assert step["passed"] is True and step["llm"]["output_tokens_per_s"] > 0
+
+
+def test_the_split_of_a_closed_loop_is_described_for_the_manifest():
+    assert split_description(ArrivalSpec(process="closed", users=7), 3) == {"workers": 3, "users_per_worker": [3, 2, 2]}
+    assert split_description(ArrivalSpec(process="poisson", rate=5, max_concurrency=5), 2) == {
+        "workers": 2, "max_concurrency_per_worker": [3, 2]}
+    assert split_description(ArrivalSpec(process="constant", rate=5), 4) == {"workers": 4}
 
 
 def test_concurrency_sweep_usage_errors(tmp_path):
@@ -230,7 +351,7 @@ def test_concurrency_sweep_usage_errors(tmp_path):
         (("--concurrency", "1,2", "--search"), "--search looks for a peak rate"),
         (("--rates", "1,2"), "--concurrency sweeps a closed loop"),
         (("--concurrency", "1.5"), "a concurrency is a whole number"),
-        (("--concurrency", "2", "--workers", "2"), "a concurrency sweep runs in one process"),
+        (("--concurrency", "1,4", "--workers", "2"), "every level must be at least --workers (2)"),
     ]:
         proc = run_tailscope("sweep", closed, *target, *args, "--out", str(tmp_path / "runs"))
         assert proc.returncode == 2 and words in proc.stderr, (args, proc.stderr)

@@ -436,12 +436,13 @@ def _worker_logs(runs) -> str:
     return "".join(tails)
 
 
-def test_workers_refuse_a_closed_loop_scenario(tmp_path):
+def test_workers_refuse_a_closed_loop_with_fewer_users_than_workers(tmp_path):
     scenario = tmp_path / "closed.yaml"
     scenario.write_text("target: http://127.0.0.1:9\nduration: 1s\narrival: {process: closed, users: 2}\n"
                         "classes: [{name: a, path: /a}]\n")
-    proc = run_tailscope("run", str(scenario), "--workers", "2", "--out", str(tmp_path / "runs"))
-    assert proc.returncode == 2 and "open-loop" in proc.stderr
+    proc = run_tailscope("run", str(scenario), "--workers", "3", "--out", str(tmp_path / "runs"))
+    assert proc.returncode == 2 and "arrival.users (2) is split over the workers" in proc.stderr
+    assert "--workers (3)" in proc.stderr
 
 
 def _assert_workers_carried_chunks_and_self_check(run_dir: str) -> tuple:

@@ -169,9 +169,12 @@ def workers_problem(args, scenario) -> str | None:
     workers = getattr(args, "workers", 0) or 0
     if workers < 0:
         return f"--workers must be >= 0, got {workers}"
-    if workers and scenario.arrival.process == "closed":
-        return "--workers needs an open-loop arrival process; a closed-loop scenario runs in one process"
-    cap = scenario.arrival.max_concurrency
+    arrival = scenario.arrival
+    if workers and arrival.process == "closed" and arrival.users < workers:
+        field = "concurrency" if "concurrency" in ((scenario.raw or {}).get("arrival") or {}) else "users"
+        return (f"arrival.{field} ({arrival.users}) is split over the workers: it must be at least "
+                f"--workers ({workers})")
+    cap = arrival.max_concurrency
     if workers and cap is not None and cap < workers:
         return (f"arrival.max_concurrency ({cap}) is split over the workers: it must be at least "
                 f"--workers ({workers})")

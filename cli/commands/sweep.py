@@ -90,11 +90,6 @@ def handle(args) -> int:
                      "(--concurrency sweeps a closed loop's concurrency)")
     if variable == "concurrency" and args.search:
         return error("--search looks for a peak rate: use it with --rates LOW:HIGH")
-    if variable == "concurrency" and getattr(args, "workers", 0):
-        return error("--workers needs an open-loop arrival process; a concurrency sweep runs in one process")
-    problem = workers_problem(args, scenario) or receiver_problem(run_options_from(args))
-    if problem:
-        return error(problem)
     if variable == "concurrency":
         from tailscope.loadgen.sweep_rates import parse_concurrency
 
@@ -102,7 +97,16 @@ def handle(args) -> int:
             levels = parse_concurrency(args.concurrency)
         except ValueError as exc:
             return error(f"--concurrency: {exc}")
+        # every step replaces the scenario's arrival: check the split at the smallest level
+        problem = (_concurrency_workers_problem(levels, getattr(args, "workers", 0) or 0)
+                   or workers_problem(args, _at_concurrency(scenario, max(levels)))
+                   or receiver_problem(run_options_from(args)))
+        if problem:
+            return error(problem)
         return _Sweep(scenario, args, variable).run(levels)
+    problem = workers_problem(args, scenario) or receiver_problem(run_options_from(args))
+    if problem:
+        return error(problem)
     try:
         if args.search:
             low, high = _bounds(args.rates)
@@ -113,6 +117,15 @@ def handle(args) -> int:
     except ValueError as exc:
         return error(f"--rates: {exc}" if "tolerance" not in str(exc) else str(exc))
     return _Sweep(scenario, args).run(plan)
+
+
+def _concurrency_workers_problem(levels: list[int], workers: int) -> str | None:
+    """Why a concurrency sweep's ``levels`` cannot be split over ``workers`` (None when they can):
+    each step's requests in flight are shared out, at least one per worker."""
+    if workers > 0 and min(levels) < workers:
+        return (f"--concurrency: a level of {min(levels)} is split over the workers: every level must be "
+                f"at least --workers ({workers})")
+    return None
 
 
 def _bounds(text: str) -> tuple[float, float]:
