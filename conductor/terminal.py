@@ -93,13 +93,18 @@ def print_summary(console: Console, analysis: dict, paths: dict) -> None:
     console.rule("tailscope")
     if run.get("incomplete"):
         console.print(f"[yellow]{run.get('incomplete_reason', 'incomplete run')}[/]")
-    console.print(
-        f"{summary.get('requests', 0)} requests, {summary.get('errors', 0)} errors "
-        f"({100 * (summary.get('error_rate') or 0):.2f}%), achieved {summary.get('achieved_rps') or 0:.1f} "
-        f"of {summary.get('offered_rps') or 0:.1f} req/s offered"
-    )
+    closed = summary.get("load_model") == "closed"
+    achieved = summary.get("achieved_rps") or 0
+    if closed:
+        users = ((analysis.get("generator") or {}).get("load_model") or {}).get("users")
+        load_text = f"{achieved:.1f} req/s (closed loop" + (f", {users} requests kept in flight)" if users else ")")
+    else:
+        load_text = f"{achieved:.1f} of {summary.get('offered_rps') or 0:.1f} req/s offered"
+    console.print(f"{summary.get('requests', 0)} requests, {summary.get('errors', 0)} errors "
+                  f"({100 * (summary.get('error_rate') or 0):.2f}%), achieved {load_text}")
     table = Table(show_header=True)
-    table.add_column("latency (from scheduled send)")
+    # a closed loop sends each request when a user is free: its scheduled time is its send time
+    table.add_column("latency (from send)" if closed else "latency (from scheduled send)")
     for key in ("p50", "p90", "p95", "p99", "p999", "max"):
         table.add_column(key.upper(), justify="right")
     latency = summary.get("latency_ms", {})

@@ -194,6 +194,7 @@ class _Sweep:
         from tailscope.conductor.children import ChildError
         from tailscope.conductor.session import SetupError, execute_run  # imports Locust (gevent) first
         from tailscope.conductor.terminal import ProgressDisplay
+        from tailscope.loadgen.runner import LoadError
         from tailscope.reports.writer import write_outputs
 
         index = len(self.steps)
@@ -205,7 +206,7 @@ class _Sweep:
         try:
             with ProgressDisplay(self.console, f"sweep step {index + 1}: {_level_text(rate, concurrency)}") as display:
                 outcome = execute_run(scenario, options, on_progress=display.update)
-        except (SetupError, ChildError) as exc:
+        except (SetupError, ChildError, LoadError) as exc:  # LoadError: the load itself failed (a worker died)
             error(str(exc))
             return None
         self.interrupted = outcome.status == "interrupted"

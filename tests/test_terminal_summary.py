@@ -1,0 +1,34 @@
+"""The end-of-run summary on the terminal says what kind of load ran: an open loop's
+achieved against offered rate and latency from the scheduled send; a closed loop's
+achieved rate, how many requests it kept in flight, and latency from the send."""
+
+from __future__ import annotations
+
+import io
+
+from rich.console import Console
+
+from tailscope.conductor.terminal import print_summary
+
+
+def _printed(analysis: dict) -> str:
+    out = io.StringIO()
+    print_summary(Console(file=out, width=160), analysis, {})
+    return out.getvalue()
+
+
+def _analysis(load_model: str, generator_model: dict) -> dict:
+    return {"summary": {"requests": 120, "errors": 0, "error_rate": 0.0, "achieved_rps": 11.9, "offered_rps": 12.0,
+                        "load_model": load_model, "latency_ms": {}},
+            "generator": {"load_model": generator_model}, "verdict": {"passed": True}, "run": {}}
+
+
+def test_an_open_loop_summary_names_the_offered_rate_and_the_scheduled_send():
+    text = _printed(_analysis("open", {"loop": "open", "process": "poisson"}))
+    assert "achieved 11.9 of 12.0 req/s offered" in text and "latency (from scheduled send)" in text
+
+
+def test_a_closed_loop_summary_names_its_concurrency_and_no_offered_rate():
+    text = _printed(_analysis("closed", {"loop": "closed", "process": "closed", "users": 8}))
+    assert "achieved 11.9 req/s (closed loop, 8 requests kept in flight)" in text
+    assert "offered" not in text and "latency (from send)" in text and "scheduled" not in text
