@@ -43,6 +43,7 @@ import select
 
 import gevent
 import gevent.event
+import gevent.monkey
 from geventhttpclient.response import HTTPConnectionClosed
 
 from tailscope.loadgen import arrival_stamps
@@ -50,6 +51,19 @@ from tailscope.loadgen.clock import RunClock
 
 #: Most ready sockets taken from one ``epoll_wait``; the rest are taken by the next.
 MAX_READY = 1024
+
+
+def _original_epoll():
+    """The OS's ``select.epoll`` (None where there is none): gevent's monkey-patching, which
+    Locust applies, removes it from ``select``, since a blocking ``epoll_wait`` would stall the
+    loop. The reader never blocks in it: ``poll(0)``, after gevent said the set is readable."""
+    try:
+        return gevent.monkey.get_original("select", "epoll")
+    except AttributeError:
+        return None
+
+
+_EPOLL = _original_epoll()
 
 
 class _Stream:
@@ -70,7 +84,7 @@ class StreamReader:
 
     def __init__(self, clock: RunClock) -> None:
         self._clock = clock
-        self._epoll = select.epoll()
+        self._epoll = _EPOLL()
         self._wake = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
         self._epoll.register(self._wake, select.EPOLLIN)
         self._streams: dict[int, _Stream] = {}
@@ -79,7 +93,7 @@ class StreamReader:
     @staticmethod
     def available() -> bool:
         """Whether this platform has what the reader needs (``epoll`` and ``eventfd``: Linux)."""
-        return hasattr(select, "epoll") and hasattr(os, "eventfd")
+        return _EPOLL is not None and hasattr(os, "eventfd")
 
     def read(self, response, chunks) -> None:
         """Block the calling greenlet until ``response``'s body is complete, feeding ``chunks``.

@@ -168,3 +168,14 @@ def test_streams_that_end_are_cut_or_stall_are_each_recorded_as_such(paced_serve
     assert kinds["ok"] == {(None, 5)}
     assert {kind for kind, _ in kinds["cut"]} == {"reset"}
     assert {kind for kind, _ in kinds["stall"]} == {"timeout"}
+
+
+def test_the_reader_is_available_in_a_monkey_patched_process():
+    """Locust monkey-patches with gevent, which removes ``select.epoll``: the reader must still
+    find the OS's own, or every run would silently fall back to one greenlet per stream."""
+    code = ("import gevent.monkey; gevent.monkey.patch_all()\n"
+            "import select\n"
+            "from tailscope.loadgen.stream_reader import StreamReader\n"
+            "print(hasattr(select, 'epoll'), StreamReader.available())")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert proc.stdout.split() == ["False", "True"], proc.stderr[-2000:]
