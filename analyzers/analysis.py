@@ -49,7 +49,8 @@ from tailscope.analyzers.stages.decomposition import (
     traced_requests,
 )
 from tailscope.analyzers.stages.rules import rules_for_scenario
-from tailscope.analyzers.stages.server_metrics import run_server_series
+from tailscope.analyzers.stages.server_metrics import run_server_series, server_load_section
+from tailscope.analyzers.stages.slow_split import slow_split
 from tailscope.analyzers.stats.distribution import latency_distribution
 from tailscope.analyzers.stats.goodput import goodput_summary
 from tailscope.analyzers.stats.llm import LlmArrays, add_window_columns, llm_arrays, llm_section, series, window_columns
@@ -125,7 +126,9 @@ def analyze_run(run_or_path: Run | str | os.PathLike, *, window_s: float = 1.0,
         release_pages(run)
         signals = signals_section(run, req, period, window_s, queue=queue)
         release_pages(run)
-        patterns = analyze_patterns(req, spikes, SignalIndex(run.signals, run.signals_meta), period)
+        signal_index = SignalIndex(run.signals, run.signals_meta)
+        patterns = analyze_patterns(req, spikes, signal_index, period)
+        servers = run_server_series(run, signal_index)
         records = records_later.result()
     generator = records["generator"]
     generator = {**generator, "limited_windows": material_intervals(generator, summary, req),
@@ -138,7 +141,8 @@ def analyze_run(run_or_path: Run | str | os.PathLike, *, window_s: float = 1.0,
         "summary": summary,
         "classes": records["classes"],
         "stages": {**summarize_stages(matrix, traced), "missing_spans": missing, "rules": resolved.rules.describe(),
-                   "clock_alignment": alignment.as_dict(), "server_metrics": run_server_series(run).describe()},
+                   "clock_alignment": alignment.as_dict(), "server_metrics": servers.describe(),
+                   "slow_split": stage_slow_split(req, matrix, records)},
         "window_s": window_s,
         "windows": window_records(req, windows, records, window_s),
         "slow_requests": records["slow_requests"],
@@ -155,6 +159,7 @@ def analyze_run(run_or_path: Run | str | os.PathLike, *, window_s: float = 1.0,
         "generator": generator,
         "generator_limited_windows": [{"start_ns": w["start_ns"], "end_ns": w["end_ns"], "material": w["material"]}
                                       for w in generator["limited_windows"]],
+        "server_load": server_load_section(servers, signal_index, period),
         "other_traffic": other_traffic_section(run, req, matrix, join.span_request, period, window_s),
         "streaming": streaming_section(req, records["stream_times"], duration_s),
         "llm": llm_analysis(req, records["llm"], records["stream_times"], slos, duration_s, windows, spike_rules,
@@ -204,6 +209,18 @@ def window_records(req: RequestArrays, windows: dict | None, records: dict, wind
     llm = records["llm"]
     columns = window_columns(req, llm, records["stream_times"], windows) if llm is not None else None
     return add_window_columns(windows_as_records(windows), columns, window_s)
+
+
+def stage_slow_split(req: RequestArrays, matrix, records: dict) -> dict | None:
+    """``stages.slow_split`` (:mod:`.stages.slow_split`): slow requests by TTFT/TPOT in a run with
+    streamed OpenAI-API requests, else by latency, against the normal ones, stage by stage."""
+    llm = records["llm"]
+    measures = {} if llm is None else {k: v for k, v in series(req, llm, records["stream_times"]).items()
+                                        if not np.isnan(v).all()}
+    if not measures:  # no OpenAI-API request, or none streamed (no TTFT to judge by)
+        measures = {"latency": np.where(req.in_latency, req.latency_ms, np.nan)}
+    tokens = None if llm is None else {"prompt": llm.prompt_tokens, "output": llm.output_tokens}
+    return slow_split(matrix, measures, tokens)
 
 
 def other_traffic_section(run: Run, req: RequestArrays, matrix, span_request, period: tuple[int, int] | None,

@@ -103,6 +103,45 @@ def run_facts(run: dict) -> dict:
             "duration": "—" if run.get("duration_s") is None else f"{run['duration_s']:.1f} s"}
 
 
+#: The LLM rows' figures in words (analyzers/comparison/llm_compare.py).
+LLM_LABELS = {"ttft_ms": "TTFT", "tpot_ms": "TPOT", "output_tokens_per_s": "output tokens/s", "goodput": "LLM goodput"}
+
+
+def _llm_value(row: dict, value) -> str:
+    if value is None:
+        return "—"
+    if row.get("unit") == "share":
+        return f"{100 * value:.1f}%"
+    return f"{value:,.1f} {row.get('unit') or ''}".strip()
+
+
+def _llm_change(row: dict, value) -> str:
+    if value is None:
+        return "—"
+    if row.get("unit") == "share":
+        return f"{100 * value:+.1f} points"
+    return f"{value:+,.1f} {row.get('unit') or ''}".strip()
+
+
+def llm_change_rows(section: dict | None) -> list[dict]:
+    """The comparison's ``llm`` rows (TTFT/TPOT P50 and P99, output tokens/s, goodput) as text."""
+    rows = []
+    for r in (section or {}).get("rows") or []:
+        low, high = (r.get("change_ci") or [None, None])[:2]
+        css = "fail" if r.get("regressed") else "pass" if r.get("improved") else "none"
+        judgement = ("REGRESSED" if r.get("regressed") else "improved" if r.get("improved")
+                     else "significant (too few samples)" if r.get("significant") and not r.get("claimable")
+                     else "significant, within the threshold" if r.get("significant") else "no significant change")
+        rows.append({"metric": LLM_LABELS.get(r.get("metric"), str(r.get("metric"))),
+                     "percentile": str(r.get("percentile") or "").upper(),
+                     "baseline": _llm_value(r, r.get("baseline")), "current": _llm_value(r, r.get("current")),
+                     "change": _llm_change(r, r.get("change")),
+                     "change_ci": f"{_llm_change(r, low)} … {_llm_change(r, high)}" if low is not None else "—",
+                     "relative": _relative(r.get("relative_change")),
+                     "worse": "lower" if r.get("lower_is_worse") else "higher", "judgement": judgement, "css": css})
+    return rows
+
+
 def build_comparison_data(comparison: dict) -> dict:
     """The presentation dict of a comparison (pre-formatted text + chart series)."""
     verdict = comparison.get("verdict") or {}
@@ -122,6 +161,7 @@ def build_comparison_data(comparison: dict) -> dict:
         "checks": check_rows(comparison.get("checks")),
         "percentiles": percentile_change_rows(comparison.get("percentiles")),
         "moved": moved_rows(comparison.get("percentiles")),
+        "llm": llm_change_rows(comparison.get("llm")),
         "changed_stage": {"stage": str(changed.get("stage")), "summary": str(changed.get("summary") or ""),
                           "change": fmt_signed_ms(changed.get("change_ms"))} if changed.get("stage") else None,
         "stages": stage_rows(comparison.get("stages"), changed.get("stage")),

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 
-from tailscope.reports import extras, llm_view, loadgen_view, reliability_view
+from tailscope.reports import extras, llm_view, loadgen_view, reliability_view, server_view
 from tailscope.reports.cards import rank_cards, spike_cards
 from tailscope.reports.distribution_view import distribution_charts
 from tailscope.reports.findings_view import error_sample_rows, findings_data, missing_spans_text
@@ -136,6 +136,9 @@ def chart_data(analysis: dict, cards: dict) -> tuple[dict, dict]:
         "distribution": distribution_charts(analysis.get("distribution")),
         "sweep": sweep_chart,
         "llm": llm_view.llm_charts(analysis),
+        "server": server_view.server_panels(analysis),
+        "other": server_view.other_traffic_chart(analysis),
+        "slow_split": server_view.slow_split_chart(analysis),
     }, signals
 
 
@@ -191,6 +194,10 @@ def build_report_data(analysis: dict) -> dict:
         "streaming": extras.streaming(analysis.get("streaming")),
         "llm": llm_view.llm_data(analysis),
         "llm_headline": llm_view.llm_headline(analysis),
+        "server": charts["server"],  # the panels' titles; their series travel in charts
+        "other_traffic": server_view.other_traffic_text(analysis),
+        "has_other_chart": charts["other"] is not None,
+        "slow_split": server_view.slow_split_data(analysis),
         "sweep": extras.sweep(analysis.get("sweep"))[0],
         "has_distribution": bool(analysis.get("distribution", {}).get("bin_edges_ms")),
         "slow_points": {"shown": fmt_count((analysis.get("slow_requests") or {}).get("shown")),

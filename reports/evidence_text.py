@@ -19,6 +19,12 @@ import re
 from tailscope.reports.formatting import NS_PER_S, fmt_number
 from tailscope.support.cause_words import cause_title
 
+
+def _percent(share: float) -> str:
+    """A share as a whole percentage, never ``-0%``."""
+    return f"{round(100 * share) or 0:.0f}%"
+
+
 #: Series name (metric part) → (scale to the shown unit, shown unit, label). Scales follow the
 #: detectors' own sentences (throttled time in ms per second, PSI as a share of time, …).
 SERIES_DISPLAY = {
@@ -45,6 +51,11 @@ SERIES_DISPLAY = {
     "offered_rps": (1.0, "req/s", "offered load (scheduled sends)"),
     "queue.depth": (1.0, "requests", "queue depth (mean per second)"),
     "gc.pause_ms": (1.0, "ms", "GC pauses of the target (each at its start)"),
+    "server.kv_usage": (100.0, "% of the KV cache", "KV-cache usage"),
+    "server.preemptions": (1.0, "/s", "preemptions"),
+    "server.waiting": (1.0, "requests", "requests waiting on the server"),
+    "server.running": (1.0, "requests", "requests running on the server"),
+    "server.prompt_tokens": (1.0, "tokens/s", "prompt tokens being prefilled"),
 }
 #: Seconds per unit of a counted time, for series not listed above: shown as ms per second.
 TIME_UNITS_MS = {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}
@@ -62,7 +73,7 @@ KNOWN_SCALARS = {
     "generator_share_of_growth": ("share of the extra latency spent in the generator", lambda v: f"{100 * v:.0f}%"),
     "late_share_slow": ("slow requests sent more than 1 ms late", lambda v: f"{100 * v:.0f}%"),
     "late_share_normal": ("normal requests sent more than 1 ms late", lambda v: f"{100 * v:.0f}%"),
-    "queue_share_of_server_growth": ("queue wait's share of the extra server time", lambda v: f"{100 * v:.0f}%"),
+    "queue_share_of_server_growth": ("queue wait's share of the extra server time", lambda v: _percent(v)),
     "queue_growth_ms": ("queue wait growth", lambda v: f"{v:+.1f} ms"),
     "load_ratio": ("offered load vs baseline", lambda v: f"{v:.2f}×"),
     "throughput_ratio": ("throughput vs baseline", lambda v: f"{v:.2f}×"),
@@ -70,11 +81,26 @@ KNOWN_SCALARS = {
     "offered_load_ratio": ("offered load vs baseline", lambda v: f"{v:.2f}×"),
     "rejected_429_share": ("requests answered 429", lambda v: f"{100 * v:.1f}%"),
     "baseline_429_share": ("429 answers at baseline", lambda v: f"{100 * v:.1f}%"),
+    "decode_share_of_server_growth": ("decode's share of the extra server time", lambda v: _percent(v)),
+    "decode_growth_ms": ("decode time growth", lambda v: f"{v:+.1f} ms"),
+    "compute_growth_ratio": ("compute time growth vs baseline", lambda v: f"{v:+.0%}"),
+    "kv_pressure": ("KV-cache pressure found", lambda v: f"{100 * v:.0f}%"),
 }
+#: Evidence keys read in pairs, one sentence each: (spike key, baseline key, label, shown as).
+LEVEL_PAIRS = (
+    ("kv_usage_spike", "kv_usage_baseline", "KV-cache usage", lambda v: f"{100 * v:.0f}% of the cache"),
+    ("preemptions_per_s", "preemptions_baseline_per_s", "Preemptions", lambda v: f"{fmt_number(v)}/s"),
+    ("prompt_tokens_per_s", "prompt_tokens_per_s_baseline", "Prompt tokens being prefilled",
+     lambda v: f"{fmt_number(v)} tokens/s"),
+    ("tpot_slow_ms", "tpot_normal_ms", "Time per output token of the slow streams", lambda v: f"{v:.1f} ms"),
+)
+#: Words for the second value of a pair.
+PAIR_AGAINST = {"tpot_normal_ms": "the normal streams"}
 #: Evidence keys shown elsewhere on the card, or only bookkeeping.
 SKIPPED = {"summary", "signals", "latency_split", "factors", "decomposition", "detectors_consulted",
            "detectors_without_inputs", "weak_findings", "coverage", "generator_runqueue_wait",
-           "longest_pause_generation", "load_measured_by", "top_series", "method"}
+           "longest_pause_generation", "load_measured_by", "top_series", "method", "series", "tpot_ratio",
+           "own_prompt_tokens_per_s", "other_traffic_prompt_tokens_per_s", "long_prompts", "server_waiting"}
 MAX_SENTENCES = 12
 
 
@@ -153,6 +179,42 @@ def scalar_sentence(key: str, value) -> str | None:
     return f"{label[0].upper()}{label[1:]}: {shown}."
 
 
+def pair_sentences(evidence: dict) -> list[str]:
+    """The LLM causes' levels as sentences: ``KV-cache usage: 99% of the cache in the spike vs 45% of the
+    cache at baseline.``, the prompt tokens split into ours and the other traffic's, the long prompts
+    that overlapped the slow streams, and the requests waiting on the server."""
+    out = []
+    for spike_key, base_key, label, shown in LEVEL_PAIRS:
+        spike, base = evidence.get(spike_key), evidence.get(base_key)
+        if not isinstance(spike, (int, float)):
+            continue
+        against = PAIR_AGAINST.get(base_key, "at baseline")
+        text = f"{label}: {shown(spike)} in the spike" if against == "at baseline" else f"{label}: {shown(spike)}"
+        if isinstance(base, (int, float)):
+            text += f" vs {shown(base)} {'at baseline' if against == 'at baseline' else 'for ' + against}"
+        if spike_key == "tpot_slow_ms" and isinstance(evidence.get("tpot_ratio"), (int, float)):
+            text += f" ({evidence['tpot_ratio']:.1f}×)"
+        if spike_key == "prompt_tokens_per_s":
+            parts = [f"{who} {fmt_number(evidence[key])}/s" for who, key in (
+                ("ours", "own_prompt_tokens_per_s"), ("other traffic", "other_traffic_prompt_tokens_per_s"))
+                if isinstance(evidence.get(key), (int, float))]
+            text += f" ({', '.join(parts)})" if parts else ""
+        out.append(text + ".")
+    long = evidence.get("long_prompts")
+    if isinstance(long, dict) and long.get("count"):
+        largest = [p.get("prompt_tokens") for p in long.get("largest") or [] if isinstance(p, dict)]
+        text = (f"{long['count']:,} long prompts (over {fmt_number(long.get('threshold_tokens'))} tokens) "
+                "were being prefilled while the slow streams decoded")
+        if largest:
+            text += "; the largest " + ", ".join(fmt_number(v) for v in largest if v is not None) + " tokens"
+        out.append(text + ".")
+    waiting = evidence.get("server_waiting")
+    if isinstance(waiting, dict) and waiting.get("spike") is not None:
+        out.append(f"Requests waiting on the server: {fmt_number(waiting['spike'])} in the spike vs "
+                   f"{fmt_number(waiting.get('baseline'))} at baseline.")
+    return out
+
+
 def evidence_sentences(cause: dict) -> list[str]:
     """Every part of a cause's evidence as a sentence with units (bounded), the summary first."""
     evidence = cause.get("evidence") or {}
@@ -164,8 +226,10 @@ def evidence_sentences(cause: dict) -> list[str]:
     if isinstance(runqueue, dict):
         signals.append(runqueue)
     sentences += [signal_sentence(e) for e in sorted(signals, key=lambda e: -(e.get("confidence") or 0))]
+    sentences += pair_sentences(evidence)
+    paired = {key for pair in LEVEL_PAIRS for key in pair[:2]}
     for key, value in evidence.items():
-        if key not in SKIPPED:
+        if key not in SKIPPED and key not in paired:
             made = scalar_sentence(str(key), value)
             if made:
                 sentences.append(made)

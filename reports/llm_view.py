@@ -94,13 +94,16 @@ def llm_data(analysis: dict) -> dict | None:
 
 
 def llm_headline(analysis: dict) -> list[dict] | None:
-    """The verdict's LLM figures: TTFT and TPOT P99 with their 95% CIs and whether claimed, and
-    goodput (``{"label", "value", "note"}``, every value a string); None without an ``llm`` section."""
+    """The verdict's LLM figures: TTFT and TPOT P99 with their 95% CIs and whether claimed (each only
+    when some request has it: unstreamed requests have no TTFT), and goodput (``{"label", "note"}``,
+    every value a string); None without an ``llm`` section."""
     llm = analysis.get("llm")
     if not llm:
         return None
     out = []
     for key, label in (("ttft_ms", "TTFT"), ("tpot_ms", "TPOT")):
+        if not llm[key]["p99"].get("n"):
+            continue
         cells = percentile_cells(llm[key]["p99"])
         out.append({"label": f"{label} P99 {cells['value']}", "note": f"95% CI {cells['ci']} · {cells['claimed']}"})
     goodput = llm["goodput"]

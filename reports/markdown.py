@@ -49,12 +49,33 @@ def spike_lines(spikes: list[dict]) -> list[str]:
     return lines + [""]
 
 
+def llm_lines(llm: dict | None) -> list[str]:
+    """An LLM run's figures (reports/llm_view.py ``llm_data``): requests, tokens, output rate and goodput
+    in one line, then TTFT, TPOT, ITL and end-to-end P50/P99 with the P99's CI and claim, and the
+    TTFT/TPOT spikes; nothing for a run without OpenAI-API requests."""
+    if not llm:
+        return []
+    tokens = {t["what"]: t["sum"] for t in llm["tokens"]}
+    goodput = llm["goodput"]
+    lines = [f"**LLM:** {llm['requests']} OpenAI-API requests ({llm['errors']} failed); {tokens.get('prompt', '—')} prompt and "
+             f"{tokens.get('output', '—')} output tokens, output {llm['rate']['aggregate']}; "
+             f"LLM goodput {goodput['share']} ({goodput['good']} of {goodput['total']}).", "",
+             "| metric | P50 | P99 | P99 95% CI | early stopping |", "| --- | ---: | ---: | ---: | --- |"]
+    lines += [f"| {cell(r['metric'])} | {r['p50']} | {r['p99']} | {r['p99_ci']} | {r['p99_claimed']} |" for r in llm["rows"]]
+    lines.append("")
+    lines += [f"- {s['metric']} spike {s['window']}: P99 {s['p99']} vs {s['baseline']} baseline, {s['slow']} of {s['requests']} "
+              "requests above the baseline P99" for s in llm["spikes"][:20]]
+    return lines + ([""] if llm["spikes"] else [])
+
+
 def render_markdown(report_data: dict) -> str:
-    """Verdict, goodput, SLO table, headline percentiles, spikes with top causes, findings, warnings."""
+    """Verdict, goodput, SLO table, headline percentiles, an LLM run's TTFT/TPOT/ITL, tokens and goodput,
+    spikes with top causes, findings, warnings."""
     lines = verdict_lines(report_data)
     lines += ["| percentile | latency | 95% CI | early stopping |", "| --- | ---: | ---: | --- |"]
     lines += [f"| {p['label']} | {p['value']} | {p['ci']} | {p['claimed']} |" for p in report_data["headline"]]
     lines.append("")
+    lines += llm_lines(report_data.get("llm"))
     lines += spike_lines(report_data["spikes"])
     if report_data.get("findings"):
         lines.append("**Findings:**")
@@ -80,6 +101,11 @@ def render_comparison_markdown(comparison_data: dict) -> str:
         lines += ["| scope | percentile | baseline | current | change (interval) | |", "| --- | --- | ---: | ---: | ---: | --- |"]
         lines += [f"| {cell(r['scope'])} | {r['percentile']} | {r['baseline']} | {r['current']} | "
                   f"{r['change']} ({r['change_ci']}) | {r['judgement']} |" for r in comparison_data["percentiles"]]
+        lines.append("")
+    if comparison_data.get("llm"):
+        lines += ["| LLM figure | baseline | current | change (interval) | |", "| --- | ---: | ---: | ---: | --- |"]
+        lines += [f"| {cell((r['metric'] + ' ' + r['percentile']).strip())} | {r['baseline']} | {r['current']} | "
+                  f"{r['change']} ({r['change_ci']}) | {r['judgement']} |" for r in comparison_data["llm"]]
         lines.append("")
     if comparison_data["changed_stage"]:
         stage = comparison_data["changed_stage"]

@@ -41,7 +41,7 @@ def _growth(stages: dict, names: tuple[str, ...]) -> float:
 
 class KvCacheDetector(CauseDetector):
     kind = "kv_cache_pressure"
-    answers = ("kv_cache_pressure",)
+    answers = ("kv_cache_pressure", "llm_long_generations")
     reads = server_role_prefixes("kv_usage", "preemptions")
     aliases = ("kv_cache", "preemption")
     needs = ("spans", "prom.*")
@@ -75,9 +75,9 @@ class KvCacheDetector(CauseDetector):
                          f"(baseline {pressure.preemptions_baseline_per_s:.1f})")
         if queue_share is not None:
             parts.append(f"queue wait is {percent(max(queue_share, 0.0))} of the slow requests' extra server "
-                         f"time (+{queue_growth:.1f} ms)")
+                         f"time ({queue_growth:+.1f} ms)")
         if decode_share is not None and preempting > 0:
-            parts.append(f"decode {percent(max(decode_share, 0.0))} (+{decode_growth:.1f} ms)")
+            parts.append(f"decode {percent(max(decode_share, 0.0))} ({decode_growth:+.1f} ms)")
         return Finding(self.name, round(float(confidence), 4), {
             "summary": "; ".join(parts) if parts else "no KV-cache use in the spike",
             **pressure.as_dict(),

@@ -62,7 +62,7 @@ def _tpot_ms(ctx: SpikeContext, index: np.ndarray) -> np.ndarray:
 
 class PrefillInterferenceDetector(CauseDetector):
     kind = "prefill_interference"
-    answers = ("prefill_interference",)
+    answers = ("prefill_interference", "llm_prompt_storm")
     reads = server_role_prefixes("prompt_tokens")
     aliases = ("prefill", "long_prompts")
     needs = ("spans", "prom.*")
@@ -99,8 +99,8 @@ class PrefillInterferenceDetector(CauseDetector):
         parts = [f"the slow streams' time per output token {np.median(slow_tpot):.1f} ms vs "
                  f"{np.median(normal_tpot):.1f} ms normal ({tpot_ratio:.2f}×)"]
         if surge is not None:
-            parts.append(f"prompt tokens being prefilled {surge.spike:.0f}/s vs baseline {surge.baseline:.0f}/s"
-                         + (f" (other traffic {other_surge.spike:.0f}/s)" if other_surge is not None else ""))
+            parts.append(f"prompt tokens being prefilled {surge.spike:,.0f}/s vs baseline {surge.baseline:,.0f}/s"
+                         + (f" (other traffic {other_surge.spike:,.0f}/s)" if other_surge is not None else ""))
         if long_prompts["count"]:
             parts.append(f"{long_prompts['count']} long prompts (> {long_prompts['threshold_tokens']:.0f} tokens, "
                          f"largest {long_prompts['largest'][0]['prompt_tokens']:.0f}) overlapped the slow streams")

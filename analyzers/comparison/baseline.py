@@ -34,65 +34,20 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tailscope.analyzers.comparison.judge import CompareRules, bootstrap_quantiles, compare_percentile  # noqa: F401
+from tailscope.analyzers.comparison.judge import interval as _interval  # noqa: F401
+from tailscope.analyzers.comparison.llm_compare import compare_llm, llm_checks, llm_summary
 from tailscope.analyzers.inputs.records import NS_PER_S, RequestArrays, request_arrays
 from tailscope.analyzers.stages.decomposition import StageMatrix, stage_matrix
 from tailscope.analyzers.stages.rules import rules_for_scenario
 from tailscope.analyzers.stats.distribution import latency_distribution
-from tailscope.analyzers.stats.percentiles import STANDARD_PERCENTILES, min_samples_for_claim, nearest_rank
+from tailscope.analyzers.stats.percentiles import STANDARD_PERCENTILES, nearest_rank
 from tailscope.analyzers.stats.summary import load_period_ns
 from tailscope.rundir import Run, load_run
 
 COMPARISON_FORMAT_VERSION = "1.0"
 METRICS = (("latency_ms", "latency"), ("service_time_ms", "service time"))
 Z_95 = 1.959963984540054
-
-
-@dataclass(frozen=True)
-class CompareRules:
-    """``threshold``: relative change that counts (0.10 = 10%); ``confidence`` of the intervals."""
-
-    threshold: float = 0.10
-    confidence: float = 0.95
-    resamples: int = 2000
-    seed: int = 0
-
-
-def bootstrap_quantiles(sorted_values: np.ndarray, p: float, resamples: int,
-                        rng: np.random.Generator) -> np.ndarray:
-    """``resamples`` bootstrap replicates of the nearest-rank p-quantile of a sorted sample."""
-    n = len(sorted_values)
-    r = nearest_rank(n, p)
-    u = rng.beta(r, n - r + 1, size=resamples)
-    ranks = np.clip(np.ceil(n * u).astype(np.int64), 1, n)
-    return sorted_values[ranks - 1]
-
-
-def _interval(values: np.ndarray, confidence: float) -> list[float]:
-    tail = (1.0 - confidence) / 2.0
-    low, high = np.quantile(values, [tail, 1.0 - tail])
-    return [float(low), float(high)]
-
-
-def compare_percentile(base: np.ndarray, current: np.ndarray, p: float, rules: CompareRules,
-                       rng: np.random.Generator) -> dict | None:
-    """One percentile's change with intervals and judgement; None when a side is empty."""
-    if len(base) == 0 or len(current) == 0:
-        return None
-    b = float(base[nearest_rank(len(base), p) - 1])
-    c = float(current[nearest_rank(len(current), p) - 1])
-    boot_b = bootstrap_quantiles(base, p, rules.resamples, rng)
-    boot_c = bootstrap_quantiles(current, p, rules.resamples, rng)
-    change_ci = _interval(boot_c - boot_b, rules.confidence)
-    relative = (c - b) / b if b > 0 else None
-    claimable = min(len(base), len(current)) >= min_samples_for_claim(p, 0)
-    significant = change_ci[0] > 0 or change_ci[1] < 0
-    regressed = bool(claimable and change_ci[0] > 0 and relative is not None and relative > rules.threshold)
-    improved = bool(claimable and change_ci[1] < 0 and relative is not None and relative < -rules.threshold)
-    return {"baseline_ms": b, "baseline_ci_ms": _interval(boot_b, rules.confidence),
-            "current_ms": c, "current_ci_ms": _interval(boot_c, rules.confidence),
-            "change_ms": c - b, "change_ci_ms": change_ci, "relative_change": relative,
-            "significant": bool(significant), "regressed": regressed, "improved": improved,
-            "claimable": bool(claimable), "baseline_n": int(len(base)), "current_n": int(len(current))}
 
 
 @dataclass
@@ -147,14 +102,19 @@ def compare_runs(current, baseline, rules: CompareRules = CompareRules()) -> dic
                     rows.append({"metric": metric, "cls": cls, "percentile": name, **row})
     focus = _focus_percentile(rows)
     stages, changed = stage_attribution(before, now, focus, rules)
-    checks = regression_checks(rows, rules)
+    llm = compare_llm((before.run, before.req), (now.run, now.req), rules)
+    checks = regression_checks(rows, rules) + llm_checks(llm, rules)
     regressed = any(not c["passed"] for c in checks)
+    summary = verdict_summary(rows, changed, rules)
+    if llm_summary(llm):  # an LLM regression leads when latency did not regress
+        latency_regressed = any(r["regressed"] and r["metric"] == "latency_ms" for r in rows)
+        summary = f"{summary}; {llm_summary(llm)}" if latency_regressed else f"{llm_summary(llm)}; latency: {summary}"
     return {
         "format_version": COMPARISON_FORMAT_VERSION,
         "baseline": before.facts(), "current": now.facts(),
         "threshold": rules.threshold, "confidence": rules.confidence, "resamples": rules.resamples,
-        "verdict": {"regressed": regressed, "summary": verdict_summary(rows, changed, rules)},
-        "checks": checks, "percentiles": rows, "stages": stages, "changed_stage": changed,
+        "verdict": {"regressed": regressed, "summary": summary},
+        "checks": checks, "percentiles": rows, "stages": stages, "changed_stage": changed, "llm": llm,
         "error_rate": error_rate_change(before.req, now.req),
         "classes_compared": [c for c in scopes if c is not None],
         "classes_only_in_one": sorted(now.classes() ^ before.classes()),

@@ -28,6 +28,11 @@ are other levels the finding names. What each cause contributes:
   requests' median depth and the capacity marked;
 - ``generator``: the share of sends more than 1 ms late per second (and its
   contrast) and the generator's CPU;
+- the LLM causes (:data:`SERVER_ROLE_ENTRIES`): the stage preset's server roles, named
+  ``server.<role>`` in the role's unit — ``kv_cache_pressure``: KV-cache usage (0..1),
+  preemptions/s and requests waiting; ``prefill_interference``: prompt tokens prefilled per
+  second and requests running; ``queue_saturation`` on an LLM server: requests waiting
+  (after offered load), each with the levels the finding states;
 - ``unexplained`` and unknown kinds: none.
 
 At most ``MAX_POINTS`` (600) points per series (min/max buckets). Per-second
@@ -42,6 +47,7 @@ from tailscope.analyzers.causes.protocol import SpikeContext
 from tailscope.analyzers.inputs.records import NS_PER_S
 from tailscope.analyzers.inputs.signal_index import Contrast
 from tailscope.analyzers.inputs.signal_series import downsample_minmax
+from tailscope.analyzers.stages.presets import ROLES
 
 MAX_SERIES = 3
 MIN_PAD_S, MAX_PAD_S = 10.0, 600.0
@@ -196,6 +202,41 @@ def generator_entries(ctx: SpikeContext, cache: dict) -> list[dict]:
     return out
 
 
+#: Per LLM cause: the server roles drawn, each with the evidence keys of its spike and baseline levels.
+SERVER_ROLE_ENTRIES = {
+    "kv_cache_pressure": (("kv_usage", "kv_usage_spike", "kv_usage_baseline"),
+                          ("preemptions", "preemptions_per_s", "preemptions_baseline_per_s"),
+                          ("waiting", None, None)),
+    "prefill_interference": (("prompt_tokens", "prompt_tokens_per_s", "prompt_tokens_per_s_baseline"),
+                             ("running", None, None)),
+    "queue_saturation": (("waiting", "server_waiting", None),),
+}
+
+
+def server_entries(ctx: SpikeContext, kind: str, evidence: dict, cache: dict) -> list[dict]:
+    """An LLM cause's server roles (:data:`SERVER_ROLE_ENTRIES`), each named ``server.<role>`` in the
+    role's unit (analyzers/stages/presets.py ``ROLES``), with the levels the finding states. For
+    ``prefill_interference`` without a ``prompt_tokens`` series, the prompt tokens sent per second
+    (ours and the other traffic's) stand in for it, as in the detector."""
+    out = []
+    for role, spike_key, baseline_key in SERVER_ROLE_ENTRIES.get(kind, ()):
+        values = _cached(cache, f"server.{role}", lambda role=role: ctx.inputs.server_role(role))
+        if values is None and role == "prompt_tokens":
+            values = _cached(cache, "server.prompt_tokens_sent", lambda: sum(ctx.inputs.prompt_tokens_per_second))
+        if values is None:
+            continue
+        stated = evidence.get(spike_key) if spike_key else None
+        if isinstance(stated, dict):  # a contrast (queue_saturation's server_waiting)
+            found = stated
+        else:
+            found = {"spike": _number(stated), "baseline": _number(evidence.get(baseline_key)) if baseline_key else None}
+        unit = ROLES[role].unit
+        made = _grid_entry(ctx, f"server.{role}", values, unit, False, found)
+        if made is not None:
+            out.append(made)
+    return out
+
+
 def evidence_series(ctx: SpikeContext, causes: list[dict], cache: dict | None = None) -> list[dict]:
     """The series the spike's top cause rests on (module docstring); [] for ``unexplained``."""
     if not causes:
@@ -207,6 +248,9 @@ def evidence_series(ctx: SpikeContext, causes: list[dict], cache: dict | None = 
         found = gc_entries(ctx, evidence)
     elif kind == "queue_saturation":
         found = queue_entries(ctx, evidence, cache)
+        found = found[:MAX_SERIES - 1] + server_entries(ctx, kind, evidence, cache) if evidence.get("server_waiting") else found
+    elif kind in SERVER_ROLE_ENTRIES:
+        found = server_entries(ctx, kind, evidence, cache)
     elif kind == "generator":
         found = generator_entries(ctx, cache)
     elif kind == "unexplained":

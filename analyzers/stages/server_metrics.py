@@ -125,3 +125,39 @@ def run_server_series(run, signals: SignalIndex | None = None) -> ServerSeries:
     else:
         names = ()
     return server_series(names, preset)
+
+
+#: The most bins :func:`server_load_section` gives each role (a longer run gets wider bins).
+SERVER_LOAD_MAX_POINTS = 2000
+
+
+def _reading_step_ns(servers: ServerSeries, signals: SignalIndex) -> int:
+    """The median gap between readings of the mapped series (the scrape interval), ns; 0 when unknown."""
+    gaps = [np.diff(signals.readings(name)[0]) for role in servers.series for name in servers.names(role)]
+    gaps = [g for g in gaps if len(g)]
+    return int(np.median(np.concatenate(gaps))) if gaps else 0
+
+
+def server_load_section(servers: ServerSeries, signals: SignalIndex, period: tuple[int, int] | None,
+                        max_points: int = SERVER_LOAD_MAX_POINTS) -> dict | None:
+    """The analysis's ``server_load``: each mapped role of the preset on one grid over the load
+    period (docs/analysis-schema.md "server_load"); None when the run's preset maps no series it has.
+
+    Bins are as wide as the scrape interval (the median gap between readings), widened so there
+    are at most ``max_points``; each role is :meth:`ServerSeries.binned` (gauges averaged, counters
+    as rates per second, label sets summed or the max taken). ``t_ns`` are the bins' middles;
+    ``values`` are null where no reading covers a bin."""
+    if servers.preset is None or not servers.series or not period or period[1] <= period[0]:
+        return None
+    start, end = period
+    step = max(_reading_step_ns(servers, signals), -(-(end - start) // max_points), 1)
+    bins = int(-(-(end - start) // step))
+    edges = start + np.arange(bins + 1, dtype=np.int64) * step
+    roles = {}
+    for role in (r for r in ROLES if servers.has(r)):
+        values = servers.binned(role, signals, edges)
+        roles[role] = {"metric": servers.metric[role], "series": list(servers.names(role)),
+                       "kind": ROLES[role].kind, "unit": ROLES[role].unit, "combine": ROLES[role].combine,
+                       "values": [None if np.isnan(v) else float(v) for v in values]}
+    return {"preset": servers.preset, "step_s": step / 1e9,
+            "t_ns": [int(v) for v in (edges[:-1] + step // 2)], "roles": roles}

@@ -80,11 +80,21 @@
                   marker: { color: "#991b1b", size: 4, opacity: 0.55 },
                   text: data.slow.cls.map(function (c, i) { return plain(c) + " · trace " + plain(data.slow.trace[i]); }),
                   hovertemplate: "%{y:.1f} ms at %{x:.2f} s<br>%{text}<extra></extra>" });
-    Plotly.newPlot(div, traces, timeLayout({
+    var extra = {
       yaxis: { title: { text: "latency (ms)" }, type: "linear" }, showlegend: true,
       legend: { orientation: "h", x: 0, y: 1.02, xanchor: "left", yanchor: "bottom" },
       margin: { l: 64, r: 20, t: 30, b: 40 }, annotations: bandLabels()
-    }), CONFIG);
+    };
+    if (data.other) {  /* requests the server answered that we did not send (reports/server_view.py), right axis */
+      traces.unshift({ x: data.other.x, y: data.other.requests_per_s, yaxis: "y2", name: "other traffic (req/s, right axis)",
+                       mode: "lines", fill: "tozeroy", line: { color: "#7c3aed", width: 0.5, shape: "hv" },
+                       fillcolor: "rgba(124, 58, 237, 0.16)",
+                       hovertemplate: "other traffic %{y:.1f} req/s at %{x:.1f} s<extra></extra>" });
+      extra.yaxis2 = { title: { text: "other traffic (req/s)", font: { color: "#7c3aed" } }, overlaying: "y", side: "right",
+                       rangemode: "tozero", showgrid: false, tickfont: { color: "#7c3aed" } };
+      extra.margin.r = 64;
+    }
+    Plotly.newPlot(div, traces, timeLayout(extra), CONFIG);
     timeCharts.push(div);
     syncTimeAxis(Plotly, div);
     var toggle = document.getElementById("log-toggle");
@@ -319,14 +329,63 @@
     }
   }
 
+  /* The server's load panels under the LLM charts (reports/server_view.py): waiting/running, KV-cache usage,
+     preemptions, prompt tokens prefilled; on the shared, synchronised time axis. */
+  var SERVER_COLORS = { waiting: "#b45309", running: "#3b6fb6", kv_usage: "#7c3aed", preemptions: "#dc2626",
+                        prompt_tokens: "#0e7490", other_traffic: "#a78bfa" };
+  function drawServer(Plotly) {
+    if (!data.server) { return; }
+    data.server.panels.forEach(function (panel) {
+      var div = document.getElementById(panel.id + "-chart");
+      if (!div) { return; }
+      var traces = panel.series.map(function (s) {
+        var trace = { x: s.x, y: s.y, mode: "lines", name: plain(s.name), connectgaps: false,
+                      line: { color: SERVER_COLORS[s.role] || "#475569", width: 1.5 },
+                      hovertemplate: "%{y:.3~g} " + plain(panel.unit) + " at %{x:.1f} s<extra>" + plain(s.name) + "</extra>" };
+        if (s.role === "kv_usage" || s.role === "other_traffic") { trace.fill = "tozeroy"; }
+        return trace;
+      });
+      var yaxis = { automargin: true, rangemode: "tozero" };
+      if (panel.id === "server-kv") { yaxis.range = [0, 105]; }
+      var layout = timeLayout({ yaxis: yaxis, showlegend: panel.series.length > 1,
+                                legend: { orientation: "h", x: 0, y: 1.0, xanchor: "left", yanchor: "bottom" },
+                                margin: { l: 64, r: 20, t: panel.series.length > 1 ? 22 : 6, b: 26 } });
+      layout.xaxis.title = null;
+      if (timeCharts.length) { layout.xaxis.range = timeCharts[0].layout.xaxis.range.slice(); }
+      Plotly.newPlot(div, traces, layout, CONFIG);
+      timeCharts.push(div);
+      syncTimeAxis(Plotly, div);
+    });
+  }
+
+  /* Stage means of the slow requests against the normal ones (stages.slow_split); the server span, the sum of its stages, is left out. */
+  function drawSlowSplit(Plotly) {
+    var div = document.getElementById("slow-split-chart"), split = data.slow_split;
+    if (!div || !split) { return; }
+    var keep = split.names.map(function (n, i) { return i; }).filter(function (i) {
+      return split.names[i] !== "server" || split.names.length === 1;
+    });
+    var names = keep.map(function (i) { return plain(split.names[i]); });
+    Plotly.newPlot(div, [
+      { type: "bar", orientation: "h", y: names, x: keep.map(function (i) { return split.normal[i]; }), name: "normal requests",
+        marker: { color: "#94a3b8" }, hovertemplate: "%{y}: mean %{x:.1f} ms (normal)<extra></extra>" },
+      { type: "bar", orientation: "h", y: names, x: keep.map(function (i) { return split.slow[i]; }), name: "slow requests",
+        marker: { color: "#dc2626" }, hovertemplate: "%{y}: mean %{x:.1f} ms (slow)<extra></extra>" }
+    ], { margin: { l: 110, r: 20, t: 10, b: 40 }, barmode: "group",
+         xaxis: { title: { text: "mean ms per request (log)" }, type: "log" },
+         yaxis: { autorange: "reversed" }, legend: { orientation: "h" } }, CONFIG);
+  }
+
   /* On load: the latency chart first, then the charts of the open sections below it. Folded sections
      (cause cards, "All signals") draw when opened. */
   tailscope.whenPlotly(function (Plotly) {
     return [
       function () { drawLatency(Plotly); },
       function () { drawLlm(Plotly); },
+      function () { drawServer(Plotly); },
       function () { drawDistribution(Plotly); },
       function () { drawStages(Plotly); },
+      function () { drawSlowSplit(Plotly); },
       function () { drawSweep(Plotly); },
       function () { lazyCards(Plotly); lazySignals(Plotly); }
     ];
