@@ -87,8 +87,10 @@ def write_comparison_outputs(out_dir: str | os.PathLike, comparison: dict) -> di
     """Write comparison.json, comparison.html, junit-compare.xml and comparison.md into ``out_dir``.
 
     Returns ``{"comparison"|"html"|"junit"|"markdown": path}``; each file is written atomically.
+    ``out_dir`` is created when missing. Raises OSError when it cannot be written.
     """
     out_dir = os.fspath(out_dir)
+    os.makedirs(out_dir, exist_ok=True)
     texts = {
         "comparison": json.dumps(comparison, indent=1, allow_nan=False) + "\n",
         "html": render_comparison(comparison),

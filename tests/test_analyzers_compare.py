@@ -94,8 +94,7 @@ def test_too_few_samples_never_regress(runs):
 
 
 def test_compare_cli_exit_codes_and_files(runs, tmp_path):
-    out = tmp_path / "cmp"
-    out.mkdir()
+    out = tmp_path / "cmp" / "new"  # --out need not exist yet
     regressed = run_tailscope("compare", runs["slower"], runs["baseline"], "--out", str(out), timeout=120)
     assert regressed.returncode == 1, regressed.stderr
     assert "REGRESSION" in regressed.stdout

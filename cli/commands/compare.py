@@ -71,5 +71,7 @@ def handle(args) -> int:
                                      confidence=args.confidence, out_dir=args.out)
     except RunDirError as exc:
         return error(str(exc))
+    except OSError as exc:
+        return error(f"cannot write the comparison files: {exc}")
     print_comparison(Console(), compared.comparison, compared.paths)
     return EXIT_SLO_FAILED if compared.regressed else EXIT_OK
