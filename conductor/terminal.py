@@ -158,20 +158,44 @@ def print_comparison(console, comparison: dict, paths: dict) -> None:
         if row["cls"] is not None or row["metric"] != "latency_ms":
             continue
         relative = row["relative_change"]
-        mark = "[red]REGRESSED[/]" if row["regressed"] else ("[green]improved[/]" if row["improved"] else
-                                                            ("significant" if row["significant"] else ""))
-        if not row["claimable"]:
-            mark = (mark + " " if mark else "") + "(too few samples)"
         table.add_row(row["percentile"].upper().replace("P999", "P99.9"), f"{row['baseline_ms']:.1f} ms",
                       f"{row['current_ms']:.1f} ms",
                       f"{row['change_ms']:+.1f} ms" + ("" if relative is None else f" ({relative:+.1%})"),
-                      f"{row['change_ci_ms'][0]:+.1f} … {row['change_ci_ms'][1]:+.1f}", mark)
+                      f"{row['change_ci_ms'][0]:+.1f} … {row['change_ci_ms'][1]:+.1f}", _judgement(row))
     console.print(table)
+    llm = llm_comparison_table(comparison.get("llm"))
+    if llm is not None:
+        console.print(llm)
     regressed = comparison["verdict"]["regressed"]
     console.print(("[bold red]REGRESSION[/] " if regressed else "[bold green]NO REGRESSION[/] ")
                   + comparison["verdict"]["summary"], highlight=False, soft_wrap=True)
     for name, path in paths.items():
         console.print(f"{name}: {path}", highlight=False, soft_wrap=True)
+
+
+def _judgement(row: dict) -> str:
+    """A compared row's mark: REGRESSED, improved or significant, and whether it could be claimed."""
+    mark = ("[red]REGRESSED[/]" if row["regressed"] else "[green]improved[/]" if row["improved"]
+            else "significant" if row["significant"] else "")
+    return mark if row["claimable"] else (mark + " " if mark else "") + "(too few samples)"
+
+
+def llm_comparison_table(section: dict | None) -> Table | None:
+    """An LLM comparison's rows (TTFT/TPOT P50 and P99, output tokens/s, goodput): baseline,
+    current, relative change and the judgement; None when the runs had no LLM requests to compare."""
+    from tailscope.analyzers.comparison.llm_compare import fmt_value, row_label
+
+    rows = (section or {}).get("rows") or []
+    if not rows:
+        return None
+    table = Table(show_header=True)
+    for column in ("LLM", "baseline", "current", "change", ""):
+        table.add_column(column, justify="right")
+    for row in rows:
+        relative = row["relative_change"]
+        table.add_row(row_label(row), fmt_value(row, row["baseline"]), fmt_value(row, row["current"]),
+                      "—" if relative is None else f"{relative:+.1%}", _judgement(row))
+    return table
 
 
 def llm_table(llm: dict | None) -> Table | None:

@@ -32,3 +32,22 @@ def test_a_closed_loop_summary_names_its_concurrency_and_no_offered_rate():
     text = _printed(_analysis("closed", {"loop": "closed", "process": "closed", "users": 8}))
     assert "achieved 11.9 req/s (closed loop, 8 requests kept in flight)" in text
     assert "offered" not in text and "latency (from send)" in text and "scheduled" not in text
+
+
+def test_a_comparison_prints_the_llm_rows_beside_latency():
+    from tailscope.conductor.terminal import print_comparison
+
+    def row(metric, percentile, unit, base, now, regressed):
+        return {"metric": metric, "percentile": percentile, "unit": unit, "baseline": base, "current": now,
+                "relative_change": now / base - 1, "regressed": regressed, "improved": False,
+                "significant": regressed, "claimable": True}
+
+    comparison = {"current": {"name": "now"}, "baseline": {"name": "before"}, "confidence": 0.95, "percentiles": [],
+                  "verdict": {"regressed": True, "summary": "LLM regression: TTFT P99"},
+                  "llm": {"rows": [row("ttft_ms", "p99", "ms", 40.0, 96.0, True),
+                                   row("goodput", None, "share", 0.99, 0.98, False)]}}
+    out = io.StringIO()
+    print_comparison(Console(file=out, width=160), comparison, {})
+    text = out.getvalue()
+    assert "TTFT P99" in text and "40.0 ms" in text and "96.0 ms" in text and "+140.0%" in text
+    assert "REGRESSED" in text and "goodput" in text and "99.0%" in text
