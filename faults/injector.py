@@ -159,6 +159,9 @@ class Injector(ABC):
     #: What it needs from the machine, for docs and error messages.
     requires: ClassVar[str]
     params: ClassVar[dict[str, Param]] = {}
+    #: The kind of target the fault needs: None for any target, ``"llm"`` for an LLM server
+    #: (OpenAI API; the lab runs such kinds only in its LLM suite).
+    target_kind: ClassVar[str | None] = None
 
     def __init__(self, spec: FaultSpec, target: TargetInfo) -> None:
         self.spec = spec

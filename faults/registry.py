@@ -18,6 +18,7 @@ from tailscope.faults.cpu_throttle import CpuThrottle
 from tailscope.faults.gc_pressure import GcPressure
 from tailscope.faults.injector import ROLES, FaultSpec, FaultSpecError, Injector, TargetInfo, validate_params
 from tailscope.faults.io_stall import IoStall
+from tailscope.faults.llm_load import LlmLongGenerations, LlmOverload, LlmPromptStorm
 from tailscope.faults.memory_swap import MemorySwap
 from tailscope.faults.overload import Overload
 from tailscope.support.registry import Registry, UnknownName
@@ -31,6 +32,9 @@ INJECTORS.register(MemorySwap)
 INJECTORS.register(GcPressure)
 INJECTORS.register(Overload)
 INJECTORS.register(IoStall)
+INJECTORS.register(LlmLongGenerations)
+INJECTORS.register(LlmPromptStorm)
+INJECTORS.register(LlmOverload)
 
 
 def injector_class(kind: str) -> type[Injector]:

@@ -1,6 +1,7 @@
 """``python -m tailscope.lab.experiment``: one lab experiment, in a process of its own.
 
-Runs the reference target in a cgroup of its own (when this process may
+Runs the experiment's target (the reference target, or the LLM reference
+server for the LLM suite) in a cgroup of its own (when this process may
 create one: root, writable cgroups) and pinned to the last CPU (when there
 are two or more), one scenario against it with the
 experiment's fault (if any) injected by the fault agent, then analyses and
@@ -29,7 +30,7 @@ from tailscope.conductor.fault_companion import FaultInjection
 from tailscope.conductor.reference_service import reference_target_env
 from tailscope.faults.injector import FaultError, FaultSetupError
 from tailscope.faults.own_cgroup import create_own_cgroups, remove_own_cgroups
-from tailscope.lab.plan import Experiment
+from tailscope.lab.plan import LLM, Experiment
 from tailscope.scenario_model.scenario import ScenarioError, load_scenario
 from tailscope.support.python_child import python_module
 
@@ -45,15 +46,23 @@ def target_cpus() -> str | None:
     return str(cpus[-1]) if len(cpus) >= 2 else None
 
 
-def lab_target_launcher(target_args: tuple[str, ...], cgroup_dirs: list[str], cpus: str | None):
-    """A conductor TargetLauncher: the reference target with ``target_args``, inside ``cgroup_dirs``, on ``cpus``."""
+#: The server module and child name of each lab target (lab/plan.py ``TARGETS``).
+TARGET_MODULES = {"reference": ("tailscope.targets.reference", "reference target"),
+                  LLM: ("tailscope.targets.llm", "LLM reference server")}
+
+
+def lab_target_launcher(target_args: tuple[str, ...], cgroup_dirs: list[str], cpus: str | None,
+                        target: str = "reference"):
+    """A conductor TargetLauncher: the lab ``target`` (:data:`TARGET_MODULES`) with ``target_args``,
+    inside ``cgroup_dirs``, on ``cpus``."""
+    module, name = TARGET_MODULES[target]
 
     def launch(children: ChildGroup, receiver_port: int, run_dir: str) -> tuple[Child, str]:
-        target = python_module("tailscope.targets.reference", "--host", "127.0.0.1", "--port", "0", *target_args)
+        server = python_module(module, "--host", "127.0.0.1", "--port", "0", *target_args)
         placement = [arg for directory in cgroup_dirs for arg in ("--cgroup", directory)]
         placement += ["--cpus", cpus] if cpus else []
-        argv = python_module("tailscope.faults.own_cgroup", *placement, "--", *target) if placement else target
-        child = children.start(Child("reference target", argv, env=reference_target_env(receiver_port),
+        argv = python_module("tailscope.faults.own_cgroup", *placement, "--", *server) if placement else server
+        child = children.start(Child(name, argv, env=reference_target_env(receiver_port),
                                      log_path=os.path.join(run_dir, "target.log")), wait_listening=True)
         return child, f"http://127.0.0.1:{child.port}"
 
@@ -82,7 +91,8 @@ def run_experiment(experiment: Experiment, scenario_path: str, out_dir: str) -> 
                                     "target_cgroup_note": placement_note,
                                     "target_cpus": target_cpus()}},
         )
-        launcher = lab_target_launcher(experiment.target_args, [c.path for c in cgroups], target_cpus())
+        launcher = lab_target_launcher(experiment.target_args, [c.path for c in cgroups], target_cpus(),
+                                       experiment.target)
         outcome = execute_run(scenario, options, launch_target=launcher)
     finally:
         remove_own_cgroups(cgroups)

@@ -13,6 +13,13 @@ Each fault's ground truth carries its ``role``; the case is scored against its
 cause like a fault kind, under the case's name.
 
 ``quick``: 20 s runs, one seed; full: 40 s runs, ``seeds`` (default 3) seeds.
+
+The *LLM suite* (``build_suite(..., llm=True)``, ``tailscope lab --llm``) runs
+:data:`LLM_KINDS` and control runs against the LLM reference server
+(:data:`LLM_TARGET_ARGS`) under the :data:`LLM_SCENARIOS` chat workload, with
+the ``vllm`` stage preset and the server's ``/metrics`` scraped. The classic
+suite runs the fault kinds that need no LLM server (an injector's
+``target_kind``).
 """
 
 from __future__ import annotations
@@ -30,7 +37,12 @@ FAULT_START_FRACTION = 0.35
 FAULT_LENGTH_FRACTION = 0.25
 #: Load multipliers cycled through by seed, so every kind meets different loads.
 LOAD_LEVELS = (1.0, 0.75, 1.25)
+#: The LLM suite's load multipliers (an LLM server's capacity is a few requests/s: a narrower spread).
+LLM_LOAD_LEVELS = (1.0, 0.8, 1.2)
 CONTROL = "control"
+#: The targets an experiment may run against: the classic reference target, or the LLM reference server.
+REFERENCE, LLM = "reference", "llm"
+TARGETS = (REFERENCE, LLM)
 
 #: The reference target as the lab runs it: a resident working set that swapping hurts,
 #: an accelerator-like 20 ms per batch (GIL released) so the model, not the event loop,
@@ -49,6 +61,28 @@ LAB_PARAMS: dict[str, dict] = {
     "gc_pressure": {"mb_per_s": 60.0, "retained_mb": 160.0},
     "overload": {"rate": 800.0, "retries": 2, "text_chars": 200},
     "io_stall": {"kb": 8192},
+}
+
+
+#: The LLM reference server as the LLM lab runs it (docs/lab.md "The LLM lab"): a decoder 256 wide, so
+#: compute grows with the tokens of a step (a 2,000-token prefill ~35 ms, a decode step of 12 sequences
+#: ~2 ms on the development VM) beside an accelerator-like 3 ms per step (GIL released); at most 24
+#: running sequences; a KV cache of 768 blocks of 16 tokens (12,288 tokens: the chat load holds under
+#: 10 % of it); chunked prefill under a 2,048-token step budget; 2 tokens per SSE chunk.
+LLM_TARGET_ARGS = ("--model-dim", "256", "--step-extra-delay-ms", "3", "--max-num-seqs", "24",
+                   "--num-kv-blocks", "768", "--block-size", "16", "--enable-chunked-prefill",
+                   "--max-num-batched-tokens", "2048", "--max-model-len", "4096", "--tokens-per-chunk", "2")
+
+#: The LLM suite's fault kinds, in the order it runs them: each is another client's traffic
+#: (faults/llm_load.py) but cpu_throttle, the classic kind acting on the server's cgroup.
+LLM_KINDS = ("llm_long_generations", "llm_prompt_storm", "llm_overload", "cpu_throttle")
+
+#: Fault parameters used by the LLM suite (sized for :data:`LLM_TARGET_ARGS` on a 2-core machine).
+LLM_PARAMS: dict[str, dict] = {
+    "llm_long_generations": {"streams": 6, "prompt_tokens": 2048, "max_tokens": 2048},
+    "llm_prompt_storm": {"rate": 8.0, "prompt_tokens": 3000, "max_tokens": 2},
+    "llm_overload": {"rate": 50.0, "prompt_tokens": 64, "max_tokens": 64},
+    "cpu_throttle": {"cpus": 0.2},
 }
 
 
@@ -116,6 +150,25 @@ SCENARIOS: dict[str, dict] = {
 }
 
 
+_CHAT_CLASS = {"api": "openai-chat", "model": "tailscope-llm"}
+#: The LLM suite's scenarios: streamed chat completions (token counts from the server's usage).
+LLM_SCENARIOS: dict[str, dict] = {
+    "chat": {
+        "rate": 16.0,
+        "classes": [
+            {"name": "chat", "weight": 1, **_CHAT_CLASS,
+             "prompt_tokens": {"dist": "lognormal", "median": 128, "sigma": 0.5, "min": 16, "max": 512},
+             "output_tokens": {"dist": "uniform", "min": 16, "max": 48}},
+        ],
+    },
+}
+
+
+def scenarios_of(target: str) -> dict[str, dict]:
+    """The lab's scenarios for a target (:data:`TARGETS`)."""
+    return LLM_SCENARIOS if target == LLM else SCENARIOS
+
+
 @dataclass(frozen=True)
 class Experiment:
     """One lab run. ``fault`` is None for a control run; times in s, rate in requests/s."""
@@ -131,6 +184,16 @@ class Experiment:
     #: case's name (its lab kind) when there are any.
     distractions: tuple[FaultSpec, ...] = ()
     case: str = ""
+    #: What the experiment runs against: :data:`REFERENCE` or :data:`LLM` (then ``target_args`` are
+    #: the LLM server's flags).
+    target: str = REFERENCE
+
+    def __post_init__(self) -> None:
+        if self.target not in TARGETS:
+            raise ValueError(f"unknown lab target {self.target!r}; known: {', '.join(TARGETS)}")
+        if self.scenario not in scenarios_of(self.target):
+            raise ValueError(f"unknown scenario {self.scenario!r} for the {self.target} target; "
+                             f"known: {', '.join(scenarios_of(self.target))}")
 
     @property
     def kind(self) -> str:
@@ -154,21 +217,24 @@ class Experiment:
         return cls(name=data["name"], scenario=data["scenario"], seed=int(data["seed"]), rate=float(data["rate"]),
                    duration_s=float(data["duration_s"]), fault=fault, target_args=tuple(data["target_args"]),
                    distractions=tuple(FaultSpec.from_dict(d) for d in data.get("distractions") or ()),
-                   case=str(data.get("case") or ""))
+                   case=str(data.get("case") or ""), target=str(data.get("target") or REFERENCE))
 
     def scenario_yaml(self) -> str:
-        """The scenario file of this experiment (no target: the lab starts one)."""
-        base = SCENARIOS[self.scenario]
+        """The scenario file of this experiment (no target: the lab starts one). Against the LLM
+        server: the ``vllm`` stage preset, its ``/metrics`` scraped, a whole generation's timeout."""
+        base = scenarios_of(self.target)[self.scenario]
         document = {
             "name": f"lab-{self.name}",
             "description": f"tailscope lab: {self.kind} on scenario {self.scenario}",
             "duration": f"{self.duration_s:g}s",
             "seed": self.seed,
-            "timeout": "5s",
+            "timeout": "30s" if self.target == LLM else "5s",
             "arrival": {"process": "poisson", "rate": round(self.rate, 3)},
             "classes": base["classes"],
-            "signals": {"rate": 10},
+            "signals": {"rate": 10, "prometheus": "/metrics"} if self.target == LLM else {"rate": 10},
         }
+        if self.target == LLM:
+            document["stages"] = {"preset": "vllm"}
         return yaml.safe_dump(document, sort_keys=False)
 
 
@@ -177,19 +243,33 @@ def fault_window(duration_s: float) -> tuple[float, float]:
     return round(duration_s * FAULT_START_FRACTION, 3), round(duration_s * FAULT_LENGTH_FRACTION, 3)
 
 
+def suite_kinds(llm: bool = False) -> list[str]:
+    """Every lab kind of a suite, in the order it runs them: the classic suite's fault kinds that need
+    no LLM server, its confounded cases and control; or the LLM suite's :data:`LLM_KINDS` and control."""
+    if llm:
+        return [*LLM_KINDS, CONTROL]
+    return [*(kind for kind, injector in INJECTORS.items() if injector.target_kind is None), *CONFOUNDED_CASES,
+            CONTROL]
+
+
 def build_suite(*, quick: bool, seeds: int | None = None, only: list[str] | None = None,
-                duration_s: float | None = None) -> list[Experiment]:
+                duration_s: float | None = None, llm: bool = False) -> list[Experiment]:
     """The experiments of a suite, faults first, controls last.
 
     ``only`` restricts to some fault kinds (``control`` names the control
-    runs, a :data:`CONFOUNDED_CASES` name a confounded case). Raises
-    ValueError for an unknown kind or a bad count.
+    runs, a :data:`CONFOUNDED_CASES` name a confounded case). ``llm``: the
+    LLM suite (:func:`suite_kinds`) against the LLM reference server. Raises
+    ValueError for an unknown kind (one of the other suite's is named so) or a bad count.
     """
-    kinds = [*INJECTORS, *CONFOUNDED_CASES, CONTROL]
+    kinds = suite_kinds(llm)
     chosen = only or kinds
     unknown = sorted(set(chosen) - set(kinds))
     if unknown:
-        raise ValueError(f"unknown lab kind(s) {', '.join(unknown)}; known: {', '.join(kinds)}")
+        other = sorted(set(unknown) & set(suite_kinds(not llm)))
+        hint = (f" ({', '.join(other)} {'is' if len(other) == 1 else 'are'} of the "
+                f"{'classic' if llm else 'LLM'} suite: {'drop' if llm else 'add'} --llm)") if other else ""
+        raise ValueError(f"unknown lab kind(s) {', '.join(unknown)} for the {'LLM' if llm else 'classic'} suite"
+                         f"{hint}; known: {', '.join(kinds)}")
     count = seeds if seeds is not None else (1 if quick else 3)
     if count < 1:
         raise ValueError(f"--seeds must be >= 1, got {count}")
@@ -197,26 +277,32 @@ def build_suite(*, quick: bool, seeds: int | None = None, only: list[str] | None
     if length < 8:
         raise ValueError(f"experiments need at least 8 s to have a fault window and clean stretches, got {length:g}")
     at_s, window_s = fault_window(length)
-    scenario_names = list(SCENARIOS)
+    target = LLM if llm else REFERENCE
+    scenarios = scenarios_of(target)
+    scenario_names = list(scenarios)
+    levels = LLM_LOAD_LEVELS if llm else LOAD_LEVELS
     suite = []
     for kind in [k for k in kinds if k in chosen]:
         for index in range(count):
             seed = index + 1
             scenario = scenario_names[index % len(scenario_names)]
-            rate = SCENARIOS[scenario]["rate"] * LOAD_LEVELS[index % len(LOAD_LEVELS)]
-            fault, distractions, case = _faults_of(kind, at_s, window_s)
+            rate = scenarios[scenario]["rate"] * levels[index % len(levels)]
+            fault, distractions, case = _faults_of(kind, at_s, window_s, LLM_PARAMS if llm else LAB_PARAMS)
             suite.append(Experiment(name=f"{kind}-{scenario}-s{seed}", scenario=scenario, seed=seed, rate=rate,
-                                    duration_s=length, fault=fault, distractions=distractions, case=case))
+                                    duration_s=length, fault=fault, distractions=distractions, case=case,
+                                    target=target, target_args=LLM_TARGET_ARGS if llm else TARGET_ARGS))
     return suite
 
 
-def _faults_of(kind: str, at_s: float, window_s: float) -> tuple[FaultSpec | None, tuple[FaultSpec, ...], str]:
-    """(cause, distractions, case name) of a lab kind; both faults of a confounded case share the window."""
+def _faults_of(kind: str, at_s: float, window_s: float,
+               params: dict[str, dict]) -> tuple[FaultSpec | None, tuple[FaultSpec, ...], str]:
+    """(cause, distractions, case name) of a lab kind, with the suite's ``params``; both faults of a
+    confounded case share the window."""
     if kind == CONTROL:
         return None, (), ""
     case = CONFOUNDED_CASES.get(kind)
     if case is None:
-        return build_spec(kind, at_s, window_s, LAB_PARAMS.get(kind, {})), (), ""
+        return build_spec(kind, at_s, window_s, params.get(kind, {})), (), ""
     (cause_kind, cause_params), (other_kind, other_params) = case.cause, case.distraction
     return (build_spec(cause_kind, at_s, window_s, cause_params),
             (build_spec(other_kind, at_s, window_s, other_params, role="distraction"),), kind)

@@ -108,7 +108,8 @@ def run_one(experiment: Experiment, paths: LabPaths) -> dict:
     with open(scenario_path, "w", encoding="utf-8") as fh:
         fh.write(experiment.scenario_yaml())
     log_path = os.path.join(paths.logs, f"{experiment.name}.log")
-    result = {"name": experiment.name, "kind": experiment.kind, "scenario": experiment.scenario,
+    result = {"name": experiment.name, "kind": experiment.kind, "target": experiment.target,
+              "scenario": experiment.scenario,
               "seed": experiment.seed, "rate": experiment.rate, "duration_s": experiment.duration_s,
               "fault": experiment.fault.as_dict() if experiment.fault else None,
               "distractions": [spec.as_dict() for spec in experiment.distractions],

@@ -48,7 +48,8 @@ def test_command_line_errors_name_the_field(text, field, message):
 
 
 def test_every_kind_declares_its_needs_and_params_with_valid_defaults():
-    assert set(INJECTORS) == {"cpu_throttle", "cpu_contention", "memory_swap", "gc_pressure", "overload", "io_stall"}
+    assert set(INJECTORS) == {"cpu_throttle", "cpu_contention", "memory_swap", "gc_pressure", "overload", "io_stall",
+                              "llm_long_generations", "llm_prompt_storm", "llm_overload"}
     for kind, cls in INJECTORS.items():
         assert cls.kind == kind and cls.summary and cls.requires
         assert build_spec(kind, 0, 1, {}).params == {name: p.default for name, p in cls.params.items()}

@@ -66,7 +66,8 @@ def test_each_plugin_kind_is_declared_in_one_registry():
     assert list(DETECTORS) == ["gc", "cpu_throttling", "cpu_contention", "swap", "io_stall", "kv_cache_pressure",
                                "prefill_interference", "queue_saturation", "gpu_throttling", "generator"]
     assert all(DETECTORS[kind].kind == kind for kind in DETECTORS)
-    assert list(INJECTORS) == ["cpu_throttle", "cpu_contention", "memory_swap", "gc_pressure", "overload", "io_stall"]
+    assert list(INJECTORS) == ["cpu_throttle", "cpu_contention", "memory_swap", "gc_pressure", "overload", "io_stall",
+                               "llm_long_generations", "llm_prompt_storm", "llm_overload"]
     assert all(INJECTORS[kind].kind == kind for kind in INJECTORS)
     assert list(SECTION_PARSERS) == ["retention", "faults", "stages", "abort_on"]
     assert ARRIVAL_PROCESSES == (*ARRIVALS, "closed") == ("constant", "poisson", "gamma", "replay", "closed")

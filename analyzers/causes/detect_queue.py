@@ -96,7 +96,7 @@ def rejection_excess(ctx: SpikeContext) -> tuple[float, float]:
 
 class QueueSaturationDetector(CauseDetector):
     kind = "queue_saturation"
-    answers = ("overload",)
+    answers = ("overload", "llm_overload")
     reads = ("derived.queue_depth", "derived.server_arrivals_per_s", *server_role_prefixes("waiting"))
     aliases = ("queueing", "queue", "saturation", "retry_storm")
     needs = ("spans",)

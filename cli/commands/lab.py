@@ -1,4 +1,5 @@
-"""``tailscope lab``: (scenario × fault) experiments on the reference target, diagnosis scored."""
+"""``tailscope lab``: (scenario × fault) experiments on the reference target (or, with ``--llm``, the LLM
+reference server), diagnosis scored."""
 
 from __future__ import annotations
 
@@ -15,7 +16,12 @@ def register(sub) -> None:
                     "control runs — then score each run's diagnosis against the fault's ground-truth window: "
                     "AC@1, AC@3, detection rate, time to detect, false-alarm rate. Writes lab.json, lab.html "
                     "and scores.md. Faults that need root or writable cgroups are reported as errors where "
-                    "they cannot run. Exit 0 when every experiment ran, 1 when some could not, 2 on usage errors.")
+                    "they cannot run. With --llm: the LLM suite (llm_long_generations, llm_prompt_storm, "
+                    "llm_overload, cpu_throttle and control) against the LLM reference server, scored the same "
+                    "way. Exit 0 when every experiment ran, 1 when some could not, 2 on usage errors.")
+    p.add_argument("--llm", action="store_true",
+                   help="the LLM suite: faults on the LLM reference server (KV-cache filling long generations, "
+                        "a storm of long prompts, overload, a CPU throttle) under a streamed chat load")
     p.add_argument("--quick", action="store_true",
                    help="one seed, 20 s experiments (about 6 minutes for all kinds and cases)")
     p.add_argument("--seeds", type=int, default=None, metavar="N",
@@ -42,12 +48,12 @@ def handle(args) -> int:
 
     only = [kind.strip() for kind in args.only.split(",") if kind.strip()] if args.only else None
     try:
-        suite = build_suite(quick=args.quick, seeds=args.seeds, only=only, duration_s=args.duration)
+        suite = build_suite(quick=args.quick, seeds=args.seeds, only=only, duration_s=args.duration, llm=args.llm)
     except ValueError as exc:
         return error(str(exc))
     out_dir = args.out or f"runs/lab-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"
     console = Console()
-    name = "quick" if args.quick else "full"
+    name = ("llm-" if args.llm else "") + ("quick" if args.quick else "full")
     console.print(f"tailscope lab ({name}): {len(suite)} experiments of {suite[0].duration_s:g} s → {out_dir}")
 
     def progress(result: dict) -> None:
