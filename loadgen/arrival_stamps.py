@@ -34,6 +34,8 @@ import ssl
 import struct
 import time
 
+from tailscope.loadgen.clock import RunClock
+
 #: ``SO_TIMESTAMPNS`` and its control-message type (Linux ``asm-generic/socket.h``: 35 for both).
 SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
 SCM_TIMESTAMPNS = getattr(socket, "SCM_TIMESTAMPNS", SO_TIMESTAMPNS)
@@ -57,13 +59,18 @@ def enable(sock) -> bool:
     return True
 
 
-def arrival_ns(ancillary: list, now_ns: int) -> int:
-    """Arrival time of a read on the run clock (epoch ns): ``now_ns`` (the run clock, read
-    after the ``recvmsg``) minus the age of the kernel's stamp in ``ancillary``; ``now_ns``
-    when the read carried no stamp. Never later than ``now_ns``."""
+def wall_offset_ns(clock: RunClock) -> int:
+    """The run clock minus the wall clock, ns, read back to back: added to a kernel stamp (wall
+    clock) it gives the stamp on the run clock. Read it once per batch of reads: it moves only
+    when the wall clock is stepped or slewed."""
+    return clock.now_ns() - time.time_ns()
+
+
+def arrival_ns(ancillary: list, offset_ns: int) -> int | None:
+    """The kernel's receive stamp in ``ancillary`` (``recvmsg``'s) on the run clock (epoch ns):
+    the stamp plus ``offset_ns`` (:func:`wall_offset_ns`); None when the read carried none."""
     for level, kind, data in ancillary:
         if level == socket.SOL_SOCKET and kind == SCM_TIMESTAMPNS and len(data) >= _TIMESPEC.size:
             seconds, nanoseconds = _TIMESPEC.unpack_from(data)
-            age_ns = time.time_ns() - (seconds * 1_000_000_000 + nanoseconds)
-            return now_ns - age_ns if age_ns > 0 else now_ns
-    return now_ns
+            return seconds * 1_000_000_000 + nanoseconds + offset_ns
+    return None

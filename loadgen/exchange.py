@@ -404,7 +404,7 @@ def read_stream(response, chunks: ChunkTimer | OpenAIReply, clock: RunClock, rea
         drained = len(data) < block_size
         response.feed(data)
         if buffer:
-            now_ns = clock.now_ns()
-            chunks.feed(bytes(buffer), arrival_stamps.arrival_ns(ancillary, now_ns) if stamped else now_ns)
+            t_ns = arrival_stamps.arrival_ns(ancillary, arrival_stamps.wall_offset_ns(clock)) if stamped else None
+            chunks.feed(bytes(buffer), clock.now_ns() if t_ns is None else t_ns)
             del buffer[:]
     chunks.finish(clock.now_ns())

@@ -61,7 +61,9 @@ string without quotes, backslashes or control characters is, by JSON's
 grammar, the same object with another text: its text is those bytes
 decoded as UTF-8, with no parse. Anything else (an escape, usage in every
 chunk, a finish reason, an error, another shape) takes the full parse; a
-reply learns a new shape at most :data:`SHAPE_LEARNS` times.
+reply learns a new shape at most :data:`SHAPE_LEARNS` times. A read that
+is exactly one such event (``data: `` + shape + ``\n\n``, nothing pending)
+is read at :meth:`OpenAIReply.feed`'s door, before any SSE framing.
 
 Memory: the times, one count per chunk, one incomplete line and event; the
 text only with a tokenizer and no usage yet; a non-SSE body up to
@@ -131,6 +133,8 @@ class OpenAIReply:
         self._finished = False
         self._shape: tuple[bytes, bytes] | None = None  # bytes before and after a plain content chunk's text
         self._shape_learns = 0
+        self._event_head: bytes = b""  # the shape as a whole one-line SSE event: b"data: " + before ...
+        self._event_tail: bytes | None = None  # ... and after + b"\n\n" (None: no shape yet)
 
     # -- input ---------------------------------------------------------------------
     def feed(self, data: bytes, t_ns: int) -> None:
@@ -150,6 +154,15 @@ class OpenAIReply:
         if self.framing == "json":
             self._keep_body(data)
             return
+        tail = self._event_tail
+        if (tail is not None and data.endswith(tail) and data.startswith(self._event_head)
+                and not self._pending and not self._data and not self._event):
+            text = _verbatim_between(data, len(self._event_head), len(data) - len(tail))
+            if text is not None:  # one whole event of the stream's shape: no splitting, no parse
+                self.events += 1
+                if text:
+                    self._content(text, None, t_ns)
+                return
         if not self._pending and not self._data and not self._event and data[-2:] == b"\n\n" and b"\r" not in data:
             if data.count(b"\n") == 2 and data[:6] == b"data: ":
                 self.events += 1  # one whole event of one data line: no splitting
@@ -324,6 +337,7 @@ class OpenAIReply:
                 if shape is not None:
                     self._shape = shape
                     self._shape_learns += 1
+                    self._event_head, self._event_tail = b"data: " + shape[0], shape[1] + b"\n\n"
         if completion is not None:
             self._last_completion = completion
 
@@ -393,11 +407,16 @@ def _text_in_shape(raw: bytes, shape: tuple[bytes, bytes]) -> str | None:
     before, after = shape
     if len(raw) < len(before) + len(after) or not raw.startswith(before) or not raw.endswith(after):
         return None
-    end = len(raw) - len(after)
-    if _NOT_VERBATIM.search(raw, len(before), end) is not None:
+    return _verbatim_between(raw, len(before), len(raw) - len(after))
+
+
+def _verbatim_between(raw: bytes, start: int, end: int) -> str | None:
+    """``raw[start:end]`` decoded, when it is a JSON string's content written verbatim (no quote,
+    backslash or control byte; valid UTF-8), else None."""
+    if end < start or _NOT_VERBATIM.search(raw, start, end) is not None:
         return None
     try:
-        return raw[len(before):end].decode()
+        return raw[start:end].decode()
     except UnicodeDecodeError:
         return None
 

@@ -134,10 +134,11 @@ class StreamReader:
         try:
             while self._streams:
                 hub.wait(watcher)
+                offset_ns = arrival_stamps.wall_offset_ns(self._clock)
                 for fd, _events in self._epoll.poll(0, MAX_READY):
                     stream = self._streams.get(fd)
                     if stream is not None:
-                        self._read_one(fd, stream)
+                        self._read_one(fd, stream, offset_ns)
                     elif fd == self._wake:
                         try:
                             os.eventfd_read(self._wake)
@@ -146,8 +147,9 @@ class StreamReader:
         finally:
             watcher.close()
 
-    def _read_one(self, fd: int, stream: _Stream) -> None:
-        """One non-blocking read of a ready stream; ends it when its body is complete or failed."""
+    def _read_one(self, fd: int, stream: _Stream, offset_ns: int) -> None:
+        """One non-blocking read of a ready stream; ends it when its body is complete or failed.
+        ``offset_ns``: run clock minus wall clock (:func:`~.arrival_stamps.wall_offset_ns`)."""
         response = stream.response
         try:
             if stream.stamped:
@@ -159,7 +161,9 @@ class StreamReader:
         except OSError as exc:
             self._end(fd, stream, exc)
             return
-        now_ns = self._clock.now_ns()
+        t_ns = arrival_stamps.arrival_ns(ancillary, offset_ns) if ancillary else None
+        if t_ns is None:
+            t_ns = self._clock.now_ns()
         if not data:
             response.release()
             self._end(fd, stream, HTTPConnectionClosed("connection closed before the end of the stream"))
@@ -171,7 +175,7 @@ class StreamReader:
             self._end(fd, stream, exc)
             return
         if buffer:
-            stream.chunks.feed(bytes(buffer), arrival_stamps.arrival_ns(ancillary, now_ns) if ancillary else now_ns)
+            stream.chunks.feed(bytes(buffer), t_ns)
             del buffer[:]
         if response.message_complete:
             self._end(fd, stream, None)

@@ -26,6 +26,7 @@ import pytest
 from test_loadgen_runner import run_plan
 
 from tailscope.loadgen import arrival_stamps
+from tailscope.loadgen.clock import RunClock
 
 MS = 1_000_000
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -41,11 +42,13 @@ def test_a_late_read_is_timed_by_the_kernel_at_its_arrival():
         peer.sendall(b"token")
         time.sleep(0.08)  # the reader is late by 80 ms
         data, ancillary, _, _ = client.recvmsg(4096, arrival_stamps.STAMP_SPACE)
-        now_ns = time.time_ns()
+        clock = RunClock()
+        now_ns = clock.now_ns()
         assert data == b"token" and ancillary
-        arrived_ns = arrival_stamps.arrival_ns(ancillary, now_ns)
-        assert sent_ns <= arrived_ns + 1 * MS and arrived_ns < sent_ns + 10 * MS  # not now_ns, 80 ms later
-        assert arrival_stamps.arrival_ns([], now_ns) == now_ns  # no stamp: the clock
+        arrived_ns = arrival_stamps.arrival_ns(ancillary, arrival_stamps.wall_offset_ns(clock))
+        assert sent_ns - 1 * MS <= arrived_ns < sent_ns + 10 * MS  # not now_ns, 80 ms later
+        assert now_ns - arrived_ns >= 70 * MS
+        assert arrival_stamps.arrival_ns([], 0) is None  # no stamp
     finally:
         for sock in (client, peer, server):
             sock.close()
