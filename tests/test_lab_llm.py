@@ -122,8 +122,13 @@ def _pid_alive(pid: int) -> bool:
 
 
 def test_quick_llm_lab_names_each_fault_and_no_cause_in_control(tmp_path):
-    """Every LLM kind (cpu_throttle only as root) and a control run, 14 s each, for real."""
-    kinds = [k for k in LLM_KINDS if k != "cpu_throttle" or os.geteuid() == 0]
+    """The LLM kinds and a control run, 14 s each, for real. cpu_throttle on the LLM server (a host
+    cause the classic lab already scores) runs with TAILSCOPE_LONG_TESTS=1, as root: it keeps the
+    suite inside CI's time."""
+    long_tests = os.environ.get("TAILSCOPE_LONG_TESTS") == "1"
+    kinds = [k for k in LLM_KINDS if k != "cpu_throttle" or (long_tests and os.geteuid() == 0)]
+    if "cpu_throttle" not in kinds:
+        print("cpu_throttle on the LLM server left out: set TAILSCOPE_LONG_TESTS=1 (as root) to run it")
     out = tmp_path / "lab"
     done = run_tailscope("lab", "--llm", "--quick", "--only", ",".join([*kinds, CONTROL]), "--duration", "14s",
                          "--out", str(out), timeout=420)

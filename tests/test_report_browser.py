@@ -255,7 +255,7 @@ def test_no_chart_renders_before_its_folded_section_is_opened(report, request, b
             plotted: Array.from(document.querySelectorAll('.js-plotly-plot')).map(d => d.id)})""")
         assert state["signals"] == 0 and state["panels"] == 0 and state["cards"] == 0, state
         assert state["on_load"] == len(state["plotted"]) and "latency-chart" in state["plotted"]
-        assert len(state["plotted"]) <= 5  # latency, histogram, CDF, stages (+ sweep)
+        assert len(state["plotted"]) <= 6  # latency, histogram, CDF, stages, slow-vs-normal split (+ sweep)
         page.click("#all-signals > summary")
         page.wait_for_function("document.getElementById('all-signals').dataset.drawn === 'yes'", timeout=60_000)
         drawn = page.evaluate("() => document.querySelectorAll('#signal-panels .js-plotly-plot').length")
