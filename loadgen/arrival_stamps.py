@@ -22,6 +22,8 @@ Guarantees and limits:
   ns that never jump) as *now on the run clock minus the stamp's age on the
   wall clock*, so a wall-clock step between runs does not move it, and it is
   never later than now.
+- The first time a socket on the host asks for stamps, Linux turns receive
+  stamping on with deferred work: packets received before that carry none.
 - Where stamps are not available — not Linux, a TLS socket (no
   ``recvmsg``), a read that carried no stamp — the read is timed with the
   clock, as before. :func:`enable` says which.

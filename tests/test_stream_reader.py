@@ -32,12 +32,34 @@ MS = 1_000_000
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+def _wait_for_stamping(client, peer) -> None:
+    """Linux turns receive stamping on for the host with deferred work the first time a socket
+    asks: until then packets carry no stamp (the reader times them with the clock). Wait for it."""
+    for _ in range(40):
+        peer.sendall(b"w")
+        time.sleep(0.05)
+        if client.recvmsg(4096, arrival_stamps.STAMP_SPACE)[1]:
+            return
+
+
+@pytest.fixture
+def stamping_on():
+    server = socket.create_server(("127.0.0.1", 0))
+    client = socket.create_connection(server.getsockname())
+    peer, _ = server.accept()
+    arrival_stamps.enable(client)
+    _wait_for_stamping(client, peer)
+    for sock in (client, peer, server):
+        sock.close()
+
+
 def test_a_late_read_is_timed_by_the_kernel_at_its_arrival():
     server = socket.create_server(("127.0.0.1", 0))
     client = socket.create_connection(server.getsockname())
     peer, _ = server.accept()
     try:
         assert arrival_stamps.enable(client)
+        _wait_for_stamping(client, peer)
         sent_ns = time.time_ns()
         peer.sendall(b"token")
         time.sleep(0.08)  # the reader is late by 80 ms
@@ -145,7 +167,7 @@ print(json.dumps({"times": timer.times, "returned_ns": clock.now_ns()}))
 """
 
 
-def test_a_chunk_read_after_the_loop_was_busy_keeps_its_arrival_time(paced_server):
+def test_a_chunk_read_after_the_loop_was_busy_keeps_its_arrival_time(paced_server, stamping_on):
     _PacedHandler.stamps.clear()
     proc = subprocess.run([sys.executable, "-c", _BUSY_LOOP_CLIENT, paced_server], capture_output=True,
                           text=True, timeout=30, cwd=REPO)
