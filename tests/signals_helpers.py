@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 from tailscope.rundir import read_json, read_stream, schema
@@ -28,6 +29,43 @@ def start_burner(preexec_fn=None) -> subprocess.Popen:
 def start_fsync_writer(directory: str) -> subprocess.Popen:
     """A child process writing and fsyncing 4 MiB in a loop, in a file (already unlinked) in ``directory``."""
     return subprocess.Popen([sys.executable, "-c", FSYNC_WRITER_CODE, directory])
+
+
+class StateWatcher:
+    """Polls ``/proc/<pid>/stat`` from a thread at ~1 kHz and counts the process's states ("R", "S", "D", ...).
+
+    An observer independent of the sampler: it says how often the process was really in a state, so a test
+    can tell "the sampler missed it" from "this host never put the process in that state".
+    """
+
+    def __init__(self, pid: int, interval_s: float = 0.001):
+        self.counts: collections.Counter[str] = collections.Counter()
+        self._path = f"/proc/{pid}/stat"
+        self._interval_s = interval_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+
+    def __enter__(self) -> StateWatcher:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def share(self, state: str) -> float:
+        """Fraction of polls that found the process in ``state`` (0 when nothing was polled)."""
+        total = sum(self.counts.values())
+        return self.counts[state] / total if total else 0.0
+
+    def _poll(self) -> None:
+        while not self._stop.is_set():
+            try:
+                with open(self._path) as f:
+                    self.counts[f.read().rsplit(")", 1)[1].split()[0]] += 1
+            except (OSError, IndexError):
+                return
+            self._stop.wait(self._interval_s)
 
 
 def stop_process(process: subprocess.Popen) -> None:

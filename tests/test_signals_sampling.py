@@ -6,6 +6,7 @@ import threading
 
 import pytest
 from signals_helpers import (
+    StateWatcher,
     read_series,
     read_signals_meta,
     run_sampler_process,
@@ -57,7 +58,8 @@ def test_sampler_sees_a_process_blocked_in_fsync(tmp_path):
     writer = start_fsync_writer(str(tmp_path))  # the test's own directory: a disk, not tmpfs, here
     (tmp_path / "run").mkdir()
     try:
-        rc = run_sampler_process(str(tmp_path / "run"), writer.pid, rate_hz=20, duration_s=2.0)
+        with StateWatcher(writer.pid) as watcher:
+            rc = run_sampler_process(str(tmp_path / "run"), writer.pid, rate_hz=20, duration_s=2.0)
     finally:
         stop_process(writer)
     assert rc == 0
@@ -71,7 +73,12 @@ def test_sampler_sees_a_process_blocked_in_fsync(tmp_path):
     disk = series["host.disk.write_bytes"]
     assert disk[-1][1] - disk[0][1] >= 4 << 20  # the fsyncs reached a disk
     blocked = [v for _, v in series["proc.threads_blocked"]]
-    assert max(blocked) >= 1, "the writer was never seen in state D while it fsynced"
+    # How long fsync blocks is the host's disk's doing (a VM disk with a write-back cache returns at once).
+    # With the writer in D for >= 20% of the test's own 1 kHz polls, 40 samples all missing it is < 1e-3.
+    share_d = watcher.share("D")
+    if share_d < 0.2:
+        pytest.skip(f"fsync barely blocks on this host: the writer was in state D in {share_d:.0%} of 1 kHz polls")
+    assert max(blocked) >= 1, f"the writer was never seen in state D while it fsynced ({share_d:.0%} of 1 kHz polls saw D)"
 
 
 def test_sampler_without_pid_reports_why_process_sources_are_off(tmp_path):
