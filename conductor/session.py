@@ -40,7 +40,8 @@ from tailscope.conductor.run_setup import (
     run_manifest,
 )
 from tailscope.rundir import RunWriter
-from tailscope.scenario_model.scenario import Scenario, is_loopback_url
+from tailscope.scenario_model.scenario import Scenario
+from tailscope.support.loopback import is_loopback_url
 from tailscope.support.python_child import python_module
 
 

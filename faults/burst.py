@@ -17,13 +17,12 @@ import argparse
 import asyncio
 import json
 import random
-import signal
 import string
 import time
 from dataclasses import asdict, dataclass, field
-from urllib.parse import urlparse
 
-LOOPBACK = ("127.0.0.1", "localhost", "::1")
+from tailscope.faults.loopback_traffic import LoopbackTraffic, percentile_of, post_once, run_traffic_child
+
 REQUEST_TIMEOUT_S = 30.0
 
 
@@ -45,8 +44,8 @@ class BurstCounts:
     def report(self) -> dict:
         data = asdict(self)
         latencies = sorted(data.pop("latencies_ms"))
-        data["p50_ms"] = latencies[len(latencies) // 2] if latencies else None
-        data["p99_ms"] = latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))] if latencies else None
+        data["p50_ms"] = percentile_of(latencies, 0.5)
+        data["p99_ms"] = percentile_of(latencies, 0.99)
         return data
 
 
@@ -60,39 +59,19 @@ def make_body(rng: random.Random, chars: int) -> bytes:
     return json.dumps({"text": " ".join(words)[:chars]}).encode()
 
 
-async def send_once(host: str, port: int, path: str, body: bytes) -> int:
-    """One POST over a new connection; the reply's status code."""
-    reader, writer = await asyncio.open_connection(host, port)
-    try:
-        head = (f"POST {path} HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
-                f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode()
-        writer.write(head + body)
-        await writer.drain()
-        status_line = await reader.readline()
-        await reader.read()
-        return int(status_line.split()[1])
-    finally:
-        writer.close()
-
-
-class Burst:
+class Burst(LoopbackTraffic):
     def __init__(self, args: argparse.Namespace) -> None:
-        parsed = urlparse(args.url)
-        if parsed.hostname not in LOOPBACK and not (parsed.hostname or "").startswith("127."):
-            raise SystemExit(f"burst: refusing a non-loopback target {args.url}")
-        self.host, self.port = parsed.hostname, parsed.port or 80
+        super().__init__(args.url, args.seed, "burst")
         self.args = args
         self.counts = BurstCounts()
-        self.rng = random.Random(args.seed)
-        self.in_flight: set[asyncio.Task] = set()
 
     async def request(self, body: bytes) -> None:
         started = time.monotonic()
         for attempt in range(self.args.retries + 1):
             self.counts.attempts += 1
             try:
-                status = await asyncio.wait_for(send_once(self.host, self.port, self.args.path, body),
-                                                REQUEST_TIMEOUT_S)
+                status, _ = await asyncio.wait_for(post_once(self.host, self.port, self.args.path, body),
+                                                   REQUEST_TIMEOUT_S)
             except (TimeoutError, OSError, ValueError, IndexError):
                 self.counts.errors += 1
                 return
@@ -110,27 +89,18 @@ class Burst:
             self.counts.latencies_ms.append((time.monotonic() - started) * 1000.0)
             return
 
+    def _arrival(self):
+        self.counts.arrivals += 1
+        return self.request(make_body(self.rng, self.args.text_chars))
+
+    def _skip(self) -> None:
+        self.counts.arrivals += 1
+        self.counts.skipped += 1
+
     async def run(self, stop: asyncio.Event) -> None:
-        start = time.monotonic()
-        next_at = 0.0
-        while next_at < self.args.duration and not stop.is_set():
-            delay = start + next_at - time.monotonic()
-            if delay > 0:
-                try:
-                    await asyncio.wait_for(stop.wait(), delay)
-                    break
-                except TimeoutError:
-                    pass
-            self.counts.arrivals += 1
-            if len(self.in_flight) >= self.args.max_in_flight:
-                self.counts.skipped += 1
-            else:
-                task = asyncio.get_running_loop().create_task(
-                    self.request(make_body(self.rng, self.args.text_chars)))
-                self.in_flight.add(task)
-                task.add_done_callback(self.in_flight.discard)
-            next_at += self.rng.expovariate(self.args.rate)
-        if self.in_flight and not stop.is_set():
+        await self.poisson_arrivals(self.args.rate, self.args.duration, self.args.max_in_flight, stop,
+                                    self._arrival, self._skip)
+        if self.in_flight and not stop.is_set():  # at the natural end the open requests may finish
             await asyncio.wait(set(self.in_flight), timeout=REQUEST_TIMEOUT_S)
         for task in list(self.in_flight):
             task.cancel()
@@ -151,21 +121,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-async def _main(args: argparse.Namespace) -> BurstCounts:
+async def run_burst(args: argparse.Namespace, stop: asyncio.Event) -> BurstCounts:
     burst = Burst(args)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
     await burst.run(stop)
     return burst.counts
 
 
 def main(argv: list[str] | None = None) -> None:
-    args = parse_args(argv)
-    counts = asyncio.run(_main(args))
-    with open(args.report, "w", encoding="utf-8") as fh:
-        json.dump(counts.report(), fh)
+    run_traffic_child(parse_args(argv), run_burst)
 
 
 if __name__ == "__main__":

@@ -24,70 +24,37 @@ Needs a loopback LLM server (OpenAI chat API); nothing else.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
 from abc import abstractmethod
 
-from tailscope.faults.injector import Injector, Param
-from tailscope.faults.processes import start_python_module, stop_process
+from tailscope.faults.injector import Param
+from tailscope.faults.traffic_injector import TrafficChildInjector
 
 _SEED = Param("integer", 1, "seed of the prompts' words and of the arrivals")
 _MODEL = Param("string", "", "'model' of the requests (empty: none given; the server takes its own)")
 
 
-class LlmTraffic(Injector):
+class LlmTraffic(TrafficChildInjector):
     """Runs :mod:`.llm_traffic` for the window with the kind's shape (``_shape_args``)."""
 
     requires = "a loopback LLM server with the OpenAI chat API"
     target_kind = "llm"
-
-    def __init__(self, spec, target) -> None:
-        super().__init__(spec, target)
-        self._process: subprocess.Popen | None = None
-        self._report_path = os.path.join(target.work_dir, f"{self.kind}-{target.run_id}-{os.getpid()}.json")
+    module = "tailscope.faults.llm_traffic"
 
     @abstractmethod
     def _shape_args(self) -> list[str]:
         """``--streams N`` or ``--rate R`` (and ``--max-in-flight``) of this kind."""
 
-    def check(self) -> None:
-        self.require_url()
-
-    def apply(self) -> dict:
+    def _child_args(self) -> list[str]:
         params = self.spec.params
         args = ["--url", self.require_url(), *self._shape_args(), "--duration", str(self.spec.duration_s),
                 "--prompt-tokens", str(params["prompt_tokens"]), "--max-tokens", str(params["max_tokens"]),
-                "--seed", str(params["seed"]), "--report", self._report_path]
+                "--seed", str(params["seed"])]
         if params["model"]:
             args += ["--model", params["model"]]
-        self._process = start_python_module("tailscope.faults.llm_traffic", args)
-        return {"generator_pid": self._process.pid, "traceparent": False, **params}
+        return args
 
-    def revert(self) -> dict:
-        self._stop_generator()
-        try:
-            with open(self._report_path, encoding="utf-8") as fh:
-                report = json.load(fh)
-        except (OSError, ValueError):
-            report = {"error": f"the {self.kind} generator wrote no report"}
-        self._remove_report()
-        return report
-
-    def cleanup(self) -> None:
-        self._stop_generator()
-        self._remove_report()
-
-    def _stop_generator(self) -> None:
-        if self._process is not None:
-            stop_process(self._process, grace_s=10.0)
-            self._process = None
-
-    def _remove_report(self) -> None:
-        try:
-            os.unlink(self._report_path)
-        except FileNotFoundError:
-            pass
+    def _applied(self) -> dict:
+        return {"traceparent": False, **self.spec.params}
 
 
 class LlmLongGenerations(LlmTraffic):

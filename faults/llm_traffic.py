@@ -23,13 +23,11 @@ import argparse
 import asyncio
 import json
 import random
-import signal
 import string
 import time
 from dataclasses import asdict, dataclass, field
-from urllib.parse import urlparse
 
-from tailscope.faults.burst import LOOPBACK
+from tailscope.faults.loopback_traffic import LoopbackTraffic, percentile_of, post_once, run_traffic_child
 
 PATH = "/v1/chat/completions"
 REQUEST_TIMEOUT_S = 120.0
@@ -53,7 +51,7 @@ class TrafficCounts:
     def report(self) -> dict:
         data = asdict(self)
         latencies = sorted(data.pop("latencies_ms"))
-        data["p50_ms"] = latencies[len(latencies) // 2] if latencies else None
+        data["p50_ms"] = percentile_of(latencies, 0.5)
         data["max_ms"] = latencies[-1] if latencies else None
         return data
 
@@ -68,36 +66,19 @@ def chat_body(rng: random.Random, prompt_tokens: int, max_tokens: int, model: st
     return json.dumps(document).encode()
 
 
-async def post_once(host: str, port: int, body: bytes) -> tuple[int, dict]:
-    """One POST over a new connection: (status, the JSON reply or {})."""
-    reader, writer = await asyncio.open_connection(host, port)
+def _json_object(payload: bytes) -> dict:
     try:
-        head = (f"POST {PATH} HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
-                f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode()
-        writer.write(head + body)
-        await writer.drain()
-        status_line = await reader.readline()
-        rest = await reader.read()
-        _, _, payload = rest.partition(b"\r\n\r\n")
-        try:
-            reply = json.loads(payload) if payload else {}
-        except ValueError:
-            reply = {}
-        return int(status_line.split()[1]), reply if isinstance(reply, dict) else {}
-    finally:
-        writer.close()
+        reply = json.loads(payload) if payload else {}
+    except ValueError:
+        return {}
+    return reply if isinstance(reply, dict) else {}
 
 
-class Traffic:
+class Traffic(LoopbackTraffic):
     def __init__(self, args: argparse.Namespace) -> None:
-        parsed = urlparse(args.url)
-        if parsed.hostname not in LOOPBACK and not (parsed.hostname or "").startswith("127."):
-            raise SystemExit(f"llm_traffic: refusing a non-loopback server {args.url}")
-        self.host, self.port = parsed.hostname, parsed.port or 80
+        super().__init__(args.url, args.seed, "llm_traffic")
         self.args = args
         self.counts = TrafficCounts()
-        self.rng = random.Random(args.seed)
-        self.in_flight: set[asyncio.Task] = set()
 
     def _body(self) -> bytes:
         return chat_body(self.rng, self.args.prompt_tokens, self.args.max_tokens, self.args.model)
@@ -106,7 +87,8 @@ class Traffic:
         started = time.monotonic()
         self.counts.sent += 1
         try:
-            status, reply = await asyncio.wait_for(post_once(self.host, self.port, self._body()), REQUEST_TIMEOUT_S)
+            status, payload = await asyncio.wait_for(post_once(self.host, self.port, PATH, self._body()),
+                                                     REQUEST_TIMEOUT_S)
         except asyncio.CancelledError:
             self.counts.cancelled += 1
             raise
@@ -115,7 +97,7 @@ class Traffic:
             return
         if status == 200:
             self.counts.ok += 1
-            usage = reply.get("usage") or {}
+            usage = _json_object(payload).get("usage") or {}
             self.counts.prompt_tokens += int(usage.get("prompt_tokens") or 0)
             self.counts.completion_tokens += int(usage.get("completion_tokens") or 0)
         elif status == 429:
@@ -124,19 +106,13 @@ class Traffic:
             self.counts.other_status += 1
         self.counts.latencies_ms.append((time.monotonic() - started) * 1000.0)
 
-    def _launch(self) -> asyncio.Task:
-        task = asyncio.get_running_loop().create_task(self.request())
-        self.in_flight.add(task)
-        task.add_done_callback(self.in_flight.discard)
-        return task
-
     async def run_streams(self, stop: asyncio.Event) -> None:
         """Keep ``--streams`` requests open until the end or ``stop``."""
         deadline = time.monotonic() + self.args.duration
 
         async def stream() -> None:
             while not stop.is_set() and time.monotonic() < deadline:
-                await self._launch()
+                await self.launch(self.request())
 
         workers = [asyncio.get_running_loop().create_task(stream()) for _ in range(self.args.streams)]
         try:
@@ -147,33 +123,16 @@ class Traffic:
             worker.cancel()
         await asyncio.gather(*workers, return_exceptions=True)
 
-    async def run_rate(self, stop: asyncio.Event) -> None:
-        """Poisson arrivals at ``--rate`` until the end or ``stop``."""
-        start = time.monotonic()
-        next_at = 0.0
-        while next_at < self.args.duration and not stop.is_set():
-            delay = start + next_at - time.monotonic()
-            if delay > 0:
-                try:
-                    await asyncio.wait_for(stop.wait(), delay)
-                    break
-                except TimeoutError:
-                    pass
-            if len(self.in_flight) >= self.args.max_in_flight:
-                self.counts.skipped += 1
-            else:
-                self._launch()
-            next_at += self.rng.expovariate(self.args.rate)
+    def _skip(self) -> None:
+        self.counts.skipped += 1
 
     async def run(self, stop: asyncio.Event) -> None:
         if self.args.streams:
             await self.run_streams(stop)
         else:
-            await self.run_rate(stop)
-        for task in list(self.in_flight):  # closing the connection aborts the request on the server
-            task.cancel()
-        if self.in_flight:
-            await asyncio.wait(set(self.in_flight), timeout=5.0)
+            await self.poisson_arrivals(self.args.rate, self.args.duration, self.args.max_in_flight, stop,
+                                        self.request, self._skip)
+        await self.cancel_open()
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -196,21 +155,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-async def _main(args: argparse.Namespace) -> TrafficCounts:
+async def run_traffic(args: argparse.Namespace, stop: asyncio.Event) -> TrafficCounts:
     traffic = Traffic(args)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
     await traffic.run(stop)
     return traffic.counts
 
 
 def main(argv: list[str] | None = None) -> None:
-    args = parse_args(argv)
-    counts = asyncio.run(_main(args))
-    with open(args.report, "w", encoding="utf-8") as fh:
-        json.dump(counts.report(), fh)
+    run_traffic_child(parse_args(argv), run_traffic)
 
 
 if __name__ == "__main__":

@@ -11,18 +11,15 @@ and 429s. Needs a loopback target; nothing else.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-
-from tailscope.faults.injector import Injector, Param
-from tailscope.faults.processes import start_python_module, stop_process
+from tailscope.faults.injector import Param
+from tailscope.faults.traffic_injector import TrafficChildInjector
 
 
-class Overload(Injector):
+class Overload(TrafficChildInjector):
     kind = "overload"
     summary = "an open-loop burst above capacity with retrying clients (queue saturation, 429s)"
     requires = "a loopback target"
+    module = "tailscope.faults.burst"
     params = {
         "rate": Param("number", 400.0, "burst arrivals per second", minimum=1.0, maximum=20000.0),
         "path": Param("string", "/v1/infer/text", "route the burst posts to (JSON {'text': ...})"),
@@ -33,45 +30,12 @@ class Overload(Injector):
         "seed": Param("integer", 1, "seed of the burst's arrivals and texts"),
     }
 
-    def __init__(self, spec, target) -> None:
-        super().__init__(spec, target)
-        self._process: subprocess.Popen | None = None
-        self._report_path = os.path.join(target.work_dir, f"overload-{target.run_id}-{os.getpid()}.json")
-
-    def check(self) -> None:
-        self.require_url()
-
-    def apply(self) -> dict:
+    def _child_args(self) -> list[str]:
         params = self.spec.params
-        args = ["--url", self.require_url(), "--path", params["path"], "--rate", str(params["rate"]),
+        return ["--url", self.require_url(), "--path", params["path"], "--rate", str(params["rate"]),
                 "--duration", str(self.spec.duration_s), "--text-chars", str(params["text_chars"]),
                 "--retries", str(params["retries"]), "--backoff-ms", str(params["backoff_ms"]),
-                "--max-in-flight", str(params["max_in_flight"]), "--seed", str(params["seed"]),
-                "--report", self._report_path]
-        self._process = start_python_module("tailscope.faults.burst", args)
-        return {"generator_pid": self._process.pid, "rate": params["rate"], "path": params["path"]}
+                "--max-in-flight", str(params["max_in_flight"]), "--seed", str(params["seed"])]
 
-    def revert(self) -> dict:
-        self._stop_generator()
-        try:
-            with open(self._report_path, encoding="utf-8") as fh:
-                report = json.load(fh)
-        except (OSError, ValueError):
-            report = {"error": "the burst generator wrote no report"}
-        self._remove_report()
-        return report
-
-    def cleanup(self) -> None:
-        self._stop_generator()
-        self._remove_report()
-
-    def _stop_generator(self) -> None:
-        if self._process is not None:
-            stop_process(self._process, grace_s=10.0)
-            self._process = None
-
-    def _remove_report(self) -> None:
-        try:
-            os.unlink(self._report_path)
-        except FileNotFoundError:
-            pass
+    def _applied(self) -> dict:
+        return {"rate": self.spec.params["rate"], "path": self.spec.params["path"]}

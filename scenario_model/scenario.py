@@ -39,8 +39,6 @@ class ScenarioError(ValueError):
         self.message = message
 
 
-LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
-
 TOP_LEVEL_FIELDS = {
     "name", "description", "target", "duration", "max_requests", "seed", "timeout",
     "max_in_flight", "arrival", "classes", "slo", "signals",
@@ -439,12 +437,6 @@ class FieldReader:
             except ValueError as exc:
                 raise self.fail(path + (i,), str(exc)) from None
         return list(value)
-
-
-def is_loopback_url(url: str) -> bool:
-    """True when ``url``'s host is a loopback address (127.0.0.0/8, localhost, ::1)."""
-    host = (urlparse(url).hostname or "").lower()
-    return host in LOOPBACK_HOSTS or host.startswith("127.")
 
 
 def _type_name(value: Any) -> str:
