@@ -8,7 +8,9 @@ run here fails the run *before any load* with :class:`FaultSetupError` — and
 then gives the agent the load's start time. ``stop`` asks the agent to cut
 active faults short and clean up (SIGTERM), waits for it, and raises
 :class:`FaultCleanupError` listing anything left behind (the conductor
-records it in the manifest's ``cleanup_errors``). The agent's log is
+records it in the manifest's ``cleanup_errors``); an agent that did not end
+cleanly (``kill -9``) has its undo journal replayed first, so what it left on
+the host (cgroups, limits, swap files) is put back. The agent's log is
 ``faults.log`` in the run directory; its ground truth is ``events.faults.arrow``.
 """
 
@@ -22,7 +24,9 @@ import threading
 import time
 
 from tailscope.faults.injector import FaultCleanupError, FaultSetupError, FaultSpec
+from tailscope.faults.leftovers import undo_leftovers
 from tailscope.faults.processes import stop_process
+from tailscope.faults.undo_journal import JOURNAL_NAME
 from tailscope.support.python_child import python_module
 
 #: Longest wait for the agent's checks and preparation (a swap file of a few GB takes a while), s.
@@ -47,9 +51,11 @@ class FaultInjection:
         self.specs = list(specs)
         self._process: subprocess.Popen | None = None
         self._log_path: str | None = None
+        self._run_dir = ""
 
     def start(self, ctx) -> None:
         pid = (ctx.target_process or {}).get("pid")
+        self._run_dir = ctx.run_dir
         self._log_path = os.path.join(ctx.run_dir, LOG_NAME)
         argv = python_module("tailscope.faults.fault_agent", "--run-dir", ctx.run_dir,
                              "--faults", json.dumps([spec.as_dict() for spec in self.specs]),
@@ -59,10 +65,11 @@ class FaultInjection:
             self._process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log)
         answer = self._first_line(READY_TIMEOUT_S)
         if answer != "READY":
-            self._end_agent()
+            code = self._end_agent()
             reason = answer[len("ERROR "):] if answer.startswith("ERROR ") else (
                 answer or f"the fault agent did not get ready; see {self._log_path}")
-            raise FaultSetupError(f"fault injection cannot start: {reason}")
+            leftovers = self._put_back_leftovers(code)[1:] if code not in (0, None) else []
+            raise FaultSetupError("; ".join([f"fault injection cannot start: {reason}", *leftovers]))
         assert self._process.stdin is not None
         self._process.stdin.write(f"GO {time.time_ns()}\n".encode())
         self._process.stdin.flush()
@@ -76,9 +83,20 @@ class FaultInjection:
         code = self._end_agent()
         self._process = None
         problems = self._cleanup_errors()
-        if code not in (0, None) or problems:
-            detail = "; ".join(problems) or f"the fault agent exited with status {code}; see {self._log_path}"
-            raise FaultCleanupError(detail)
+        if code not in (0, None):
+            problems += self._put_back_leftovers(code)
+        if problems:
+            raise FaultCleanupError("; ".join(problems))
+
+    def _put_back_leftovers(self, code: int) -> list[str]:
+        """After an agent that did not end cleanly (killed, or cleanup errors): replay its undo journal.
+        Returns the lines for ``cleanup_errors``: how the agent ended, what was put back, what was not."""
+        how = f"killed by signal {-code}" if code < 0 else f"exited with status {code}"
+        put_back, failed = undo_leftovers(os.path.join(self._run_dir, JOURNAL_NAME))
+        lines = [f"the fault agent {how}; see {self._log_path}"]
+        if put_back:
+            lines.append("put back from its undo journal: " + ", ".join(put_back))
+        return lines + [f"left behind: {line}" for line in failed]
 
     def _first_line(self, timeout_s: float) -> str:
         assert self._process is not None and self._process.stdout is not None

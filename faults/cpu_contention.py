@@ -150,15 +150,17 @@ class CpuContention(Injector):
     def _make_group(self, weight: int) -> CgroupDir:
         """The burners' own cpu cgroup with CPU weight ``weight`` (v1 shares scale)."""
         home = self._group_home()
-        name, value = ("cpu.shares", str(weight)) if home.version == 1 else \
+        knob, value = ("cpu.shares", str(weight)) if home.version == 1 else \
             ("cpu.weight", str(max(1, min(10000, round(weight * 100 / 1024)))))
-        group = create_child(home, f"tailscope-burners-{os.getpid()}",
+        group_name = f"tailscope-burners-{os.getpid()}"
+        self.target.undo.remove_cgroup(os.path.join(home.path, group_name), home.path, home.version, home.controller)
+        group = create_child(home, group_name,
                              f"{self.kind} (params.weight 0 runs the burners without a cgroup)")
         self._group, self._home = group, home
         try:
-            group.write(name, value)
+            group.write(knob, value)
         except OSError as exc:
-            raise FaultSetupError(f"{self.kind}: cannot set {group.file(name)} to {value}: {exc.strerror or exc}") \
+            raise FaultSetupError(f"{self.kind}: cannot set {group.file(knob)} to {value}: {exc.strerror or exc}") \
                 from exc
         return group
 

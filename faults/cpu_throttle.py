@@ -14,6 +14,8 @@ cpu controller (v1, or v2 with ``cpu`` in the parent's subtree control).
 
 from __future__ import annotations
 
+import os
+
 from tailscope.faults.cgroupfs import (
     CgroupDir,
     make_child,
@@ -104,12 +106,16 @@ class CpuThrottle(Injector):
     def apply(self) -> dict:
         pid = self.require_pid()
         home = self._home or target_cgroup(pid, "cpu")
+        undo = self.target.undo
         if owns_cgroup(home, pid):
             mode, acted_on = "in_place", home
             self._saved_limit = read_limit(home)
+            undo.restore_cpu_limit(home.path, home.version, *self._saved_limit)
         else:
             mode = "child"
-            acted_on = self._child = make_child(home, f"tailscope-{self.target.run_id}-{pid}")
+            name = f"tailscope-{self.target.run_id}-{pid}"
+            undo.remove_cgroup(os.path.join(home.path, name), home.path, home.version, home.controller)
+            acted_on = self._child = make_child(home, name)
         self._before = cpu_stat(acted_on)
         write_limit(acted_on, self.quota_us, self.period_us)
         if mode == "child":

@@ -18,6 +18,11 @@ Protocol on stdin/stdout (one line each):
    cleanup failed (listed on stderr as ``CLEANUP-ERROR <message>`` lines; a
    fault that failed to apply or revert is a ``FAULT-ERROR`` line and an
    ``error`` in its ground-truth event).
+
+Before each change to the host, the injector writes how to undo it to
+``faults.undo.jsonl`` (:mod:`.undo_journal`); the agent deletes that journal
+when it ends having undone everything, so a journal left behind means a
+killed agent, and the harness replays it (:mod:`.leftovers`).
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ import threading
 from tailscope.faults.injector import FaultError, FaultSetupError, FaultSpec, TargetInfo
 from tailscope.faults.registry import make_injector
 from tailscope.faults.schedule import FaultSchedule
+from tailscope.faults.undo_journal import JOURNAL_NAME, UndoJournal
 from tailscope.rundir import Appender, schema
 
 EXIT_SETUP = 2
@@ -103,7 +109,9 @@ def _wait_for_go(stop: threading.Event) -> int | None:
 
 def run_agent(args: argparse.Namespace, stop: threading.Event) -> int:
     specs = [FaultSpec.from_dict(item) for item in json.loads(args.faults)]
-    target = TargetInfo(pid=args.target_pid, url=args.target_url, run_id=args.run_id, work_dir=args.run_dir)
+    undo = UndoJournal(os.path.join(args.run_dir, JOURNAL_NAME))
+    target = TargetInfo(pid=args.target_pid, url=args.target_url, run_id=args.run_id, work_dir=args.run_dir,
+                        undo=undo)
     events = EventFile(args.run_dir)
     schedule = FaultSchedule([make_injector(spec, target) for spec in specs], events.record)
     try:
@@ -129,6 +137,8 @@ def run_agent(args: argparse.Namespace, stop: threading.Event) -> int:
             print(f"FAULT-ERROR {message}", file=sys.stderr, flush=True)
         for message in cleanup_errors:
             print(f"CLEANUP-ERROR {message}", file=sys.stderr, flush=True)
+        if not cleanup_errors:
+            undo.discard()
     return EXIT_CLEANUP if cleanup_errors else 0
 
 

@@ -30,6 +30,8 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from tailscope.faults.undo_journal import UndoJournal
+
 
 class FaultError(Exception):
     """Base of the fault injectors' errors."""
@@ -96,12 +98,14 @@ class FaultSpec:
 
 @dataclass(frozen=True)
 class TargetInfo:
-    """The process and URL a fault acts on; ``run_id`` names what the injectors create."""
+    """The process and URL a fault acts on; ``run_id`` names what the injectors create; ``undo``
+    is where an injector writes how to undo a host change before making it (:mod:`.undo_journal`)."""
 
     pid: int | None
     url: str | None
     run_id: str
     work_dir: str
+    undo: UndoJournal = field(default_factory=lambda: UndoJournal(None))
 
 
 def validate_params(kind: str, declared: dict[str, Param], given: dict) -> dict:

@@ -175,6 +175,7 @@ class MemorySwap(Injector):
         directory = self.spec.params["swap_dir"] or self.target.work_dir
         path = os.path.join(directory, f"tailscope-swap-{self.target.run_id}-{os.getpid()}")
         self._swap = SwapFile(path, size_mb)
+        self.target.undo.remove_swap_file(path)
         self._swap.create()
 
     def apply(self) -> dict:
@@ -234,7 +235,9 @@ class MemorySwap(Injector):
     def _start_neighbour(self) -> CgroupDir:
         """A memory cgroup of the neighbour's own and the helper in it, its memory filled (READY)."""
         home = self._home or self._neighbour_home()
-        group = create_child(home, f"tailscope-neighbour-{os.getpid()}", f"{self.kind} (victim neighbour)")
+        name = f"tailscope-neighbour-{os.getpid()}"
+        self.target.undo.remove_cgroup(os.path.join(home.path, name), home.path, home.version, home.controller)
+        group = create_child(home, name, f"{self.kind} (victim neighbour)")
         self._home, self._cgroup = home, group
         params = self.spec.params
         helper = python_module("tailscope.faults.page_toucher", str(params["neighbour_mb"]),
@@ -260,7 +263,16 @@ class MemorySwap(Injector):
 
     def _save(self, cgroup: CgroupDir, *names: str) -> None:
         for name in names:
-            self._saved.setdefault(name, cgroup.read(name))
+            if name not in self._saved:
+                self._saved[name] = cgroup.read(name)
+                self.target.undo.restore_file(cgroup.file(name), self._restorable(cgroup, name, self._saved[name]))
+
+    @staticmethod
+    def _restorable(cgroup: CgroupDir, name: str, value: str) -> str:
+        """The text that puts ``value`` (as read) back: v1 reads "no limit" as a huge number it refuses."""
+        if cgroup.version == 1 and name == "memory.limit_in_bytes" and int(value) >= 1 << 62:
+            return V1_UNLIMITED
+        return value
 
     def _restore(self) -> None:
         """Raise the limit first (so no reclaim happens), then the other saved values."""
@@ -269,8 +281,7 @@ class MemorySwap(Injector):
             return
         limit_file = "memory.limit_in_bytes" if cgroup.version == 1 else "memory.max"
         if limit_file in self._saved:
-            value = self._saved.pop(limit_file)
-            cgroup.write(limit_file, V1_UNLIMITED if cgroup.version == 1 and int(value) >= 1 << 62 else value)
+            cgroup.write(limit_file, self._restorable(cgroup, limit_file, self._saved.pop(limit_file)))
         for name, value in list(self._saved.items()):
             cgroup.write(name, value)
             del self._saved[name]

@@ -65,6 +65,26 @@ def remove_own_cgroups(cgroups: list[CgroupDir]) -> None:
         raise FaultCleanupError("; ".join(errors))
 
 
+def remove_leftover_cgroups(name: str) -> list[str]:
+    """Remove ``name`` under this process's cgroups if a killed process left it; return what was removed.
+
+    For a crashed child that created its cgroup with :func:`create_own_cgroups`
+    (its cgroups are this process's). Raises FaultCleanupError when one cannot be removed.
+    """
+    removed, leftovers = [], []
+    for controller in (*CONTROLLERS, *OPTIONAL_CONTROLLERS):
+        try:
+            parent = target_cgroup(os.getpid(), controller)
+        except FaultSetupError:
+            continue
+        candidate = CgroupDir(os.path.join(parent.path, name), parent.version, controller)
+        if os.path.isdir(candidate.path) and candidate.path not in removed:
+            leftovers.append(candidate)
+            removed.append(candidate.path)
+    remove_own_cgroups(leftovers)
+    return removed
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m tailscope.faults.own_cgroup",
                                      description="move into cgroup directories, then exec a command")
@@ -84,23 +104,3 @@ def main(argv: list[str] | None = None) -> None:
 
 if __name__ == "__main__":
     main(sys.argv[1:])
-
-
-def remove_leftover_cgroups(name: str) -> list[str]:
-    """Remove ``name`` under this process's cgroups if a killed process left it; return what was removed.
-
-    For a crashed child that created its cgroup with :func:`create_own_cgroups`
-    (its cgroups are this process's). Raises FaultCleanupError when one cannot be removed.
-    """
-    removed, leftovers = [], []
-    for controller in (*CONTROLLERS, *OPTIONAL_CONTROLLERS):
-        try:
-            parent = target_cgroup(os.getpid(), controller)
-        except FaultSetupError:
-            continue
-        candidate = CgroupDir(os.path.join(parent.path, name), parent.version, controller)
-        if os.path.isdir(candidate.path) and candidate.path not in removed:
-            leftovers.append(candidate)
-            removed.append(candidate.path)
-    remove_own_cgroups(leftovers)
-    return removed

@@ -398,3 +398,53 @@ def test_a_fault_failing_mid_run_is_recorded_and_what_it_created_is_removed(own_
     memory = target_cgroup(own_target.pid, "memory")
     if memory.version == 1:
         assert int(memory.read("memory.limit_in_bytes")) >= 1 << 62
+
+
+def test_an_agent_killed_with_sigkill_has_its_leftovers_put_back_by_the_companion(own_target, tmp_path):
+    import signal
+    from types import SimpleNamespace
+
+    from tailscope.conductor.fault_companion import FaultInjection
+    from tailscope.faults.injector import FaultCleanupError
+    from tailscope.faults.undo_journal import JOURNAL_NAME
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root")
+    try:
+        type(_injector("memory_swap", own_target, str(tmp_path))).check_host()
+    except FaultSetupError as exc:
+        print(f"skipping: {exc}")
+        pytest.skip(str(exc))
+    specs = [build_spec("cpu_throttle", 0.0, 60, {"cpus": 0.5}),
+             build_spec("cpu_contention", 0.0, 60, {"processes": 1, "weight": 256}),
+             build_spec("memory_swap", 0.0, 60, {"fraction": 0.5})]
+    cpu = target_cgroup(own_target.pid, "cpu")
+    memory = target_cgroup(own_target.pid, "memory")
+    limit_file = "memory.limit_in_bytes" if memory.version == 1 else "memory.max"
+    before = read_limit(cpu), memory.read(limit_file)
+    companion = FaultInjection(specs)
+    ctx = SimpleNamespace(run_dir=str(tmp_path), plan=SimpleNamespace(target=own_target.url),
+                          target_process={"pid": own_target.pid})
+    companion.start(ctx)
+    agent_pid = companion._process.pid
+    burners_cgroup = os.path.join(target_cgroup(os.getpid(), "cpu").path, f"tailscope-burners-{agent_pid}")
+    try:
+        deadline = time.monotonic() + 30
+        while read_limit(cpu)[0] < 0 or memory.read(limit_file) == before[1] or not os.path.isdir(burners_cgroup):
+            assert time.monotonic() < deadline, "the faults never took effect"
+            time.sleep(0.1)
+        os.kill(agent_pid, signal.SIGKILL)  # no cleanup of its own: the throttle, limit, swap and cgroup stay
+        time.sleep(0.5)
+        assert read_limit(cpu)[0] > 0 and [p for p in active_swap_files() if str(tmp_path) in p]
+        assert os.path.exists(tmp_path / JOURNAL_NAME)
+    finally:
+        with pytest.raises(FaultCleanupError) as raised:
+            companion.stop()
+    message = str(raised.value)
+    print(message)
+    assert "killed by signal 9" in message and "put back from its undo journal" in message
+    assert "left behind" not in message
+    assert (read_limit(cpu), memory.read(limit_file)) == before
+    assert not [p for p in active_swap_files() if str(tmp_path) in p]
+    assert not [n for n in os.listdir(tmp_path) if n.startswith("tailscope-swap")]
+    assert not os.path.exists(burners_cgroup) and not os.path.exists(tmp_path / JOURNAL_NAME)

@@ -272,12 +272,25 @@ def analyse_and_report(run_dir: str, console, window_s: float = 1.0, baseline: d
         print_summary(console, exc.analysis, {})
         return error(str(exc))
     print_summary(console, report.analysis, report.paths)
+    warn_of_fault_leftovers(run_dir, console)
     if report.damaged:
         return error(damaged_line(report))
     code = EXIT_OK if report.passed else EXIT_SLO_FAILED
     if baseline is not None:
         code = max(code, compare_with_baseline(report, baseline, console))
     return code
+
+
+def warn_of_fault_leftovers(run_dir: str, console) -> None:
+    """Say so when the run's fault agent was killed and what it changed on the host is not
+    yet put back (its undo journal is still in the run directory; docs/lab.md, Cleanup)."""
+    import os
+
+    from tailscope.faults.undo_journal import JOURNAL_NAME
+
+    if os.path.exists(os.path.join(run_dir, JOURNAL_NAME)):
+        console.print(f"[yellow]the fault agent of this run was killed before it put back its changes to the host; "
+                      f"put them back with: python -m tailscope.faults.leftovers {escape_markup(run_dir)}[/]")
 
 
 def damaged_line(report) -> str:
