@@ -208,6 +208,9 @@ def test_quick_lab_subset_runs_scores_and_shows_fault_windows(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.root
+@pytest.mark.skipif(os.environ.get("TAILSCOPE_LONG_TESTS") != "1",
+                    reason="26 s; set TAILSCOPE_LONG_TESTS=1 (the confounded case's construction is tested above, "
+                           "the lab's run-score-cleanup path by the quick subset)")
 def test_confounded_lab_case_scores_the_cause_beside_a_distraction_and_cleans_up(tmp_path):
     """cotenant_cpu+neighbour_swap for real: co-tenants in the target's cgroup and a neighbour paging
     through swap at once. Slow (a swap file, 20 s of load): not in the quick subset above."""
