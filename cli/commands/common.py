@@ -5,9 +5,13 @@ from __future__ import annotations
 import argparse
 import sys
 
-EXIT_OK = 0
-EXIT_SLO_FAILED = 1  # also: a regression against the baseline
+# One meaning per exit code, the same for run, report, compare, sweep and the locust path
+# (README "Exit codes"; DESIGN.md key decision 11).
+EXIT_OK = 0  # passed: every SLO held (and no regression)
+EXIT_SLO_FAILED = 1  # an SLO or a regression gate failed
 EXIT_USAGE = 2  # usage or setup error: bad scenario, unreachable target, unreadable run
+EXIT_INCONCLUSIVE = 3  # inconclusive or incomplete: run cut short, or an SLO's percentile not claimed
+EXIT_INTERNAL = 4  # tailscope itself failed (a traceback is a bug)
 
 
 def error(message: str) -> int:
