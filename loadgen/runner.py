@@ -27,8 +27,10 @@ from tailscope.loadgen.users import LoadSession, bind_user_class  # noqa: I001  
 
 # isort: split
 
+import contextlib
 import gc
-from collections.abc import Callable
+import logging
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -142,7 +144,8 @@ def run_load(
     gc.freeze()
     monitor = None
     try:
-        runner.start(users, spawn_rate=users)
+        with _spawn_rate_advice_muted():
+            runner.start(users, spawn_rate=users)
         if not session.started.wait(timeout=START_TIMEOUT_S):
             raise LoadError(f"Locust did not start the load within {START_TIMEOUT_S:g} s")
         if users > 1 and session.all_begun.wait(timeout=START_TIMEOUT_S):
@@ -157,6 +160,32 @@ def run_load(
     if session.failure is not None:
         raise LoadError(f"the load generator failed: {session.failure!r}") from session.failure
     return _result(session, monitor)
+
+
+class _SpawnRateAdvice(logging.Filter):
+    """Drops Locust's "Your selected spawn rate is very high" warning."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "spawn rate is very high" not in record.getMessage()
+
+
+@contextlib.contextmanager
+def _spawn_rate_advice_muted() -> Iterator[None]:
+    """Mute Locust's spawn-rate advice while tailscope starts its own users.
+
+    :func:`run_load` starts a closed loop's users all at once (spawn rate =
+    user count): that rate is tailscope's choice, not a setting the user made,
+    so Locust's advice to lower it is noise. Only that one message, only
+    during ``runner.start`` (which logs it synchronously); the plain
+    ``locust`` command, where the user passes ``-r``, keeps it.
+    """
+    runner_log = logging.getLogger("locust.runners")
+    advice = _SpawnRateAdvice()
+    runner_log.addFilter(advice)
+    try:
+        yield
+    finally:
+        runner_log.removeFilter(advice)
 
 
 #: Longest window ``Progress.windows`` may cover, s.

@@ -341,3 +341,16 @@ def test_stop_flag_halts_promptly_and_records_requests_that_never_left(serve, tm
     assert len(answered) == result["completed"] == result["sent"] == len(server.traceparents)
     assert len(kinds) == result["scheduled"] and result["errors"] == len(dropped)
     assert max(rec["scheduled_ns"]) - result["start_ns"] < 2e9  # nothing scheduled after the stop
+
+
+def test_many_closed_users_print_no_spawn_rate_warning_the_user_never_chose(serve, tmp_path):
+    """tailscope spawns a closed loop's users at once (spawn rate = users, its own
+    choice): Locust's "spawn rate is very high" advice is not the user's to act on."""
+    server = serve(service_s=0.001)
+    config = {"run_dir": str(tmp_path), "stop_after_s": None, "plan": _plan(
+        server.url, duration_s=0.5, arrival={"process": "closed", "users": 150, "think_time_s": 0.1})}
+    proc = subprocess.run([sys.executable, DRIVER, json.dumps(config)], capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads(proc.stdout.splitlines()[-1])["result"]["sent"] > 0
+    assert "spawn rate is very high" not in proc.stderr, proc.stderr[-2000:]
