@@ -26,6 +26,7 @@ from tailscope.analyzers.findings.registry import whole_run_findings
 from tailscope.analyzers.health.generator import generator_section
 from tailscope.analyzers.health.lateness_rule import lateness_judgement, material_intervals
 from tailscope.analyzers.health.load_checks import abort_verdict, load_warnings
+from tailscope.analyzers.health.outcome import outcome_verdict, scenario_policy
 from tailscope.analyzers.health.outages import find_outages
 from tailscope.analyzers.health.run_health import run_health_warnings, trace_sample_rate
 from tailscope.analyzers.inputs.derived_series import signals_section
@@ -170,9 +171,11 @@ def analyze_run(run_or_path: Run | str | os.PathLike, *, window_s: float = 1.0,
         windows, run.signals, period,
         retained.period_counts if retained is not None else partial(record_period_counts, req),
         analysis.get("patterns"))
-    analysis["verdict"] = abort_verdict(evaluate(slos, analysis), run.manifest)
+    policy, policy_warnings = scenario_policy(scenario)
+    analysis["verdict"] = outcome_verdict(abort_verdict(evaluate(slos, analysis), run.manifest),
+                                          analysis["run"], run.manifest, policy)
     analysis["findings"] = whole_run_findings(FindingInputs(analysis, req, matrix, run))
-    analysis["warnings"] = (slo_warnings + resolved.warnings + clock_warnings(alignment)
+    analysis["warnings"] = (slo_warnings + policy_warnings + resolved.warnings + clock_warnings(alignment)
                             + run_warnings(run, analysis, windows, spike_rules, detection)
                             + pattern_warnings(analysis["patterns"])
                             + run_health_warnings(run.manifest, analysis)

@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from tailscope.analyzers.health.outcome import parse_verdict_section
 from tailscope.analyzers.stages.rules import parse_stages_section
 from tailscope.faults.section import parse_faults_section
 from tailscope.loadgen.retention_section import parse_retention
@@ -41,3 +42,7 @@ SECTION_PARSERS.register(parse_stages_section, name="stages")
 #: Abort thresholds: stop a run early on error rate, P99 or achieved/offered rate
 #: (scenario_model/abort_rules.py; judged by conductor/abort.py; docs/scenario-format.md "abort_on").
 SECTION_PARSERS.register(parse_abort_section, name="abort_on")
+
+#: The outcome policy: what an SLO whose percentile is not claimed makes of the run
+#: (analyzers/health/outcome.py; docs/scenario-format.md "verdict").
+SECTION_PARSERS.register(parse_verdict_section, name="verdict")

@@ -54,11 +54,40 @@ def test_evaluate_pass_and_fail():
     assert verdict["slos"][0]["observed"] == 300.0 and verdict["slos"][0]["threshold"] == 250.0
 
 
-def test_unclaimed_percentile_is_reported_and_missing_class_fails():
+def test_unclaimed_percentile_is_not_a_pass_and_missing_class_fails():
     verdict = evaluate([parse_slo("p99 < 250ms"), parse_slo("other: p99 < 1s")], _analysis(100.0, claimed=False))
-    assert verdict["slos"][0] == {**verdict["slos"][0], "passed": True, "claimed": False}
-    assert verdict["slos"][1]["observed"] is None and verdict["slos"][1]["passed"] is False
+    assert verdict["slos"][0] == {**verdict["slos"][0], "status": "unclaimed", "passed": False, "claimed": False,
+                                  "needed_samples": 459}
+    assert verdict["slos"][1]["observed"] is None and verdict["slos"][1]["status"] == "fail"
+    assert verdict["passed"] is False
+    assert verdict["failed"] == ["other: p99 < 1s"] and verdict["unclaimed"] == ["p99 < 250ms"]
+
+
+def _entry(value_ms, ci_low_ms, ci_high_ms, n=100):
+    return {"value_ms": value_ms, "ci_low_ms": ci_low_ms, "ci_high_ms": ci_high_ms, "n": n, "claimed": False}
+
+
+@pytest.mark.parametrize("text, entry, status", [
+    # unclaimed and holding: unclaimed, whatever the margin
+    ("p99 < 250ms", _entry(10.0, 9.0, 11.0), "unclaimed"),
+    # breached, but the CI's near end holds: the breach is not claimed either
+    ("p99 < 250ms", _entry(300.0, 200.0, 400.0), "unclaimed"),
+    # breached with the whole CI beyond the threshold: a claimed breach
+    ("p99 < 250ms", _entry(300.0, 260.0, 400.0), "fail"),
+    ("p99 > 250ms", _entry(100.0, 50.0, 240.0), "fail"),
+    ("p99 > 250ms", _entry(100.0, 50.0, 300.0), "unclaimed"),
+])
+def test_an_unclaimed_percentile_fails_only_when_its_ci_claims_the_breach(text, entry, status):
+    analysis = _analysis(1.0)
+    analysis["summary"]["latency_ms"]["p99"] = entry
+    row = evaluate([parse_slo(text)], analysis)["slos"][0]
+    assert (row["status"], row["samples"], row["needed_samples"]) == (status, 100, 459)
+
+
+def test_rates_and_shares_are_always_claimed():
+    row = evaluate([parse_slo("error_rate < 1%")], _analysis(1.0, claimed=False, error_rate=0.5))["slos"][0]
+    assert (row["status"], row["claimed"], row["samples"], row["needed_samples"]) == ("fail", True, None, None)
 
 
 def test_no_slos_pass():
-    assert evaluate([], _analysis(1.0)) == {"passed": True, "slos": [], "failed": []}
+    assert evaluate([], _analysis(1.0)) == {"passed": True, "slos": [], "failed": [], "unclaimed": []}

@@ -161,3 +161,14 @@ def test_concurrency_mode_and_max_concurrency_are_read_and_bad_ones_named():
     ]:
         err = bad(GOOD.replace(arrival, replacement))
         assert (err.line, err.field) == (4, field) and words in err.message, str(err)
+
+
+def test_the_verdict_policy_is_read_and_a_bad_one_is_named():
+    assert parse_scenario(GOOD, "good.yaml").sections.get("verdict") is None
+    s = parse_scenario(GOOD + "verdict: {unclaimed: pass}\n", "good.yaml")
+    assert s.sections["verdict"] == {"unclaimed": "pass"}
+    err = bad(GOOD + "verdict:\n  unclaimed: maybe\n")
+    assert (err.file, err.line, err.field) == ("bad.yaml", 21, "verdict.unclaimed")
+    assert "expected one of pass, inconclusive, fail" in err.message
+    err = bad(GOOD + "verdict:\n  claimed: pass\n")
+    assert (err.line, err.field) == (21, "verdict.claimed") and "unknown field" in err.message

@@ -124,12 +124,17 @@ def _threshold(text: str, metric: str, value: float, unit: str) -> float:
 
 def observe(slo: Slo, analysis: dict) -> tuple[float | None, bool]:
     """(observed value in the SLO's units, claimed) from an analysis dict."""
+    observed, claimed, _ = _observation(slo, analysis)
+    return observed, claimed
+
+
+def _observation(slo: Slo, analysis: dict) -> tuple[float | None, bool, dict | None]:
+    """(observed value, claimed, the percentile entry it came from: None for other metrics)."""
     scope = analysis["summary"] if slo.cls is None else analysis.get("classes", {}).get(slo.cls)
     if not scope or not scope.get("requests"):
-        return None, False
+        return None, False, None
     if slo.metric in PERCENTILE_METRICS:
-        entry = scope["latency_ms"][slo.metric]
-        return entry["value_ms"], bool(entry["claimed"])
+        return _percentile_entry(scope["latency_ms"], slo.metric)
     llm = _llm_scope(slo, analysis)
     if slo.metric in TOKEN_METRICS or (slo.metric in STREAM_METRICS and llm is not None):
         kind, percentile = slo.metric.split("_", 1)
@@ -138,16 +143,16 @@ def observe(slo: Slo, analysis: dict) -> tuple[float | None, bool]:
         return _observe_stream(slo, analysis)
     if slo.metric == "output_tokens_per_s":
         rate = ((llm or {}).get("output_tokens_per_s") or {}).get("aggregate")
-        return rate, rate is not None
+        return rate, rate is not None, None
     if slo.metric == "goodput":
         goodput = analysis["summary"].get("goodput") or {}
         if slo.cls is not None:
             goodput = (goodput.get("by_class") or {}).get(slo.cls) or {}
-        return goodput.get("share"), goodput.get("share") is not None
-    return scope[slo.metric], True
+        return goodput.get("share"), goodput.get("share") is not None, None
+    return scope[slo.metric], True, None
 
 
-def _observe_stream(slo: Slo, analysis: dict) -> tuple[float | None, bool]:
+def _observe_stream(slo: Slo, analysis: dict) -> tuple[float | None, bool, dict | None]:
     """A TTFT or ITL percentile of the class (or of every streamed request)."""
     streaming = analysis.get("streaming") or {}
     section = streaming if slo.cls is None else (streaming.get("classes") or {}).get(slo.cls)
@@ -163,21 +168,68 @@ def _llm_scope(slo: Slo, analysis: dict) -> dict | None:
     return section if section and section.get("requests") else None
 
 
-def _percentile_entry(percentiles: dict | None, percentile: str) -> tuple[float | None, bool]:
-    """(value_ms, claimed) of one entry of a percentile set; (None, False) when absent or empty."""
+def _percentile_entry(percentiles: dict | None, percentile: str) -> tuple[float | None, bool, dict | None]:
+    """(value_ms, claimed, entry) of one entry of a percentile set; (None, False, None) when
+    absent or empty."""
     entry = (percentiles or {}).get(percentile)
     if not entry or entry.get("value_ms") is None:
-        return None, False
-    return entry["value_ms"], bool(entry["claimed"])
+        return None, False, None
+    return entry["value_ms"], bool(entry["claimed"]), entry
+
+
+def judge(slo: Slo, observed: float | None, claimed: bool, entry: dict | None) -> str:
+    """One SLO's status: ``"pass"``, ``"fail"`` or ``"unclaimed"``.
+
+    No observation fails. A rate, share or count (no percentile ``entry``) passes or fails by
+    its value. A percentile whose sample is large enough to claim it (``claimed``: the MLPerf
+    early-stopping size of :mod:`.percentiles`, n >= 459 for P99 at 99% confidence) passes or
+    fails by its nearest-rank value. An unclaimed percentile is ``"unclaimed"`` — neither a
+    pass nor a fail — unless the end of its 95% confidence interval nearest the threshold
+    breaches it too (``ci_low_ms`` for ``<``/``<=``, ``ci_high_ms`` for ``>``/``>=``): then the
+    breach itself is claimed, and the SLO fails.
+    """
+    if observed is None:
+        return "fail"
+    holds = slo.holds(observed)
+    if entry is None or claimed:
+        return "pass" if holds else "fail"
+    if holds:
+        return "unclaimed"
+    near = entry.get("ci_low_ms") if slo.op in ("<", "<=") else entry.get("ci_high_ms")
+    return "fail" if near is not None and not slo.holds(near) else "unclaimed"
+
+
+def claim_size(metric: str) -> int | None:
+    """Samples needed to claim the percentile of a percentile ``metric`` (``p99``, ``ttft_p99``)
+    at the claim confidence (:func:`.percentiles.min_samples_for_claim` with no sample above
+    the bound); None for a metric that is not a percentile."""
+    from tailscope.analyzers.stats.percentiles import STANDARD_PERCENTILES, min_samples_for_claim
+
+    fractions = dict(STANDARD_PERCENTILES)
+    name = metric.rsplit("_", 1)[-1]
+    if metric not in PER_REQUEST_METRICS or name not in fractions:
+        return None
+    return min_samples_for_claim(fractions[name], 0)
 
 
 def evaluate(slos: list[Slo], analysis: dict) -> dict:
-    """The verdict: every SLO judged on the analysis; a missing observation fails."""
+    """Every SLO judged on the analysis (:func:`judge`).
+
+    Returns ``{"passed", "slos", "failed", "unclaimed"}``: ``passed`` is true only when every
+    row passed (an unclaimed row is not a pass); each row carries ``status``, ``passed``
+    (status is "pass"), ``claimed``, ``samples`` (the percentile's sample size; None for other
+    metrics) and ``needed_samples`` (the sample size that claims it; None for other metrics).
+    The run's outcome word is decided from this by :mod:`tailscope.analyzers.health.outcome`.
+    """
     rows = []
     for slo in slos:
-        observed, claimed = observe(slo, analysis)
+        observed, claimed, entry = _observation(slo, analysis)
+        status = judge(slo, observed, claimed, entry)
         rows.append({"slo": slo.text, "metric": slo.metric, "cls": slo.cls, "op": slo.op,
-                     "observed": observed, "threshold": slo.threshold,
-                     "passed": observed is not None and slo.holds(observed), "claimed": claimed})
-    failed = [row["slo"] for row in rows if not row["passed"]]
-    return {"passed": not failed, "slos": rows, "failed": failed}
+                     "observed": observed, "threshold": slo.threshold, "status": status,
+                     "passed": status == "pass", "claimed": claimed,
+                     "samples": int(entry["n"]) if entry is not None and entry.get("n") is not None else None,
+                     "needed_samples": claim_size(slo.metric)})
+    failed = [row["slo"] for row in rows if row["status"] == "fail"]
+    unclaimed = [row["slo"] for row in rows if row["status"] == "unclaimed"]
+    return {"passed": not failed and not unclaimed, "slos": rows, "failed": failed, "unclaimed": unclaimed}
