@@ -52,7 +52,8 @@ class ProgressDisplay:
 
     def _table(self, progress) -> Table:
         table = Table(title=self.title, show_header=True, expand=False)
-        for column in ("elapsed", "remaining", "req/s", "P50", "P99", "errors", "in flight", "late >1ms"):
+        for column in ("elapsed", "remaining", "achieved", "latency P50", "latency P99", "errors", "in flight",
+                       "late >1 ms"):
             table.add_column(column, justify="right")
         if progress is not None:
             table.add_row(*_cells(progress))
@@ -60,12 +61,14 @@ class ProgressDisplay:
 
 
 def _cells(p) -> list[str]:
-    """Display cells of one progress snapshot; times are whole seconds, never negative
-    (a run draining its last requests past its duration shows 0 s remaining)."""
+    """Display cells of one progress snapshot, each with its unit; times are whole seconds,
+    never negative (a run draining its last requests past its duration shows 0 s remaining).
+    The late cell is the share of the requests due in the live window that left more than
+    1 ms after their scheduled time (``Progress.late_share``)."""
     return [
         f"{max(0.0, p.elapsed_s):5.0f} s",
         f"{max(0.0, p.remaining_s):5.0f} s",
-        f"{p.rps:7.1f}",
+        f"{p.rps:7.1f} req/s",
         _ms(p.p50_ms),
         _ms(p.p99_ms),
         f"{p.errors}",
@@ -76,8 +79,8 @@ def _cells(p) -> list[str]:
 
 def _plain_line(p) -> str:
     c = _cells(p)
-    return (f"[{c[0].strip()} elapsed, {c[1].strip()} left] {c[2].strip()} req/s  P50 {c[3]}  P99 {c[4]}  "
-            f"errors {c[5]}  in flight {c[6]}  late {c[7]}")
+    return (f"[{c[0].strip()} elapsed, {c[1].strip()} left] {c[2].strip()}  latency P50 {c[3]}  "
+            f"latency P99 {c[4]}  errors {c[5]}  in flight {c[6]}  late >1 ms {c[7]}")
 
 
 def _ms(value) -> str:

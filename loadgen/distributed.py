@@ -348,10 +348,14 @@ class MergedRecords:
             is_error = kind is not None
             self.errors += is_error
             if sent is None:
-                self.live.add(end, None, True, is_error)
+                self.live.add_due(scheduled, True)
+                self.live.add(end, None, is_error)
                 continue
             self.completed += 1
-            self.live.add(end, end - scheduled, sent - scheduled > LATE_THRESHOLD_NS, is_error)
+            # The master learns of a send only from its row (when the request ended):
+            # counted under its due second, while that second is still in the window.
+            self.live.add_due(scheduled, sent - scheduled > LATE_THRESHOLD_NS)
+            self.live.add(end, end - scheduled, is_error)
 
     def finish(self, data) -> WorkerTotals:
         """Record one worker's :data:`MESSAGE_DONE` report (:class:`ProtocolError` when malformed)."""

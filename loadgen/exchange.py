@@ -203,6 +203,7 @@ class Exchanger:
         sent_ns = clock.now_ns()
         if scheduled_ns is None:
             scheduled_ns = sent_ns
+        self._recorder.sent(scheduled_ns, sent_ns)  # the live late share counts it now, not when it ends
         first_byte_ns = None
         status = 0
         bytes_in = 0

@@ -10,6 +10,12 @@ Latency is measured from the scheduled send time (``end - scheduled``), so time
 a request spent waiting in the generator counts (no coordinated omission).
 Requests that were never sent (``dropped``) count as errors and late, but have
 no latency and stay out of the percentiles.
+
+Lateness is counted when a request becomes due, not when it ends: the
+exchanger reports each send (:meth:`Recorder.sent`), a dropped request counts
+when it is recorded, and the live late share is over the requests due in the
+window. (Counted at the end, the first seconds of long streams showed the
+share of the few that had ended: "late 33.3%" of 3 requests.)
 """
 
 from __future__ import annotations
@@ -55,24 +61,29 @@ class LiveStats:
     rate_last_s: float  # requests ended during the last complete second, per second
     p50_ms: float | None  # latency from scheduled send; None when no latency in the window
     p99_ms: float | None
-    late_share: float  # share of requests sent (or dropped) more than 1 ms late
+    #: Share of the requests due in the window (scheduled time passed, then sent
+    #: or dropped) that left more than 1 ms (LATE_THRESHOLD_NS) late or never left.
+    late_share: float
+    due: int = 0  # requests due in the window whose send (or drop) is known: late_share's denominator
 
 
 class _SecondSlot:
-    """Counters and latency histogram for requests that ended in one epoch second."""
+    """One epoch second: counters and latency histogram of the requests that ended
+    in it, and the due / late counts of the requests that became due in it."""
 
-    __slots__ = ("second", "count", "errors", "late", "histogram")
+    __slots__ = ("second", "count", "errors", "due", "late", "histogram")
 
     def __init__(self):
         self.second = -1
         self.count = 0
         self.errors = 0
+        self.due = 0
         self.late = 0
         self.histogram = np.zeros(_HIST_BUCKETS, dtype=np.int64)
 
     def reset(self, second: int) -> None:
         self.second = second
-        self.count = self.errors = self.late = 0
+        self.count = self.errors = self.due = self.late = 0
         self.histogram[:] = 0
 
 
@@ -86,19 +97,37 @@ class WindowedStats:
         self.window_s = window_s
         self._slots = [_SecondSlot() for _ in range(window_s + 1)]
 
-    def add(self, end_ns: int, latency_ns: int | None, late: bool, error: bool) -> None:
-        """Count one request that ended at ``end_ns`` (epoch ns)."""
-        second = end_ns // NS_PER_S
+    def _slot(self, t_ns: int) -> _SecondSlot | None:
+        """The slot of the second holding ``t_ns`` (epoch ns); None when that second
+        is older than the one the slot holds (already out of the live view)."""
+        second = t_ns // NS_PER_S
         slot = self._slots[second % len(self._slots)]
         if slot.second != second:
             if second < slot.second:
-                return  # older than the window: already out of the live view
+                return None
             slot.reset(second)
+        return slot
+
+    def add(self, end_ns: int, latency_ns: int | None, error: bool) -> None:
+        """Count one request that ended at ``end_ns`` (epoch ns); ``latency_ns``
+        None for one never sent (no latency)."""
+        slot = self._slot(end_ns)
+        if slot is None:
+            return
         slot.count += 1
         slot.errors += error
-        slot.late += late
         if latency_ns is not None:
             slot.histogram[latency_bucket(latency_ns)] += 1
+
+    def add_due(self, due_ns: int, late: bool) -> None:
+        """Count one request that became due at ``due_ns`` (epoch ns, its scheduled
+        time) and was sent (``late``: more than LATE_THRESHOLD_NS after it) or dropped
+        (``late`` True)."""
+        slot = self._slot(due_ns)
+        if slot is None:
+            return
+        slot.due += 1
+        slot.late += late
 
     def snapshot(self, now_ns: int, window_s: int | None = None) -> LiveStats:
         """Statistics for the ``window_s`` seconds (at most the stats' own window;
@@ -107,6 +136,7 @@ class WindowedStats:
         now_s = now_ns // NS_PER_S
         recent = [s for s in self._slots if now_s - window_s < s.second <= now_s]
         count = sum(s.count for s in recent)
+        due = sum(s.due for s in recent)
         late = sum(s.late for s in recent)
         last_complete = [s.count for s in recent if s.second == now_s - 1]
         histogram = sum((s.histogram for s in recent), np.zeros(_HIST_BUCKETS, dtype=np.int64))
@@ -117,7 +147,8 @@ class WindowedStats:
             rate_last_s=float(last_complete[0]) if last_complete else 0.0,
             p50_ms=_percentile_ms(histogram, 0.50),
             p99_ms=_percentile_ms(histogram, 0.99),
-            late_share=late / count if count else 0.0,
+            late_share=late / due if due else 0.0,
+            due=due,
         )
 
 
@@ -199,10 +230,16 @@ class Recorder:
         self.errors += is_error
         if sent_ns is None:
             self.dropped += 1
-            self.live.add(end_ns, None, True, is_error)
+            self.live.add_due(scheduled_ns, True)
+            self.live.add(end_ns, None, is_error)
             return
         self.completed += 1
-        self.live.add(end_ns, end_ns - scheduled_ns, sent_ns - scheduled_ns > LATE_THRESHOLD_NS, is_error)
+        self.live.add(end_ns, end_ns - scheduled_ns, is_error)
+
+    def sent(self, scheduled_ns: int, sent_ns: int) -> None:
+        """Count a request as due and sent, at the moment it is sent (epoch ns), for
+        the live late share; its row follows when it ends (:meth:`record`)."""
+        self.live.add_due(scheduled_ns, sent_ns - scheduled_ns > LATE_THRESHOLD_NS)
 
     def record_chunks(self, trace_id: str, times_ns: list[int], tokens: list[int] | None = None) -> None:
         """Append one row per streamed chunk (``CHUNKS_SCHEMA`` order) when a chunk sink is set, in

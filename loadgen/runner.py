@@ -76,7 +76,9 @@ class Progress:
     p50_ms: float | None  # latency from scheduled send, last LIVE_WINDOW_S seconds
     p99_ms: float | None
     in_flight: int
-    late_share: float  # share of recent requests sent more than 1 ms after their scheduled time
+    #: Share of the requests due in the last LIVE_WINDOW_S s (sent or dropped) that
+    #: left more than 1 ms after their scheduled time or never left (LiveStats.late_share).
+    late_share: float
     dropped: int = 0  # requests recorded as dropped (never sent), since the start
     #: Live statistics over the windows asked for (``stat_windows_s``), by window length in s.
     windows: dict[int, LiveStats] = field(default_factory=dict)

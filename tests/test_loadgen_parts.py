@@ -149,17 +149,34 @@ def test_windowed_stats_percentiles_rate_and_lateness():
     base_s = 1_700_000_000
     latencies_ms = np.arange(1, 101)  # P50 = 50 ms, P99 = 99 ms
     for i, latency_ms in enumerate(latencies_ms):
-        stats.add((base_s + 3) * 10**9 + i, int(latency_ms * 1e6), late=i < 10, error=i < 3)
+        stats.add_due((base_s + 3) * 10**9 + i - int(latency_ms * 1e6), late=i < 10)
+        stats.add((base_s + 3) * 10**9 + i, int(latency_ms * 1e6), error=i < 3)
     for i in range(7):
-        stats.add((base_s + 4) * 10**9 + i, 1_000_000, late=False, error=False)
+        stats.add_due((base_s + 4) * 10**9 + i - 1_000_000, late=False)
+        stats.add((base_s + 4) * 10**9 + i, 1_000_000, error=False)
     live = stats.snapshot((base_s + 4) * 10**9 + 500_000_000)
     assert live.count == 107 and live.errors == 3
     assert live.rate_last_s == 100.0
     assert live.p99_ms == pytest.approx(99, rel=0.02)
-    assert live.late_share == pytest.approx(10 / 107)
+    assert live.late_share == pytest.approx(10 / 107) and live.due == 107
     later = stats.snapshot((base_s + 8) * 10**9)  # the busy second left the window
     assert later.count == 7 and later.p50_ms == pytest.approx(1.0, rel=0.02)
     assert stats.snapshot((base_s + 20) * 10**9).p99_ms is None
+
+
+def test_live_late_share_covers_the_requests_due_not_the_few_that_ended():
+    """Long streams: in the first second 300 requests are due and sent on time, one 5 ms
+    late; 3 have ended, the late one among them. The share is 1 of 300 due, not 1 of 3 ended."""
+    stats = WindowedStats(window_s=10)
+    t0 = 1_700_000_000 * 10**9
+    for i in range(300):
+        due = t0 + i * 3_000_000
+        stats.add_due(due, late=i == 0)
+    for i in range(3):
+        stats.add(t0 + 900_000_000 + i, 900_000_000, error=False)
+    live = stats.snapshot(t0 + 950_000_000)
+    assert live.count == 3 and live.due == 300
+    assert live.late_share == pytest.approx(1 / 300)
 
 
 def test_recorder_writes_schema_rows_and_counts(tmp_path):
@@ -178,5 +195,7 @@ def test_recorder_writes_schema_rows_and_counts(tmp_path):
     assert table[1]["sent_ns"] is None
     assert (recorder.recorded, recorder.completed, recorder.dropped, recorder.errors) == (2, 1, 1, 1)
     live = recorder.snapshot(t0 + 100_000_000)
-    assert live.late_share == 1.0  # 2 ms late, and a dropped request
+    assert live.late_share == 1.0 and live.due == 1  # a dropped request (the sent one was never reported sent)
+    recorder.sent(t0, t0 + 2_000_000)
+    assert recorder.snapshot(t0 + 100_000_000).late_share == 1.0  # 2 ms late, and the dropped one
     assert live.p50_ms == pytest.approx(9.0, rel=0.02)

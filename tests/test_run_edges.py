@@ -232,3 +232,11 @@ def test_a_manifest_json_error_reads_plainly(tmp_path):
     assert result.returncode == 2
     assert "at at" not in result.stderr
     assert "Invalid control character at line 1, column 17" in result.stderr
+
+
+def test_the_progress_line_names_each_figure_and_its_unit():
+    progress = SimpleNamespace(elapsed_s=3.0, remaining_s=57.0, scheduled=900, completed=3, errors=0, rps=3.0,
+                               p50_ms=850.0, p99_ms=900.0, in_flight=897, late_share=1 / 300)
+    line = _plain_line(progress)
+    assert "3.0 req/s" in line and "latency P50 850.0 ms" in line and "latency P99 900.0 ms" in line
+    assert "late >1 ms 0.3%" in line
