@@ -2,8 +2,10 @@
 
 Each subcommand lives in ``tailscope.cli.commands.<name>``; this module only
 assembles them. Exit codes are decided by the command handlers alone
-(``tailscope.cli.commands.common``): 0 pass, 1 SLO failed or regression,
-2 usage or setup error.
+(``tailscope.cli.commands.common``): 0 passed, 1 an SLO or regression gate
+failed, 2 usage or setup error, 3 inconclusive or incomplete; an exception
+escaping a handler is a bug in tailscope: :func:`main` prints it with its
+traceback and returns 4.
 """
 
 from __future__ import annotations
@@ -13,7 +15,10 @@ import importlib
 import sys
 
 from tailscope.cli.commands import COMMAND_MODULES
-from tailscope.cli.commands.common import EXIT_USAGE
+from tailscope.cli.commands.common import EXIT_CODES_HELP, EXIT_INTERNAL, EXIT_USAGE
+
+#: The first line printed when a handler raises (then the traceback).
+INTERNAL_ERROR = "tailscope: internal error (this is a bug in tailscope, please report it):"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -22,6 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="tailscope",
         description="Load-test a model-inference service and explain its tail latency.",
+        epilog=EXIT_CODES_HELP,
     )
     parser.add_argument("--version", action="version", version=f"tailscope {tailscope_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -42,7 +48,16 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "handler", None):
         parser.print_help()
         return EXIT_USAGE
-    return args.handler(args)
+    try:
+        return args.handler(args)
+    except KeyboardInterrupt:
+        raise
+    except Exception:  # noqa: BLE001  (any escape from a handler is a tailscope bug: exit 4)
+        import traceback
+
+        print(INTERNAL_ERROR, file=sys.stderr)
+        traceback.print_exc(file=sys.stderr)
+        return EXIT_INTERNAL
 
 
 if __name__ == "__main__":

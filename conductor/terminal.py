@@ -13,6 +13,9 @@ from rich.live import Live
 from rich.markup import escape
 from rich.table import Table
 
+from tailscope.analyzers.health.outcome import unclaimed_note, verdict_line
+from tailscope.reports.formatting import fmt_metric
+
 PLAIN_PROGRESS_INTERVAL_S = 5.0
 #: Spikes listed one per line in the end-of-run summary (the report lists them all).
 MAX_SPIKES_PRINTED = 10
@@ -143,10 +146,9 @@ def print_summary(console: Console, analysis: dict, paths: dict) -> None:
     if len(spikes) > MAX_SPIKES_PRINTED:
         console.print(f"… and {len(spikes) - MAX_SPIKES_PRINTED} more spikes (see the report)", highlight=False)
     for slo in verdict.get("slos", []):
-        mark = "[green]PASS[/]" if slo.get("passed") else "[red]FAIL[/]"
-        console.print(f"  {mark} {slo.get('slo')}  (observed {_observed(slo.get('observed'))})",
-                      highlight=False)
-    console.print("[bold green]PASSED[/]" if passed else "[bold red]FAILED[/]")
+        console.print(f"  {slo_row_text(slo)}", highlight=False, soft_wrap=True)
+    color = _OUTCOME_COLORS.get(verdict.get("outcome") or ("passed" if passed else "failed"), "yellow")
+    console.print(f"[bold {color}]{escape(verdict_line(verdict))}[/]", highlight=False, soft_wrap=True)
     for name, path in paths.items():
         console.print(f"{name}: {path}", highlight=False, soft_wrap=True)
 
@@ -266,10 +268,19 @@ def _pct_cell(entry) -> str:
     return f"{entry:.1f}"
 
 
-def _observed(value) -> str:
-    if value is None:
-        return "n/a"
-    return f"{value:.4g}" if isinstance(value, float) else str(value)
+#: The colour of each outcome word on the terminal.
+_OUTCOME_COLORS = {"passed": "green", "failed": "red", "inconclusive": "yellow", "incomplete": "yellow"}
+_ROW_MARKS = {"pass": "[green]PASS[/]", "fail": "[red]FAIL[/]", "unclaimed": "[yellow]UNCLAIMED[/]"}
+
+
+def slo_row_text(row: dict) -> str:
+    """One SLO row as rich markup, its observed value with its unit:
+    ``PASS e2e p99 < 10s (observed 1,584 ms)``, ``FAIL achieved_rps >= 25 (observed 21.31 req/s)``,
+    ``UNCLAIMED p99 < 250ms (observed 12.0 ms: not claimed (52 samples, need 459))``."""
+    status = row.get("status") or ("pass" if row.get("passed") else "fail")
+    observed = "n/a" if row.get("observed") is None else fmt_metric(row.get("metric"), row.get("observed"))
+    note = f": {unclaimed_note(row)}" if status == "unclaimed" else ""
+    return f"{_ROW_MARKS[status]} {escape(str(row.get('slo')))}  (observed {escape(observed + note)})"
 
 
 def _clock(ns) -> str:

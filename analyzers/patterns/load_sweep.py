@@ -90,6 +90,8 @@ def step_record(index: int, level: float, run_dir: str, analysis: dict, variable
         "p50": _percentile(summary["latency_ms"]["p50"]),
         "p99": _percentile(summary["latency_ms"]["p99"]),
         "passed": bool(verdict.get("passed")) if has_slos else None,
+        # passed | failed | inconclusive | incomplete (analyzers/health/outcome.py); None without SLOs
+        "outcome": verdict.get("outcome") if has_slos else None,
         "failed_slos": list(verdict.get("failed") or []),
         "generator_limited": bool(summary["lateness_ms"]["generator_limited"]),
         "llm": llm_figures(analysis),
@@ -142,11 +144,14 @@ def saturation(steps: list[dict]) -> dict | None:
 
 
 def sweep_warnings(steps: list[dict], best_rate: float | None, has_slos: bool) -> list[dict]:
+    """The sweep's warnings (``code``, ``message``), worded for what the steps varied:
+    offered rates, or concurrency levels (requests kept in flight)."""
     warnings = []
-    if not has_slos:
-        warnings.append({"code": "no_slos", "message": "the scenario has no SLOs: no step can pass or "
-                         "fail, so there is no maximum rate under SLO (the curve and knee still stand)"})
     concurrency = any(s.get("concurrency") is not None for s in steps)
+    if not has_slos:
+        best_name = "highest concurrency" if concurrency else "highest rate"
+        warnings.append({"code": "no_slos", "message": "the scenario has no SLOs: no step can pass or "
+                         f"fail, so there is no {best_name} under the SLOs (the curve and knee still stand)"})
     unit = " in flight" if concurrency else " req/s"
     limited = [level_of(s) for s in steps if s["generator_limited"]]
     if limited:

@@ -14,6 +14,25 @@ EXIT_INCONCLUSIVE = 3  # inconclusive or incomplete: run cut short, or an SLO's 
 EXIT_INTERNAL = 4  # tailscope itself failed (a traceback is a bug)
 
 
+#: The exit code of each outcome word (tailscope.analyzers.health.outcome.OUTCOMES).
+OUTCOME_EXIT_CODES = {"passed": EXIT_OK, "failed": EXIT_SLO_FAILED,
+                      "inconclusive": EXIT_INCONCLUSIVE, "incomplete": EXIT_INCONCLUSIVE}
+#: The exit-code table every command's --help ends with (README "Exit codes").
+EXIT_CODES_HELP = ("exit codes: 0 passed; 1 an SLO or a regression gate failed; 2 usage or setup error; "
+                   "3 inconclusive (an SLO's percentile not claimed) or incomplete (the run was cut short); "
+                   "4 tailscope itself failed (a bug: please report the traceback)")
+
+
+def verdict_exit_code(verdict: dict | None) -> int:
+    """The exit code of an analysis's verdict by its ``outcome`` (an analysis written before
+    outcomes existed: 0 when ``passed``, else 1)."""
+    verdict = verdict or {}
+    outcome = verdict.get("outcome")
+    if outcome is None:
+        return EXIT_OK if verdict.get("passed", True) else EXIT_SLO_FAILED
+    return OUTCOME_EXIT_CODES[outcome]
+
+
 def error(message: str) -> int:
     """Print ``tailscope: error: message`` to stderr; return the usage exit code."""
     print(f"tailscope: error: {message}", file=sys.stderr)
@@ -220,7 +239,13 @@ def run_and_report(scenario, options, launch_target=None, console=None,
     failure = outcome.status == "failed" and _manifest_failure(outcome.run_dir)
     if failure:
         console.print(f"[red]run failed: {escape_markup(failure)}; reporting what was collected[/]")
-    code = analyse_and_report(outcome.run_dir, console, baseline=baseline)
+    try:
+        code = analyse_and_report(outcome.run_dir, console, baseline=baseline)
+    except Exception:
+        console.print(f"[red]the analysis failed; the run's records, spans and manifest are kept in "
+                      f"{escape_markup(outcome.run_dir)}: retry with tailscope report "
+                      f"{escape_markup(outcome.run_dir)}[/]", highlight=False, soft_wrap=True)
+        raise  # cli.main reports it as a tailscope bug (exit 4)
     if failure:
         return error(f"run failed: {failure}"), outcome.run_dir
     return code, outcome.run_dir
@@ -279,7 +304,7 @@ def analyse_and_report(run_dir: str, console, window_s: float = 1.0, baseline: d
     warn_of_fault_leftovers(run_dir, console)
     if report.damaged:
         return error(damaged_line(report))
-    code = EXIT_OK if report.passed else EXIT_SLO_FAILED
+    code = verdict_exit_code(report.analysis.get("verdict"))
     if baseline is not None:
         code = max(code, compare_with_baseline(report, baseline, console))
     return code

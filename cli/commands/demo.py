@@ -15,7 +15,7 @@ also an example scenario against any target."""
 
 from __future__ import annotations
 
-from tailscope.cli.commands.common import duration_arg, error, fault_companions, run_and_report
+from tailscope.cli.commands.common import EXIT_CODES_HELP, duration_arg, error, fault_companions, run_and_report
 
 #: Where the incident sits: its start and length as shares of the run, the length clamped (s).
 INCIDENT_START_SHARE = 0.45
@@ -48,7 +48,9 @@ def register(sub) -> None:
                     "scenarios/demo.yaml against it (about 60 s, with a short GC storm injected in the "
                     "target mid-run so the report names a cause) and write a report; with --llm, the "
                     "LLM reference server (OpenAI-compatible, continuous batching) and "
-                    "scenarios/llm-demo.yaml (about 30 s). The service is stopped on exit and on Ctrl-C.")
+                    "scenarios/llm-demo.yaml (about 30 s). The service is stopped on exit and on Ctrl-C. "
+                    "The exit code is the verdict's, as for tailscope run.",
+        epilog=EXIT_CODES_HELP)
     p.add_argument("--llm", action="store_true",
                    help="the LLM reference server and scenarios/llm-demo.yaml (TTFT, TPOT, tokens, goodput)")
     p.add_argument("--out", default="runs", help="parent folder for run directories (default runs/)")

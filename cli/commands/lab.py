@@ -3,7 +3,7 @@ reference server), diagnosis scored."""
 
 from __future__ import annotations
 
-from tailscope.cli.commands.common import EXIT_OK, EXIT_SLO_FAILED, duration_arg, error
+from tailscope.cli.commands.common import EXIT_CODES_HELP, EXIT_INCONCLUSIVE, EXIT_OK, duration_arg, error
 
 
 def register(sub) -> None:
@@ -18,7 +18,9 @@ def register(sub) -> None:
                     "and scores.md. Faults that need root or writable cgroups are reported as errors where "
                     "they cannot run. With --llm: the LLM suite (llm_long_generations, llm_prompt_storm, "
                     "llm_overload, cpu_throttle and control) against the LLM reference server, scored the same "
-                    "way. Exit 0 when every experiment ran, 1 when some could not, 2 on usage errors.")
+                    "way. Exit 0 when every experiment ran, 3 (incomplete) when some could not or the suite was "
+                    "interrupted, 2 on usage errors; the lab has no SLO verdict, so never 1.",
+        epilog=EXIT_CODES_HELP)
     p.add_argument("--llm", action="store_true",
                    help="the LLM suite: faults on the LLM reference server (KV-cache filling long generations, "
                         "a storm of long prompts, overload, a CPU throttle) under a streamed chat load")
@@ -67,6 +69,11 @@ def handle(args) -> int:
     console.print(control_line(lab["scores"]), markup=False, highlight=False)
     console.print(f"lab.json, lab.html and scores.md in {out_dir}", markup=False, highlight=False)
     if lab["status"] != "complete":
-        console.print("interrupted: the table covers the experiments that ran", markup=False)
-        return EXIT_SLO_FAILED
-    return EXIT_OK if all(r["status"] == "ok" for r in lab["experiments"]) else EXIT_SLO_FAILED
+        console.print("INCOMPLETE: interrupted; the table covers the experiments that ran", markup=False)
+        return EXIT_INCONCLUSIVE
+    not_run = [r["name"] for r in lab["experiments"] if r["status"] != "ok"]
+    if not_run:
+        console.print(f"INCOMPLETE: {len(not_run)} of {len(lab['experiments'])} experiments could not run "
+                      f"({', '.join(not_run)}); the scores cover the others", markup=False, highlight=False)
+        return EXIT_INCONCLUSIVE
+    return EXIT_OK

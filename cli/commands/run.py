@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from tailscope.cli.commands.common import (
+    EXIT_CODES_HELP,
     add_run_options,
     error,
     fault_companions,
@@ -18,7 +19,8 @@ def register(sub) -> None:
         "run", help="run a scenario against a target, then analyse and report",
         description="Run SCENARIO (YAML) against its target, record every request, span and "
                     "signal in a run directory, then write analysis.json and report.html there. "
-                    "Exit 0 when every SLO holds, 1 when one fails, 2 on usage or setup errors.")
+                    "The exit code is the verdict's: PASSED 0, FAILED 1, INCONCLUSIVE or INCOMPLETE 3.",
+        epilog=EXIT_CODES_HELP)
     p.add_argument("scenario", help="scenario file (YAML); see docs/scenario-format.md")
     add_run_options(p)
     p.add_argument("--baseline", metavar="DIR",

@@ -16,8 +16,11 @@ import dataclasses
 import os
 
 from tailscope.cli.commands.common import (
+    EXIT_CODES_HELP,
+    EXIT_INCONCLUSIVE,
     EXIT_OK,
     EXIT_SLO_FAILED,
+    EXIT_USAGE,
     add_run_options,
     duration_arg,
     error,
@@ -53,8 +56,10 @@ def register(sub) -> None:
                     "and sweep.html: achieved rate, P50/P99 with confidence intervals and error rate per "
                     "step, the knee of the latency curve and the highest level that met every SLO; for "
                     "OpenAI-API classes the throughput-latency frontier (output tokens/s against TTFT and "
-                    "TPOT) and its best point under the SLOs. Exit 0 when a step met the SLOs, 1 when none "
-                    "did, 2 on usage or setup errors.")
+                    "TPOT) and its best point under the SLOs. Exit 0 when a step met every SLO, 1 when none "
+                    "did and one failed an SLO, 3 when none did and none failed (each inconclusive or "
+                    "incomplete), 2 on usage or setup errors.",
+        epilog=EXIT_CODES_HELP)
     p.add_argument("scenario", help="scenario file (YAML); --rates needs an open-loop arrival process")
     levels = p.add_mutually_exclusive_group(required=True)
     levels.add_argument("--rates", metavar="RATES",
@@ -230,27 +235,32 @@ class _Sweep:
         write_json_atomic(os.path.join(self.path, SWEEP_JSON), sweep)
         write_text_atomic(os.path.join(self.path, SWEEP_HTML), render_sweep_html(sweep))
         self._print_summary(sweep)
+        return self._exit_code(sweep, setup_failed)
+
+    def _exit_code(self, sweep: dict, setup_failed: bool) -> int:
+        """README "Exit codes": 2 when a step could not start; 0 when a step met every SLO (or, without
+        SLOs, the sweep ran to its end); 1 when none did and some step failed an SLO; 3 when none
+        did and no step failed (each was inconclusive or incomplete), or a sweep without SLOs was
+        interrupted."""
         if setup_failed:
-            return 2
-        return EXIT_SLO_FAILED if sweep["passed"] is False else EXIT_OK
+            return EXIT_USAGE
+        if sweep["passed"]:
+            return EXIT_OK
+        if sweep["passed"] is None:
+            return EXIT_INCONCLUSIVE if self.interrupted else EXIT_OK
+        if any(step.get("outcome", "failed") == "failed" for step in self.steps):
+            return EXIT_SLO_FAILED
+        return EXIT_INCONCLUSIVE
 
     def _print_summary(self, sweep: dict) -> None:
         for warning in sweep["warnings"]:
             self.console.print(f"[yellow]warning: {warning['message']}[/]")
         concurrency = self.variable == "concurrency"
-        best = sweep["max_concurrency_under_slo"] if concurrency else sweep["max_rate_under_slo"]
         knee, front = sweep["knee"], sweep.get("frontier")
-        if sweep["passed"] is None:
-            self.console.print(f"no SLOs: no maximum {'concurrency' if concurrency else 'rate'} under SLO")
-        elif best is None:
-            self.console.print("[red]FAILED: no step met the SLOs[/]")
-        elif concurrency:
-            self.console.print(f"[green]max concurrency under SLO: {best:g} in flight[/]")
-        else:
-            self.console.print(f"[green]max rate under SLO: {best:g} req/s[/]")
+        self.console.print(outcome_line(sweep, concurrency))
         if knee is not None:
             self.console.print(f"knee: {_level_text(knee['level'], concurrency)}"
-                               f"{'' if concurrency else ' offered'} (P99 {knee['p99_ms']:.1f} ms)")
+                               f"{'' if concurrency else ' offered'} (latency P99 {knee['p99_ms']:.1f} ms)")
         if front is not None and front["best_under_slo"] is not None:
             b = front["best_under_slo"]
             self.console.print(f"[green]best point under SLO: {_level_text(b['level'], concurrency)}, "
@@ -278,6 +288,20 @@ def _at_concurrency(scenario, concurrency: int):
                                name=f"{scenario.name}-c{concurrency}", raw=raw)
 
 
+def outcome_line(sweep: dict, concurrency: bool) -> str:
+    """The sweep's outcome in words (rich markup), for what its steps varied: the highest
+    offered rate, or the highest concurrency (requests in flight), whose step met every SLO."""
+    best = sweep["max_concurrency_under_slo"] if concurrency else sweep["max_rate_under_slo"]
+    levels = "concurrency level" if concurrency else "rate"
+    if sweep["passed"] is None:
+        return f"no SLOs: no {levels} can pass or fail"
+    if best is None:
+        return f"[red]FAILED: no {levels} met the SLOs[/]"
+    if concurrency:
+        return f"[green]highest concurrency under the SLOs: {best:g} in flight[/]"
+    return f"[green]highest rate under the SLOs: {best:g} req/s[/]"
+
+
 def _level_text(level: float, concurrency: bool) -> str:
     return f"{level:g} in flight" if concurrency else f"{level:g} req/s"
 
@@ -295,10 +319,18 @@ def _search_facts(search) -> dict:
 
 
 def _step_line(step: dict) -> str:
-    def ms(entry):
-        return "—" if entry["value_ms"] is None else f"{entry['value_ms']:.1f} ms"
+    """One step in words: its level, what it achieved (req/s; output tokens/s for LLM
+    steps), latency percentiles with their units, errors, and its SLO outcome in words
+    (``SLOs met``, ``SLOs failed: ...``, or ``no SLOs``)."""
+    from rich.markup import escape
 
-    verdict = {True: "[green]pass[/]", False: "[red]fail[/]", None: "—"}[step["passed"]]
+    def ms(entry):
+        return "not measured" if entry["value_ms"] is None else f"{entry['value_ms']:.1f} ms"
+
+    outcome = {True: "[green]SLOs met[/]",
+               False: "[red]SLOs failed[/]" + (f": {escape(', '.join(step['failed_slos']))}"
+                                                 if step.get("failed_slos") else ""),
+               None: "no SLOs"}[step["passed"]]
     achieved = step["achieved_rps"] or 0.0
     level = (f"{step['concurrency']} in flight" if step.get("concurrency") is not None
              else f"{step['rate']:g} req/s offered")
@@ -306,8 +338,9 @@ def _step_line(step: dict) -> str:
     tokens = "" if not llm or llm["output_tokens_per_s"] is None else (
         f", {llm['output_tokens_per_s']:.0f} output tokens/s, TTFT P99 {ms(llm['ttft_ms']['p99'])}, "
         f"TPOT P99 {ms(llm['tpot_ms']['p99'])}")
-    return (f"step {step['index'] + 1}: {level}, {achieved:.1f} req/s achieved, "
-            f"P50 {ms(step['p50'])}, P99 {ms(step['p99'])}{tokens}, errors {step['error_rate']:.2%} → {verdict}")
+    return (f"step {step['index'] + 1}: {level}: {achieved:.1f} req/s achieved{tokens}, "
+            f"latency P50 {ms(step['p50'])}, latency P99 {ms(step['p99'])}, errors {step['error_rate']:.2%}; "
+            f"{outcome}")
 
 
 def _safe(name: str) -> str:
