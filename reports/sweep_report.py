@@ -26,7 +26,12 @@ def _ci(entry: dict) -> str:
 
 
 def _verdict(passed) -> str:
-    return {True: "pass", False: "fail", None: "—"}[passed]
+    """A step's SLO outcome in words (its CSS class is ``result-`` + :func:`_verdict_css`)."""
+    return {True: "pass", False: "fail", None: "no SLOs"}[passed]
+
+
+def _verdict_css(passed) -> str:
+    return {True: "pass", False: "fail", None: "none"}[passed]
 
 
 def _level(step: dict) -> str:
@@ -43,7 +48,7 @@ def step_rows(sweep: dict) -> list[dict]:
         "p50": fmt_ms(s["p50"]["value_ms"]), "p50_ci": _ci(s["p50"]),
         "p99": fmt_ms(s["p99"]["value_ms"]), "p99_ci": _ci(s["p99"]),
         "p99_claimed": "claimed" if s["p99"]["claimed"] else f"not claimed (n = {s['p99']['n'] or 0:,})",
-        "errors": fmt_share(s["error_rate"]), "result": _verdict(s["passed"]),
+        "errors": fmt_share(s["error_rate"]), "result": _verdict(s["passed"]), "result_css": _verdict_css(s["passed"]),
         "failed": ", ".join(s["failed_slos"]), "generator_limited": "generator-limited" if s["generator_limited"] else "",
         "run_dir": s["run_dir"], "best": s["index"] == sweep.get("max_rate_step"), "knee": s["index"] == knee,
     } for s in sweep["steps"]]
@@ -115,7 +120,7 @@ def frontier_rows(sweep: dict) -> list[dict]:
         "achieved": fmt_rate(pt["achieved_rps"]),
         "ttft_p50": fmt_ms(pt["ttft_ms"]["p50"]["value_ms"]), "ttft_p99": fmt_ms(pt["ttft_ms"]["p99"]["value_ms"]),
         "tpot_p50": fmt_ms(pt["tpot_ms"]["p50"]["value_ms"]), "tpot_p99": fmt_ms(pt["tpot_ms"]["p99"]["value_ms"]),
-        "result": _verdict(pt["passed"]), "pareto": "on the frontier" if pt["pareto"] else "",
+        "result": _verdict(pt["passed"]), "result_css": _verdict_css(pt["passed"]), "pareto": "on the frontier" if pt["pareto"] else "",
         "best": pt["index"] == best,
     } for pt in front["points"]]
 
@@ -156,11 +161,12 @@ def sweep_report_data(sweep: dict) -> dict:
     return {
         "title": f"tailscope sweep — {sweep['name']}",
         "banner": banner,
-        "max_rate": best_text if best is not None else "no step met the SLOs" if sweep["slos"] else "—",
+        "max_rate": best_text if best is not None else (
+            f"no {'concurrency level' if concurrency else 'rate'} met the SLOs" if sweep["slos"] else "no SLOs to meet"),
         "max_label": "highest concurrency that met every SLO" if concurrency else "highest offered rate that met every SLO",
         "variable": "concurrency" if concurrency else "rate",
         "knee": "—" if knee is None else (f"{fmt_count(knee['concurrency'])} in flight" if concurrency
-                                          else f"{fmt_rate(knee['rate'])} offered") + f" (P99 {fmt_ms(knee['p99_ms'])})",
+                                          else f"{fmt_rate(knee['rate'])} offered") + f" (latency P99 {fmt_ms(knee['p99_ms'])})",
         "best_point": best_point_text(sweep),
         "frontier_rows": frontier_rows(sweep),
         "saturation": "—" if sat is None else f"{fmt_rate(sat['rate'])} offered, {fmt_rate(sat['achieved_rps'])} achieved",

@@ -87,6 +87,39 @@ def test_sweep_summary_flags_noise_and_generator_limits():
     assert no_slos["passed"] is None and no_slos["warnings"][0]["code"] == "no_slos"
 
 
+def _concurrency_step(index, users, achieved, p99, passed):
+    step = _step(index, None, achieved, p99, passed)
+    step["concurrency"], step["offered_rps"] = users, None
+    step["llm"] = {"output_tokens_per_s": 40.0 * achieved,
+                   "ttft_ms": {"p99": {"value_ms": p99 / 2}}, "tpot_ms": {"p99": {"value_ms": 4.0}}}
+    return step
+
+
+def test_a_concurrency_sweep_speaks_of_concurrency_and_each_step_line_says_what_it_measured():
+    from tailscope.cli.commands.sweep import _step_line, outcome_line
+
+    steps = [_concurrency_step(0, 1, 90, 20, None), _concurrency_step(1, 4, 300, 30, None),
+             _concurrency_step(2, 16, 800, 90, None)]
+    no_slos = summarize_sweep("s", "concurrency", [], steps, variable="concurrency")
+    assert "rate" not in no_slos["warnings"][0]["message"]
+    assert "no highest concurrency under the SLOs" in no_slos["warnings"][0]["message"]
+    assert "rate" not in outcome_line(no_slos, True)
+    line = _step_line(no_slos["steps"][2])
+    assert line.startswith("step 3: 16 in flight: 800.0 req/s achieved, 32000 output tokens/s")
+    assert "latency P99 90.0 ms" in line and line.endswith("; no SLOs")
+    assert "—" not in line and "→" not in line
+    for step, passed in zip(steps, (True, True, False)):
+        step["passed"], step["failed_slos"] = passed, [] if passed else ["p99 < 50ms"]
+    judged = summarize_sweep("s", "concurrency", ["p99 < 50ms"], steps, variable="concurrency")
+    assert "highest concurrency under the SLOs: 16 in flight" not in outcome_line(judged, True)
+    assert "highest concurrency under the SLOs: 4 in flight" in outcome_line(judged, True)
+    assert _step_line(judged["steps"][2]).endswith("SLOs failed[/]: p99 < 50ms")
+    for step in steps:
+        step["passed"] = False
+    none_met = summarize_sweep("s", "concurrency", ["p99 < 1ms"], steps, variable="concurrency")
+    assert "no concurrency level met the SLOs" in outcome_line(none_met, True)
+
+
 def test_sweep_report_is_self_contained_and_escapes_names():
     sweep = summarize_sweep("<script>alert(1)</script>", "search", ["p99 < 100ms"], HOCKEY_STICK,
                             {"low": 50, "high": 300, "tolerance_rps": 5, "steps": 6, "max_steps": 8,
@@ -153,7 +186,7 @@ def test_three_step_sweep_against_the_reference_target(tmp_path, reference_targe
         assert step["p99"]["value_ms"] is not None and step["passed"] is True
     assert sweep["max_rate_under_slo"] == 30 and sweep["passed"] is True
     assert os.path.exists(os.path.join(sweep_dir, "sweep.html"))
-    assert "max rate under SLO: 30 req/s" in proc.stdout
+    assert "highest rate under the SLOs: 30 req/s" in proc.stdout
 
 
 def test_sweep_exits_1_when_no_step_meets_the_slos(tmp_path, reference_target):
@@ -161,7 +194,7 @@ def test_sweep_exits_1_when_no_step_meets_the_slos(tmp_path, reference_target):
                          "--rates", "10,20,30", "--step-duration", "2s", "--receiver-port", "0",
                          "--out", str(tmp_path / "runs"), timeout=240)
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert "no step met the SLOs" in proc.stdout
+    assert "no rate met the SLOs" in proc.stdout
     assert "2 steps in a row failed" in proc.stdout  # the third rate is spared
 
 
