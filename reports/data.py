@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 
+from tailscope.analyzers.health.outcome import unclaimed_note
 from tailscope.reports import extras, llm_view, loadgen_view, reliability_view, server_view
 from tailscope.reports.cards import rank_cards, spike_cards
 from tailscope.reports.distribution_view import distribution_charts
@@ -34,18 +35,36 @@ PERCENTILE_LABELS = (("p50", "P50"), ("p90", "P90"), ("p95", "P95"), ("p99", "P9
 HEADLINE = ("p50", "p99", "p999")
 
 
+#: The banner's CSS class of each outcome word (report.css).
+OUTCOME_CSS = {"passed": "pass", "failed": "fail", "inconclusive": "inconclusive", "incomplete": "incomplete"}
+
+
 def verdict_data(verdict: dict) -> dict:
+    """The report's verdict banner and SLO table. ``label`` is the outcome word (PASSED, FAILED,
+    INCONCLUSIVE, INCOMPLETE; NO SLOs for a complete run without any); ``detail`` the covered span
+    of an incomplete run or what would make an inconclusive one conclusive (else empty); each row's
+    ``result`` is pass, fail or not claimed, its ``css`` pass, fail or unclaimed."""
     rows = [{
         "text": row["slo"], "observed": fmt_observed(row), "threshold": fmt_threshold(row),
-        "result": "pass" if row["passed"] else "fail",
-        "claimed": "yes" if row["claimed"] else "no (too few samples)",
+        "result": _ROW_RESULTS[_status(row)], "css": _status(row),
+        "claimed": "yes" if row["claimed"] else f"no: {unclaimed_note(row)}",
     } for row in verdict["slos"]]
-    if not rows:
-        return {"label": "NO SLOs", "css": "none", "rows": [], "failed": [], "other_failures": []}
+    outcome = verdict.get("outcome") or ("passed" if verdict["passed"] else "failed")
+    detail = "" if outcome == "failed" else (verdict.get("detail") or "")
+    if not rows and outcome == "passed":
+        return {"label": "NO SLOs", "css": "none", "rows": [], "failed": [], "other_failures": [], "detail": ""}
     texts = {row["text"] for row in rows}
-    return {"label": "PASSED" if verdict["passed"] else "FAILED", "css": "pass" if verdict["passed"] else "fail",
+    return {"label": outcome.upper(), "css": OUTCOME_CSS[outcome], "detail": detail,
             "rows": rows, "failed": list(verdict["failed"]),
             "other_failures": [f for f in verdict["failed"] if f not in texts]}
+
+
+_ROW_RESULTS = {"pass": "pass", "fail": "fail", "unclaimed": "not claimed"}
+
+
+def _status(row: dict) -> str:
+    """pass, fail or unclaimed (an analysis written before row statuses: from ``passed``)."""
+    return row.get("status") or ("pass" if row["passed"] else "fail")
 
 
 def percentile_rows(summary: dict) -> list[dict]:

@@ -5,13 +5,18 @@ with a ``comparison`` (docs/analyzers/compare.md) the document is a
 ``<testsuites>`` holding that suite and ``tailscope.compare``, one testcase
 per entry of ``comparison["checks"]``. A missed SLO or a failed check is a
 ``<failure>`` with the observed numbers; CI systems (GitHub, GitLab, Jenkins)
-count and list them.
+count and list them. An SLO whose percentile is not claimed is not a pass: it
+is ``<skipped>`` with a message saying how many samples it has and needs (a
+``<failure>`` when the scenario says ``verdict: {unclaimed: fail}``). A run cut
+short (the INCOMPLETE verdict) adds one testcase ``run complete`` holding an
+``<error>`` with its covered span, so green SLO rows cannot hide it.
 """
 
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 
+from tailscope.analyzers.health.outcome import unclaimed_note, verdict_line
 from tailscope.reports.formatting import fmt_observed, fmt_threshold
 
 SUITE_NAME = "tailscope.slo"
@@ -20,28 +25,44 @@ COMPARE_SUITE_NAME = "tailscope.compare"
 
 def slo_suite(analysis: dict) -> ET.Element:
     """The SLO verdict as one ``<testsuite>``."""
-    rows = analysis["verdict"]["slos"]
-    failures = sum(1 for row in rows if not row["passed"])
+    verdict = analysis["verdict"]
+    rows = verdict["slos"]
+    unclaimed_fails = (verdict.get("policy") or {}).get("unclaimed") == "fail"
+    statuses = [_status(row, unclaimed_fails) for row in rows]
+    incomplete = verdict.get("outcome") == "incomplete"
     suite = ET.Element("testsuite", {
-        "name": SUITE_NAME, "tests": str(len(rows)), "failures": str(failures), "errors": "0",
+        "name": SUITE_NAME, "tests": str(len(rows) + incomplete), "failures": str(statuses.count("fail")),
+        "errors": str(int(incomplete)), "skipped": str(statuses.count("unclaimed")),
         "time": f"{analysis['run']['duration_s']:.3f}",
     })
     properties = ET.SubElement(suite, "properties")
     for name, value in (("run", analysis["run"]["name"]), ("path", analysis["run"]["path"]),
                         ("status", analysis["run"]["status"])):
         ET.SubElement(properties, "property", {"name": name, "value": str(value)})
-    for row in rows:
+    if incomplete:
+        case = ET.SubElement(suite, "testcase", {"classname": f"{SUITE_NAME}.run", "name": "run complete", "time": "0"})
+        line = verdict_line(verdict)
+        ET.SubElement(case, "error", {"message": line, "type": "incomplete"}).text = line
+    for row, status in zip(rows, statuses, strict=True):
         case = ET.SubElement(suite, "testcase", {"classname": f"{SUITE_NAME}.{row.get('cls') or 'all'}",
                                                  "name": row["slo"], "time": "0"})
         observed = f"observed {fmt_observed(row)}, threshold {fmt_threshold(row)}"
         if not row["claimed"]:
-            observed += " (not claimed: too few samples)"
-        if row["passed"]:
+            observed += f" ({unclaimed_note(row)})"
+        if status == "pass":
             ET.SubElement(case, "system-out").text = observed
+        elif status == "unclaimed":
+            ET.SubElement(case, "skipped", {"message": f"{row['slo']}: {observed}"}).text = observed
         else:
             failure = ET.SubElement(case, "failure", {"message": f"{row['slo']}: {observed}", "type": "SLO"})
             failure.text = observed
     return suite
+
+
+def _status(row: dict, unclaimed_fails: bool) -> str:
+    """A row's JUnit status: pass, fail or unclaimed (skipped); unclaimed fails under ``unclaimed: fail``."""
+    status = row.get("status") or ("pass" if row["passed"] else "fail")
+    return "fail" if status == "unclaimed" and unclaimed_fails else status
 
 
 def comparison_suite(comparison: dict) -> ET.Element:

@@ -18,6 +18,8 @@ def cell(text) -> str:
 def verdict_lines(report_data: dict) -> list[str]:
     verdict = report_data["verdict"]
     lines = [f"## {cell(report_data['title'])}: **{verdict['label']}**", ""]
+    if verdict.get("detail"):  # an incomplete run's covered span, or what would make it conclusive
+        lines += [f"**{verdict['label']}:** {cell(verdict['detail'])}", ""]
     rates = report_data["rates"]
     lines.append(f"{rates['requests']} requests in {rates['duration']}; achieved {rates['achieved']} of "
                  f"{rates['offered']} offered; errors {report_data['errors']['count']} ({report_data['errors']['rate']}).")

@@ -11,8 +11,9 @@ from tailscope.reports.formatting import fmt_count, fmt_ms
 
 
 def slo_chips(verdict_rows: list[dict]) -> list[dict]:
-    """One short ``{"text", "result"}`` per SLO for the verdict banner: ``p99 < 250ms: 25.0 ms``."""
-    return [{"text": f"{row['text']}: {row['observed']}", "result": row["result"]} for row in verdict_rows]
+    """One short ``{"text", "result", "css"}`` per SLO for the verdict banner: ``p99 < 250ms: 25.0 ms``."""
+    return [{"text": f"{row['text']}: {row['observed']}", "result": row["result"], "css": row.get("css", row["result"])}
+            for row in verdict_rows]
 
 
 def tail_text(tail: dict | None, windows: int) -> str:
