@@ -43,8 +43,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from tailscope.cli.commands.compare import mark_sides_separator
+
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(mark_sides_separator(sys.argv[1:] if argv is None else list(argv)))
     if not getattr(args, "handler", None):
         parser.print_help()
         return EXIT_USAGE

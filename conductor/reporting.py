@@ -78,17 +78,17 @@ def analyse_and_write(run_dir: str, window_s: float = 1.0) -> RunReport:
     """Analyse ``run_dir`` (windows of ``window_s`` seconds) and write analysis.json,
     report.html, junit.xml and report.md into it.
 
-    A disk reserve left behind by a killed harness is released first (never a live
-    run's). When a data file is damaged and the run directory holds an earlier report made
+    A disk reserve left behind by a killed harness is released first, before the analysis,
+    so none is left even when the analysis raises (never a live run's). When a data file is damaged and the run directory holds an earlier report made
     from sound data, that report is kept and this one is written beside it
     (:func:`~tailscope.reports.writer.outputs_variant`; ``kept_earlier``).
     Raises RunDirError (unreadable run), ReportWriteError (outputs not written).
     """
-    analysis = analyze_run(run_dir, window_s=window_s)
-    try:
+    try:  # first, so that no stale reserve outlives an analysis that raises
         release_stale_reserves(run_dir)
     except OSError:
         pass  # a read-only run directory: writing the outputs below fails clearly
+    analysis = analyze_run(run_dir, window_s=window_s)
     variant = outputs_variant(run_dir, analysis)
     try:
         paths = write_outputs(run_dir, analysis, variant=variant)
@@ -97,22 +97,27 @@ def analyse_and_write(run_dir: str, window_s: float = 1.0) -> RunReport:
     return RunReport(run_dir=run_dir, analysis=analysis, paths=paths, kept_earlier=variant is not None)
 
 
-def compare_and_write(run_dir: str, baseline_dir: str, *, threshold: float = DEFAULT_THRESHOLD,
+def compare_and_write(run_dir, baseline_dir, *, threshold: float = DEFAULT_THRESHOLD,
                       confidence: float = DEFAULT_CONFIDENCE, out_dir: str | None = None) -> BaselineComparison:
-    """Compare ``run_dir`` with ``baseline_dir`` (analyzers/comparison/baseline.py) and write
-    comparison.json/.html/.md and junit-compare.xml into ``out_dir`` (default: ``run_dir``).
+    """Compare the new runs ``run_dir`` with the baseline runs ``baseline_dir``
+    (analyzers/comparison/baseline.py) and write comparison.json/.html/.md and junit-compare.xml
+    into ``out_dir`` (default: ``run_dir`` when it is one path, else the first new run).
 
-    ``threshold``: relative change counted as a regression when significant (0.10 = 10%);
-    ``confidence``: of the bootstrap intervals. Raises RunDirError when either run cannot be read.
+    Each side is a run directory, a folder of run directories (``tailscope run --repeat``) or a
+    list of those. ``threshold``: relative change counted as a regression when significant (0.10 =
+    10%); ``confidence``: of the resampled intervals. Raises RunDirError when a run cannot be read.
     """
     comparison = compare_runs(run_dir, baseline_dir, CompareRules(threshold=threshold, confidence=confidence))
-    return BaselineComparison(comparison=comparison, paths=write_comparison_outputs(out_dir or run_dir, comparison))
+    if out_dir is None:
+        out_dir = run_dir if isinstance(run_dir, str) else str(list(run_dir)[0])
+    return BaselineComparison(comparison=comparison, paths=write_comparison_outputs(out_dir, comparison))
 
 
-def compare_with_baseline(report: RunReport, baseline_dir: str, *, threshold: float = DEFAULT_THRESHOLD,
+def compare_with_baseline(report: RunReport, baseline_dir, *, threshold: float = DEFAULT_THRESHOLD,
                           confidence: float = DEFAULT_CONFIDENCE) -> BaselineComparison:
-    """Compare an analysed run with its baseline (files written into the run directory) and
-    rewrite its junit.xml with both suites (the run's SLOs and the comparison).
+    """Compare an analysed run with its baseline (one run directory, a folder of runs or a list of
+    them; files written into the run directory) and rewrite its junit.xml with both suites (the
+    run's SLOs and the comparison).
 
     Raises RunDirError when either run cannot be read.
     """

@@ -154,26 +154,33 @@ def print_summary(console: Console, analysis: dict, paths: dict) -> None:
 
 
 def print_comparison(console, comparison: dict, paths: dict) -> None:
-    """The latency percentiles of all requests, the verdict, the changed stage, the files."""
-    console.rule(f"compare: {comparison['current']['name']} vs baseline {comparison['baseline']['name']}")
+    """The latency percentiles of all requests, the verdict, how the intervals were resampled,
+    the changed stage, the files."""
+    from tailscope.analyzers.comparison.baseline import row_label
+
+    title = comparison.get("title") or f"{comparison['current']['name']} vs {comparison['baseline']['name']}"
+    console.rule(f"compare: {escape(title)}")
     table = Table(show_header=True)
-    for column in ("latency", "baseline", "current", "change", f"{comparison['confidence']:.0%} CI", ""):
+    for column in ("all requests", "baseline", "current", "change", f"change {comparison['confidence']:.0%} CI", ""):
         table.add_column(column, justify="right")
     for row in comparison["percentiles"]:
         if row["cls"] is not None or row["metric"] != "latency_ms":
             continue
         relative = row["relative_change"]
-        table.add_row(row["percentile"].upper().replace("P999", "P99.9"), f"{row['baseline_ms']:.1f} ms",
-                      f"{row['current_ms']:.1f} ms",
+        table.add_row(row_label(row), f"{row['baseline_ms']:.1f} ms", f"{row['current_ms']:.1f} ms",
                       f"{row['change_ms']:+.1f} ms" + ("" if relative is None else f" ({relative:+.1%})"),
-                      f"{row['change_ci_ms'][0]:+.1f} … {row['change_ci_ms'][1]:+.1f}", _judgement(row))
+                      f"{row['change_ci_ms'][0]:+.1f} … {row['change_ci_ms'][1]:+.1f} ms", _judgement(row))
     console.print(table)
     llm = llm_comparison_table(comparison.get("llm"))
     if llm is not None:
         console.print(llm)
+    method = comparison.get("method") or {}
+    if method.get("note"):
+        console.print(f"intervals: {method.get('name')}, {method.get('baseline_runs')} baseline run(s) and "
+                      f"{method.get('current_runs')} new run(s); {escape(method['note'])}", highlight=False, soft_wrap=True)
     regressed = comparison["verdict"]["regressed"]
     console.print(("[bold red]REGRESSION[/] " if regressed else "[bold green]NO REGRESSION[/] ")
-                  + comparison["verdict"]["summary"], highlight=False, soft_wrap=True)
+                  + escape(comparison["verdict"]["summary"]), highlight=False, soft_wrap=True)
     for name, path in paths.items():
         console.print(f"{name}: {path}", highlight=False, soft_wrap=True)
 

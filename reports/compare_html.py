@@ -20,6 +20,15 @@ from tailscope.reports.html import render_page
 
 COMPARE_SCRIPTS = ("report_common.js", "compare.js")
 PERCENTILE_NAMES = {"p50": "P50", "p90": "P90", "p95": "P95", "p99": "P99", "p999": "P99.9", "max": "max"}
+#: The percentile rows' metrics in words (``latency P50``, ``service time P99``).
+METRIC_NAMES = {"latency_ms": "latency", "service_time_ms": "service time"}
+
+
+def figure_name(change: dict) -> str:
+    """A percentile row's figure: its metric and percentile, ``latency P50``, ``service time P99.9``."""
+    metric = change.get("metric") or "latency_ms"
+    return (f"{METRIC_NAMES.get(metric, str(metric))} "
+            f"{PERCENTILE_NAMES.get(change.get('percentile'), str(change.get('percentile')))}")
 
 
 def _interval(pair) -> str:
@@ -45,7 +54,8 @@ def percentile_change_rows(changes: list[dict]) -> list[dict]:
         judgement = "regressed" if c.get("regressed") else ("improved" if c.get("improved") else
                                                             ("changed" if c.get("significant") else "no significant change"))
         rows.append({
-            "scope": str(c.get("cls") or "all"), "metric": str(c.get("metric") or "latency_ms").replace("_ms", ""),
+            "scope": str(c.get("cls") or "all"),
+            "metric": METRIC_NAMES.get(c.get("metric") or "latency_ms", str(c.get("metric"))), "figure": figure_name(c),
             "percentile": PERCENTILE_NAMES.get(c.get("percentile"), str(c.get("percentile"))),
             "baseline": fmt_ms(c.get("baseline_ms")), "baseline_ci": _interval(c.get("baseline_ci_ms")),
             "current": fmt_ms(c.get("current_ms")), "current_ci": _interval(c.get("current_ci_ms")),
@@ -65,15 +75,15 @@ def moved_rows(changes: list[dict]) -> list[dict]:
             continue
         if not (c.get("significant") or c.get("regressed")):
             continue
-        name = PERCENTILE_NAMES.get(c.get("percentile"), str(c.get("percentile")))
+        name = figure_name(c)
         interval = _signed_interval(c.get("change_ci_ms"))
         claimable = c.get("claimable", True)
         real = bool(c.get("significant")) and claimable
         if real:
             why = f"real: the 95% interval of the change, {interval}, excludes 0"
         elif c.get("significant"):
-            why = (f"not established: the interval {interval} excludes 0, but neither run holds enough "
-                   f"requests to claim {name}")
+            why = (f"not established: the interval {interval} excludes 0, but the sides do not both hold "
+                   f"enough requests to claim {name}")
         else:
             why = f"not shown to be real: the interval {interval} includes 0"
         rows.append({"percentile": name,
@@ -96,11 +106,23 @@ def stage_rows(stages: list[dict], changed: str | None) -> list[dict]:
 
 
 def run_facts(run: dict) -> dict:
+    """A side (or one of its runs) as text; ``runs``: each run of a side with several."""
     run = run or {}
+    runs = run.get("runs") or []
     return {"name": str(run.get("name") or "—"), "path": str(run.get("path") or "—"),
             "requests": fmt_count(run.get("requests")), "achieved": fmt_rate(run.get("achieved_rps")),
-            "errors": fmt_share(run.get("error_rate")),
-            "duration": "—" if run.get("duration_s") is None else f"{run['duration_s']:.1f} s"}
+            "errors": fmt_share(run.get("error_rate")), "started": str(run.get("started") or "—"),
+            "duration": "—" if run.get("duration_s") is None else f"{run['duration_s']:.1f} s",
+            "run_count": int(run.get("run_count") or 1),
+            "runs": [run_facts(r) for r in runs] if len(runs) > 1 else []}
+
+
+def method_text(method: dict | None) -> str:
+    """How the intervals were resampled, in one sentence (empty for a comparison without ``method``)."""
+    if not method:
+        return ""
+    return (f"Intervals: {method.get('name')} ({method.get('baseline_runs')} baseline run(s), "
+            f"{method.get('current_runs')} new run(s)). {method.get('note') or ''}").strip()
 
 
 #: The LLM rows' figures in words (analyzers/comparison/llm_compare.py).
@@ -152,8 +174,9 @@ def build_comparison_data(comparison: dict) -> dict:
         _overlay(distributions.get("baseline"), " (baseline)", "dash"),
         _overlay(distributions.get("current"), " (current)", "solid")) if s]}
     return {
-        "title": f"tailscope comparison — {run_facts(comparison.get('current'))['name']} vs "
-                 f"{run_facts(comparison.get('baseline'))['name']}",
+        "title": "tailscope comparison — " + str(comparison.get("title") or (
+            f"{run_facts(comparison.get('current'))['name']} vs {run_facts(comparison.get('baseline'))['name']}")),
+        "method": method_text(comparison.get("method")),
         "verdict": {"label": "REGRESSION" if regressed else "NO REGRESSION", "css": "fail" if regressed else "pass",
                     "summary": str(verdict.get("summary") or "")},
         "baseline": run_facts(comparison.get("baseline")),

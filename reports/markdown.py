@@ -95,13 +95,15 @@ def render_comparison_markdown(comparison_data: dict) -> str:
     lines = [f"## {cell(comparison_data['title'])}: **{comparison_data['verdict']['label']}**", ""]
     if comparison_data["verdict"]["summary"]:
         lines += [cell(comparison_data["verdict"]["summary"]), ""]
+    if comparison_data.get("method"):
+        lines += [cell(comparison_data["method"]), ""]
     if comparison_data["checks"]:
         lines += ["| check | result | detail |", "| --- | --- | --- |"]
         lines += [f"| {cell(c['name'])} | {c['result']} | {cell(c['message'])} |" for c in comparison_data["checks"]]
         lines.append("")
     if comparison_data["percentiles"]:
-        lines += ["| scope | percentile | baseline | current | change (interval) | |", "| --- | --- | ---: | ---: | ---: | --- |"]
-        lines += [f"| {cell(r['scope'])} | {r['percentile']} | {r['baseline']} | {r['current']} | "
+        lines += ["| scope | figure | baseline | current | change (interval) | |", "| --- | --- | ---: | ---: | ---: | --- |"]
+        lines += [f"| {cell(r['scope'])} | {r['figure']} | {r['baseline']} | {r['current']} | "
                   f"{r['change']} ({r['change_ci']}) | {r['judgement']} |" for r in comparison_data["percentiles"]]
         lines.append("")
     if comparison_data.get("llm"):

@@ -201,8 +201,9 @@ def test_compare_says_why_a_significant_change_is_not_a_regression():
     rules = CompareRules()
     text = verdict_summary([_row("p999", -0.131, claimable=False), _row("p50", 0.032),
                             _row("p99", -0.2, improved=True)], None, rules)
-    assert text == ("no regression above 10%; P99.9 −13.1%: significant, but too few requests to claim P99.9 in "
-                    "both runs; P50 +3.2%: significant, but within the 10% threshold; P99 −20.0%: improved")
+    assert text == ("no regression above 10%; latency P99.9 −13.1%: significant, but too few requests to claim "
+                    "latency P99.9 on both sides; latency P50 +3.2%: significant, but within the 10% threshold; "
+                    "latency P99 −20.0%: improved")
     assert "below the" not in text
 
 

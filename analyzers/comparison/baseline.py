@@ -1,27 +1,24 @@
-"""A run against a baseline run: which percentile moved, by how much, is it real, where.
+"""Runs against baseline runs: which percentile moved, by how much, is it real, where.
 
-For every standard percentile (P50 … P99.9) of latency and service time,
-over all requests and per request class present in both runs:
+Each side is one run or several runs of the same scenario (``tailscope compare NEW… -- BASE…``,
+two folders of runs, ``tailscope run --repeat N``). For every standard percentile (P50 … P99.9)
+of latency and service time, over all requests and per request class present on both sides:
 
-- the change (current − baseline, ms and relative) with a **bootstrap
-  confidence interval** (percentile method, 95%, 2,000 resamples by default);
+- the change (current − baseline, ms and relative; each side's percentile over all its requests
+  pooled) with a **resampled confidence interval** (percentile method, 95%, 2,000 replicates by
+  default) whose replicates redraw the runs of each side and the time blocks within each run
+  (a hierarchical block bootstrap, analyzers/comparison/resampling.py): the interval carries the
+  run-to-run spread when a side has several runs, and the within-run correlation of neighbouring
+  seconds always. With one run per side the run-to-run spread is unknown: the replicates redraw
+  5-s time blocks only, and the verdict says so;
 - *significant* when the interval excludes 0;
-- **regressed** when the relative change is above ``threshold`` (10% by
-  default) **and** the interval lies above 0 **and** both runs have enough
-  samples to claim that percentile (early stopping, analyzers/stats/percentiles.py);
-  *improved* symmetrically.
+- **regressed** when the relative change is above ``threshold`` (10% by default) **and** the
+  interval lies above 0 **and** both sides have enough samples to claim that percentile (early
+  stopping, analyzers/stats/percentiles.py); *improved* symmetrically.
 
-Vectorised bootstrap without resampling the data: the nearest-rank
-p-quantile of a resample of n values is the r-th smallest (r = ceil(n·p)) of
-n draws with replacement, whose rank J in the sorted original is exactly
-``ceil(n · U)`` with ``U ~ Beta(r, n − r + 1)`` (the r-th order statistic of n
-uniforms). So one replicate costs one Beta draw and one index: O(B) per
-percentile, whatever n — 10 million requests compare in the time of a sort.
-
-Stage-level attribution: the mean of every stage for the *tail* requests
-(latency at or above the run's own quantile of the most-regressed percentile,
-or P99) in both runs, with the change and a normal-approximation 95%
-interval; the stage whose mean grew most is ``changed_stage``.
+Stage-level attribution: the mean of every stage for the *tail* requests (latency at or above
+each run's own quantile of the most-regressed percentile, or P99) on both sides, with the change
+and a normal-approximation 95% interval; the stage whose mean grew most is ``changed_stage``.
 
 The dict follows docs/analyzers/compare.md (the reports render it).
 """
@@ -30,29 +27,34 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 import numpy as np
 
-from tailscope.analyzers.comparison.judge import CompareRules, bootstrap_quantiles, compare_percentile  # noqa: F401
+from tailscope.analyzers.comparison.judge import CompareRules, Figure, bootstrap_quantiles, compare_percentiles  # noqa: F401
 from tailscope.analyzers.comparison.judge import interval as _interval  # noqa: F401
 from tailscope.analyzers.comparison.llm_compare import compare_llm, llm_checks, llm_summary
+from tailscope.analyzers.comparison.resampling import BlockLayout, replicate_weights
 from tailscope.analyzers.inputs.records import NS_PER_S, RequestArrays, request_arrays
 from tailscope.analyzers.stages.decomposition import StageMatrix, stage_matrix
 from tailscope.analyzers.stages.rules import rules_for_scenario
-from tailscope.analyzers.stats.distribution import latency_distribution
+from tailscope.analyzers.stats.distribution import ALL_CLASSES, bin_counts, bin_edges_ms, latency_distribution
 from tailscope.analyzers.stats.percentiles import STANDARD_PERCENTILES, nearest_rank
 from tailscope.analyzers.stats.summary import load_period_ns
 from tailscope.rundir import Run, load_run
 
-COMPARISON_FORMAT_VERSION = "1.0"
+COMPARISON_FORMAT_VERSION = "1.1"
 METRICS = (("latency_ms", "latency"), ("service_time_ms", "service time"))
+METRIC_LABELS = dict(METRICS)
 Z_95 = 1.959963984540054
+MANIFEST = "manifest.json"
 
 
 @dataclass
 class RunSide:
-    """One side of the comparison: the run, its request arrays and stage matrix."""
+    """One run of a side: the run, its request arrays and stage matrix."""
 
     run: Run
     req: RequestArrays
@@ -65,60 +67,229 @@ class RunSide:
         resolved = rules_for_scenario(run.manifest.get("scenario") or {})
         return cls(run, req, stage_matrix(req, run.spans, resolved.rules))
 
-    def values(self, metric: str, cls: str | None) -> np.ndarray:
+    def mask(self, metric: str, cls: str | None) -> np.ndarray:
+        """The requests that count in ``metric`` (of class ``cls``; None: all)."""
         req = self.req
         mask = req.in_latency & (req.has_sent if metric == "service_time_ms" else True)
-        if cls is not None:
-            mask = mask & req.class_mask(cls)
-        column = req.latency_ms if metric == "latency_ms" else req.service_ms
-        return np.sort(column[mask])
+        return mask & req.class_mask(cls) if cls is not None else mask
+
+    def column(self, metric: str) -> np.ndarray:
+        return self.req.latency_ms if metric == "latency_ms" else self.req.service_ms
+
+    def values(self, metric: str, cls: str | None) -> np.ndarray:
+        """The sorted values (ms) of ``metric`` over the requests of class ``cls`` (None: all)."""
+        return np.sort(self.column(metric)[self.mask(metric, cls)])
+
+    @property
+    def name(self) -> str:
+        scenario = self.run.manifest.get("scenario") or {}
+        return str(self.run.manifest.get("name") or scenario.get("name")
+                   or os.path.basename(self.run.path.rstrip("/")))
+
+    @property
+    def start_ns(self) -> int | None:
+        start = self.run.manifest.get("start_ns")
+        if isinstance(start, int) and start > 0:
+            return start
+        period = load_period_ns(self.req)
+        return period[0] if period else None
 
     def facts(self) -> dict:
-        req, manifest = self.req, self.run.manifest
+        req = self.req
         period = load_period_ns(req)
         duration = (period[1] - period[0]) / NS_PER_S if period else 0.0
-        scenario = manifest.get("scenario") or {}
-        return {"name": manifest.get("name") or scenario.get("name") or os.path.basename(self.run.path.rstrip("/")),
-                "path": self.run.path, "requests": int(req.n),
+        return {"name": self.name, "path": self.run.path, "requests": int(req.n),
                 "achieved_rps": float(req.is_ok.sum() / duration) if duration > 0 else None,
-                "error_rate": float(req.is_error.mean()) if req.n else 0.0, "duration_s": duration}
+                "error_rate": float(req.is_error.mean()) if req.n else 0.0, "duration_s": duration,
+                "started": start_text(self.start_ns, seconds=True)}
 
     def classes(self) -> set[str]:
         return set(self.req.class_names())
 
 
+def start_text(start_ns: int | None, seconds: bool = False) -> str | None:
+    """A run's start as UTC text: ``2026-12-06 01:40`` (``:05`` seconds added when asked)."""
+    if not start_ns:
+        return None
+    stamp = datetime.fromtimestamp(start_ns / NS_PER_S, tz=UTC)
+    return stamp.strftime("%Y-%m-%d %H:%M:%S" if seconds else "%Y-%m-%d %H:%M")
+
+
+def _natural_key(name: str) -> list:
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name)]
+
+
+def run_dirs_in(path: str) -> list[str]:
+    """The run directories ``path`` stands for: itself when it is a run directory (or not a
+    folder of runs: reading it then says why), else the run directories directly inside it
+    (a folder made by ``tailscope run --repeat``), in natural order (run-2 before run-10)."""
+    if os.path.isfile(os.path.join(path, MANIFEST)) or not os.path.isdir(path):
+        return [path]
+    inside = [os.path.join(path, name) for name in sorted(os.listdir(path), key=_natural_key)
+              if os.path.isfile(os.path.join(path, name, MANIFEST))]
+    return inside or [path]
+
+
+@dataclass
+class ComparisonSide:
+    """One side of a comparison: its runs (one or more), the time blocks they are resampled by
+    (:class:`~.resampling.BlockLayout`) and the path the side was given as."""
+
+    runs: list[RunSide]
+    layout: BlockLayout
+    path: str
+
+    @classmethod
+    def load(cls, spec, block_s: float | None = None) -> ComparisonSide:
+        """A side from a run directory, a folder of runs, a loaded run or a list of those."""
+        if isinstance(spec, ComparisonSide):
+            return spec
+        items = list(spec) if isinstance(spec, (list, tuple)) else [spec]
+        runs: list[RunSide] = []
+        for item in items:
+            if isinstance(item, (Run, RunSide)):
+                runs.append(item if isinstance(item, RunSide) else RunSide.load(item))
+            else:
+                runs.extend(RunSide.load(path) for path in run_dirs_in(str(item)))
+        kwargs = {} if block_s is None else {"block_s": block_s}
+        layout = BlockLayout.of_periods([load_period_ns(r.req) for r in runs], **kwargs)
+        path = str(items[0]) if len(items) == 1 and not isinstance(items[0], (Run, RunSide)) else runs[0].run.path
+        return cls(runs, layout, path)
+
+    def weights(self, rules: CompareRules, rng: np.random.Generator) -> np.ndarray | None:
+        """The replicate weights of this side (None under the per-request method)."""
+        return None if rules.method == "request" else replicate_weights(self.layout, rules.resamples, rng)
+
+    def figure(self, metric: str, cls: str | None, weights: np.ndarray | None) -> Figure:
+        """``metric``'s values (ms) on this side for class ``cls`` (None: all) with their blocks."""
+        values, blocks = [], []
+        for i, side in enumerate(self.runs):
+            mask = side.mask(metric, cls)
+            values.append(side.column(metric)[mask])
+            blocks.append(self.layout.block_ids(i, side.req.scheduled_ns[mask]))
+        return Figure(np.concatenate(values), np.concatenate(blocks), weights)
+
+    @property
+    def name(self) -> str:
+        return self.runs[0].name
+
+    def classes(self) -> set[str]:
+        return set().union(*(r.classes() for r in self.runs))
+
+    def facts(self) -> dict:
+        """The side in figures: the first run's name, the path given, requests, achieved rate and
+        error rate over all its runs, ``duration_s`` summed over them, ``started`` (the first run's
+        start, UTC) and ``runs`` (each run's own facts)."""
+        runs = [r.facts() for r in self.runs]
+        requests = sum(f["requests"] for f in runs)
+        duration = sum(f["duration_s"] for f in runs)
+        ok = sum(int(r.req.is_ok.sum()) for r in self.runs)
+        errors = sum(int(r.req.is_error.sum()) for r in self.runs)
+        starts = [r.start_ns for r in self.runs if r.start_ns]
+        return {"name": self.name, "path": self.path, "requests": requests,
+                "achieved_rps": ok / duration if duration > 0 else None,
+                "error_rate": errors / requests if requests else 0.0, "duration_s": duration,
+                "started": start_text(min(starts), seconds=True) if starts else None,
+                "run_count": len(runs), "runs": runs}
+
+    def distribution(self) -> dict:
+        """The side's latency distribution (analysis ``distribution`` shape), its runs' counts summed."""
+        if len(self.runs) == 1:
+            return latency_distribution(self.runs[0].req)
+        edges = bin_edges_ms()
+        full: dict[str, np.ndarray] = {}
+        for side in self.runs:
+            req = side.req
+            ok = req.is_ok
+            for name, mask in [(ALL_CLASSES, ok)] + [(c, ok & req.class_mask(c)) for c in req.class_names(ok)]:
+                counts = bin_counts(req.latency_ms[mask], edges)
+                full[name] = full[name] + counts if name in full else counts
+        occupied = np.flatnonzero(full.get(ALL_CLASSES, np.zeros(1)))
+        if len(occupied) == 0:
+            return {"unit": "ms", "bin_edges_ms": [], "classes": {ALL_CLASSES: {"n": 0, "counts": []}}}
+        lo, hi = int(occupied[0]), int(occupied[-1]) + 1
+        return {"unit": "ms", "bin_edges_ms": [float(e) for e in edges[lo:hi + 1]],
+                "classes": {name: {"n": int(c.sum()), "counts": c[lo:hi].tolist()} for name, c in full.items()}}
+
+
+def load_side(spec, block_s: float | None = None) -> ComparisonSide:
+    """A comparison side (:meth:`ComparisonSide.load`). Raises RunDirError when a run cannot be read."""
+    return ComparisonSide.load(spec, block_s)
+
+
+def side_label(side: ComparisonSide, other: ComparisonSide) -> str:
+    """How a side is named in titles: its scenario name, or — when both sides ran the same
+    scenario — the name and start time (``demo 2026-12-06 01:40``, ``3 runs of demo from …``)."""
+    count = len(side.runs)
+    same = side.name == other.name
+    starts = [r.start_ns for r in side.runs if r.start_ns]
+    other_starts = [r.start_ns for r in other.runs if r.start_ns]
+    seconds = bool(starts and other_starts and start_text(min(starts)) == start_text(min(other_starts)))
+    when = start_text(min(starts), seconds=seconds) if starts else None
+    if count == 1:
+        return f"{side.name} {when}" if same and when else side.name
+    return f"{count} runs of {side.name}" + (f" from {when}" if same and when else "")
+
+
+def method_facts(before: ComparisonSide, now: ComparisonSide, rules: CompareRules) -> dict:
+    """The comparison's ``method``: how the intervals were resampled, the runs per side, the
+    block length, and whether the run-to-run spread is part of the intervals."""
+    runs = min(len(before.runs), len(now.runs))
+    if rules.method == "request":
+        name, noise = "per-request bootstrap", "ignored"
+        note = "every request resampled independently (reference only: it ignores run-to-run and within-run correlation)"
+    elif runs >= 2:
+        name, noise = "hierarchical block bootstrap", "resampled"
+        note = (f"runs resampled within each side, then {before.layout.block_s:g}-s time blocks within each run: "
+                f"the intervals include the run-to-run spread")
+    else:
+        name, noise = "time-block bootstrap", "unknown"
+        note = (f"one run on {'each side' if max(len(before.runs), len(now.runs)) == 1 else 'a side'}: run-to-run "
+                f"noise unknown; intervals from {before.layout.block_s:g}-s time blocks within the run only; repeat "
+                f"the runs (tailscope run --repeat 3) and compare the folders to judge against it")
+    return {"name": name, "resampling": rules.method, "run_to_run_noise": noise, "note": note,
+            "block_s": max(before.layout.block_s, now.layout.block_s) if rules.method != "request" else None,
+            "baseline_runs": len(before.runs), "current_runs": len(now.runs), "resamples": rules.resamples}
+
+
 def compare_runs(current, baseline, rules: CompareRules = CompareRules()) -> dict:
-    """The comparison dict of ``current`` against ``baseline`` (paths or loaded runs)."""
-    now, before = RunSide.load(current), RunSide.load(baseline)
+    """The comparison dict of ``current`` against ``baseline``: each a run directory, a folder
+    of runs, a loaded run, a list of those or a :class:`ComparisonSide`.
+    Raises RunDirError when a run cannot be read."""
+    now, before = load_side(current, rules.block_s), load_side(baseline, rules.block_s)
     rng = np.random.default_rng(rules.seed)
+    weights_before, weights_now = before.weights(rules, rng), now.weights(rules, rng)
     rows = []
     scopes = [None] + sorted(now.classes() & before.classes())
     for cls in scopes:
         for metric, _ in METRICS:
-            base_values, current_values = before.values(metric, cls), now.values(metric, cls)
-            for name, p in STANDARD_PERCENTILES:
-                row = compare_percentile(base_values, current_values, p, rules, rng)
-                if row is not None:
-                    rows.append({"metric": metric, "cls": cls, "percentile": name, **row})
+            judged = compare_percentiles(before.figure(metric, cls, weights_before),
+                                         now.figure(metric, cls, weights_now), STANDARD_PERCENTILES, rules, rng)
+            rows += [{"metric": metric, "cls": cls, "percentile": name, **row} for name, row in judged]
     focus = _focus_percentile(rows)
     stages, changed = stage_attribution(before, now, focus, rules)
-    llm = compare_llm((before.run, before.req), (now.run, now.req), rules)
+    llm = compare_llm(before, now, (weights_before, weights_now), rules)
     checks = regression_checks(rows, rules) + llm_checks(llm, rules)
     regressed = any(not c["passed"] for c in checks)
+    method = method_facts(before, now, rules)
     summary = verdict_summary(rows, changed, rules)
     if llm_summary(llm):  # an LLM regression leads when latency did not regress
         latency_regressed = any(r["regressed"] and r["metric"] == "latency_ms" for r in rows)
         summary = f"{summary}; {llm_summary(llm)}" if latency_regressed else f"{llm_summary(llm)}; latency: {summary}"
+    if method["run_to_run_noise"] == "unknown":
+        summary += " (one run per side: run-to-run noise unknown, judged by a time-block bootstrap)"
     return {
         "format_version": COMPARISON_FORMAT_VERSION,
+        "title": f"{side_label(now, before)} vs {side_label(before, now)}",
         "baseline": before.facts(), "current": now.facts(),
         "threshold": rules.threshold, "confidence": rules.confidence, "resamples": rules.resamples,
+        "method": method,
         "verdict": {"regressed": regressed, "summary": summary},
         "checks": checks, "percentiles": rows, "stages": stages, "changed_stage": changed, "llm": llm,
-        "error_rate": error_rate_change(before.req, now.req),
+        "error_rate": error_rate_change(before, now),
         "classes_compared": [c for c in scopes if c is not None],
         "classes_only_in_one": sorted(now.classes() ^ before.classes()),
-        "distributions": {"baseline": latency_distribution(before.req), "current": latency_distribution(now.req)},
+        "distributions": {"baseline": before.distribution(), "current": now.distribution()},
     }
 
 
@@ -137,10 +308,10 @@ def regression_checks(rows: list[dict], rules: CompareRules) -> list[dict]:
         if row["metric"] != "latency_ms":
             continue
         scope = row["cls"] or "all"
-        label = row["percentile"].upper().replace("P999", "P99.9")
+        label = row_label(row)
         relative = row["relative_change"]
         message = (f"{label} {row['baseline_ms']:.1f} ms → {row['current_ms']:.1f} ms "
-                   f"({'—' if relative is None else f'{relative:+.1%}'}; change 95% CI "
+                   f"({'—' if relative is None else f'{relative:+.1%}'}; change {rules.confidence:.0%} CI "
                    f"{row['change_ci_ms'][0]:+.1f} … {row['change_ci_ms'][1]:+.1f} ms)")
         if row["regressed"]:
             message += f": regression (above {rules.threshold:.0%} and significant)"
@@ -161,15 +332,29 @@ def _tail_rows(side: RunSide, p: float) -> np.ndarray:
     return np.flatnonzero(latency >= cut)
 
 
-def stage_attribution(before: RunSide, now: RunSide, percentile: str, rules: CompareRules) -> tuple[list[dict], dict | None]:
+def _tail_stage(side: ComparisonSide, stage: str, p: float) -> np.ndarray:
+    """A stage's values (ms) over the tail requests of every run of a side (each run's own quantile)."""
+    parts = [r.matrix.column(stage)[_tail_rows(r, p)] for r in side.runs if stage in r.matrix.stages]
+    return np.concatenate(parts) if parts else np.zeros(0)
+
+
+def _stages(side: ComparisonSide) -> list[str]:
+    """The stages every run of a side has, in the first run's order."""
+    return [s for s in side.runs[0].matrix.stages if all(s in r.matrix.stages for r in side.runs[1:])]
+
+
+def stage_attribution(before: ComparisonSide, now: ComparisonSide, percentile: str,
+                      rules: CompareRules) -> tuple[list[dict], dict | None]:
     """(per-stage mean change in the tail, the stage that changed most) for one percentile's tail."""
     p = dict(STANDARD_PERCENTILES)[percentile]
-    shared = [s for s in now.matrix.stages if s in before.matrix.stages and s != "server"]
-    rows_before, rows_now = _tail_rows(before, p), _tail_rows(now, p)
+    before_stages = _stages(before)
+    shared = [s for s in _stages(now) if s in before_stages and s != "server"]
+    tail_before = sum(len(_tail_rows(r, p)) for r in before.runs)
+    tail_now = sum(len(_tail_rows(r, p)) for r in now.runs)
     out = []
     for stage in shared:
-        a = before.matrix.column(stage)[rows_before]
-        b = now.matrix.column(stage)[rows_now]
+        a = _tail_stage(before, stage, p)
+        b = _tail_stage(now, stage, p)
         a, b = a[np.isfinite(a)], b[np.isfinite(b)]
         if len(a) == 0 or len(b) == 0:
             continue
@@ -177,26 +362,27 @@ def stage_attribution(before: RunSide, now: RunSide, percentile: str, rules: Com
         se = math.sqrt(a.var(ddof=1) / len(a) + b.var(ddof=1) / len(b)) if len(a) > 1 and len(b) > 1 else 0.0
         out.append({"stage": stage, "baseline_ms": float(a.mean()), "current_ms": float(b.mean()),
                     "change_ms": change, "change_ci_ms": [change - Z_95 * se, change + Z_95 * se],
-                    "tail_percentile": percentile, "baseline_tail_requests": int(len(rows_before)),
-                    "current_tail_requests": int(len(rows_now))})
+                    "tail_percentile": percentile, "baseline_tail_requests": int(tail_before),
+                    "current_tail_requests": int(tail_now)})
     grown = [s for s in out if s["change_ci_ms"][0] > 0]
     if not grown:
         return out, None
     top = max(grown, key=lambda s: s["change_ms"])
     total = sum(max(s["change_ms"], 0.0) for s in out)
     share = top["change_ms"] / total if total > 0 else 1.0
-    summary = (f"{top['stage']} changed most in the requests at or above {percentile.upper().replace('P999', 'P99.9')}: "
+    summary = (f"{top['stage']} changed most in the requests at or above latency {percentile_label(percentile)}: "
                f"mean {top['baseline_ms']:.1f} ms → {top['current_ms']:.1f} ms ({top['change_ms']:+.1f} ms, "
                f"{share:.0%} of the stages' growth)")
     return out, {"stage": top["stage"], "change_ms": top["change_ms"], "share_of_growth": share, "summary": summary}
 
 
-def error_rate_change(before: RequestArrays, now: RequestArrays) -> dict:
-    """Error rates of both runs, their difference and a two-proportion z-test p-value."""
+def error_rate_change(before: ComparisonSide, now: ComparisonSide) -> dict:
+    """Error rates of both sides (all their runs' requests), their difference and a
+    two-proportion z-test p-value."""
     from scipy import stats
 
-    n1, n2 = before.n, now.n
-    e1, e2 = int(before.is_error.sum()), int(now.is_error.sum())
+    n1, n2 = (sum(r.req.n for r in side.runs) for side in (before, now))
+    e1, e2 = (sum(int(r.req.is_error.sum()) for r in side.runs) for side in (before, now))
     r1 = e1 / n1 if n1 else 0.0
     r2 = e2 / n2 if n2 else 0.0
     pooled = (e1 + e2) / (n1 + n2) if n1 + n2 else 0.0
@@ -210,16 +396,21 @@ def percentile_label(name: str) -> str:
     return name.upper().replace("P999", "P99.9")
 
 
+def row_label(row: dict) -> str:
+    """A percentile row's figure in words: ``latency P50``, ``service time P99.9``."""
+    return f"{METRIC_LABELS.get(row.get('metric') or 'latency_ms', row.get('metric'))} {percentile_label(row['percentile'])}"
+
+
 def _unjudged(row: dict, rules: CompareRules) -> str:
-    """A significant change that is not a regression, and why: ``P99.9 −13.1%: improved``,
-    ``P50 +3.2%: significant, but within the 10% threshold``, ``P99.9 −13.1%: significant, but too
-    few requests to claim P99.9 in both runs``."""
-    name, relative = percentile_label(row["percentile"]), row["relative_change"]
+    """A significant change that is not a regression, and why: ``latency P99.9 −13.1%: improved``,
+    ``latency P50 +3.2%: significant, but within the 10% threshold``, ``latency P99.9 −13.1%:
+    significant, but too few requests to claim latency P99.9 on both sides``."""
+    name, relative = row_label(row), row["relative_change"]
     change = "—" if relative is None else f"{relative:+.1%}".replace("-", "−")
     if row.get("improved"):
         return f"{name} {change}: improved"
     if not row.get("claimable", True):
-        return f"{name} {change}: significant, but too few requests to claim {name} in both runs"
+        return f"{name} {change}: significant, but too few requests to claim {name} on both sides"
     return f"{name} {change}: significant, but within the {rules.threshold:.0%} threshold"
 
 
@@ -230,7 +421,7 @@ def verdict_summary(rows: list[dict], changed: dict | None, rules: CompareRules)
         moved = [r for r in rows if r["significant"] and r["metric"] == "latency_ms" and r["cls"] is None]
         return f"no regression above {rules.threshold:.0%}" + "".join(f"; {_unjudged(r, rules)}" for r in moved)
     regressed.sort(key=lambda r: (r["cls"] is not None, -(r["relative_change"] or 0)))
-    parts = [f"{r['cls'] or 'all'} {percentile_label(r['percentile'])} {r['baseline_ms']:.1f} → "
+    parts = [f"{r['cls'] or 'all'} {row_label(r)} {r['baseline_ms']:.1f} → "
              f"{r['current_ms']:.1f} ms ({r['relative_change']:+.0%})" for r in regressed[:4]]
     text = "regression: " + "; ".join(parts) + (f" (+{len(regressed) - 4} more)" if len(regressed) > 4 else "")
     if changed:

@@ -1,10 +1,13 @@
-"""Judging one figure of a run against its baseline: bootstrap intervals and the regression rule.
+"""Judging one figure of a comparison: resampled intervals and the regression rule.
 
 Shared by the latency comparison (:mod:`.baseline`) and the LLM figures (:mod:`.llm_compare`).
-:func:`bootstrap_quantiles` draws nearest-rank quantile replicates without resampling the data
-(one Beta draw per replicate, see :mod:`.baseline`); :func:`compare_percentile` judges one
-percentile's change: *significant* when its interval excludes 0, *regressed* when the relative
-change is above ``threshold``, the interval lies above 0 and both runs can claim the percentile.
+A figure's replicates on each side come from the side's resampling (:mod:`.resampling`: runs,
+then time blocks within each run; ``CompareRules.method == "hierarchical"``, the default), or,
+for reference only, from a per-request bootstrap that treats every request as independent
+(``method == "request"``: :func:`bootstrap_quantiles`, one Beta draw per replicate, see
+:mod:`.baseline`). :func:`judge_change` judges a change: *significant* when its interval excludes
+0, *regressed* when it moved the bad way by more than ``threshold`` (relative), the interval lies
+on that side of 0 and both sides can claim the figure (early stopping).
 """
 
 from __future__ import annotations
@@ -13,22 +16,50 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tailscope.analyzers.comparison.resampling import BLOCK_S, log_bins, quantile_replicates
 from tailscope.analyzers.stats.percentiles import min_samples_for_claim, nearest_rank
+
+#: The resampling methods: ``hierarchical`` (runs, then time blocks; the judge) and ``request``
+#: (every request independent; kept to show what it gets wrong, docs/analyzers/compare.md).
+METHODS = ("hierarchical", "request")
 
 
 @dataclass(frozen=True)
 class CompareRules:
-    """``threshold``: relative change that counts (0.10 = 10%); ``confidence`` of the intervals."""
+    """``threshold``: relative change that counts (0.10 = 10%); ``confidence`` of the intervals;
+    ``resamples`` replicates per side; ``method`` (:data:`METHODS`); ``block_s``: the time-block
+    length in seconds (:mod:`.resampling`)."""
 
     threshold: float = 0.10
     confidence: float = 0.95
     resamples: int = 2000
     seed: int = 0
+    method: str = "hierarchical"
+    block_s: float = BLOCK_S
+
+    def __post_init__(self):
+        if self.method not in METHODS:
+            raise ValueError(f"unknown comparison method {self.method!r} (expected one of {', '.join(METHODS)})")
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One figure's values on one side (e.g. all requests' latency, ms): ``values`` (one per
+    request, any order), ``blocks`` (each value's global time block, :class:`.resampling.BlockLayout`)
+    and the side's replicate ``weights`` (``(resamples, blocks)``; None under ``method="request"``)."""
+
+    values: np.ndarray
+    blocks: np.ndarray
+    weights: np.ndarray | None
+
+    def __len__(self) -> int:
+        return len(self.values)
 
 
 def bootstrap_quantiles(sorted_values: np.ndarray, p: float, resamples: int,
                         rng: np.random.Generator) -> np.ndarray:
-    """``resamples`` bootstrap replicates of the nearest-rank p-quantile of a sorted sample."""
+    """``resamples`` per-request bootstrap replicates of the nearest-rank p-quantile of a sorted
+    sample (every request independent; ``method="request"``)."""
     n = len(sorted_values)
     r = nearest_rank(n, p)
     u = rng.beta(r, n - r + 1, size=resamples)
@@ -36,29 +67,72 @@ def bootstrap_quantiles(sorted_values: np.ndarray, p: float, resamples: int,
     return sorted_values[ranks - 1]
 
 
-def interval(values: np.ndarray, confidence: float) -> list[float]:
+def interval(values: np.ndarray, confidence: float, fallback: float | None = None) -> list[float]:
+    """The central ``confidence`` interval of the finite ``values`` (replicates that drew nothing
+    are NaN); ``[fallback, fallback]`` when none is finite."""
+    values = np.asarray(values, dtype=np.float64)
+    values = values[np.isfinite(values)]
+    if len(values) == 0:
+        point = float("nan") if fallback is None else float(fallback)
+        return [point, point]
     tail = (1.0 - confidence) / 2.0
     low, high = np.quantile(values, [tail, 1.0 - tail])
     return [float(low), float(high)]
 
 
-def compare_percentile(base: np.ndarray, current: np.ndarray, p: float, rules: CompareRules,
-                       rng: np.random.Generator) -> dict | None:
-    """One percentile's change with intervals and judgement; None when a side is empty."""
+def judge_change(base: float, current: float, boot_base: np.ndarray, boot_current: np.ndarray, claimable: bool,
+                 rules: CompareRules, lower_is_worse: bool = False) -> dict:
+    """A figure's change ``current − base`` with intervals (from the two sides' replicates) and
+    its judgement (module docstring). Values keep the figure's unit."""
+    change_ci = interval(boot_current - boot_base, rules.confidence, fallback=current - base)
+    relative = (current - base) / base if base > 0 else None
+    bad_side = change_ci[1] < 0 if lower_is_worse else change_ci[0] > 0
+    good_side = change_ci[0] > 0 if lower_is_worse else change_ci[1] < 0
+    moved = None if relative is None else relative * (-1.0 if lower_is_worse else 1.0)
+    return {"baseline": base, "baseline_ci": interval(boot_base, rules.confidence, fallback=base),
+            "current": current, "current_ci": interval(boot_current, rules.confidence, fallback=current),
+            "change": current - base, "change_ci": change_ci, "relative_change": relative,
+            "significant": bool(change_ci[0] > 0 or change_ci[1] < 0),
+            "regressed": bool(claimable and bad_side and moved is not None and moved > rules.threshold),
+            "improved": bool(claimable and good_side and moved is not None and moved < -rules.threshold),
+            "claimable": bool(claimable)}
+
+
+def quantile_replicate_pairs(base: Figure, current: Figure, quantiles: list[float], rules: CompareRules,
+                             rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """``(len(quantiles), resamples)`` replicates of each quantile on both sides, by ``rules.method``."""
+    if rules.method == "request":
+        sb, sc = np.sort(base.values), np.sort(current.values)
+        return (np.stack([bootstrap_quantiles(sb, p, rules.resamples, rng) for p in quantiles]),
+                np.stack([bootstrap_quantiles(sc, p, rules.resamples, rng) for p in quantiles]))
+    edges, represent = log_bins(base.values, current.values)
+    return (quantile_replicates(base.values, base.blocks, base.weights, edges, represent, quantiles),
+            quantile_replicates(current.values, current.blocks, current.weights, edges, represent, quantiles))
+
+
+def compare_percentiles(base: Figure, current: Figure, percentiles: tuple, rules: CompareRules,
+                        rng: np.random.Generator) -> list[tuple[str, dict]]:
+    """``[(name, row)]`` for the ``(name, p)`` in ``percentiles``: each nearest-rank percentile
+    of both sides (all their requests pooled), its change with intervals and judgement, the
+    sample sizes and ``claimable`` (both sides hold enough values to claim it); [] when a side is
+    empty. Keys: ``baseline_ms``, ``baseline_ci_ms``, ``current_ms``, ``current_ci_ms``,
+    ``change_ms``, ``change_ci_ms``, ``relative_change``, ``significant``, ``regressed``,
+    ``improved``, ``claimable``, ``baseline_n``, ``current_n``."""
     if len(base) == 0 or len(current) == 0:
-        return None
-    b = float(base[nearest_rank(len(base), p) - 1])
-    c = float(current[nearest_rank(len(current), p) - 1])
-    boot_b = bootstrap_quantiles(base, p, rules.resamples, rng)
-    boot_c = bootstrap_quantiles(current, p, rules.resamples, rng)
-    change_ci = interval(boot_c - boot_b, rules.confidence)
-    relative = (c - b) / b if b > 0 else None
-    claimable = min(len(base), len(current)) >= min_samples_for_claim(p, 0)
-    significant = change_ci[0] > 0 or change_ci[1] < 0
-    regressed = bool(claimable and change_ci[0] > 0 and relative is not None and relative > rules.threshold)
-    improved = bool(claimable and change_ci[1] < 0 and relative is not None and relative < -rules.threshold)
-    return {"baseline_ms": b, "baseline_ci_ms": interval(boot_b, rules.confidence),
-            "current_ms": c, "current_ci_ms": interval(boot_c, rules.confidence),
-            "change_ms": c - b, "change_ci_ms": change_ci, "relative_change": relative,
-            "significant": bool(significant), "regressed": regressed, "improved": improved,
-            "claimable": bool(claimable), "baseline_n": int(len(base)), "current_n": int(len(current))}
+        return []
+    sb, sc = np.sort(base.values), np.sort(current.values)
+    quantiles = [p for _, p in percentiles]
+    boot_b, boot_c = quantile_replicate_pairs(base, current, quantiles, rules, rng)
+    out = []
+    for i, (name, p) in enumerate(percentiles):
+        b = float(sb[nearest_rank(len(sb), p) - 1])
+        c = float(sc[nearest_rank(len(sc), p) - 1])
+        claimable = min(len(sb), len(sc)) >= min_samples_for_claim(p, 0)
+        row = judge_change(b, c, boot_b[i], boot_c[i], claimable, rules)
+        out.append((name, {"baseline_ms": row["baseline"], "baseline_ci_ms": row["baseline_ci"],
+                           "current_ms": row["current"], "current_ci_ms": row["current_ci"],
+                           "change_ms": row["change"], "change_ci_ms": row["change_ci"],
+                           **{k: row[k] for k in ("relative_change", "significant", "regressed", "improved",
+                                                  "claimable")},
+                           "baseline_n": int(len(sb)), "current_n": int(len(sc))}))
+    return out

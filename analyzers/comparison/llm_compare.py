@@ -1,19 +1,23 @@
-"""The LLM figures of a run against its baseline: TTFT and TPOT P99, output tokens/s, goodput.
+"""The LLM figures of runs against baseline runs: TTFT and TPOT P50/P99, output tokens/s, goodput.
 
-For two runs that both hold OpenAI-API requests (analyzers/stats/llm.py), the comparison's ``llm``
-section has one row per figure, judged the way latency percentiles are (:mod:`.baseline`):
+For two sides (:class:`~.baseline.ComparisonSide`, one or more runs each) whose runs all hold
+OpenAI-API requests (analyzers/stats/llm.py), the comparison's ``llm`` section has one row per
+figure, judged the way latency percentiles are (:mod:`.judge`), with the **same resampling** —
+runs, then time blocks within each run, with the side's replicate weights (:mod:`.resampling`):
 
-- ``ttft_ms`` and ``tpot_ms`` at P50 and P99: :func:`~.baseline.compare_percentile` over the
-  successful streamed LLM requests' values (ms, from the scheduled send), so the same bootstrap
-  intervals, early-stopping claim and threshold apply; *higher is worse*.
-- ``output_tokens_per_s``: the output tokens that arrived per second over the load period, its
-  interval from bootstrap resamples of the run's 1-s windows (each window's arrived tokens; a
-  replicate's rate is the mean of its resampled windows); claimable when both runs have at least
-  ``MIN_RATE_WINDOWS`` windows. *Lower is worse.*
-- ``goodput``: the share of LLM requests meeting every per-request SLO of the run's own scenario
-  (analyzers/stats/goodput.py), its interval from binomial resamples (``Binomial(n, share) / n``);
-  claimable when both runs have at least ``MIN_GOODPUT_REQUESTS`` LLM requests. *Lower is worse.*
+- ``ttft_ms`` and ``tpot_ms`` at P50 and P99: the successful streamed LLM requests' values (ms,
+  from the scheduled send), each in the time block of its scheduled send; the same intervals,
+  early-stopping claim and threshold as latency; *higher is worse*.
+- ``output_tokens_per_s``: the output tokens that arrived per second over the load periods (each
+  run's 1-s windows; a replicate's rate is the tokens of its drawn blocks over their windows);
+  claimable when both sides have at least ``MIN_RATE_WINDOWS`` windows. *Lower is worse.*
+- ``goodput``: the share of LLM requests meeting every per-request SLO of each run's own scenario
+  (analyzers/stats/goodput.py; a replicate's share is the good requests of its drawn blocks over
+  their LLM requests); claimable when both sides have at least ``MIN_GOODPUT_REQUESTS`` LLM
+  requests. *Lower is worse.*
 
+Under ``CompareRules.method == "request"`` (reference only) the percentiles use the per-request
+bootstrap, the rate resamples 1-s windows independently and goodput is a binomial resample.
 A row is ``regressed`` when it moved the bad way by more than ``threshold`` (relative) **and** the
 change interval excludes 0 on that side **and** it is claimable; ``improved`` symmetrically.
 :func:`llm_checks` gives one check per P99 row, output rate and goodput (failed when regressed).
@@ -25,14 +29,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tailscope.analyzers.comparison.judge import CompareRules, compare_percentile, interval
-from tailscope.analyzers.inputs.records import NS_PER_S, RequestArrays
+from tailscope.analyzers.comparison.judge import CompareRules, Figure, compare_percentiles, judge_change
+from tailscope.analyzers.comparison.resampling import ratio_replicates
+from tailscope.analyzers.inputs.records import NS_PER_S
 from tailscope.analyzers.stats.goodput import good_requests
 from tailscope.analyzers.stats.llm import llm_arrays, series, window_columns
 from tailscope.analyzers.stats.slo import parse_slo
 from tailscope.analyzers.stats.streaming import read_chunks, stream_times
 from tailscope.analyzers.stats.summary import load_period_ns
-from tailscope.rundir import Run
 
 MIN_RATE_WINDOWS = 10
 MIN_GOODPUT_REQUESTS = 100
@@ -44,14 +48,23 @@ LABELS = {"ttft_ms": "TTFT", "tpot_ms": "TPOT", "output_tokens_per_s": "output t
 
 @dataclass(frozen=True)
 class LlmSide:
-    """One run's LLM values: sorted TTFT and TPOT (ms), arrived output tokens per 1-s window, and
-    how many LLM requests there were and how many were good."""
+    """One side's LLM values over all its runs: TTFT and TPOT (ms) with each value's time block;
+    per 1-s window the arrived output tokens and the window's block; per LLM request whether it
+    was good and its block."""
 
     ttft_ms: np.ndarray
+    ttft_blocks: np.ndarray
     tpot_ms: np.ndarray
+    tpot_blocks: np.ndarray
     window_tokens: np.ndarray
-    requests: int
-    good: int
+    window_blocks: np.ndarray
+    good: np.ndarray
+    request_blocks: np.ndarray
+    blocks: int
+
+    @property
+    def requests(self) -> int:
+        return int(len(self.good))
 
 
 def _scenario_slos(scenario: dict) -> list:
@@ -65,86 +78,104 @@ def _scenario_slos(scenario: dict) -> list:
     return out
 
 
-def llm_side(run: Run, req: RequestArrays) -> LlmSide | None:
-    """The LLM values of one run (its request arrays ``req``); None when it has no OpenAI-API request."""
-    llm = llm_arrays(run.requests)
-    if llm is None:
-        return None
-    times = stream_times(req, run.requests, *read_chunks(run.path))
-    values = series(req, llm, times)
-    period = load_period_ns(req)
-    tokens = np.zeros(0)
-    if period:
-        starts = np.arange(period[0], period[1], WINDOW_NS, dtype=np.int64)
-        columns = window_columns(req, llm, times, {"start_ns": starts, "end_ns": starts + WINDOW_NS})
-        tokens = columns["output_tokens"].astype(np.float64) if columns is not None else tokens
-    good = good_requests(req, _scenario_slos(run.manifest.get("scenario") or {}), times) & llm.is_llm
-    return LlmSide(np.sort(values["ttft"][~np.isnan(values["ttft"])]), np.sort(values["tpot"][~np.isnan(values["tpot"])]),
-                   tokens, int(llm.is_llm.sum()), int(good.sum()))
+def llm_side(side) -> LlmSide | None:
+    """The LLM values of a comparison side (its runs' request arrays and time blocks); None when
+    one of its runs has no OpenAI-API request."""
+    parts: dict[str, list] = {k: [] for k in ("ttft", "ttft_b", "tpot", "tpot_b", "tokens", "tokens_b", "good", "good_b")}
+    for index, one in enumerate(side.runs):
+        run, req = one.run, one.req
+        llm = llm_arrays(run.requests)
+        if llm is None:
+            return None
+        times = stream_times(req, run.requests, *read_chunks(run.path))
+        values = series(req, llm, times)
+        blocks = side.layout.block_ids(index, req.scheduled_ns)
+        for key in ("ttft", "tpot"):
+            keep = ~np.isnan(values[key])
+            parts[key].append(values[key][keep])
+            parts[key + "_b"].append(blocks[keep])
+        period = load_period_ns(req)
+        if period:
+            starts = np.arange(period[0], period[1], WINDOW_NS, dtype=np.int64)
+            columns = window_columns(req, llm, times, {"start_ns": starts, "end_ns": starts + WINDOW_NS})
+            if columns is not None:
+                parts["tokens"].append(columns["output_tokens"].astype(np.float64))
+                parts["tokens_b"].append(side.layout.block_ids(index, starts))
+        good = good_requests(req, _scenario_slos(run.manifest.get("scenario") or {}), times)
+        parts["good"].append(good[llm.is_llm])
+        parts["good_b"].append(blocks[llm.is_llm])
+
+    def joined(key: str, dtype) -> np.ndarray:
+        return np.concatenate(parts[key]).astype(dtype) if parts[key] else np.zeros(0, dtype)
+    return LlmSide(joined("ttft", np.float64), joined("ttft_b", np.int64), joined("tpot", np.float64),
+                   joined("tpot_b", np.int64), joined("tokens", np.float64), joined("tokens_b", np.int64),
+                   joined("good", bool), joined("good_b", np.int64), side.layout.total)
 
 
-def _judged(base: float, current: float, boot_base: np.ndarray, boot_current: np.ndarray, claimable: bool,
-            rules: CompareRules, lower_is_worse: bool) -> dict:
-    change_ci = interval(boot_current - boot_base, rules.confidence)
-    relative = (current - base) / base if base > 0 else None
-    worse = -1.0 if lower_is_worse else 1.0
-    bad_side = change_ci[1] < 0 if lower_is_worse else change_ci[0] > 0
-    good_side = change_ci[0] > 0 if lower_is_worse else change_ci[1] < 0
-    moved = None if relative is None else relative * worse
-    return {"baseline": base, "baseline_ci": interval(boot_base, rules.confidence),
-            "current": current, "current_ci": interval(boot_current, rules.confidence),
-            "change": current - base, "change_ci": change_ci, "relative_change": relative,
-            "significant": bool(change_ci[0] > 0 or change_ci[1] < 0),
-            "regressed": bool(claimable and bad_side and moved is not None and moved > rules.threshold),
-            "improved": bool(claimable and good_side and moved is not None and moved < -rules.threshold),
-            "claimable": bool(claimable), "lower_is_worse": lower_is_worse}
+def _per_block(values: np.ndarray, blocks: np.ndarray, total: int) -> np.ndarray:
+    return np.bincount(blocks, weights=values.astype(np.float64), minlength=total)
 
 
-def _rate_row(before: LlmSide, now: LlmSide, rules: CompareRules, rng: np.random.Generator) -> dict | None:
+def _rate_row(before: LlmSide, now: LlmSide, weights: tuple, rules: CompareRules,
+              rng: np.random.Generator) -> dict | None:
     a, b = before.window_tokens, now.window_tokens
     if not len(a) or not len(b):
         return None
     window_s = WINDOW_NS / NS_PER_S
 
-    def replicates(tokens: np.ndarray) -> np.ndarray:
-        picks = rng.integers(0, len(tokens), size=(rules.resamples, len(tokens)))
-        return tokens[picks].mean(axis=1) / window_s
-    row = _judged(float(a.mean() / window_s), float(b.mean() / window_s), replicates(a), replicates(b),
-                  min(len(a), len(b)) >= MIN_RATE_WINDOWS, rules, lower_is_worse=True)
-    return {"metric": "output_tokens_per_s", "percentile": None, "unit": "tokens/s", **row,
+    def replicates(side: LlmSide, w: np.ndarray | None) -> np.ndarray:
+        tokens = side.window_tokens
+        if w is None:  # per-request method: windows independent
+            picks = rng.integers(0, len(tokens), size=(rules.resamples, len(tokens)))
+            return tokens[picks].mean(axis=1) / window_s
+        return ratio_replicates(_per_block(tokens, side.window_blocks, side.blocks),
+                                _per_block(np.ones(len(tokens)), side.window_blocks, side.blocks), w) / window_s
+    row = judge_change(float(a.mean() / window_s), float(b.mean() / window_s), replicates(before, weights[0]),
+                       replicates(now, weights[1]), min(len(a), len(b)) >= MIN_RATE_WINDOWS, rules, lower_is_worse=True)
+    return {"metric": "output_tokens_per_s", "percentile": None, "unit": "tokens/s", **row, "lower_is_worse": True,
             "baseline_n": int(len(a)), "current_n": int(len(b))}
 
 
-def _goodput_row(before: LlmSide, now: LlmSide, rules: CompareRules, rng: np.random.Generator) -> dict | None:
+def _goodput_row(before: LlmSide, now: LlmSide, weights: tuple, rules: CompareRules,
+                 rng: np.random.Generator) -> dict | None:
     if not before.requests or not now.requests:
         return None
-    p, q = before.good / before.requests, now.good / now.requests
-    row = _judged(p, q, rng.binomial(before.requests, p, rules.resamples) / before.requests,
-                  rng.binomial(now.requests, q, rules.resamples) / now.requests,
-                  min(before.requests, now.requests) >= MIN_GOODPUT_REQUESTS, rules, lower_is_worse=True)
-    return {"metric": "goodput", "percentile": None, "unit": "share", **row,
+
+    def replicates(side: LlmSide, w: np.ndarray | None) -> np.ndarray:
+        share = side.good.mean()
+        if w is None:  # per-request method: a binomial resample
+            return rng.binomial(side.requests, share, rules.resamples) / side.requests
+        return ratio_replicates(_per_block(side.good, side.request_blocks, side.blocks),
+                                _per_block(np.ones(side.requests), side.request_blocks, side.blocks), w)
+    row = judge_change(float(before.good.mean()), float(now.good.mean()), replicates(before, weights[0]),
+                       replicates(now, weights[1]), min(before.requests, now.requests) >= MIN_GOODPUT_REQUESTS,
+                       rules, lower_is_worse=True)
+    return {"metric": "goodput", "percentile": None, "unit": "share", **row, "lower_is_worse": True,
             "baseline_n": before.requests, "current_n": now.requests}
 
 
-def compare_llm(before: tuple[Run, RequestArrays], now: tuple[Run, RequestArrays], rules: CompareRules) -> dict | None:
-    """The comparison's ``llm`` section: ``{"rows": [...]}`` (module docstring) of ``now`` against
-    ``before`` (each a run and its request arrays); None unless both hold OpenAI-API requests."""
-    a, b = llm_side(*before), llm_side(*now)
+def compare_llm(before, now, weights: tuple, rules: CompareRules) -> dict | None:
+    """The comparison's ``llm`` section: ``{"rows": [...]}`` (module docstring) of side ``now``
+    against side ``before`` (:class:`~.baseline.ComparisonSide`), resampled with the sides'
+    replicate ``weights`` (a pair; None entries under the per-request method); None unless every
+    run of both sides holds OpenAI-API requests."""
+    a, b = llm_side(before), llm_side(now)
     if a is None or b is None:
         return None
     rng = np.random.default_rng(rules.seed + 1)
     rows = []
     for metric, name, p in PERCENTILE_ROWS:
-        row = compare_percentile(getattr(a, metric), getattr(b, metric), p, rules, rng)
-        if row is None:
-            continue
-        rows.append({"metric": metric, "percentile": name, "unit": "ms",
-                     "baseline": row["baseline_ms"], "baseline_ci": row["baseline_ci_ms"],
-                     "current": row["current_ms"], "current_ci": row["current_ci_ms"],
-                     "change": row["change_ms"], "change_ci": row["change_ci_ms"],
-                     **{k: row[k] for k in ("relative_change", "significant", "regressed", "improved", "claimable",
-                                            "baseline_n", "current_n")}, "lower_is_worse": False})
-    rows += [r for r in (_rate_row(a, b, rules, rng), _goodput_row(a, b, rules, rng)) if r is not None]
+        blocks = metric.replace("_ms", "_blocks")
+        judged = compare_percentiles(Figure(getattr(a, metric), getattr(a, blocks), weights[0]),
+                                     Figure(getattr(b, metric), getattr(b, blocks), weights[1]), ((name, p),), rules, rng)
+        for _, row in judged:
+            rows.append({"metric": metric, "percentile": name, "unit": "ms",
+                         "baseline": row["baseline_ms"], "baseline_ci": row["baseline_ci_ms"],
+                         "current": row["current_ms"], "current_ci": row["current_ci_ms"],
+                         "change": row["change_ms"], "change_ci": row["change_ci_ms"],
+                         **{k: row[k] for k in ("relative_change", "significant", "regressed", "improved", "claimable",
+                                                "baseline_n", "current_n")}, "lower_is_worse": False})
+    rows += [r for r in (_rate_row(a, b, weights, rules, rng), _goodput_row(a, b, weights, rules, rng)) if r is not None]
     return {"rows": rows}
 
 
@@ -174,7 +205,7 @@ def llm_checks(section: dict | None, rules: CompareRules) -> list[dict]:
         unit = "points" if row["unit"] == "share" else row["unit"]
         scale = 100.0 if row["unit"] == "share" else 1.0
         message = (f"{row_label(row)} {fmt_value(row, row['baseline'])} → {fmt_value(row, row['current'])} "
-                   f"({'—' if relative is None else f'{relative:+.1%}'}; change 95% CI {low * scale:+.1f} … "
+                   f"({'—' if relative is None else f'{relative:+.1%}'}; change {rules.confidence:.0%} CI {low * scale:+.1f} … "
                    f"{high * scale:+.1f} {unit})")
         if row["regressed"]:
             message += f": regression ({'down' if row['lower_is_worse'] else 'up'} more than {rules.threshold:.0%}, significant)"

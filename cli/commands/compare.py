@@ -1,11 +1,14 @@
-"""``tailscope compare RUN BASELINE``: did RUN regress against BASELINE, and where?
+"""``tailscope compare NEW… [-- BASELINE…]``: did the new runs regress against the baseline runs, and where?
 
-Per percentile (P50 … P99.9) and per request class, the change with a
-bootstrap confidence interval; a regression is flagged only when the change
-is above ``--threshold`` and statistically significant (analyzers/comparison/baseline.py).
-Writes comparison.json, comparison.html, junit-compare.xml and comparison.md
-(into RUN, or ``--out``). Exit 0: no regression; 1: a regression; 2: a run
-directory that cannot be read or a bad option.
+Each side is one run directory, a folder of run directories (``tailscope run --repeat N``) or
+several runs: ``compare RUN BASELINE``, ``compare NEWDIR BASEDIR``, ``compare NEW1 NEW2 NEW3 --
+BASE1 BASE2 BASE3``. Per percentile (P50 … P99.9), metric and request class, the change with a
+resampled confidence interval (runs, then time blocks within each run:
+analyzers/comparison/resampling.py); a regression is flagged only when the change is above
+``--threshold`` and significant (analyzers/comparison/baseline.py). Writes comparison.json,
+comparison.html, junit-compare.xml and comparison.md (into the new side's path, or ``--out``).
+Exit codes: cli/commands/common.py (0 no regression, 1 a regression, 2 a run that cannot be read
+or a bad option).
 """
 
 from __future__ import annotations
@@ -41,22 +44,54 @@ def add_compare_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threshold", type=threshold_arg, default=0.10, metavar="PCT",
                    help="relative change that counts as a regression when significant (default 10%%)")
     p.add_argument("--confidence", type=confidence_arg, default=0.95, metavar="C",
-                   help="confidence of the bootstrap intervals (default 0.95)")
+                   help="confidence of the resampled intervals (default 0.95)")
+
+
+#: What the bare ``--`` between the two sides of ``compare`` becomes before argparse sees it
+#: (argparse would drop it): the option holding the baseline runs.
+SIDES_OPTION = "--baseline-runs"
+
+
+def mark_sides_separator(argv: list[str]) -> list[str]:
+    """``compare NEW1 NEW2 -- BASE1 BASE2`` → ``compare NEW1 NEW2 --baseline-runs BASE1 BASE2``:
+    the first bare ``--`` after the ``compare`` command; any other command line unchanged."""
+    if "compare" not in argv or "--" not in argv[argv.index("compare") + 1:]:
+        return argv
+    at = argv.index("--", argv.index("compare") + 1)
+    return [*argv[:at], SIDES_OPTION, *argv[at + 1:]]
 
 
 def register(sub) -> None:
     p = sub.add_parser(
-        "compare", help="compare a run with a baseline run: regressions per percentile and class",
-        description="Compare RUN with BASELINE (two run directories): for every percentile and request "
-                    "class, the change with a bootstrap confidence interval, flagged as a regression only "
-                    "when above --threshold and significant; the stage that changed. Writes "
+        "compare", help="compare new runs with baseline runs: regressions per percentile and class",
+        usage="tailscope compare [options] RUN BASELINE | NEWDIR BASEDIR | NEW1 NEW2 … -- BASE1 BASE2 …",
+        description="Compare new runs with baseline runs. Each side is a run directory, a folder of run "
+                    "directories (made by `tailscope run --repeat N`) or, with `--` between the sides, several "
+                    "run directories. For every percentile, metric and request class: the change with a "
+                    "confidence interval resampled over runs and then 5-s time blocks within each run (with one "
+                    "run per side the run-to-run noise is unknown and the verdict says so), flagged as a "
+                    "regression only when above --threshold and significant; the stage that changed. Writes "
                     "comparison.json/.html/.md and junit-compare.xml. Exit 0 when nothing regressed, "
                     "1 on a regression, 2 when a run cannot be read.")
-    p.add_argument("run", help="the run directory to judge")
-    p.add_argument("baseline", help="the baseline run directory (e.g. the last release's run)")
+    p.add_argument("runs", nargs="+", metavar="RUN",
+                   help="the new run directory (or folder of runs), then the baseline; or the new runs, then "
+                        "`--` and the baseline runs")
+    p.add_argument(SIDES_OPTION, dest="baseline_runs", nargs="+", metavar="BASELINE", help=argparse.SUPPRESS)
     add_compare_options(p)
-    p.add_argument("--out", metavar="DIR", help="where to write the comparison files (default: RUN)")
+    p.add_argument("--out", metavar="DIR",
+                   help="where to write the comparison files (default: the new run or folder; with several new "
+                        "runs, the first)")
     p.set_defaults(handler=handle)
+
+
+def sides_from(args) -> tuple[list[str], list[str]] | str:
+    """(new runs, baseline runs) from the positional arguments, or why they are not usable."""
+    if args.baseline_runs:
+        return list(args.runs), list(args.baseline_runs)
+    if len(args.runs) != 2:
+        return (f"expected RUN BASELINE (two paths), or NEW… -- BASELINE…; got {len(args.runs)} paths "
+                f"without `--` between the sides")
+    return [args.runs[0]], [args.runs[1]]
 
 
 def handle(args) -> int:
@@ -66,8 +101,13 @@ def handle(args) -> int:
     from tailscope.conductor.terminal import print_comparison
     from tailscope.rundir import RunDirError
 
+    sides = sides_from(args)
+    if isinstance(sides, str):
+        return error(sides)
+    new, baseline = sides
     try:
-        compared = compare_and_write(args.run, args.baseline, threshold=args.threshold,
+        compared = compare_and_write(new[0] if len(new) == 1 else new,
+                                     baseline[0] if len(baseline) == 1 else baseline, threshold=args.threshold,
                                      confidence=args.confidence, out_dir=args.out)
     except RunDirError as exc:
         return error(str(exc))
