@@ -23,9 +23,14 @@ BOOKKEEPING_NICENESS = 5
 DEFAULT_RECEIVER_GRPC_PORT = 4317
 
 
-def open_run_dir(out_dir: str, name: str) -> str:
-    """A new, empty run directory for a run called ``name`` under ``out_dir`` (created if missing)."""
+def open_run_dir(out_dir: str, name: str, dir_name: str | None = None) -> str:
+    """A new, empty run directory for a run called ``name`` under ``out_dir`` (created if missing):
+    ``<UTC stamp>-<name>``, or exactly ``dir_name`` when given (FileExistsError if it exists)."""
     os.makedirs(out_dir, exist_ok=True)
+    if dir_name is not None:
+        path = os.path.join(out_dir, safe_name(dir_name))
+        os.makedirs(path)
+        return path
     return new_run_dir(out_dir, safe_name(name))
 
 

@@ -54,6 +54,9 @@ class RunOptions:
     """Command-line choices for one run (the scenario holds the rest)."""
 
     out_dir: str = "runs"
+    #: The run directory's own name under out_dir (None: ``<UTC stamp>-<scenario name>``);
+    #: ``run --repeat`` names its runs run-1 … run-N.
+    run_dir_name: str | None = None
     target: str | None = None
     duration_s: float | None = None
     receiver_host: str = "127.0.0.1"
@@ -102,7 +105,7 @@ def execute_run(
     bind a non-loopback address without a token, or its TLS files are unusable.
     """
     check_receiver_access(options)
-    run_dir = open_run_dir(options.out_dir, scenario.name)
+    run_dir = open_run_dir(options.out_dir, scenario.name, options.run_dir_name)
     session = _Session(scenario, options, run_dir)
     try:
         return session.run(on_progress, launch_target)
@@ -369,22 +372,11 @@ def _wait_for_late_spans(run_dir: str, writer: RunWriter, plan, scenario: Scenar
                          load) -> dict:
     """Wait for the spans an external target still has to export (:mod:`.late_spans`); the
     wait's facts for the manifest (``late_spans``), None when a second Ctrl-C cut it short."""
-    from tailscope.conductor.late_spans import policy_from, wait_for_late_spans
-
-    def rows_written() -> int:
-        try:
-            writer.requests.flush()  # the load has stopped: nothing else appends
-        except OSError:
-            pass  # a write error is the run guard's to report; wait for what is on disk
-        return writer.requests.rows_written
+    from tailscope.conductor.late_spans import wait_after_load
 
     start_ns = getattr(load, "start_ns", None) or writer.manifest["start_ns"]
-    try:
-        return wait_for_late_spans(run_dir, load_start_ns=start_ns, sample_rate=plan.trace_sample_rate,
-                                   policy=policy_from(options.late_span_wait_s, scenario.tracing),
-                                   rows_written=rows_written).as_dict()
-    except KeyboardInterrupt:  # the user is leaving: close the run with what arrived
-        return None
+    return wait_after_load(run_dir, writer, load_start_ns=start_ns, sample_rate=plan.trace_sample_rate,
+                           wait_s=options.late_span_wait_s, tracing=scenario.tracing)
 
 
 def _load_summary(load) -> dict | None:

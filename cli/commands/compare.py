@@ -94,24 +94,30 @@ def sides_from(args) -> tuple[list[str], list[str]] | str:
     return [args.runs[0]], [args.runs[1]]
 
 
-def handle(args) -> int:
-    from rich.console import Console
-
+def compare_and_print(new, baseline, console, *, threshold: float, confidence: float, out_dir: str | None = None) -> int:
+    """Compare ``new`` with ``baseline`` (each a path or a list of paths: conductor/reporting.py),
+    write the files, print the comparison; the exit code (0, 1 on a regression, 2 when a run
+    cannot be read or the files cannot be written)."""
     from tailscope.conductor.reporting import compare_and_write
     from tailscope.conductor.terminal import print_comparison
     from tailscope.rundir import RunDirError
+
+    try:
+        compared = compare_and_write(new, baseline, threshold=threshold, confidence=confidence, out_dir=out_dir)
+    except RunDirError as exc:
+        return error(str(exc))
+    except OSError as exc:
+        return error(f"cannot write the comparison files: {exc}")
+    print_comparison(console, compared.comparison, compared.paths)
+    return EXIT_SLO_FAILED if compared.regressed else EXIT_OK
+
+
+def handle(args) -> int:
+    from rich.console import Console
 
     sides = sides_from(args)
     if isinstance(sides, str):
         return error(sides)
     new, baseline = sides
-    try:
-        compared = compare_and_write(new[0] if len(new) == 1 else new,
-                                     baseline[0] if len(baseline) == 1 else baseline, threshold=args.threshold,
-                                     confidence=args.confidence, out_dir=args.out)
-    except RunDirError as exc:
-        return error(str(exc))
-    except OSError as exc:
-        return error(f"cannot write the comparison files: {exc}")
-    print_comparison(Console(), compared.comparison, compared.paths)
-    return EXIT_SLO_FAILED if compared.regressed else EXIT_OK
+    return compare_and_print(new[0] if len(new) == 1 else new, baseline[0] if len(baseline) == 1 else baseline,
+                             Console(), threshold=args.threshold, confidence=args.confidence, out_dir=args.out)

@@ -4,6 +4,11 @@ from __future__ import annotations
 
 from tailscope.cli.commands.common import (
     EXIT_CODES_HELP,
+    EXIT_INCONCLUSIVE,
+    EXIT_INTERNAL,
+    EXIT_OK,
+    EXIT_SLO_FAILED,
+    EXIT_USAGE,
     add_run_options,
     error,
     fault_companions,
@@ -24,10 +29,41 @@ def register(sub) -> None:
     p.add_argument("scenario", help="scenario file (YAML); see docs/scenario-format.md")
     add_run_options(p)
     p.add_argument("--baseline", metavar="DIR",
-                   help="compare the run with this baseline run directory; exit 1 on a regression")
+                   help="compare the run with this baseline: a run directory or a folder of runs "
+                        "(from --repeat); exit 1 on a regression")
+    p.add_argument("--repeat", type=repeat_arg, default=1, metavar="N",
+                   help="run the scenario N times, one after the other, into one folder "
+                        "(<out>/<name>-<stamp>-xN/run-1 … run-N, each with its report) for `tailscope compare`; "
+                        "with --baseline the folder is compared once, after the last run; the exit code is "
+                        "the worst of the runs'")
     from tailscope.cli.commands.compare import add_compare_options
     add_compare_options(p)
     p.set_defaults(handler=handle)
+
+
+def repeat_arg(text: str) -> int:
+    """argparse type: a count of runs, 1 to 100."""
+    import argparse
+
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of runs such as 3, got {text!r}") from None
+    if not 1 <= value <= 100:
+        raise argparse.ArgumentTypeError(f"must be 1 to 100, got {value}")
+    return value
+
+
+#: Exit codes from the least to the most severe: the worst one of a repeat is its exit code.
+EXIT_SEVERITY = (EXIT_OK, EXIT_INCONCLUSIVE, EXIT_SLO_FAILED, EXIT_USAGE, EXIT_INTERNAL)
+#: An exit code's outcome in words (cli/commands/common.py's table).
+EXIT_WORDS = {EXIT_OK: "passed", EXIT_SLO_FAILED: "failed", EXIT_USAGE: "usage or setup error",
+              EXIT_INCONCLUSIVE: "inconclusive or incomplete", EXIT_INTERNAL: "tailscope failed"}
+
+
+def worst_exit_code(codes) -> int:
+    """The most severe of ``codes`` by :data:`EXIT_SEVERITY` (EXIT_OK for none)."""
+    return max(codes, key=EXIT_SEVERITY.index, default=EXIT_OK)
 
 
 def handle(args) -> int:
@@ -51,11 +87,47 @@ def handle(args) -> int:
         return error(str(exc))
     baseline = None
     if args.baseline:
+        from tailscope.analyzers.comparison.baseline import run_dirs_in
         from tailscope.rundir import RunDirError, load_run
         try:
-            load_run(args.baseline)  # fail before loading the target, not after
+            for path in run_dirs_in(args.baseline):
+                load_run(path)  # fail before loading the target, not after
         except RunDirError as exc:
             return error(f"--baseline: {exc}")
         baseline = {"dir": args.baseline, "threshold": args.threshold, "confidence": args.confidence}
+    if args.repeat > 1:
+        return repeat(scenario, options, args.repeat, baseline)
     code, _ = run_and_report(scenario, options, baseline=baseline)
     return code
+
+
+def repeat(scenario, options, count: int, baseline: dict | None) -> int:
+    """``--repeat N``: the runs (conductor/repeat.py), each reported as a single run is, a line per
+    run and one at the end; with a baseline, the folder compared with it once. The worst exit code."""
+    from rich.console import Console
+
+    from tailscope.cli.commands.compare import compare_and_print
+    from tailscope.conductor.repeat import run_repeated
+
+    console = Console()
+
+    def run_once(run_options):
+        return run_and_report(scenario, run_options, console=console)
+
+    def heard(result) -> None:
+        console.print(f"run {result.index} of {count}: {EXIT_WORDS.get(result.code, result.code)} (exit {result.code})"
+                      + (f" — {result.run_dir}" if result.run_dir else ""), highlight=False, soft_wrap=True)
+
+    folder, results = run_repeated(options, scenario.name, count, run_once, on_run=heard)
+    codes = [r.code for r in results]
+    if len(results) < count:
+        codes.append(EXIT_INCONCLUSIVE)  # stopped early: the repeat is incomplete
+    if baseline is not None and any(r.run_dir for r in results):
+        codes.append(compare_and_print(folder, baseline["dir"], console, threshold=baseline["threshold"],
+                                       confidence=baseline["confidence"]))
+    worst = worst_exit_code(codes)
+    tally = ", ".join(f"{sum(1 for r in results if r.code == code)} {EXIT_WORDS[code]}"
+                      for code in EXIT_SEVERITY if any(r.code == code for r in results))
+    console.print(f"{len(results)} of {count} runs of {scenario.name} in {folder}: {tally}; "
+                  f"exit {worst} ({EXIT_WORDS.get(worst, worst)})", highlight=False, soft_wrap=True)
+    return worst
