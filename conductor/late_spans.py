@@ -182,6 +182,32 @@ def wait_for_late_spans(run_dir: str, *, load_start_ns: int, sample_rate: float,
             last_growth = clock()
 
 
+def wait_after_load(run_dir: str, writer, *, load_start_ns: int, sample_rate: float, wait_s: float | None,
+                    tracing: dict | None, sleep: Callable[[float], None] = time.sleep) -> dict | None:
+    """The wait every run does once its load has stopped, ``tailscope run`` and the ``locust``
+    command alike: flush the harness's request rows (``writer``: the run's RunWriter), then
+    :func:`wait_for_late_spans` under :func:`policy_from` (``wait_s``: ``--late-span-wait``;
+    ``tracing``: the scenario's parsed ``tracing`` section). Returns the wait's facts for the
+    manifest's ``late_spans`` (:meth:`LateSpanWait.as_dict`), or None when a second Ctrl-C cut
+    it short (the run is closed with what arrived). ``sleep``: how to pause between polls (the
+    ``locust`` command passes the OS's own sleep, so that the wait blocks its process instead of
+    yielding to the greenlet that would shut Locust down meanwhile)."""
+
+    def rows_written() -> int:
+        try:
+            writer.requests.flush()  # the load has stopped: nothing else appends
+        except OSError:
+            pass  # a write error is the run guard's to report; wait for what is on disk
+        return writer.requests.rows_written
+
+    try:
+        return wait_for_late_spans(run_dir, load_start_ns=load_start_ns, sample_rate=sample_rate,
+                                   policy=policy_from(wait_s, tracing), rows_written=rows_written,
+                                   sleep=sleep).as_dict()
+    except KeyboardInterrupt:
+        return None
+
+
 def policy_from(wait_s: float | None, section: dict | None) -> LateSpanPolicy:
     """The policy of a run: ``--late-span-wait`` (``wait_s``) over the scenario's ``tracing``
     section (``{"late_span_wait_s", "export_interval_s"}``), else the SDK defaults."""

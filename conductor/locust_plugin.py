@@ -54,6 +54,7 @@ import os
 import sys
 
 import gevent
+import gevent.monkey
 from locust import events
 from locust.runners import WorkerRunner
 
@@ -115,6 +116,8 @@ class _Config:
     name: str
     scenario_raw: dict
     scenario_path: str | None
+    #: The scenario's parsed ``tracing`` section (late-span wait, export interval); {} inline.
+    tracing: dict = dataclasses.field(default_factory=dict)
 
 
 class NativeRun:
@@ -122,14 +125,22 @@ class NativeRun:
 
     Opened, described and reported by the conductor's own code (:mod:`.run_setup`,
     :mod:`.reporting`), so it reads like a ``tailscope run`` directory; what differs is
-    that Locust drives the load and no samplers run (no target process is known)."""
+    that Locust drives the load and no samplers run (no target process is known).
+
+    With a receiver, closing waits for the target's late spans exactly as ``tailscope run``
+    does (:func:`~.late_spans.wait_after_load`); with the report, the verdict sets
+    ``environment.process_exit_code`` (README "Exit codes": PASSED 0, FAILED 1, INCONCLUSIVE or
+    INCOMPLETE 3; a report that cannot be written 2, an analysis that raises 4)."""
 
     def __init__(self, config: _Config, out_dir: str, role: dict, receiver_port: int | None,
-                 report: bool):
+                 report: bool, environment=None):
         from tailscope.rundir import RunWriter
 
         self.path = open_run_dir(out_dir, config.name)
         self.report = report
+        self.environment = environment
+        self.plan = config.plan
+        self.tracing = config.tracing
         grpc_port = receiver_grpc_port(receiver_port) if receiver_port is not None else None
         self.receiver = (receiver_child(self.path, RECEIVER_HOST, receiver_port, grpc_port).start(wait_listening=True)
                          if receiver_port is not None else None)
@@ -148,10 +159,19 @@ class NativeRun:
         logger.info("tailscope: run directory %s", self.path)
 
     def close(self, load: dict | None, problems: list[str]) -> None:
+        late_spans = None
         if self.receiver is not None:
+            from tailscope.conductor.late_spans import wait_after_load
+
+            start_ns = (load or {}).get("start_ns") or self.writer.manifest["start_ns"]
+            # the OS's sleep: a gevent sleep would let Locust's main greenlet shut the process down
+            late_spans = wait_after_load(self.path, self.writer, load_start_ns=start_ns,
+                                         sample_rate=self.plan.trace_sample_rate, wait_s=None,
+                                         tracing=self.tracing, sleep=gevent.monkey.get_original("time", "sleep"))
             self.receiver.stop()
         failed = any(p.startswith("load failed") for p in problems)
-        self.writer.close(status="failed" if failed else "complete", load=load, merge_problems=problems)
+        self.writer.close(status="failed" if failed else "complete", load=load, merge_problems=problems,
+                          **({"late_spans": late_spans} if late_spans is not None else {}))
         for problem in problems:
             logger.error("tailscope: %s", problem)
         if self.report:
@@ -159,14 +179,32 @@ class NativeRun:
         sys.stderr.write(f"tailscope: run directory {self.path}\n")
 
     def _write_report(self) -> None:
+        from tailscope.analyzers.health.outcome import verdict_line
+        from tailscope.cli.commands.common import EXIT_INTERNAL, EXIT_USAGE, verdict_exit_code
         from tailscope.conductor.reporting import ReportWriteError, analyse_and_write
 
         try:
             report = analyse_and_write(self.path)
         except ReportWriteError as exc:
             logger.error("tailscope: %s", exc)
+            self._exit_with(EXIT_USAGE)
             return
+        except Exception:  # noqa: BLE001  (a bug in tailscope: said so, the run directory is kept)
+            logger.exception("tailscope: internal error (this is a bug in tailscope, please report it); "
+                             "the run directory %s is kept: retry with tailscope report", self.path)
+            self._exit_with(EXIT_INTERNAL)
+            return
+        verdict = report.analysis.get("verdict") or {}
+        sys.stderr.write(f"tailscope: {verdict_line(verdict)}\n")
         sys.stderr.write(f"tailscope: report {report.paths['html']}\n")
+        self._exit_with(verdict_exit_code(verdict))
+
+    def _exit_with(self, code: int) -> None:
+        """Make ``code`` the ``locust`` process's exit code (Locust's ``process_exit_code``); a
+        worse code already set by an earlier test of this process is kept."""
+        if self.environment is None:
+            return
+        self.environment.process_exit_code = max(code, self.environment.process_exit_code or 0)
 
 
 def tailscope_run_dir(environment) -> str | None:
@@ -214,7 +252,7 @@ def _on_init(environment, **_) -> None:
         config = _build_config(user_class, environment, opts)
         run = NativeRun(config, _option(opts, "tailscope_out") or user_class.out_dir or DEFAULT_OUT_DIR,
                         role, _option(opts, "tailscope_receiver_port"),
-                        report=not _option(opts, "tailscope_no_report"))
+                        report=not _option(opts, "tailscope_no_report"), environment=environment)
         environment.tailscope_run_dir = run.path
         return run
 
@@ -284,7 +322,7 @@ def _scenario_config(path: str, host: str, duration_s: float | None) -> _Config:
     if duration_s:
         raw["duration"] = f"{duration_s:g}s"
     return _Config(plan=scenario.load_plan(host, duration_s), name=scenario.name,
-                   scenario_raw=raw, scenario_path=os.path.abspath(path))
+                   scenario_raw=raw, scenario_path=os.path.abspath(path), tracing=dict(scenario.tracing))
 
 
 def _inline_config(user_class: type[OpenLoopUser], host: str, duration_s: float | None) -> _Config:

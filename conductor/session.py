@@ -372,22 +372,11 @@ def _wait_for_late_spans(run_dir: str, writer: RunWriter, plan, scenario: Scenar
                          load) -> dict:
     """Wait for the spans an external target still has to export (:mod:`.late_spans`); the
     wait's facts for the manifest (``late_spans``), None when a second Ctrl-C cut it short."""
-    from tailscope.conductor.late_spans import policy_from, wait_for_late_spans
-
-    def rows_written() -> int:
-        try:
-            writer.requests.flush()  # the load has stopped: nothing else appends
-        except OSError:
-            pass  # a write error is the run guard's to report; wait for what is on disk
-        return writer.requests.rows_written
+    from tailscope.conductor.late_spans import wait_after_load
 
     start_ns = getattr(load, "start_ns", None) or writer.manifest["start_ns"]
-    try:
-        return wait_for_late_spans(run_dir, load_start_ns=start_ns, sample_rate=plan.trace_sample_rate,
-                                   policy=policy_from(options.late_span_wait_s, scenario.tracing),
-                                   rows_written=rows_written).as_dict()
-    except KeyboardInterrupt:  # the user is leaving: close the run with what arrived
-        return None
+    return wait_after_load(run_dir, writer, load_start_ns=start_ns, sample_rate=plan.trace_sample_rate,
+                           wait_s=options.late_span_wait_s, tracing=scenario.tracing)
 
 
 def _load_summary(load) -> dict | None:

@@ -24,7 +24,7 @@ def demo_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("demo")
     proc = run_tailscope("demo", "--duration", "12s", "--out", str(out), timeout=180)
     print(proc.stdout[-3000:], proc.stderr[-3000:])
-    assert proc.returncode in (0, 1), proc.stderr
+    assert proc.returncode in (0, 1, 3), proc.stderr  # 12 s at 40 req/s is near the 459 that claim a P99
     run_dir = only_run_dir(out)
     return proc, run_dir
 

@@ -49,7 +49,7 @@ def demo_run(tmp_path_factory):
     """A real ``tailscope demo --llm`` of 8 s: the LLM reference server under scenarios/llm-demo.yaml."""
     out = tmp_path_factory.mktemp("llm-demo")
     proc = run_tailscope("demo", "--llm", "--duration", "8s", "--out", str(out), timeout=240)
-    assert proc.returncode in (0, 1), proc.stderr[-3000:]
+    assert proc.returncode in (1, 3), proc.stderr[-3000:]  # 8 s claims no P99: inconclusive, or a claimed breach
     run_dir = only_run_dir(out)
     with open(os.path.join(run_dir, "analysis.json")) as fh:
         return {"dir": run_dir, "analysis": json.load(fh), "html": os.path.join(run_dir, "report.html")}

@@ -107,7 +107,7 @@ def llm_report(tmp_path_factory):
 def demo_report(tmp_path_factory):
     out = tmp_path_factory.mktemp("demo-report")
     proc = run_tailscope("demo", "--duration", "12s", "--out", str(out), timeout=180)
-    assert proc.returncode in (0, 1), proc.stderr[-3000:]
+    assert proc.returncode in (0, 1, 3), proc.stderr[-3000:]  # 12 s at 40 req/s is near the 459 that claim a P99
     return os.path.join(only_run_dir(out), "report.html")
 
 
