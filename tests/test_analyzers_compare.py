@@ -129,3 +129,116 @@ def test_stages_named_after_the_spans_are_compared_too(runs, tmp_path):
     compared = {row["stage"] for row in comparison["stages"]}
     assert {"queue_wait", "inference", "preprocess"} <= compared and "queue" not in compared
     assert comparison["changed_stage"]["stage"] == "inference" and comparison["changed_stage"]["change_ms"] > 3
+
+
+# --------------------------------------------------------------------------- runs on each side (issue 26)
+
+NS = 10**9
+T0_S = 1_800_000_000  # 2027-01-15 08:00:00 UTC
+
+
+def _built_run(path, seed: int, scale: float, t0_s: int, duration_s: int = 30, rate: int = 100) -> str:
+    """A run of ``duration_s`` seconds at ``rate`` requests/s whose latencies are lognormal (median
+    10 ms) times ``scale`` (the run's own level: machine state, warm-up)."""
+    from run_builders import write_requests_run
+
+    rng = np.random.default_rng(seed)
+    n = duration_s * rate
+    sent = (t0_s * NS + np.sort(rng.uniform(0, duration_s, n)) * NS).astype(np.int64)
+    latency_ms = rng.lognormal(np.log(10), 0.3, n) * scale
+    return write_requests_run(str(path), [{"trace_id": f"{seed:08x}{i:024x}", "sent_ns": int(s),
+                                           "end_ns": int(s + ms * 1e6)} for i, (s, ms) in enumerate(zip(sent, latency_ms))])
+
+
+@pytest.fixture(scope="module")
+def repeated(tmp_path_factory):
+    """Six runs of one service whose levels differ from run to run (factors drawn from a
+    run-to-run distribution, lognormal σ = 0.12, seed 2: 1.02 0.94 0.95 | 0.75 1.24 1.15), and
+    three runs of a service twice as slow, each side a folder of runs."""
+    root = tmp_path_factory.mktemp("repeated")
+    factors = np.random.default_rng(2).lognormal(0.0, 0.12, 6)
+    paths = {"base": [], "new": [], "slow": []}
+    for i, factor in enumerate(factors):
+        side = "base" if i < 3 else "new"
+        paths[side].append(_built_run(root / side / f"run-{i % 3 + 1}", 20 + i, factor, T0_S + 3600 * (i >= 3) + 60 * (i % 3)))
+    for i in range(3):
+        paths["slow"].append(_built_run(root / "slow" / f"run-{i + 1}", 40 + i, 2.0 * factors[3 + i], T0_S + 7200 + 60 * i))
+    return {**paths, "root": root}
+
+
+def test_a_run_level_shift_between_aa_runs_is_no_regression(repeated):
+    """The per-request bootstrap treats the 9,000 requests of a side as independent and calls the
+    sides' run-to-run difference a regression; resampling runs, then time blocks, does not."""
+    old = compare_runs(repeated["new"], repeated["base"], CompareRules(method="request"))
+    assert old["verdict"]["regressed"] is True  # what tailscope said before
+    new = compare_runs(repeated["new"], repeated["base"])
+    assert new["verdict"]["regressed"] is False, new["verdict"]["summary"]
+    assert new["method"]["name"] == "hierarchical block bootstrap"
+    assert new["method"]["baseline_runs"] == 3 and new["method"]["current_runs"] == 3
+    assert new["method"]["block_s"] == 5.0 and new["method"]["run_to_run_noise"] == "resampled"
+    assert "run-to-run noise unknown" not in new["verdict"]["summary"]
+    assert new["current"]["run_count"] == 3 and len(new["current"]["runs"]) == 3
+
+
+def test_a_real_regression_across_all_runs_is_still_detected(repeated):
+    comparison = compare_runs(repeated["slow"], repeated["base"])
+    assert comparison["verdict"]["regressed"] is True
+    p99 = next(r for r in comparison["percentiles"]
+               if r["cls"] is None and r["metric"] == "latency_ms" and r["percentile"] == "p99")
+    assert p99["regressed"] and p99["gate_ci_ms"][0] > 0 and p99["relative_change"] > 0.5
+    assert "all latency P99" in comparison["verdict"]["summary"]
+
+
+def test_one_run_per_side_says_the_run_to_run_noise_is_unknown(repeated):
+    comparison = compare_runs(repeated["new"][0], repeated["base"][0])
+    assert comparison["method"]["name"] == "time-block bootstrap"
+    assert comparison["method"]["run_to_run_noise"] == "unknown" and comparison["method"]["block_s"] == 5.0
+    assert "run-to-run noise unknown" in comparison["verdict"]["summary"]
+    # titled by the runs' start times when a scenario is compared with itself
+    assert comparison["title"] == "built 2027-01-15 09:00 vs built 2027-01-15 08:00"
+
+
+def test_block_bootstrap_widens_the_interval_of_correlated_seconds(tmp_path):
+    """Latency that moves in 10-s phases: resampling 5-s blocks gives a wider P50 interval than
+    treating each request as independent (which understates the run's own noise)."""
+    from run_builders import write_requests_run
+
+    rng = np.random.default_rng(5)
+    requests = []
+    for phase in range(6):
+        level = rng.lognormal(0.0, 0.2)
+        for i in range(1000):
+            sent = T0_S * NS + phase * 10 * NS + int(i * 10 * NS / 1000)
+            requests.append({"trace_id": f"{phase:08x}{i:024x}", "sent_ns": sent,
+                             "end_ns": sent + int(rng.lognormal(np.log(10), 0.2) * level * 1e6)})
+    path = write_requests_run(str(tmp_path / "phases"), requests)
+    blocks = compare_runs(path, path)
+    per_request = compare_runs(path, path, CompareRules(method="request"))
+
+    def width(c):
+        row = next(r for r in c["percentiles"] if r["cls"] is None and r["metric"] == "latency_ms"
+                   and r["percentile"] == "p50")
+        return row["change_ci_ms"][1] - row["change_ci_ms"][0]
+    assert width(blocks) > 2 * width(per_request)
+
+
+def test_compare_cli_takes_runs_on_each_side_and_folders(repeated, tmp_path):
+    out = tmp_path / "sides"
+    listed = run_tailscope("compare", *repeated["new"], "--", *repeated["base"], "--out", str(out), timeout=120)
+    assert listed.returncode == 0, listed.stdout + listed.stderr
+    assert "hierarchical block bootstrap, 3 baseline run(s) and 3 new run(s)" in listed.stdout
+    assert "latency P99" in listed.stdout
+    data = json.loads((out / "comparison.json").read_text())
+    assert data["method"]["current_runs"] == 3 and data["title"].startswith("3 runs of built from 2027-01-15 09:00")
+    markdown = (out / "comparison.md").read_text()
+    assert markdown.startswith("## tailscope comparison — 3 runs of built from 2027-01-15 09:00 vs 3 runs of built "
+                               "from 2027-01-15 08:00: **NO REGRESSION**")
+    assert "| all | latency P50 |" in markdown and "| all | service time P50 |" in markdown
+    junit = (out / "junit-compare.xml").read_text()
+    assert 'name="all latency P99"' in junit
+
+    folders = run_tailscope("compare", str(repeated["root"] / "slow"), str(repeated["root"] / "base"), timeout=120)
+    assert folders.returncode == 1, folders.stdout + folders.stderr
+    assert "REGRESSION" in folders.stdout and (repeated["root"] / "slow" / "comparison.md").exists()
+    three = run_tailscope("compare", *repeated["new"], timeout=60)
+    assert three.returncode == 2 and "without `--`" in three.stderr

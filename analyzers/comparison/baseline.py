@@ -33,7 +33,13 @@ from datetime import UTC, datetime
 
 import numpy as np
 
-from tailscope.analyzers.comparison.judge import CompareRules, Figure, bootstrap_quantiles, compare_percentiles  # noqa: F401
+from tailscope.analyzers.comparison.judge import (  # noqa: F401
+    CompareRules,
+    Figure,
+    bootstrap_quantiles,
+    compare_percentiles,
+    gate_confidence,
+)
 from tailscope.analyzers.comparison.judge import interval as _interval  # noqa: F401
 from tailscope.analyzers.comparison.llm_compare import compare_llm, llm_checks, llm_summary
 from tailscope.analyzers.comparison.resampling import BlockLayout, replicate_weights
@@ -88,11 +94,12 @@ class RunSide:
 
     @property
     def start_ns(self) -> int | None:
-        start = self.run.manifest.get("start_ns")
-        if isinstance(start, int) and start > 0:
-            return start
+        """When the run's load started (its first scheduled send; else the manifest's start), epoch ns."""
         period = load_period_ns(self.req)
-        return period[0] if period else None
+        if period:
+            return period[0]
+        start = self.run.manifest.get("start_ns")
+        return start if isinstance(start, int) and start > 0 else None
 
     def facts(self) -> dict:
         req = self.req
@@ -261,15 +268,17 @@ def compare_runs(current, baseline, rules: CompareRules = CompareRules()) -> dic
     weights_before, weights_now = before.weights(rules, rng), now.weights(rules, rng)
     rows = []
     scopes = [None] + sorted(now.classes() & before.classes())
+    family = len(scopes) * len(STANDARD_PERCENTILES)  # the latency checks judged together
     for cls in scopes:
         for metric, _ in METRICS:
             judged = compare_percentiles(before.figure(metric, cls, weights_before),
-                                         now.figure(metric, cls, weights_now), STANDARD_PERCENTILES, rules, rng)
+                                         now.figure(metric, cls, weights_now), STANDARD_PERCENTILES, rules, rng,
+                                         family=family)
             rows += [{"metric": metric, "cls": cls, "percentile": name, **row} for name, row in judged]
     focus = _focus_percentile(rows)
     stages, changed = stage_attribution(before, now, focus, rules)
     llm = compare_llm(before, now, (weights_before, weights_now), rules)
-    checks = regression_checks(rows, rules) + llm_checks(llm, rules)
+    checks = regression_checks(rows, rules, family) + llm_checks(llm, rules)
     regressed = any(not c["passed"] for c in checks)
     method = method_facts(before, now, rules)
     summary = verdict_summary(rows, changed, rules)
@@ -283,6 +292,7 @@ def compare_runs(current, baseline, rules: CompareRules = CompareRules()) -> dic
         "title": f"{side_label(now, before)} vs {side_label(before, now)}",
         "baseline": before.facts(), "current": now.facts(),
         "threshold": rules.threshold, "confidence": rules.confidence, "resamples": rules.resamples,
+        "gate_confidence": gate_confidence(rules.confidence, family), "checks_judged_together": family,
         "method": method,
         "verdict": {"regressed": regressed, "summary": summary},
         "checks": checks, "percentiles": rows, "stages": stages, "changed_stage": changed, "llm": llm,
@@ -301,8 +311,9 @@ def _focus_percentile(rows: list[dict]) -> str:
     return max(regressed, key=lambda r: r["relative_change"] or 0.0)["percentile"]
 
 
-def regression_checks(rows: list[dict], rules: CompareRules) -> list[dict]:
-    """One check per latency percentile and scope: passed unless regressed (JUnit testcases)."""
+def regression_checks(rows: list[dict], rules: CompareRules, family: int = 1) -> list[dict]:
+    """One check per latency percentile and scope: passed unless regressed (JUnit testcases);
+    ``family``: the checks judged together (their intervals' Bonferroni share)."""
     checks = []
     for row in rows:
         if row["metric"] != "latency_ms":
@@ -314,7 +325,9 @@ def regression_checks(rows: list[dict], rules: CompareRules) -> list[dict]:
                    f"({'—' if relative is None else f'{relative:+.1%}'}; change {rules.confidence:.0%} CI "
                    f"{row['change_ci_ms'][0]:+.1f} … {row['change_ci_ms'][1]:+.1f} ms)")
         if row["regressed"]:
-            message += f": regression (above {rules.threshold:.0%} and significant)"
+            message += (f": regression (above {rules.threshold:.0%}, and the change's "
+                        f"{gate_confidence(rules.confidence, family):.2%} interval {row['gate_ci_ms'][0]:+.1f} … "
+                        f"{row['gate_ci_ms'][1]:+.1f} ms lies above 0)")
         elif not row["claimable"]:
             message += ": too few samples to judge"
         checks.append({"name": f"{scope} {label}", "cls": row["cls"], "passed": not row["regressed"],

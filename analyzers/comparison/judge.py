@@ -32,7 +32,7 @@ class CompareRules:
 
     threshold: float = 0.10
     confidence: float = 0.95
-    resamples: int = 2000
+    resamples: int = 4000
     seed: int = 0
     method: str = "hierarchical"
     block_s: float = BLOCK_S
@@ -80,18 +80,32 @@ def interval(values: np.ndarray, confidence: float, fallback: float | None = Non
     return [float(low), float(high)]
 
 
+def gate_confidence(confidence: float, family: int) -> float:
+    """The confidence of each judged interval in a family of ``family`` checks (Bonferroni): the
+    chance that any of them flags a change that is not there stays at most ``1 − confidence``."""
+    return 1.0 - (1.0 - confidence) / max(1, family)
+
+
 def judge_change(base: float, current: float, boot_base: np.ndarray, boot_current: np.ndarray, claimable: bool,
-                 rules: CompareRules, lower_is_worse: bool = False) -> dict:
+                 rules: CompareRules, lower_is_worse: bool = False, family: int = 1) -> dict:
     """A figure's change ``current − base`` with intervals (from the two sides' replicates) and
-    its judgement (module docstring). Values keep the figure's unit."""
-    change_ci = interval(boot_current - boot_base, rules.confidence, fallback=current - base)
+    its judgement (module docstring). Values keep the figure's unit.
+
+    ``change_ci`` is at ``rules.confidence`` (*significant* when it excludes 0); the verdict
+    (``regressed``, ``improved``) reads ``gate_ci``, the change interval at
+    :func:`gate_confidence` for a ``family`` of checks judged together (e.g. 20 latency
+    percentiles and classes), so that one comparison's false-alarm rate is at most
+    ``1 − confidence``, not ``family`` times it."""
+    change = boot_current - boot_base
+    change_ci = interval(change, rules.confidence, fallback=current - base)
+    gate_ci = interval(change, gate_confidence(rules.confidence, family), fallback=current - base)
     relative = (current - base) / base if base > 0 else None
-    bad_side = change_ci[1] < 0 if lower_is_worse else change_ci[0] > 0
-    good_side = change_ci[0] > 0 if lower_is_worse else change_ci[1] < 0
+    bad_side = gate_ci[1] < 0 if lower_is_worse else gate_ci[0] > 0
+    good_side = gate_ci[0] > 0 if lower_is_worse else gate_ci[1] < 0
     moved = None if relative is None else relative * (-1.0 if lower_is_worse else 1.0)
     return {"baseline": base, "baseline_ci": interval(boot_base, rules.confidence, fallback=base),
             "current": current, "current_ci": interval(boot_current, rules.confidence, fallback=current),
-            "change": current - base, "change_ci": change_ci, "relative_change": relative,
+            "change": current - base, "change_ci": change_ci, "gate_ci": gate_ci, "relative_change": relative,
             "significant": bool(change_ci[0] > 0 or change_ci[1] < 0),
             "regressed": bool(claimable and bad_side and moved is not None and moved > rules.threshold),
             "improved": bool(claimable and good_side and moved is not None and moved < -rules.threshold),
@@ -111,12 +125,13 @@ def quantile_replicate_pairs(base: Figure, current: Figure, quantiles: list[floa
 
 
 def compare_percentiles(base: Figure, current: Figure, percentiles: tuple, rules: CompareRules,
-                        rng: np.random.Generator) -> list[tuple[str, dict]]:
+                        rng: np.random.Generator, family: int = 1) -> list[tuple[str, dict]]:
     """``[(name, row)]`` for the ``(name, p)`` in ``percentiles``: each nearest-rank percentile
     of both sides (all their requests pooled), its change with intervals and judgement, the
     sample sizes and ``claimable`` (both sides hold enough values to claim it); [] when a side is
-    empty. Keys: ``baseline_ms``, ``baseline_ci_ms``, ``current_ms``, ``current_ci_ms``,
-    ``change_ms``, ``change_ci_ms``, ``relative_change``, ``significant``, ``regressed``,
+    empty. ``family``: the number of checks judged together (:func:`judge_change`). Keys:
+    ``baseline_ms``, ``baseline_ci_ms``, ``current_ms``, ``current_ci_ms``, ``change_ms``,
+    ``change_ci_ms``, ``gate_ci_ms``, ``relative_change``, ``significant``, ``regressed``,
     ``improved``, ``claimable``, ``baseline_n``, ``current_n``."""
     if len(base) == 0 or len(current) == 0:
         return []
@@ -128,10 +143,10 @@ def compare_percentiles(base: Figure, current: Figure, percentiles: tuple, rules
         b = float(sb[nearest_rank(len(sb), p) - 1])
         c = float(sc[nearest_rank(len(sc), p) - 1])
         claimable = min(len(sb), len(sc)) >= min_samples_for_claim(p, 0)
-        row = judge_change(b, c, boot_b[i], boot_c[i], claimable, rules)
+        row = judge_change(b, c, boot_b[i], boot_c[i], claimable, rules, family=family)
         out.append((name, {"baseline_ms": row["baseline"], "baseline_ci_ms": row["baseline_ci"],
                            "current_ms": row["current"], "current_ci_ms": row["current_ci"],
-                           "change_ms": row["change"], "change_ci_ms": row["change_ci"],
+                           "change_ms": row["change"], "change_ci_ms": row["change_ci"], "gate_ci_ms": row["gate_ci"],
                            **{k: row[k] for k in ("relative_change", "significant", "regressed", "improved",
                                                   "claimable")},
                            "baseline_n": int(len(sb)), "current_n": int(len(sc))}))

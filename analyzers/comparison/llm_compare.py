@@ -41,6 +41,8 @@ from tailscope.analyzers.stats.summary import load_period_ns
 MIN_RATE_WINDOWS = 10
 MIN_GOODPUT_REQUESTS = 100
 WINDOW_NS = NS_PER_S
+#: The LLM checks judged together (TTFT P99, TPOT P99, output tokens/s, goodput): their family size.
+LLM_FAMILY = 4
 #: (metric, percentile name, quantile) of the per-request rows.
 PERCENTILE_ROWS = (("ttft_ms", "p50", 0.50), ("ttft_ms", "p99", 0.99), ("tpot_ms", "p50", 0.50), ("tpot_ms", "p99", 0.99))
 LABELS = {"ttft_ms": "TTFT", "tpot_ms": "TPOT", "output_tokens_per_s": "output tokens/s", "goodput": "goodput"}
@@ -131,7 +133,8 @@ def _rate_row(before: LlmSide, now: LlmSide, weights: tuple, rules: CompareRules
         return ratio_replicates(_per_block(tokens, side.window_blocks, side.blocks),
                                 _per_block(np.ones(len(tokens)), side.window_blocks, side.blocks), w) / window_s
     row = judge_change(float(a.mean() / window_s), float(b.mean() / window_s), replicates(before, weights[0]),
-                       replicates(now, weights[1]), min(len(a), len(b)) >= MIN_RATE_WINDOWS, rules, lower_is_worse=True)
+                       replicates(now, weights[1]), min(len(a), len(b)) >= MIN_RATE_WINDOWS, rules, lower_is_worse=True,
+                       family=LLM_FAMILY)
     return {"metric": "output_tokens_per_s", "percentile": None, "unit": "tokens/s", **row, "lower_is_worse": True,
             "baseline_n": int(len(a)), "current_n": int(len(b))}
 
@@ -149,7 +152,7 @@ def _goodput_row(before: LlmSide, now: LlmSide, weights: tuple, rules: CompareRu
                                 _per_block(np.ones(side.requests), side.request_blocks, side.blocks), w)
     row = judge_change(float(before.good.mean()), float(now.good.mean()), replicates(before, weights[0]),
                        replicates(now, weights[1]), min(before.requests, now.requests) >= MIN_GOODPUT_REQUESTS,
-                       rules, lower_is_worse=True)
+                       rules, lower_is_worse=True, family=LLM_FAMILY)
     return {"metric": "goodput", "percentile": None, "unit": "share", **row, "lower_is_worse": True,
             "baseline_n": before.requests, "current_n": now.requests}
 
@@ -167,12 +170,13 @@ def compare_llm(before, now, weights: tuple, rules: CompareRules) -> dict | None
     for metric, name, p in PERCENTILE_ROWS:
         blocks = metric.replace("_ms", "_blocks")
         judged = compare_percentiles(Figure(getattr(a, metric), getattr(a, blocks), weights[0]),
-                                     Figure(getattr(b, metric), getattr(b, blocks), weights[1]), ((name, p),), rules, rng)
+                                     Figure(getattr(b, metric), getattr(b, blocks), weights[1]), ((name, p),), rules, rng,
+                                     family=LLM_FAMILY)
         for _, row in judged:
             rows.append({"metric": metric, "percentile": name, "unit": "ms",
                          "baseline": row["baseline_ms"], "baseline_ci": row["baseline_ci_ms"],
                          "current": row["current_ms"], "current_ci": row["current_ci_ms"],
-                         "change": row["change_ms"], "change_ci": row["change_ci_ms"],
+                         "change": row["change_ms"], "change_ci": row["change_ci_ms"], "gate_ci": row["gate_ci_ms"],
                          **{k: row[k] for k in ("relative_change", "significant", "regressed", "improved", "claimable",
                                                 "baseline_n", "current_n")}, "lower_is_worse": False})
     rows += [r for r in (_rate_row(a, b, weights, rules, rng), _goodput_row(a, b, weights, rules, rng)) if r is not None]

@@ -1,0 +1,166 @@
+"""A/A comparisons of the reference target: the false "REGRESSION" rate and the detectable P99 change.
+
+    python benchmarks/compare_aa.py record --out /tmp/aa --runs 44 --seconds 20 --prefix aa
+    python benchmarks/compare_aa.py record --out /tmp/aa --runs 6 --seconds 60 --prefix power
+    python benchmarks/compare_aa.py judge --out /tmp/aa
+
+``record`` makes real runs one after the other: for each, a fresh reference target (the
+``tailscope target`` service, default model, its spans exported to the run's receiver) on a free
+loopback port, then ``tailscope run scenarios/demo.yaml --duration D`` against it (40 requests/s
+Poisson, the demo's mixed classes), then the target is stopped by PID. Every run is a normal run
+directory under ``OUT/PREFIX-NN`` (nothing changes between runs: an A/A series).
+
+``judge`` re-reads the recorded runs and judges them with the comparison of this checkout
+(``analyzers/comparison``; docs/analyzers/compare.md), printing:
+
+* **false-alarm rate, 1 vs 1**: disjoint consecutive pairs of the ``aa`` runs (run 2k+1 against
+  run 2k), the share judged a REGRESSION (any failed check), and the same share for the old
+  per-request bootstrap (``--method request``);
+* **false-alarm rate, 3 vs 3**: disjoint sextets (runs 6k+3..6k+5 against 6k..6k+2);
+* **power, 3 vs 3 of 60 s**: the ``power`` runs split 3 + 3; the new side's latencies (and service
+  times) multiplied by ``1 + s`` (a known multiplicative slowdown added to real recorded
+  runs), for s on a grid; for each s, the share of the 20 ways to split the six runs in 3 + 3 in
+  which the ``all`` latency P99 row is judged regressed. The smallest s with a share >= 80% is
+  the detectable change.
+
+Every process started here is stopped by PID; load goes to 127.0.0.1 only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+from tailscope.support.python_child import python_module
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SCENARIO = os.path.join(os.path.dirname(HERE), "scenarios", "demo.yaml")
+ENV = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_target(port: int, receiver_port: int) -> subprocess.Popen:
+    """The reference target on 127.0.0.1:port, exporting spans to the receiver on receiver_port."""
+    env = dict(os.environ, **ENV, OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{receiver_port}",
+               OTEL_EXPORTER_OTLP_PROTOCOL="http/protobuf", OTEL_BSP_SCHEDULE_DELAY="200")
+    proc = subprocess.Popen(python_module("tailscope.targets.reference", "--host", "127.0.0.1", "--port", str(port)),
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    for line in proc.stdout:
+        if line.startswith(b"LISTENING"):
+            return proc
+    raise RuntimeError("the reference target did not start")
+
+
+def stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        os.kill(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def record(out: str, runs: int, seconds: float, prefix: str) -> None:
+    os.makedirs(out, exist_ok=True)
+    for i in range(runs):
+        port, receiver = free_port(), free_port()
+        target = start_target(port, receiver)
+        parent = os.path.join(out, f"{prefix}-{i:02d}")
+        started = time.monotonic()
+        try:
+            proc = subprocess.run(python_module("tailscope.cli.main", "run", SCENARIO, "--target",
+                                                f"http://127.0.0.1:{port}", "--duration", f"{seconds:g}s",
+                                                "--out", parent, "--receiver-port", str(receiver),
+                                                "--receiver-grpc-port", "-1"),
+                                  capture_output=True, text=True, timeout=seconds + 240)
+        finally:
+            stop(target)
+        print(f"{prefix}-{i:02d}: exit {proc.returncode} in {time.monotonic() - started:.0f} s, "
+              f"load {' '.join(f'{x:.1f}' for x in os.getloadavg())}", flush=True)
+        if proc.returncode not in (0, 1, 3):
+            print(proc.stderr[-2000:], file=sys.stderr, flush=True)
+
+
+def run_dirs(out: str, prefix: str) -> list[str]:
+    """The recorded run directories of one series, in order (each OUT/PREFIX-NN holds one run)."""
+    dirs = []
+    for name in sorted(os.listdir(out)):
+        if not name.startswith(prefix + "-"):
+            continue
+        inner = sorted(os.listdir(os.path.join(out, name)))
+        if inner:
+            dirs.append(os.path.join(out, name, inner[-1]))
+    return dirs
+
+
+def judge(out: str, method: str) -> None:
+    from tailscope.analyzers.comparison.baseline import CompareRules, compare_runs, load_side
+
+    rules = CompareRules(method=method)
+    aa = run_dirs(out, "aa")
+    sides = {path: load_side([path]) for path in aa}
+    pairs = [(aa[k + 1], aa[k]) for k in range(0, len(aa) - 1, 2)]
+    false = 0
+    for new, base in pairs:
+        comparison = compare_runs(sides[new], sides[base], rules)
+        false += comparison["verdict"]["regressed"]
+        if comparison["verdict"]["regressed"]:
+            print(f"  1v1 false alarm: {os.path.basename(os.path.dirname(new))} vs "
+                  f"{os.path.basename(os.path.dirname(base))}: {comparison['verdict']['summary'][:160]}")
+    print(f"method {method}: 1 vs 1: {false} REGRESSION in {len(pairs)} A/A pairs ({false / max(len(pairs), 1):.1%})")
+    sextets = [aa[k:k + 6] for k in range(0, len(aa) - 5, 6)]
+    false3 = 0
+    for six in sextets:
+        comparison = compare_runs(load_side(six[3:]), load_side(six[:3]), rules)
+        false3 += comparison["verdict"]["regressed"]
+    print(f"method {method}: 3 vs 3: {false3} REGRESSION in {len(sextets)} disjoint A/A sextets "
+          f"({false3 / max(len(sextets), 1):.1%})")
+    power_runs = run_dirs(out, "power")
+    if len(power_runs) < 6:
+        return
+    power_runs = power_runs[:6]
+    splits = [c for c in itertools.combinations(range(6), 3) if 0 in c]  # 10 splits; each also swapped
+    for slowdown in (0.0, 0.05, 0.10, 0.15, 0.20, 0.25, 0.30, 0.40, 0.50):
+        hits, total = 0, 0
+        for base_idx in splits:
+            base = [power_runs[i] for i in base_idx]
+            new = [power_runs[i] for i in range(6) if i not in base_idx]
+            for a, b in ((base, new), (new, base)):
+                comparison = compare_runs(load_side(b, scale=1 + slowdown), load_side(a), rules)
+                row = next(r for r in comparison["percentiles"]
+                           if r["cls"] is None and r["metric"] == "latency_ms" and r["percentile"] == "p99")
+                hits += row["regressed"]
+                total += 1
+        print(f"method {method}: 3 vs 3 of 60 s, P99 x{1 + slowdown:.2f}: all-latency P99 judged regressed "
+              f"in {hits}/{total} splits ({hits / total:.0%})", flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("phase", choices=("record", "judge"))
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--runs", type=int, default=44)
+    parser.add_argument("--seconds", type=float, default=20)
+    parser.add_argument("--prefix", default="aa")
+    parser.add_argument("--method", default="hierarchical", choices=("hierarchical", "request"))
+    args = parser.parse_args()
+    if args.phase == "record":
+        record(args.out, args.runs, args.seconds, args.prefix)
+    else:
+        judge(args.out, args.method)
+
+
+if __name__ == "__main__":
+    main()
