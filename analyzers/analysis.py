@@ -122,7 +122,8 @@ def analyze_run(run_or_path: Run | str | os.PathLike, *, window_s: float = 1.0,
         windows = retained.windows if retained is not None else windows_later.result() if windows_later else None
         detection = detect(req, windows, spike_rules, retained) if windows else None
         spikes = (find_spikes(req, windows, matrix, run, registry, spike_rules, stage_map,
-                              detection=detection, method=method, span_request=join.span_request, queue=queue)
+                              detection=detection, method=method, span_request=join.span_request, queue=queue,
+                              retained=retained)
                   if windows else [])
         release_pages(run)
         signals = signals_section(run, req, period, window_s, queue=queue)

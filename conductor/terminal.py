@@ -108,18 +108,13 @@ def print_summary(console: Console, analysis: dict, paths: dict) -> None:
         load_text = f"{achieved:.1f} of {summary.get('offered_rps') or 0:.1f} req/s offered"
     console.print(f"{summary.get('requests', 0)} requests, {summary.get('errors', 0)} errors "
                   f"({100 * (summary.get('error_rate') or 0):.2f}%), achieved {load_text}")
-    table = Table(show_header=True)
-    # a closed loop sends each request when a user is free: its scheduled time is its send time
-    table.add_column("latency (from send)" if closed else "latency (from scheduled send)")
-    for key in ("p50", "p90", "p95", "p99", "p999", "max"):
-        table.add_column(key.upper(), justify="right")
-    latency = summary.get("latency_ms", {})
-    table.add_row("ms", *[_pct_cell(latency.get(k)) for k in ("p50", "p90", "p95", "p99", "p999", "max")])
-    table.caption = "* too few samples to claim this percentile (MLPerf early-stopping rule)"
-    console.print(table)
+    console.print(latency_table(summary, closed))
     llm = llm_table(analysis.get("llm"))
     if llm is not None:
         console.print(llm)
+        chunks = chunk_line(analysis.get("llm"))
+        if chunks is not None:
+            console.print(chunks, highlight=False, soft_wrap=True)
     stages = stage_table(analysis.get("stages") or {})
     if stages is not None:
         console.print(stages)
@@ -136,7 +131,7 @@ def print_summary(console: Console, analysis: dict, paths: dict) -> None:
         top = causes[0] if causes else {"kind": "unexplained", "confidence": 0}
         grew = (spike.get("decomposition") or {}).get("dominant_stage")
         console.print(
-            f"spike {_clock(spike.get('start_ns'))}–{_clock(spike.get('end_ns'))}: P99 "
+            f"spike {_clock(spike.get('start_ns'))}–{_clock(spike.get('end_ns'))}: latency P99 "
             f"{spike.get('p99_ms', 0):.0f} ms vs {spike.get('baseline_p99_ms', 0):.0f} ms baseline; "
             f"top cause [bold]{escape(str(top.get('kind')))}[/] ({100 * (top.get('confidence') or 0):.0f}%)"
             + (f"; {escape(str(grew))} grew most" if grew else "")
@@ -210,17 +205,43 @@ def llm_comparison_table(section: dict | None) -> Table | None:
     return table
 
 
+#: The percentile columns of the end-of-run latency table: (analysis key, name).
+LATENCY_COLUMNS = (("p50", "P50"), ("p90", "P90"), ("p95", "P95"), ("p99", "P99"), ("p999", "P99.9"), ("max", "max"))
+#: The LLM table's rows: (key in the analysis's ``llm`` section, metric name).
+LLM_ROWS = (("ttft_ms", "TTFT"), ("tpot_ms", "TPOT"), ("itl_ms", "ITL"), ("chunk_gap_ms", "chunk gap"),
+            ("e2e_ms", "e2e"))
+UNCLAIMED_NOTE = "* too few samples to claim this percentile (MLPerf early-stopping rule)"
+
+
+def latency_table(summary: dict, closed: bool) -> Table:
+    """The run's latency percentiles, each named with its metric (``latency P50``) and in ms;
+    measured from the scheduled send (a closed loop: from the send, its scheduled time)."""
+    table = Table(show_header=True)
+    # a closed loop sends each request when a user is free: its scheduled time is its send time
+    table.add_column("latency (from send)" if closed else "latency (from scheduled send)")
+    for _, name in LATENCY_COLUMNS:
+        table.add_column(f"latency {name}", justify="right")
+    latency = summary.get("latency_ms", {})
+    table.add_row("all requests", *[_pct_cell(latency.get(key)) for key, _ in LATENCY_COLUMNS])
+    table.caption = UNCLAIMED_NOTE
+    return table
+
+
 def llm_table(llm: dict | None) -> Table | None:
-    """An LLM run's token-level latencies (TTFT, TPOT, ITL, e2e: P50, P99, samples), with tokens/s
-    and goodput (the share meeting every per-request SLO) in the caption; None for a run without
-    OpenAI-API requests."""
+    """An LLM run's token-level latencies (a row per metric — TTFT, TPOT, ITL, chunk gap, e2e —
+    with its P50 and P99 in ms and its samples), the tokens per content chunk, and tokens/s and goodput
+    (the share meeting every per-request SLO) in the caption; None for a run without OpenAI-API
+    requests. ITL divides each chunk's arrival gap over its tokens; the chunk gap is that gap
+    undivided (analyzers/stats/llm_metrics.py)."""
     if not llm:
         return None
     table = Table(show_header=True)
     table.add_column(f"LLM ({llm.get('requests', 0):,} requests)")
-    for column in ("P50 ms", "P99 ms", "samples"):
+    for column in ("P50", "P99", "samples"):
         table.add_column(column, justify="right")
-    for key, label in (("ttft_ms", "TTFT"), ("tpot_ms", "TPOT"), ("itl_ms", "ITL (per token)"), ("e2e_ms", "e2e")):
+    for key, label in LLM_ROWS:
+        if key not in llm:
+            continue  # an analysis written before chunk gaps were measured
         entry = llm.get(key) or {}
         table.add_row(label, _pct_cell(entry.get("p50")), _pct_cell(entry.get("p99")),
                       f"{(entry.get('p50') or {}).get('n', 0):,}")
@@ -233,6 +254,17 @@ def llm_table(llm: dict | None) -> Table | None:
     return table
 
 
+def chunk_line(llm: dict | None) -> str | None:
+    """What the LLM table's ITL means, with the tokens per content chunk (mean, P50, P99);
+    None without streamed content chunks."""
+    per_chunk = (llm or {}).get("tokens_per_chunk") or {}
+    if per_chunk.get("mean") is None:
+        return None
+    return (f"tokens per content chunk: mean {per_chunk['mean']:.2f}, P50 {per_chunk['p50']:g}, "
+            f"P99 {per_chunk['p99']:g} over {per_chunk['chunks']:,} chunks; ITL = each chunk gap ÷ its tokens "
+            "(its percentiles average a chunk's tokens; the chunk gap is the wait between chunks)")
+
+
 def stage_table(stages: dict) -> Table | None:
     """Where the joined requests' time went: P50/P99/mean per stage that occurred
     (a stage no request had is not listed); None without joined requests."""
@@ -243,7 +275,7 @@ def stage_table(stages: dict) -> Table | None:
         return None
     table = Table(show_header=True)
     table.add_column(f"stage ({stages.get('joined_requests', 0):,} joined requests)")
-    for column in ("P50 ms", "P99 ms", "mean ms", "requests"):
+    for column in ("time in stage P50", "time in stage P99", "time in stage mean", "requests"):
         table.add_column(column, justify="right")
     for name, s in occurred.items():
         table.add_row(escape(str(name)), *[_pct_cell(s.get(k)) for k in ("p50_ms", "p99_ms", "mean_ms")],
@@ -264,6 +296,7 @@ def _evidence_hint(evidence) -> str:
 
 
 def _pct_cell(entry) -> str:
+    """A latency in ms with its unit (``12.3 ms``; ``*`` after an unclaimed percentile), or —."""
     if entry is None:
         return "—"
     if isinstance(entry, dict):
@@ -271,8 +304,8 @@ def _pct_cell(entry) -> str:
         if value is None:
             return "—"
         mark = "" if entry.get("claimed", True) else "*"
-        return f"{value:.1f}{mark}"
-    return f"{entry:.1f}"
+        return f"{value:.1f} ms{mark}"
+    return f"{entry:.1f} ms"
 
 
 #: The colour of each outcome word on the terminal.

@@ -16,7 +16,8 @@ every cause with its evidence as sentences (:mod:`.evidence_text`). Evidence
 may carry strings from the run (span names, messages): like every run string
 it is only ever rendered as text. Keys read from each spike (all optional
 except the times): ``p99_ms``, ``baseline_p99_ms``, ``excess_ms``,
-``requests``, ``slow_requests``, ``expected_slow_share``, ``decomposition``,
+``requests``, ``slow_requests``, ``expected_slow_share``, ``decomposition`` (its
+``unavailable_reason`` is the card's stage note, :func:`stage_note`),
 ``causes[]`` (``kind``, ``confidence``, ``evidence``), ``evidence_series``,
 ``representative_trace`` (docs/report.md).
 """
@@ -123,10 +124,12 @@ def spike_row(number: int, spike: dict, origin_ns, minor: bool | None = None) ->
         "p99": fmt_ms(spike.get("p99_ms")), "baseline": fmt_ms(spike.get("baseline_p99_ms")),
         "ratio": ratio_text(spike.get("p99_ms"), spike.get("baseline_p99_ms")),
         "excess": fmt_ms(spike.get("excess_ms")), "requests": fmt_count(spike.get("requests")),
-        "slow_requests": fmt_count(decomposition.get("slow_requests")),
+        "slow_requests": fmt_count(spike["slow_requests"] if spike.get("slow_requests") is not None
+                                   else decomposition.get("slow_requests")),
         "dominant": dominant or "—",
         "dominant_growth": fmt_signed_ms(growth) if growth is not None else "",
         "summary": decomposition.get("summary") or "",
+        "stage_note": stage_note(decomposition),
         "top_cause": kind,
         "top_title": cause_title(kind),
         "top_confidence": f"{(top.get('confidence') or 0):.0%}",
@@ -135,6 +138,15 @@ def spike_row(number: int, spike: dict, origin_ns, minor: bool | None = None) ->
         "causes": [{"kind": str(c.get("kind", "?")), "confidence": f"{(c.get('confidence') or 0):.0%}"}
                    for c in causes],
     }
+
+
+def stage_note(decomposition: dict) -> str:
+    """Why a spike has no slow-vs-normal stage split, as a sentence ("" when it has one): no
+    full records kept in its windows (a retained run), or no span joined."""
+    if (decomposition or {}).get("available", True) and (decomposition or {}).get("stages"):
+        return ""
+    reason = (decomposition or {}).get("unavailable_reason") or "no spans joined the slow or normal requests"
+    return f"Stage split unavailable: {reason}."
 
 
 def minor_flags(spikes: list[dict]) -> list[bool]:

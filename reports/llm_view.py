@@ -28,13 +28,18 @@ from tailscope.reports.formatting import (
 from tailscope.support.cause_words import cause_title
 
 #: The percentile-set metrics of the section, in display order: (key, label).
-METRICS = (("ttft_ms", "TTFT"), ("tpot_ms", "TPOT"), ("itl_ms", "ITL (per token)"), ("e2e_ms", "end-to-end"))
+METRICS = (("ttft_ms", "TTFT"), ("tpot_ms", "TPOT"), ("itl_ms", "ITL (per token)"),
+           ("chunk_gap_ms", "chunk gap"), ("e2e_ms", "end-to-end"))
 #: Series charted over time: (key in llm.points and in the window columns, label).
 SERIES = (("ttft", "TTFT"), ("tpot", "TPOT"))
 MAX_LINE_POINTS = 2000
 TPOT_NOTE = ("TPOT = (last token − first token) ÷ (output tokens − 1). When the first chunk carries k tokens, "
-             "TPOT reads low by (k − 1) ÷ (output tokens − 1) of the true decode time per token; the per-token "
-             "ITL (a chunk of k tokens after a gap g counts k samples of g ÷ k) does not.")
+             "TPOT reads low by (k − 1) ÷ (output tokens − 1) of the true decode time per token. "
+             "ITL is measured from chunk arrivals: a chunk of k tokens arriving g after the previous one counts "
+             "k samples of g ÷ k. Its mean is the mean time per token; its percentiles are not the server's "
+             "per-token gaps when chunks carry several tokens (a slow token is averaged with the others of its "
+             "chunk, which flattens the tail). The chunk gap is g itself, one sample per content chunk: the "
+             "longest waits the client saw between pieces of content.")
 
 
 def _metric_row(label: str, entry: dict) -> dict:
@@ -47,6 +52,12 @@ def _metric_row(label: str, entry: dict) -> dict:
 def _token_row(label: str, stats: dict) -> dict:
     return {"what": label, "sum": fmt_count(stats["sum"]), "mean": fmt_number(stats["mean"]),
             "p50": fmt_number(stats["p50"]), "p99": fmt_number(stats["p99"])}
+
+
+def _chunk_row(stats: dict) -> dict:
+    """The tokens table's row for the tokens per content chunk (its ``sum`` cell: how many chunks)."""
+    return {"what": "per content chunk", "sum": f"{fmt_count(stats['chunks'])} chunks",
+            "mean": fmt_number(stats["mean"]), "p50": fmt_number(stats["p50"]), "p99": fmt_number(stats["p99"])}
 
 
 def _counts_text(counts: dict) -> str:
@@ -65,8 +76,9 @@ def llm_data(analysis: dict) -> dict | None:
     return {
         "requests": fmt_count(llm["requests"]), "completed": fmt_count(llm["completed"]),
         "errors": fmt_count(llm["errors"]), "streamed": fmt_count(llm["streamed"]),
-        "rows": [_metric_row(label, llm[key]) for key, label in METRICS],
-        "tokens": [_token_row("prompt", llm["prompt_tokens"]), _token_row("output", llm["output_tokens"])],
+        "rows": [_metric_row(label, llm[key]) for key, label in METRICS if key in llm],
+        "tokens": [_token_row("prompt", llm["prompt_tokens"]), _token_row("output", llm["output_tokens"]),
+                   *([_chunk_row(llm["tokens_per_chunk"])] if "tokens_per_chunk" in llm else [])],
         "rate": {"aggregate": fmt_tokens_per_s(rate["aggregate"]),
                  **{name: fmt_tokens_per_s(per_request.get(name)) for name in ("p1", "p10", "p50", "p90", "p99")},
                  "n": fmt_count(per_request.get("n"))},

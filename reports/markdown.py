@@ -39,7 +39,7 @@ def verdict_lines(report_data: dict) -> list[str]:
 def spike_lines(spikes: list[dict]) -> list[str]:
     if not spikes:
         return ["No P99 spike rose significantly above the baseline.", ""]
-    lines = [f"**{len(spikes)} spike(s):**", "", "| # | window | P99 | baseline | top cause | grew most |",
+    lines = [f"**{len(spikes)} spike(s):**", "", "| # | window | latency P99 | baseline latency P99 | top cause | grew most |",
              "| ---: | --- | ---: | ---: | --- | --- |"]
     lines += [f"| {s['number']} | {s['window']} | {s['p99']} | {s['baseline']} | "
               f"{cell(s['top_cause'])} ({s['top_confidence']}){', minor' if s.get('minor') else ''} | "
@@ -53,7 +53,8 @@ def spike_lines(spikes: list[dict]) -> list[str]:
 
 def llm_lines(llm: dict | None) -> list[str]:
     """An LLM run's figures (reports/llm_view.py ``llm_data``): requests, tokens, output rate and goodput
-    in one line, then TTFT, TPOT, ITL and end-to-end P50/P99 with the P99's CI and claim, and the
+    in one line, then TTFT, TPOT, ITL, chunk gap and end-to-end P50/P99 (in ms) with the P99's CI and
+    claim, the tokens per content chunk and what ITL measures, and the
     TTFT/TPOT spikes; nothing for a run without OpenAI-API requests."""
     if not llm:
         return []
@@ -65,8 +66,13 @@ def llm_lines(llm: dict | None) -> list[str]:
              "| metric | P50 | P99 | P99 95% CI | early stopping |", "| --- | ---: | ---: | ---: | --- |"]
     lines += [f"| {cell(r['metric'])} | {r['p50']} | {r['p99']} | {r['p99_ci']} | {r['p99_claimed']} |" for r in llm["rows"]]
     lines.append("")
-    lines += [f"- {s['metric']} spike {s['window']}: P99 {s['p99']} vs {s['baseline']} baseline, {s['slow']} of {s['requests']} "
-              "requests above the baseline P99" for s in llm["spikes"][:20]]
+    per_chunk = next((t for t in llm["tokens"] if t["what"] == "per content chunk"), None)
+    if per_chunk is not None:
+        lines += [f"Tokens per content chunk: mean {per_chunk['mean']}, P50 {per_chunk['p50']}, P99 {per_chunk['p99']} "
+                  f"({per_chunk['sum']}). ITL is each gap between content chunks ÷ the chunk's tokens: its mean is "
+                  "the mean time per token, its percentiles average a chunk's tokens; the chunk gap is the wait itself.", ""]
+    lines += [f"- {s['metric']} spike {s['window']}: {s['metric']} P99 {s['p99']} vs {s['baseline']} baseline, "
+              f"{s['slow']} of {s['requests']} requests above the baseline {s['metric']} P99" for s in llm["spikes"][:20]]
     return lines + ([""] if llm["spikes"] else [])
 
 
@@ -74,8 +80,8 @@ def render_markdown(report_data: dict) -> str:
     """Verdict, goodput, SLO table, headline percentiles, an LLM run's TTFT/TPOT/ITL, tokens and goodput,
     spikes with top causes, findings, warnings."""
     lines = verdict_lines(report_data)
-    lines += ["| percentile | latency | 95% CI | early stopping |", "| --- | ---: | ---: | --- |"]
-    lines += [f"| {p['label']} | {p['value']} | {p['ci']} | {p['claimed']} |" for p in report_data["headline"]]
+    lines += ["| percentile | value | 95% CI | early stopping |", "| --- | ---: | ---: | --- |"]
+    lines += [f"| latency {p['label']} | {p['value']} | {p['ci']} | {p['claimed']} |" for p in report_data["headline"]]
     lines.append("")
     lines += llm_lines(report_data.get("llm"))
     lines += spike_lines(report_data["spikes"])

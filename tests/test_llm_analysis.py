@@ -177,6 +177,68 @@ def test_a_ttft_spike_is_found_where_it_was_injected_and_not_in_tpot(tmp_path):
     assert analyze_run(tmp_path / "steady")["llm"]["spikes"] == {"ttft": [], "tpot": []}
 
 
+def _restream(path, seed: int) -> dict:
+    """Rewrite a synthetic run's chunks.arrow as a server that decodes each token after an
+    uneven gap (2 ms, or a 30 ms stall on 3% of tokens) and flushes 2–4 tokens per chunk:
+    a chunk arrives with its last token. Returns the ground truth: the recorded chunk gaps
+    and token counts (after each request's first chunk), and the server's per-token gaps."""
+    from tailscope.rundir import read_stream
+    from tailscope.rundir import schema as fmt
+    from tailscope.testing.synthetic import StreamFile
+
+    rng = np.random.default_rng(seed)
+    old = read_stream(path / fmt.CHUNKS, fmt.CHUNKS_SCHEMA).table
+    firsts = {}
+    for trace, index, t_ns in zip(*(old.column(c).to_pylist() for c in ("trace_id", "index", "t_ns"))):
+        if index == 0:
+            firsts[trace] = t_ns
+    rows = {"trace_id": [], "index": [], "t_ns": [], "tokens": []}
+    chunk_gaps, chunk_sizes, token_gaps, all_sizes = [], [], [], []
+    for trace, first_ns in firsts.items():
+        sizes = [1] + list(rng.integers(2, 5, size=8))
+        gaps_ns = np.where(rng.random(sum(sizes) - 1) < 0.03, 30_000_000, 2_000_000)
+        token_gaps.extend(gaps_ns / 1e6)
+        arrival, taken = first_ns, 0
+        for index, size in enumerate(sizes):
+            if index:
+                gap = int(gaps_ns[taken - 1:taken - 1 + size].sum())
+                arrival += gap
+                chunk_gaps.append(gap / 1e6)
+                chunk_sizes.append(size)
+            taken += size
+            all_sizes.append(size)
+            for key, value in (("trace_id", trace), ("index", index), ("t_ns", arrival), ("tokens", size)):
+                rows[key].append(value)
+    chunks = StreamFile(str(path / fmt.CHUNKS), fmt.CHUNKS_SCHEMA)
+    try:
+        chunks.write(rows)
+    finally:
+        chunks.close()
+    return {"chunk_gap_ms": np.array(chunk_gaps), "chunk_tokens": np.array(chunk_sizes),
+            "token_gap_ms": np.array(token_gaps), "tokens_per_chunk": np.array(all_sizes, dtype=float)}
+
+
+def test_itl_and_the_chunk_level_tail_are_what_they_claim_on_multi_token_chunks(tmp_path):
+    """ITL divides each chunk's arrival gap over its tokens (so a stall inside a chunk is
+    averaged away: its P99 is below the server's true per-token P99); chunk_gap_ms is the
+    recorded gaps themselves and tokens_per_chunk the recorded counts."""
+    write_synthetic_llm_run(tmp_path / "run", duration_s=20, rate=10, seed=11)
+    truth = _restream(tmp_path / "run", seed=11)
+    llm = analyze_run(tmp_path / "run")["llm"]
+    assert llm["chunk_gap_ms"]["p50"]["n"] == len(truth["chunk_gap_ms"])
+    for name, p in (("p50", 0.5), ("p99", 0.99)):
+        assert llm["chunk_gap_ms"][name]["value_ms"] == pytest.approx(nearest(truth["chunk_gap_ms"], p), abs=1e-6)
+    per_token = np.repeat(truth["chunk_gap_ms"] / truth["chunk_tokens"], truth["chunk_tokens"])
+    assert llm["itl_ms"]["p50"]["n"] == len(per_token) == len(truth["token_gap_ms"])
+    assert llm["itl_ms"]["p99"]["value_ms"] == pytest.approx(nearest(per_token, 0.99), abs=1e-6)
+    assert llm["itl_ms"]["p99"]["value_ms"] < nearest(truth["token_gap_ms"], 0.99) == 30.0
+    assert llm["chunk_gap_ms"]["p99"]["value_ms"] >= 30.0
+    assert np.mean(per_token) == pytest.approx(np.mean(truth["token_gap_ms"]))  # the mean is honest
+    sizes = truth["tokens_per_chunk"]
+    assert llm["tokens_per_chunk"] == {"chunks": len(sizes), "mean": pytest.approx(sizes.mean()),
+                                       "p50": nearest(sizes, 0.5), "p99": nearest(sizes, 0.99)}
+
+
 def test_a_run_without_openai_requests_has_no_llm_section(tmp_path):
     write_synthetic_run(tmp_path / "plain", duration_s=5, rate=40, seed=1, with_signals=False)
     analysis = analyze_run(tmp_path / "plain")
@@ -187,7 +249,8 @@ def test_a_run_without_openai_requests_has_no_llm_section(tmp_path):
 def test_the_report_shows_the_llm_section_and_draws_its_charts(steady, tmp_path):
     truth, analysis = steady
     data = build_report_data(analysis)["llm"]
-    assert [row["metric"] for row in data["rows"]] == ["TTFT", "TPOT", "ITL (per token)", "end-to-end"]
+    assert [row["metric"] for row in data["rows"]] == ["TTFT", "TPOT", "ITL (per token)", "chunk gap", "end-to-end"]
+    assert data["tokens"][2]["what"] == "per content chunk" and "chunk arrivals" in data["tpot_note"]
     assert data["goodput"]["good"] == f"{analysis['llm']['goodput']['good']:,}" and len(data["classes"]) == 2
     paths = write_outputs(tmp_path, analysis)
     html = open(paths["html"], encoding="utf-8").read()

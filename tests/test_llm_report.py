@@ -125,6 +125,11 @@ def test_summary_md_has_the_llm_figures(tmp_path):
     assert f"LLM goodput {llm['goodput']['share']}" in text and llm["rate"]["aggregate"] in text
     for row in llm["rows"]:
         assert f"| {row['metric']} | {row['p50']} | {row['p99']} | {row['p99_ci']} |" in text
+    assert [row["metric"] for row in llm["rows"]] == ["TTFT", "TPOT", "ITL (per token)", "chunk gap", "end-to-end"]
+    assert all(row["p50"].endswith(" ms") and row["p99"].endswith(" ms") for row in llm["rows"])
+    per_chunk = next(t for t in llm["tokens"] if t["what"] == "per content chunk")
+    assert f"Tokens per content chunk: mean {per_chunk['mean']}, P50 3, P99 3" in text
+    assert "| latency P50 |" in text and "| latency P99 |" in text
 
 
 def test_compare_judges_ttft_tpot_tokens_and_goodput_against_the_baseline(tmp_path):

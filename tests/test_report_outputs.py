@@ -44,7 +44,8 @@ def test_junit_has_one_testcase_per_slo_and_fails_the_missed_one(outputs):
 def test_markdown_summary_states_verdict_and_spike(outputs):
     _, paths = outputs
     text = open(paths["markdown"], encoding="utf-8").read()
-    assert "**FAILED**" in text and "inference grew most" in text and "| P99 |" in text
+    assert "**FAILED**" in text and "inference grew most" in text and "| latency P99 |" in text
+    assert "| # | window | latency P99 | baseline latency P99 |" in text
 
 
 def test_html_is_self_contained(outputs):

@@ -5,6 +5,7 @@ achieved rate, how many requests it kept in flight, and latency from the send.""
 from __future__ import annotations
 
 import io
+import re
 
 from rich.console import Console
 
@@ -51,3 +52,33 @@ def test_a_comparison_prints_the_llm_rows_beside_latency():
     text = out.getvalue()
     assert "TTFT P99" in text and "40.0 ms" in text and "96.0 ms" in text and "+140.0%" in text
     assert "REGRESSED" in text and "goodput" in text and "99.0%" in text
+
+
+def _pct(value, claimed=True, n=500):
+    return {"value_ms": value, "ci_low_ms": value, "ci_high_ms": value, "n": n, "claimed": claimed}
+
+
+def _percentiles(base):
+    return {key: _pct(base * factor) for key, factor in
+            (("p50", 1), ("p90", 2), ("p95", 3), ("p99", 4), ("p999", 5), ("max", 6))}
+
+
+def test_every_number_in_the_summary_tables_carries_its_unit_and_each_percentile_its_metric():
+    analysis = _analysis("open", {"loop": "open", "process": "poisson"})
+    analysis["summary"]["latency_ms"] = _percentiles(21.31)
+    analysis["stages"] = {"joined_requests": 120, "by_stage": {
+        "inference": {"p50_ms": 12.5, "p99_ms": 40.25, "mean_ms": 15.0, "count": 120}}}
+    analysis["llm"] = {"requests": 120, "ttft_ms": _percentiles(80.0), "tpot_ms": _percentiles(4.0),
+                       "itl_ms": _percentiles(3.9), "chunk_gap_ms": _percentiles(11.7),
+                       "tokens_per_chunk": {"chunks": 900, "mean": 3.0, "p50": 3.0, "p99": 3.0},
+                       "e2e_ms": _percentiles(400.0), "output_tokens": {"sum": 4000},
+                       "output_tokens_per_s": {"aggregate": 100.0}, "goodput": {"share": 0.9}}
+    text = _printed(analysis)
+    assert "latency P50" in text and "latency P99" in text and "latency P99.9" in text
+    assert "21.3 ms" in text and "85.2 ms" in text  # latency P50, P99
+    assert "time in stage P50" in text and "12.5 ms" in text and "40.2 ms" in text
+    for row in ("TTFT", "TPOT", "ITL", "chunk gap", "e2e"):
+        assert re.search(rf"│ {row}\s+│\s+[\d.]+ ms │\s+[\d.]+ ms │", text), row
+    assert "tokens per content chunk: mean 3.00, P50 3, P99 3 over 900 chunks; ITL = each chunk gap ÷ its tokens" in text
+    numbers_without_unit = re.findall(r"│\s+(\d+\.\d+)\*?\s+│", text)
+    assert not numbers_without_unit, numbers_without_unit

@@ -61,6 +61,14 @@ class RetainedView:
         latency = self.table["latency"]
         return self.table["start_ns"][latency.row], hist.bucket_value_ms(latency.bucket), latency.count
 
+    def spike_window(self, lo_ns: int, hi_ns: int) -> tuple[SortedHistogramView, int]:
+        """The harness windows that start in [``lo_ns``, ``hi_ns``) (epoch ns): their successful
+        requests' latencies as one ascending sample (:class:`SortedHistogramView`, ms, ±1 %) and
+        how many requests were sent in them (errors included). Exact counts whatever was kept:
+        a spike's percentiles come from here, not from its (possibly absent) records."""
+        rows = (self.table["start_ns"] >= lo_ns) & (self.table["start_ns"] < hi_ns)
+        return SortedHistogramView(self.table["latency"].dense(rows)), int(self.table["requests"][rows].sum())
+
     @property
     def duration_s(self) -> float:
         return (self.period[1] - self.period[0]) / NS_PER_S

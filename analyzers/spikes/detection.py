@@ -46,6 +46,10 @@ from tailscope.analyzers.stats.percentiles import min_samples_for_claim, nearest
 
 #: Cause-attribution methods ``find_spikes`` accepts.
 METHODS = ("detectors", "baro")
+#: Why a retained run's spike has no stage split (``decomposition.unavailable_reason``).
+NO_RECORDS_KEPT = "no full records kept in this window (retention)"
+#: Why a spike has no stage split when its slow or normal requests joined no span.
+NO_SPANS_JOINED = "no spans joined to the slow or normal requests"
 
 
 @dataclass(frozen=True)
@@ -165,9 +169,11 @@ def decompose(slow_index: np.ndarray, normal_index: np.ndarray, matrix: StageMat
     normal_rows = joined_rows(normal_index, row_of)
     result = {"slow_requests": int(len(slow_index)), "joined_slow_requests": int(len(slow_rows)),
               "normal_requests": int(len(normal_index)), "joined_normal_requests": int(len(normal_rows)),
-              "stages": {}, "dominant_stage": None, "summary": None}
+              "stages": {}, "dominant_stage": None, "summary": None, "available": True,
+              "unavailable_reason": None}
     if len(slow_rows) == 0 or len(normal_rows) == 0:
-        result["summary"] = "no spans joined to the slow or normal requests; no stage decomposition"
+        result.update(available=False, unavailable_reason=NO_SPANS_JOINED,
+                      summary=f"{NO_SPANS_JOINED}; no stage decomposition")
         return result
     slow_side = stage_side(slow_rows, matrix)
     normal_side = normal if normal is not None else stage_side(normal_rows, matrix)
@@ -190,9 +196,17 @@ def decompose(slow_index: np.ndarray, normal_index: np.ndarray, matrix: StageMat
 def find_spikes(req: RequestArrays, windows: dict[str, np.ndarray], matrix: StageMatrix, run,
                 registry: DetectorRegistry | None = None, rules: SpikeRules = SpikeRules(),
                 stage_map=None, *, detection: TailTestResult | None = None, method: str = "detectors",
-                span_request: np.ndarray | None = None, queue: QueuePoints | None = None) -> list[dict]:
+                span_request: np.ndarray | None = None, queue: QueuePoints | None = None,
+                retained: RetainedView | None = None) -> list[dict]:
     """The spikes of a run, each with decomposition, causes and a representative slow trace
     (:mod:`.traces`; ``stage_map`` names the stage of each span, default the span-name map).
+
+    ``retained``: the run's :func:`~.retained.retained_view` when a retention policy kept its
+    records selectively. Each spike's ``p99_ms`` and ``requests`` then come from the per-window
+    histograms, which count every request (``percentiles_from: "histograms"``), and a spike
+    whose windows kept no slow record gets no stage split (``decomposition.available`` false,
+    :data:`NO_RECORDS_KEPT`) instead of a crash: a live keeper may not have kept a window
+    in full that the histograms later show to be a spike.
 
     ``detection`` is :func:`detect`'s result when the caller already has it; ``method`` is
     ``"detectors"`` (the registry; default :func:`~.detectors.default_registry`) or ``"baro"``;
@@ -225,15 +239,32 @@ def find_spikes(req: RequestArrays, windows: dict[str, np.ndarray], matrix: Stag
     spikes, series_cache = [], {}
     for (first, last), (lo, hi) in zip(runs, bounds):
         spikes.append(_spike_record(req, result, first, last, lo, hi, tau, in_any, normal_index, matrix, run,
-                                    inputs, available, registry, method, stage_map, row_of, normal, series_cache))
+                                    inputs, available, registry, method, stage_map, row_of, normal, series_cache,
+                                    retained))
     return spikes
 
 
-def _spike_record(req, result, first, last, lo, hi, tau, in_any, normal_index, matrix, run, inputs,
-                  available, registry, method, stage_map, row_of, normal, series_cache=None) -> dict:
+def spike_latency(req: RequestArrays, lo: int, hi: int, retained: RetainedView | None):
+    """(ascending latency sample in ms of the successful requests scheduled in [lo, hi), requests
+    scheduled there, where both came from): the per-window histograms of a retained run
+    (exact counts, values ±1 %), else the records. The sample supports ``len`` and indexing.
+
+    Never empty for a spike :func:`detect` flagged: its windows hold slow samples in the
+    source the test read (the histograms of a retained run, else the records), and this
+    reads the same source on the same window starts."""
+    if retained is not None:
+        view, requests = retained.spike_window(lo, hi)
+        return view, requests, "histograms"
     inside = (req.scheduled_ns >= lo) & (req.scheduled_ns < hi)
-    latency = np.sort(req.latency_ms[inside & req.in_latency])
-    p99 = float(latency[nearest_rank(len(latency), 0.99) - 1])
+    return np.sort(req.latency_ms[inside & req.in_latency]), int(inside.sum()), "records"
+
+
+def _spike_record(req, result, first, last, lo, hi, tau, in_any, normal_index, matrix, run, inputs,
+                  available, registry, method, stage_map, row_of, normal, series_cache=None,
+                  retained: RetainedView | None = None) -> dict:
+    inside = (req.scheduled_ns >= lo) & (req.scheduled_ns < hi)
+    latency, requests, source = spike_latency(req, lo, hi, retained)
+    p99 = float(latency[nearest_rank(len(latency), 0.99) - 1])  # never empty: see spike_latency
     n_slow, n_all = int(result.slow[first:last + 1].sum()), int(result.n[first:last + 1].sum())
     with np.errstate(invalid="ignore", divide="ignore"):
         shares = np.where(result.n[first:last + 1] > 0, result.slow[first:last + 1] / np.maximum(result.n[first:last + 1], 1), 0)
@@ -241,6 +272,13 @@ def _spike_record(req, result, first, last, lo, hi, tau, in_any, normal_index, m
     peak_lo, peak_hi = result.window_bounds(peak, peak)
     slow_index = np.flatnonzero(inside & req.is_ok & (req.latency_ms > tau))
     decomposition = decompose(slow_index, normal_index, matrix, req.n, row_of, normal)
+    if retained is not None and len(slow_index) == 0:
+        decomposition = {**decomposition, "available": False, "unavailable_reason": NO_RECORDS_KEPT,
+                         "summary": f"stage split unavailable: {NO_RECORDS_KEPT}"}
+    elif retained is not None and len(slow_index) < n_slow and decomposition["available"]:
+        decomposition = {**decomposition, "summary": (
+            f"{decomposition['summary']} (the {len(slow_index)} of {n_slow} slow requests whose "
+            "records retention kept)")}
     ctx = SpikeContext(run, lo, hi, (peak_lo + peak_hi) // 2, slow_index, normal_index, decomposition, available,
                        inputs, tau)
     if method == "baro":
@@ -251,12 +289,13 @@ def _spike_record(req, result, first, last, lo, hi, tau, in_any, normal_index, m
     return {
         "start_ns": lo, "end_ns": hi, "peak_ns": (peak_lo + peak_hi) // 2,
         "p99_ms": p99, "p99_claimed": len(latency) >= min_samples_for_claim(0.99, 0),
+        "percentiles_from": source, "records_kept": int(inside.sum()),
         "baseline_p99_ms": tau, "excess_ms": p99 - tau,
         "slow_requests": n_slow, "slow_share": n_slow / n_all if n_all else 0.0,
         "expected_slow_share": result.expected_share,
         "p_value": float(stats.binom.sf(n_slow - 1, max(n_all, 1), result.expected_share)),
         "peak_window_slow_share": float(shares[peak - first]),
-        "requests": int(inside.sum()), "windows": last - first + 1,
+        "requests": requests, "windows": last - first + 1,
         "decomposition": decomposition, "causes": causes,
         "evidence_series": evidence_series(ctx, causes, series_cache),
         "representative_trace": representative_trace(req, slow_index, run.spans, stage_map or DEFAULT_STAGE_MAP,

@@ -16,13 +16,21 @@ requests (no error, an end; failures are counted, never timed):
   requests with at least 2 output tokens. Biased low by ``(k0 − 1) / (n − 1)``
   when the first chunk carries ``k0`` of the ``n`` tokens (the server's first
   chunk held tokens decoded before it arrived); ``itl_ms`` is not;
-- ``itl_ms``: one sample per token (a chunk of ``k`` tokens after a gap ``g``
-  gives ``k`` samples of ``g / k``), pooled;
+- ``itl_ms``: gaps between content-chunk *arrivals*, divided over the chunk's
+  tokens: one sample per token (a chunk of ``k`` tokens after a gap ``g``
+  gives ``k`` samples of ``g / k``), pooled. Its mean is the mean per-token
+  gap; its percentiles are flattened where chunks carry several tokens (a
+  chunk's slow token is averaged with its fast ones: :mod:`.llm_metrics`);
+- ``chunk_gap_ms``: the gaps themselves, one sample per content chunk after a
+  request's first (what the client waited between pieces of content), pooled;
 - ``e2e_ms``: end − scheduled send;
 
 each a :func:`~.percentiles.percentile_set` (value, 95% CI, sample count,
 early-stopping claim), as ``summary.latency_ms``. ``prompt_tokens`` and
 ``output_tokens`` are ``{sum, mean, p50, p99}`` (nearest rank);
+``tokens_per_chunk`` is ``{chunks, mean, p50, p99}`` over the content chunks
+(those carrying at least one token) of the streamed requests (nearest rank;
+a null ``tokens`` column reads as 1 token per chunk);
 ``output_tokens_per_s`` is ``aggregate`` (the scope's output tokens ÷ the
 load period, s) and ``per_request`` (output tokens ÷ e2e, its low and high
 percentiles: a slow stream is a *low* rate); ``token_counts_from`` counts the
@@ -53,7 +61,7 @@ import pyarrow.compute as pc
 
 from tailscope.analyzers.inputs.records import NS_PER_MS, RequestArrays, int_column
 from tailscope.analyzers.stats.goodput import goodput_summary
-from tailscope.analyzers.stats.llm_metrics import output_tokens_per_s
+from tailscope.analyzers.stats.llm_metrics import chunk_gaps_ns, output_tokens_per_s
 from tailscope.analyzers.stats.percentiles import nearest_rank, percentile_set
 from tailscope.analyzers.stats.slo import Slo
 from tailscope.analyzers.stats.streaming import StreamTimes, token_gaps_ms
@@ -118,6 +126,20 @@ def rate_stats(rates: np.ndarray) -> dict:
     return out
 
 
+def chunk_figures(times: StreamTimes, streamed: np.ndarray) -> tuple[np.ndarray, dict]:
+    """(gaps between consecutive content chunks, ms; ``{chunks, mean, p50, p99}`` of the
+    tokens per content chunk) of the requests ``streamed`` selects (module docstring)."""
+    if times.chunk_owner is None or not len(times.chunk_owner):
+        return np.zeros(0), {"chunks": 0, "mean": None, "p50": None, "p99": None}
+    rows = streamed[times.chunk_owner]
+    owner, t_ns, tokens = times.chunk_owner[rows], times.chunk_t_ns[rows], times.chunk_tokens[rows]
+    _, gaps_ns, _ = chunk_gaps_ns(owner, t_ns, tokens)
+    content = tokens[tokens > 0].astype(np.float64)
+    stats = token_stats(content)
+    return gaps_ns / NS_PER_MS, {"chunks": int(len(content)), "mean": stats["mean"], "p50": stats["p50"],
+                                 "p99": stats["p99"]}
+
+
 def _counts(values: np.ndarray) -> dict[str, int]:
     names, counts = np.unique(np.asarray([v for v in values if v is not None], dtype=object).astype(str),
                               return_counts=True)
@@ -134,6 +156,7 @@ def scope_metrics(req: RequestArrays, llm: LlmArrays, times: StreamTimes, mask: 
     tpot = times.tpot_ms[streamed] if times.tpot_ms is not None else np.zeros(0)
     output = llm.output_tokens[ok]
     total_output = float(np.nansum(output))
+    chunk_gaps, per_chunk = chunk_figures(times, streamed)
     return {
         "requests": int(mask.sum()),
         "completed": int(ok.sum()),
@@ -142,6 +165,8 @@ def scope_metrics(req: RequestArrays, llm: LlmArrays, times: StreamTimes, mask: 
         "ttft_ms": percentile_set(ttft[~np.isnan(ttft)]),
         "tpot_ms": percentile_set(tpot[~np.isnan(tpot)]),
         "itl_ms": percentile_set(token_gaps_ms(times, streamed)),
+        "chunk_gap_ms": percentile_set(chunk_gaps),
+        "tokens_per_chunk": per_chunk,
         "e2e_ms": percentile_set(req.latency_ms[ok]),
         "prompt_tokens": token_stats(llm.prompt_tokens[ok]),
         "output_tokens": token_stats(output),
