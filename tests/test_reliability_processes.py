@@ -17,6 +17,7 @@ import pytest
 from cli_helpers import free_port, load_analysis
 from reliability_helpers import children_of, manifest, pid_alive, run_dir_of, start_run, start_target, wait_for_file, write_scenario
 
+from tailscope.cli.commands.common import EXIT_INCONCLUSIVE
 from tailscope.rundir import load_run
 
 
@@ -63,8 +64,9 @@ def test_kill_9_at_random_points_leaves_a_run_that_reports_up_to_the_last_flush(
         assert children and not _wait_gone(children), "receiver and sampler die with the harness"
         from tailscope.cli.main import main  # the report command never imports Locust
 
-        assert main(["report", run_dir]) in (0, 1), capsys.readouterr().err
+        assert main(["report", run_dir]) == EXIT_INCONCLUSIVE, capsys.readouterr().err  # INCOMPLETE
         analysis = load_analysis(run_dir)
+        assert analysis["verdict"]["outcome"] == "incomplete"
         assert analysis["run"]["incomplete"] and analysis["warnings"][0]["code"] == "incomplete"
         assert analysis["warnings"][0]["message"].startswith("incomplete: harness stopped at ")
         run_data = load_run(run_dir)
@@ -78,6 +80,36 @@ def test_kill_9_at_random_points_leaves_a_run_that_reports_up_to_the_last_flush(
                 "the receiver flushed and closed its spans on the harness's death"
         assert not [f for f in os.listdir(run_dir) if f.startswith(".reserve")], \
             "`tailscope report` gives back the reserve a killed harness left"
+
+
+def test_a_run_killed_at_two_thirds_is_incomplete_with_its_covered_span_and_exit_3(tmp_path, capsys):
+    """A run killed with SIGKILL at 8 s of its 12 s said PASSED and exited 0; it is INCOMPLETE
+    ("covered 0–8 s of 12 s planned") and `tailscope report` exits 3."""
+    port = free_port()
+    target = start_target(port, None)
+    scenario = write_scenario(tmp_path / "k.yaml", f"http://127.0.0.1:{port}", duration="12s", rate=20,
+                              extra="slo: [error_rate < 5%]")
+    run = start_run(scenario, tmp_path / "runs")
+    try:
+        run_dir = run_dir_of(str(tmp_path / "runs"))
+        wait_for_file(os.path.join(run_dir, "requests.arrow"))  # the load starts as its streams open
+        time.sleep(8.0)
+        run.signal(signal.SIGKILL)
+        run.wait(timeout=10)
+    finally:
+        run.stop()
+        target.stop(grace_s=1)
+    from tailscope.cli.main import main
+
+    assert main(["report", run_dir]) == EXIT_INCONCLUSIVE, capsys.readouterr().err
+    out = capsys.readouterr().out
+    verdict = load_analysis(run_dir)["verdict"]
+    assert verdict["outcome"] == "incomplete" and verdict["slos"][0]["status"] == "pass"
+    short = verdict["incomplete"]
+    assert short["planned_s"] == 12.0 and 5.0 <= short["covered_s"] <= 10.0, short
+    assert f"covered 0–{short['covered_s']:.0f} s of 12 s planned" in out and "INCOMPLETE: killed" in out
+    html = open(os.path.join(run_dir, "report.html"), encoding="utf-8").read()
+    assert '<span class="label">INCOMPLETE</span>' in html and short["span"] in html
 
 
 def _wait_for_stored_spans(run_dir: str, timeout_s: float) -> None:
@@ -109,10 +141,11 @@ def test_sigint_and_sigterm_stop_promptly_flush_report_and_clean_up(tmp_path, tr
         code = run.wait(timeout=90)
     finally:
         run.stop()
-    assert code == 0, "".join(run.stderr_lines)[-3000:]
+    assert code == EXIT_INCONCLUSIVE, "".join(run.stderr_lines)[-3000:]  # an interrupted run is INCOMPLETE
     assert not _wait_gone(children, 5)
     facts = manifest(run_dir)
     assert facts["status"] == "interrupted" and facts["load"]["stop_reason"] == "stopped"
+    assert load_analysis(run_dir)["verdict"]["incomplete"]["reason"] == "interrupted (Ctrl-C or SIGTERM)"
     assert (facts["load"]["end_ns"] - sent_ns) / 1e9 < 5.0, "the load stops promptly"
     analysis = load_analysis(run_dir)
     assert analysis["summary"]["requests"] > 50 and os.path.exists(os.path.join(run_dir, "report.html"))
