@@ -242,3 +242,47 @@ def test_compare_cli_takes_runs_on_each_side_and_folders(repeated, tmp_path):
     assert "REGRESSION" in folders.stdout and (repeated["root"] / "slow" / "comparison.md").exists()
     three = run_tailscope("compare", *repeated["new"], timeout=60)
     assert three.returncode == 2 and "without `--`" in three.stderr
+
+
+@pytest.fixture
+def reference_target():
+    """The reference target (no tracing) on a free loopback port; stopped by PID."""
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-m", "tailscope.targets.reference", "--host", "127.0.0.1", "--port", "0",
+                             "--no-tracing"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        line = proc.stdout.readline()
+        assert line.startswith("LISTENING"), line
+        yield f"http://127.0.0.1:{int(line.split()[1])}"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.mark.timeout(240)
+def test_three_vs_three_aa_runs_of_the_reference_target_are_no_regression(reference_target, tmp_path):
+    """Real runs: `tailscope run --repeat 3` twice against one reference target (7 s each, the demo
+    scenario), then `tailscope compare NEWDIR BASEDIR`: no regression, judged against the runs' spread."""
+    scenario = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scenarios", "demo.yaml")
+    folders = []
+    for side in ("base", "new"):
+        proc = run_tailscope("run", scenario, "--target", reference_target, "--duration", "7s", "--repeat", "3",
+                             "--out", str(tmp_path / side), "--receiver-port", "0", "--late-span-wait", "1s", timeout=150)
+        assert proc.returncode in (0, 1, 3), proc.stderr[-2000:]  # the demo's SLOs may fail on a busy host
+        [folder] = list((tmp_path / side).iterdir())
+        assert folder.name.startswith("demo-") and folder.name.endswith("-x3")
+        assert sorted(p.name for p in folder.iterdir()) == ["run-1", "run-2", "run-3"]
+        assert all((folder / f"run-{i}" / "report.html").exists() for i in (1, 2, 3))
+        assert "run 3 of 3:" in proc.stdout and f"3 of 3 runs of demo in {folder}" in proc.stdout
+        word = {0: "passed", 1: "failed", 3: "inconclusive or incomplete"}[proc.returncode]
+        assert proc.stdout.rstrip().endswith(f"exit {proc.returncode} ({word})")
+        folders.append(folder)
+    compared = run_tailscope("compare", str(folders[1]), str(folders[0]), timeout=120)
+    assert compared.returncode == 0, compared.stdout[-3000:]
+    assert "NO REGRESSION" in compared.stdout and "3 runs of demo from" in compared.stdout
