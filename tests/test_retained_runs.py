@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 import math
 import os
+import signal
+import time
 from unittest import mock
 
 import jsonschema
@@ -21,6 +23,7 @@ from retained_runs import reserves_left, retain_in_place, simulate_kill
 from tailscope.analyzers.analysis import SCHEMA_PATH, analyze_run
 from tailscope.analyzers.spikes.detection import NO_RECORDS_KEPT
 from tailscope.conductor.reporting import analyse_and_write
+from tailscope.reports.writer import OUTPUT_FILES
 from tailscope.rundir import load_run
 from tailscope.testing.synthetic import SYNTHETIC_START_NS, write_synthetic_run
 
@@ -156,3 +159,40 @@ def test_a_retained_run_with_no_records_at_all_is_reported(tmp_path):
     assert [round((s["start_ns"] - SYNTHETIC_START_NS) / S) for s in analysis["spikes"]] == [20]
     assert analysis["spikes"][0]["decomposition"]["unavailable_reason"] == NO_RECORDS_KEPT
     assert np.isfinite(analysis["spikes"][0]["p99_ms"])
+
+
+def test_a_real_retained_run_killed_with_sigkill_is_reported_without_a_reserve_left(tmp_path, capsys):
+    """End to end, ≤ 30 s: `tailscope run` with issue 26's retention (10 s around spikes, sample rate
+    0.05, 200 MB budget) at 20 requests/s against the reference target, killed with SIGKILL at
+    about 2/3, then `tailscope report`: INCOMPLETE (exit 3), every report file, numbers from the
+    histograms, no `.reserve-*` left."""
+    from cli_helpers import free_port, load_analysis
+    from reliability_helpers import run_dir_of, start_run, start_target, wait_for_file, write_scenario
+
+    from tailscope.cli.commands.common import EXIT_INCONCLUSIVE
+    from tailscope.cli.main import main
+
+    port = free_port()
+    target = start_target(port, None)
+    scenario = write_scenario(tmp_path / "r.yaml", f"http://127.0.0.1:{port}", duration="12s", rate=20,
+                              extra="retention: {full_records_around_spikes: 10s, sample_rate: 0.05, "
+                                    "disk_budget: 200MB}")
+    run = start_run(scenario, tmp_path / "runs")
+    try:
+        run_dir = run_dir_of(str(tmp_path / "runs"))
+        wait_for_file(os.path.join(run_dir, "requests.arrow"))
+        time.sleep(8.0)
+        assert reserves_left(run_dir), "a live harness holds its reserve"
+        run.signal(signal.SIGKILL)
+        run.wait(timeout=10)
+    finally:
+        run.stop()
+        target.stop(grace_s=1)
+    assert main(["report", run_dir]) == EXIT_INCONCLUSIVE, capsys.readouterr().err
+    analysis = load_analysis(run_dir)
+    assert analysis["run"]["incomplete"] and analysis["retention"]["sampled"]
+    assert analysis["retention"]["requests"] >= 80 and analysis["summary"]["requests"] == analysis["retention"]["requests"]
+    assert analysis["retention"]["records_kept"] < analysis["retention"]["requests"]
+    assert all(s["percentiles_from"] == "histograms" and math.isfinite(s["p99_ms"]) for s in analysis["spikes"])
+    assert all(os.path.exists(os.path.join(run_dir, f)) for f in OUTPUT_FILES.values())
+    assert reserves_left(run_dir) == []
