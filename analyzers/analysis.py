@@ -171,7 +171,7 @@ def analyze_run(run_or_path: Run | str | os.PathLike, *, window_s: float = 1.0,
     analysis["soak"] = soak_section(
         windows, run.signals, period,
         retained.period_counts if retained is not None else partial(record_period_counts, req),
-        analysis.get("patterns"))
+        analysis.get("patterns"), retained=retained is not None)
     policy, policy_warnings = scenario_policy(scenario)
     analysis["verdict"] = outcome_verdict(abort_verdict(evaluate(slos, analysis), run.manifest),
                                           analysis["run"], run.manifest, policy)

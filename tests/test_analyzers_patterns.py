@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -71,3 +73,26 @@ def test_short_runs_never_flag_drift_or_leak(tmp_path):
     patterns = analyze_run(tmp_path / "short")["patterns"]
     assert not patterns["drift"]["detected"] and not patterns["leak"]["detected"]
     assert patterns["leak"]["growth_bytes"] > 50e6  # the numbers are still reported
+
+
+def test_the_soak_view_needs_ten_minutes_or_retention_and_an_hourly_slope_ten_minutes_of_data(tmp_path, long_runs):
+    """A 60-s demo once showed a "Soak" section extrapolating "+5532.6 MB/h" of RSS: a short run
+    without retention: has no soak view, and no MB/h anywhere; its RSS change is stated in MB."""
+    from tailscope.reports.data import build_report_data
+    from tailscope.reports.html import render_html
+
+    write_synthetic_run(tmp_path / "short", duration_s=60, rate=20, seed=6, rss_growth_bytes_per_s=1.5e6)
+    short = analyze_run(tmp_path / "short")
+    assert short["soak"]["shown"] is False and short["soak"]["periods"] == []
+    assert "10 min" in short["soak"]["reason"] and "retention:" in short["soak"]["reason"]
+    leak = short["patterns"]["leak"]
+    assert leak["slope_bytes_per_hour"] is None and "MB over the run" in leak["summary"]
+    data = build_report_data(short)
+    assert data["soak"] is None
+    text = json.dumps(short) + render_html(data)
+    assert "MB/h" not in text and "ms/h" not in text and 'id="soak"' not in text
+    long = long_runs["leak"]
+    assert long["soak"]["shown"] is True and long["soak"]["reason"] is None and len(long["soak"]["periods"]) >= 2
+    assert long["patterns"]["leak"]["slope_bytes_per_hour"] == pytest.approx(180e6, rel=0.1)
+    assert "MB/h" in long["patterns"]["leak"]["summary"]
+    assert build_report_data(long)["soak"] is not None

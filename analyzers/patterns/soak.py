@@ -1,5 +1,11 @@
 """The soak view: per-period summaries (hourly for long runs) with drift and leak verdicts.
 
+Shown only for runs of at least ``SOAK_VIEW_MIN_S`` (10 minutes) or with
+``retention:`` (a run planned as a soak); a shorter run's section is empty
+(``shown`` false, ``reason`` says why). Slopes are stated per hour only from
+at least ``PER_HOUR_MIN_SPAN_S`` of data (:mod:`.trends`); a shorter series
+states its change over the run in MB (ms for latency).
+
 Periods: one hour for runs of at least ``HOURLY_FROM_S`` (3 h); shorter runs
 are cut into about ``TARGET_PERIODS`` periods of a round length (10 s … 30
 min), so a 2-minute CI run still shows the trend. Each period has its
@@ -36,7 +42,7 @@ import pyarrow.compute as pc
 from scipy import stats
 
 from tailscope.analyzers.inputs.records import NS_PER_S, RequestArrays, int_column
-from tailscope.analyzers.patterns.trends import call_trend
+from tailscope.analyzers.patterns.trends import PER_HOUR_MIN_SPAN_S, call_trend
 from tailscope.analyzers.stats.percentiles import grouped_quantile, min_samples_for_claim, stable_group_order
 
 HOURLY_FROM_S = 3 * 3600
@@ -51,6 +57,8 @@ DRIFT_MIN_MS = 1.0
 LEAK_MIN_SHARE = 0.05
 LEAK_MIN_BYTES = 16 * 2**20
 MEMORY_SERIES = ("proc.rss_bytes", "harness.rss_bytes", "receiver.rss_bytes", "sampler.rss_bytes")
+#: Shortest load period (s) that gets the soak view without ``retention:``.
+SOAK_VIEW_MIN_S = 600.0
 
 
 def period_length_s(duration_s: float) -> int:
@@ -147,6 +155,7 @@ def trend(t_ns: np.ndarray, values: np.ndarray) -> dict | None:
     slope, intercept, low, high = stats.theilslopes(medians, hours)
     tau, p_value = stats.kendalltau(hours, medians)
     return {"slope_per_h": float(slope), "slope_ci_per_h": [float(low), float(high)],
+            "span_s": float(hours[-1] * 3600), "per_hour": bool(hours[-1] * 3600 >= PER_HOUR_MIN_SPAN_S),
             "start": float(intercept), "change": float(slope * hours[-1]),
             "median": float(np.median(medians)), "kendall_tau": float(tau) if tau == tau else 0.0,
             "p_value": float(p_value) if p_value == p_value else 1.0, "points": int(len(hours))}
@@ -166,8 +175,9 @@ def drift_verdict(windows: dict) -> dict:
         verdict = "drift" if fit["p_value"] < ALPHA and moved else "stable"
         result["metrics"][key] = {**fit, "verdict": verdict}
         if verdict == "drift":
-            drifting.append(f"{key[:3].upper()} {fit['change']:+.1f} ms over the run "
-                            f"({fit['slope_per_h']:+.2f} ms/h, p={fit['p_value']:.1g})")
+            rate = f"{fit['slope_per_h']:+.2f} ms/h, " if fit["per_hour"] else ""
+            drifting.append(f"latency {key[:3].upper()} {fit['change']:+.1f} ms over the run "
+                            f"({rate}p={fit['p_value']:.1g})")
     if result["metrics"]:
         result["verdict"] = "drift" if drifting else "stable"
     result["summary"] = ("latency drifted: " + "; ".join(drifting)) if drifting else (
@@ -188,12 +198,14 @@ def leak_verdict(memory: dict) -> dict:
         shortfalls = [] if fit["change"] >= needed else [f"growth below the {needed / mb:.0f} MB a leak needs"]
         verdict, note = call_trend(fit["p_value"] < ALPHA and fit["slope_per_h"] > 0, shortfalls,
                                    "leak", "growing", "flat")
-        result["series"][name] = {"verdict": verdict, "slope_mb_per_h": fit["slope_per_h"] / mb,
+        result["series"][name] = {"verdict": verdict,
+                                  "slope_mb_per_h": fit["slope_per_h"] / mb if fit["per_hour"] else None,
                                   "growth_mb": fit["change"] / mb, "start_mb": fit["start"] / mb,
                                   "p_value": fit["p_value"], "points": fit["points"]}
         if verdict != "flat":
+            rate = f"{fit['slope_per_h'] / mb:+.1f} MB/h, " if fit["per_hour"] else ""
             leaking.append((verdict, f"{name} {fit['change'] / mb:+.0f} MB over the run "
-                                     f"({fit['slope_per_h'] / mb:+.1f} MB/h, p = {fit['p_value']:.2g})"
+                                     f"({rate}p = {fit['p_value']:.2g})"
                                      + (f": {note}" if note else "")))
     if result["series"]:
         verdicts = {verdict for verdict, _ in leaking}
@@ -204,12 +216,19 @@ def leak_verdict(memory: dict) -> dict:
 
 
 def soak_section(windows: dict | None, signals: pa.Table, period: tuple[int, int] | None,
-                 period_counts, patterns: dict | None = None) -> dict:
+                 period_counts, patterns: dict | None = None, retained: bool = False) -> dict:
     """The ``soak`` part of the analysis (see module docstring). ``period_counts(origin_ns,
-    period_ns, n)`` gives the per-period counts and percentiles (records or histograms)."""
+    period_ns, n)`` gives the per-period counts and percentiles (records or histograms);
+    ``retained``: the run kept records selectively (``retention:``), which shows the view
+    whatever its length."""
+    empty = {"period_s": None, "periods": [], "drift": None, "leak": None, "verdicts_source": None,
+             "shown": False}
     if period is None or windows is None:
-        return {"period_s": None, "periods": [], "drift": None, "leak": None, "verdicts_source": None}
+        return {**empty, "reason": "no load period"}
     duration_s = (period[1] - period[0]) / NS_PER_S
+    if duration_s < SOAK_VIEW_MIN_S and not retained:
+        return {**empty, "reason": f"the run lasted {duration_s / 60:.1f} min: the soak view is for runs of at "
+                                   f"least {SOAK_VIEW_MIN_S / 60:.0f} min or with retention:"}
     period_s = period_length_s(duration_s)
     memory = {name: _series(signals, name) for name in MEMORY_SERIES}
     memory = {name: series for name, series in memory.items() if len(series[0])}
@@ -221,4 +240,6 @@ def soak_section(windows: dict | None, signals: pa.Table, period: tuple[int, int
         "drift": patterns.get("drift") if use_patterns else drift_verdict(windows),
         "leak": patterns.get("leak") if use_patterns else leak_verdict(memory),
         "verdicts_source": "patterns" if use_patterns else "soak",
+        "shown": True,
+        "reason": None,
     }

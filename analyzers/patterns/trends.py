@@ -23,6 +23,11 @@ RSS (``proc.rss_bytes``, at most 500 evenly spaced readings); flagged when
 p < ``alpha``, growth over the run is at least max(10 MB, 5% of the first
 reading) and the run lasts ``min_duration_s``.
 
+A slope is stated per hour (``ms/h``, ``MB/h``, ``slope_bytes_per_hour``)
+only when the data behind it spans at least ``PER_HOUR_MIN_SPAN_S`` (10
+minutes): a minute's slope times 60 is mostly noise (a 60-s demo read
+"+5532.6 MB/h"). A shorter span states its change over the run instead.
+
 A verdict never contradicts its own numbers (:func:`call_trend`): a trend that
 is significant but too small or too short to be called a drift or a leak is
 ``trending`` / ``growing``, its summary saying what it lacked; ``stable`` /
@@ -44,6 +49,8 @@ from tailscope.analyzers.inputs.signal_index import SignalIndex
 from tailscope.analyzers.stats.percentiles import grouped_quantile, min_samples_for_claim, nearest_rank_value, stable_group_order
 
 RSS_SERIES = ("proc.rss_bytes", "target.rss_bytes")
+#: Shortest span of data (s) from which a slope is extrapolated per hour (module docstring).
+PER_HOUR_MIN_SPAN_S = 600.0
 
 
 @dataclass(frozen=True)
@@ -228,8 +235,10 @@ def drift(req: RequestArrays, period: tuple[int, int] | None, rules: PatternRule
                               f"{_minutes(rules.min_duration_s)} a drift needs")
         verdict, note = call_trend(median_trend["p_value"] < rules.alpha, shortfalls, "drift", "trending", "stable")
         detected = verdict == "drift"
+        rate = (f"Theil–Sen {median_trend['slope_per_s'] * 3600:+.2f} ms/h" if duration_s >= PER_HOUR_MIN_SPAN_S
+                else f"Theil–Sen {median_trend['slope_per_s'] * duration_s:+.2f} ms over {_minutes(duration_s)}")
         summary = ("median latency " + ("rose" if change > 0 else "fell")
-                   + f" {abs(change):.0%} over the run (Theil–Sen {median_trend['slope_per_s'] * 3600:+.2f} ms/h, "
+                   + f" {abs(change):.0%} over the run ({rate}, "
                    f"Mann–Kendall p = {median_trend['p_value']:.2g})" + (f": {note}" if note else ""))
     return {"detected": detected, "verdict": verdict, "summary": summary, "relative_change": change,
             "median": median_trend, "p99": p99_trend, "segments": segments,
@@ -255,6 +264,8 @@ def leak(signals: SignalIndex, period: tuple[int, int] | None, rules: PatternRul
         return {**empty, "summary": "too few RSS readings for a trend"}
     duration_s = (period[1] - period[0]) / NS_PER_S
     growth = found["slope_per_s"] * duration_s
+    span_s = float(t[-1] - t[0]) / NS_PER_S
+    per_hour = span_s >= PER_HOUR_MIN_SPAN_S
     material = max(rules.min_leak_bytes, rules.min_leak_share * float(v[0]))
     shortfalls = [f"growth below the {material / 1e6:.0f} MB a leak needs"] if growth < material else []
     if duration_s < rules.min_duration_s:
@@ -262,12 +273,14 @@ def leak(signals: SignalIndex, period: tuple[int, int] | None, rules: PatternRul
                           f"{_minutes(rules.min_duration_s)} a leak needs")
     verdict, note = call_trend(found["p_value"] < rules.alpha and growth > 0, shortfalls, "leak", "growing", "flat")
     detected = verdict == "leak"
+    rate = (f"{found['slope_per_s'] * 3600 / 1e6:+.1f} MB/h" if per_hour
+            else f"{_minutes(span_s)} of readings: too short for a per-hour rate")
     summary = (f"target RSS {'grew' if growth >= 0 else 'fell'} {growth / 1e6:+.1f} MB over the run "
-               f"({found['slope_per_s'] * 3600 / 1e6:+.1f} MB/h, Mann–Kendall p = {found['p_value']:.2g})"
+               f"({rate}, Mann–Kendall p = {found['p_value']:.2g})"
                + (f": {note}" if note else ""))
     return {"detected": detected, "verdict": verdict, "series": name,
             "summary": summary, "trend": found,
-            "growth_bytes": growth, "slope_bytes_per_hour": found["slope_per_s"] * 3600}
+            "growth_bytes": growth, "slope_bytes_per_hour": found["slope_per_s"] * 3600 if per_hour else None}
 
 
 def pattern_warnings(patterns: dict) -> list[dict]:
