@@ -292,7 +292,21 @@ def _evidence_hint(evidence) -> str:
              if isinstance(v, (int, float)) and not isinstance(v, bool)][:2]
     if not pairs:
         return ""
-    return " [" + ", ".join(f"{escape(str(k))} {v:.4g}" for k, v in pairs) + "]"
+    return escape(" [" + ", ".join(f"{k} {_with_unit(str(k), v)}" for k, v in pairs) + "]")  # not a markup tag
+
+
+#: Units of evidence numbers by their key's ending (a key without one is a plain ratio or count).
+_KEY_UNITS = (("_ms", " ms"), ("_s", " s"), ("_bytes", " bytes"), ("_mb", " MB"), ("_rps", " req/s"),
+              ("_per_s", "/s"))
+
+
+def _with_unit(key: str, value: float) -> str:
+    """An evidence number with the unit its key names (``lag_ms`` 3.2 → ``3.2 ms``; a ``share``
+    as a percentage)."""
+    if key.endswith("share"):
+        return f"{100 * value:.3g}%"
+    unit = next((unit for suffix, unit in _KEY_UNITS if key.endswith(suffix)), "")
+    return f"{value:.4g}{unit}"
 
 
 def _pct_cell(entry) -> str:

@@ -82,3 +82,13 @@ def test_every_number_in_the_summary_tables_carries_its_unit_and_each_percentile
     assert "tokens per content chunk: mean 3.00, P50 3, P99 3 over 900 chunks; ITL = each chunk gap ÷ its tokens" in text
     numbers_without_unit = re.findall(r"│\s+(\d+\.\d+)\*?\s+│", text)
     assert not numbers_without_unit, numbers_without_unit
+
+
+def test_a_spike_line_names_its_percentile_and_the_units_of_its_evidence():
+    analysis = _analysis("open", {"loop": "open", "process": "poisson"})
+    analysis["spikes"] = [{"start_ns": 0, "end_ns": 10**9, "p99_ms": 310.0, "baseline_p99_ms": 40.0,
+                           "causes": [{"kind": "gc_pause", "confidence": 0.8,
+                                       "evidence": {"overlap_share": 0.75, "pause_ms": 210.0}}]}]
+    text = _printed(analysis)
+    assert "latency P99 310 ms vs 40 ms baseline" in text
+    assert "[overlap_share 75%, pause_ms 210 ms]" in text
