@@ -2,6 +2,8 @@
 
     python benchmarks/kill_drill.py                 # 20 kill points, runs of 20 s at 100 req/s
     python benchmarks/kill_drill.py --kills 5       # a quicker drill
+    python benchmarks/kill_drill.py --kills 5 --rate 20 \
+        --retention "{full_records_around_spikes: 10s, sample_rate: 0.05, disk_budget: 200MB}"
 
 For each kill point (uniform over the run, seeded) a real `tailscope run`
 against the reference target (spans exported to the run's receiver) is
@@ -18,7 +20,18 @@ Printed per kill and in total:
   schedule itself (the seeded plan, replayed here). It is an upper bound: a
   request still in flight at the kill (slower than 0.2 s) counts as lost too;
 * seconds lost: kill time minus the end of the last recorded request, and the
-  same as a ratio of the flush interval (goal <= 1 s).
+  same as a ratio of the flush interval (goal <= 1 s);
+* reserves left: ``.reserve-*`` files in the run directory after `tailscope
+  report` (goal 0).
+
+With ``--retention`` (a ``retention:`` section as YAML flow text) the runs keep
+records selectively, so requests are counted from windows.arrow instead: the
+requests lost are those scheduled before the end of the last window that ended
+at least 0.2 s before the kill minus the requests its windows counted, seconds
+lost are the kill time minus that window's end (window increments are
+appended every second of request end time, then flushed). Also printed per
+kill: records kept of requests counted, and the spikes whose stage split is
+unavailable because no full record of them was kept.
 """
 
 from __future__ import annotations
@@ -71,7 +84,8 @@ def children_of(pid: int) -> list[int]:
     return out
 
 
-def write_scenario(path: str, url: str, duration_s: float, rate: float) -> str:
+def write_scenario(path: str, url: str, duration_s: float, rate: float, retention: str | None = None) -> str:
+    """The drill's scenario; ``retention``: its ``retention:`` section as YAML flow text (None: none)."""
     with open(path, "w") as fh:
         fh.write(f"""name: drill
 target: {url}
@@ -85,7 +99,7 @@ classes:
     headers: {{Content-Type: application/json}}
     payload: {{kind: json_text, size: 100}}
 signals: {{rate: 2}}
-""")
+""" + (f"retention: {retention}\n" if retention else ""))
     return path
 
 
@@ -95,6 +109,34 @@ def expected_before(scenario_path: str, origin_ns: int, until_ns: int) -> int:
     offsets = np.concatenate(list(schedule_offsets_ns(scenario.arrival, scenario.duration_s,
                                                       scenario.max_requests, scenario.seed)))
     return int(np.sum(origin_ns + offsets <= until_ns)), int(offsets[0])
+
+
+def window_counts(run_dir: str, settled_ns: int) -> tuple[int, int | None]:
+    """(requests counted in windows.arrow by the windows that ended by ``settled_ns``, the last such
+    window's end in epoch ns; None without one)."""
+    windows = load_run(run_dir).windows
+    if windows is None or len(windows) == 0:
+        return 0, None
+    end = windows.column("end_ns").to_numpy()
+    done = end <= settled_ns
+    if not done.any():
+        return 0, None
+    return int(windows.column("requests").to_numpy()[done].sum()), int(end[done].max())
+
+
+def schedule_origin(scenario_path: str, scheduled: np.ndarray) -> int | None:
+    """The plan's origin (epoch ns) from a sample of its records: each request is scheduled at
+    origin + one of the seeded plan's offsets, so the origin is the candidate (the first record's time
+    minus an offset) under which the most records fall exactly on an offset. None without records."""
+    if len(scheduled) == 0:
+        return None
+    scenario = load_scenario(scenario_path)
+    offsets = np.concatenate(list(schedule_offsets_ns(scenario.arrival, scenario.duration_s,
+                                                      scenario.max_requests, scenario.seed)))
+    first, sample = int(scheduled.min()), np.sort(scheduled.astype(np.int64))[:200]
+    candidates = first - offsets
+    hits = [int(np.isin(sample - c, offsets).sum()) for c in candidates]
+    return int(candidates[int(np.argmax(hits))])
 
 
 def one_kill(scenario_path: str, out: str, receiver_port: int, delay_s: float) -> dict:
@@ -127,16 +169,30 @@ def one_kill(scenario_path: str, out: str, receiver_port: int, delay_s: float) -
     result = {"delay_s": delay_s, "children": len(children), "orphans": len(orphans),
               "report_exit": report.returncode, "recovered": False}
     analysis_path = os.path.join(run_dir, "analysis.json")
-    if report.returncode in (0, 1) and os.path.exists(analysis_path):
+    if report.returncode in (0, 1, 3) and os.path.exists(analysis_path):  # 3: INCOMPLETE, as a killed run is
         with open(analysis_path) as fh:
             analysis = json.load(fh)
         result["recovered"] = bool(analysis["run"]["incomplete"]) and \
             analysis["run"]["incomplete_reason"].startswith("incomplete: harness stopped at ")
+    result["reserves_left"] = sum(name.startswith(RESERVE_FILE) for name in os.listdir(run_dir))
     requests = load_run(run_dir).requests
     scheduled = requests.column("scheduled_ns").to_numpy(zero_copy_only=False)
     ends = requests.column("end_ns").drop_null().to_numpy()
     result["records"] = int(len(scheduled))
-    if len(scheduled):
+    retained = analysis is not None and (analysis.get("retention") or {}).get("sampled")
+    if retained:
+        result["counted"] = analysis["retention"]["requests"]
+        result["no_stage_split"] = sum(not s["decomposition"].get("available", True) for s in analysis["spikes"])
+        result["spikes"] = len(analysis["spikes"])
+        counted, window_end = window_counts(run_dir, kill_ns - int(SETTLED_S * 1e9))
+        origin = schedule_origin(scenario_path, scheduled)
+        if window_end is not None and origin is not None:
+            expected, _ = expected_before(scenario_path, origin, window_end - 1)
+            result["lost_requests"] = max(0, expected - counted)
+            result["lost_s"] = (kill_ns - window_end) / 1e9
+        else:
+            result["lost_requests"], result["lost_s"] = None, None
+    elif len(scheduled):
         _, first_offset = expected_before(scenario_path, 0, 0)
         origin = int(scheduled.min()) - first_offset
         settled = kill_ns - int(SETTLED_S * 1e9)

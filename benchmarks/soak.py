@@ -2,13 +2,17 @@
 
     python benchmarks/soak.py               # 30 minutes at 300 requests/s (quote this one)
     python benchmarks/soak.py --minutes 2   # the CI version
+    python benchmarks/soak.py --minutes 2 --rate 20 \
+        --retention "{full_records_around_spikes: 10s, sample_rate: 0.05, disk_budget: 200MB}"
 
 Two real `tailscope run`s against one reference target (spans exported to
 the run's receiver):
 
 1. the **reference**: one minute with every record kept (no retention);
 2. the **soak**: ``--minutes`` with ``retention: {full_records_around_spikes:
-   30s, sample_rate: 0.01, disk_budget: 2GB}``.
+   30s, sample_rate: 0.01, disk_budget: 2GB}`` (``--retention``: another policy,
+   e.g. issue 26's ``{full_records_around_spikes: 10s, sample_rate: 0.05,
+   disk_budget: 200MB}``).
 
 Printed, each against its reference measured here:
 
@@ -21,7 +25,12 @@ Printed, each against its reference measured here:
   from windows.arrow histograms: total requests vs the generator's own count
   (manifest ``load.scheduled``), and P50/P99 vs the uniform 1 % trace-id
   sample of records (an unbiased sample; its 95 % CI is printed);
-* the report's wall time.
+* the report's wall time;
+* the retained figures: records kept of requests counted, keep intervals and
+  the share of the run they cover, spikes with their percentiles from the
+  histograms, spikes whose stage split is unavailable (no full record kept),
+  the exit codes of `tailscope run` and `tailscope report`, and ``.reserve-*``
+  files left in the run directory (goal 0).
 """
 
 from __future__ import annotations
@@ -40,6 +49,7 @@ import numpy as np
 
 from tailscope.analyzers.stats.percentiles import percentile_ci
 from tailscope.rundir import load_run, read_stream, schema
+from tailscope.rundir.manifest import RESERVE_FILE
 from tailscope.rundir.retention_policy import trace_sampled
 from tailscope.support.python_child import python_module
 
@@ -79,7 +89,12 @@ def stop(proc: subprocess.Popen) -> None:
             proc.wait()
 
 
-def scenario(path: str, url: str, minutes: float, rate: float, retention: bool) -> str:
+#: The soak's default ``retention:`` section (``--retention``).
+DEFAULT_RETENTION = "{full_records_around_spikes: 30s, sample_rate: 0.01, disk_budget: 2GB}"
+
+
+def scenario(path: str, url: str, minutes: float, rate: float, retention: str | None) -> str:
+    """A two-class text scenario; ``retention``: its ``retention:`` section as YAML flow text (None: none)."""
     text = f"""name: soak
 target: {url}
 duration: {minutes * 60:.0f}s
@@ -101,23 +116,25 @@ classes:
 signals: {{rate: 1}}
 """
     if retention:
-        text += "retention: {full_records_around_spikes: 30s, sample_rate: 0.01, disk_budget: 2GB}\n"
+        text += f"retention: {retention}\n"
     with open(path, "w") as fh:
         fh.write(text)
     return path
 
 
-def run(scenario_path: str, out: str, receiver_port: int) -> tuple[str, float]:
-    """`tailscope run`; returns (run dir, seconds the report took after the load)."""
+def run(scenario_path: str, out: str, receiver_port: int) -> tuple[str, float, int, int]:
+    """`tailscope run`, then `tailscope report` on its run directory; returns (run dir, seconds the
+    report took, the run's exit code, the report's exit code)."""
     proc = subprocess.run(python_module("tailscope.cli.main", "run", scenario_path, "--out", out,
                                         "--receiver-port", str(receiver_port), "--receiver-grpc-port", "-1"),
                           capture_output=True, text=True)
-    if proc.returncode not in (0, 1):
+    if proc.returncode not in (0, 1, 3):  # passed, failed, inconclusive/incomplete: the run has a report
         raise RuntimeError(f"tailscope run failed ({proc.returncode}): {proc.stderr[-3000:]}")
     run_dir = os.path.join(out, sorted(os.listdir(out))[-1])
     started = time.perf_counter()
-    subprocess.run(python_module("tailscope.cli.main", "report", run_dir), capture_output=True, check=False)
-    return run_dir, time.perf_counter() - started
+    report = subprocess.run(python_module("tailscope.cli.main", "report", run_dir), capture_output=True,
+                            check=False)
+    return run_dir, time.perf_counter() - started, proc.returncode, report.returncode
 
 
 def rss_growth(run_dir: str, series: str) -> tuple[float, float] | None:
@@ -160,11 +177,36 @@ def sample_check(run_dir: str, analysis: dict) -> dict:
     return out
 
 
+def retained_figures(run_dir: str, analysis: dict) -> list[str]:
+    """The retained run's own lines: what was kept, its spikes' sources, stage splits, leftovers."""
+    retention = analysis["retention"]
+    intervals = retention.get("keep_intervals") or []
+    covered_s = sum(hi - lo for lo, hi in intervals) / 1e9
+    duration_s = analysis["summary"]["duration_s"] or 0.0
+    spikes = analysis["spikes"]
+    from_histograms = sum(s.get("percentiles_from") == "histograms" for s in spikes)
+    no_split = [s for s in spikes if not s["decomposition"].get("available", True)]
+    no_records = sum(s.get("records_kept") == 0 for s in spikes)
+    reserves = [f for f in os.listdir(run_dir) if f.startswith(RESERVE_FILE)]
+    return [
+        f"  retained: {retention['records_kept']:,} records kept of {retention['requests']:,} requests counted "
+        f"({retention['kept_share']:.1%}); sample rate {retention['sample_rate']:g} (configured "
+        f"{retention['configured_sample_rate']:g}); {len(intervals)} keep intervals covering {covered_s:,.0f} s "
+        f"of {duration_s:,.0f} s ({covered_s / duration_s if duration_s else 0:.1%})",
+        f"  retained spikes: {len(spikes)}, {from_histograms} with P99 and requests from the histograms; "
+        f"{no_records} with no record kept; {len(no_split)} with the stage split unavailable"
+        + (f" ({no_split[0]['decomposition']['unavailable_reason']})" if no_split else ""),
+        f"  reserve files left after `tailscope report`: {len(reserves)} (goal 0)",
+    ]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--minutes", type=float, default=30.0)
     parser.add_argument("--rate", type=float, default=300.0)
     parser.add_argument("--out", default=None, help="keep the runs here (default: a temporary folder)")
+    parser.add_argument("--retention", default=DEFAULT_RETENTION,
+                        help=f"the soak's retention: section as YAML flow text (default {DEFAULT_RETENTION})")
     args = parser.parse_args()
     out = args.out or tempfile.mkdtemp(prefix="tailscope-soak-")
     os.makedirs(out, exist_ok=True)
@@ -172,16 +214,17 @@ def main() -> int:
     target = start_target(port, receiver_port)
     url = f"http://127.0.0.1:{port}"
     try:
-        ref_dir, _ = run(scenario(os.path.join(out, "ref.yaml"), url, 1.0, args.rate, False),
-                         os.path.join(out, "reference"), receiver_port)
-        soak_dir, report_s = run(scenario(os.path.join(out, "soak.yaml"), url, args.minutes, args.rate, True),
-                                 os.path.join(out, "soak"), receiver_port)
+        ref_dir, *_ = run(scenario(os.path.join(out, "ref.yaml"), url, 1.0, args.rate, None),
+                          os.path.join(out, "reference"), receiver_port)
+        soak_dir, report_s, run_exit, report_exit = run(
+            scenario(os.path.join(out, "soak.yaml"), url, args.minutes, args.rate, args.retention),
+            os.path.join(out, "soak"), receiver_port)
     finally:
         stop(target)
     ref = json.load(open(os.path.join(ref_dir, "analysis.json")))
     soak = json.load(open(os.path.join(soak_dir, "analysis.json")))
     manifest = json.load(open(os.path.join(soak_dir, "manifest.json")))
-    print(f"soak: {args.minutes:g} min at {args.rate:g} req/s; run dir {soak_dir}")
+    print(f"soak: {args.minutes:g} min at {args.rate:g} req/s, retention {args.retention}; run dir {soak_dir}")
     for role in ("harness", "receiver", "sampler"):
         growth = rss_growth(soak_dir, f"{role}.rss_bytes")
         if growth:
@@ -208,6 +251,9 @@ def main() -> int:
               f"{c['ci'][0]:.2f}-{c['ci'][1]:.2f} ms, n={check['sample_n']:,}) {'inside' if inside else 'OUTSIDE'}")
     print(f"  report of the soak took {report_s:.1f} s; spikes {len(soak['spikes'])}; "
           f"warnings {[w['code'] for w in soak['warnings']]}")
+    print(f"  exit codes: tailscope run {run_exit}, tailscope report {report_exit}")
+    for line in retained_figures(soak_dir, soak):
+        print(line)
     return 0
 
 

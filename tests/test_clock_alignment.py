@@ -187,7 +187,7 @@ def test_same_host_fastapi_service_with_standard_instrumentation_gets_no_clock_w
                                str(receiver_port), "--receiver-grpc-port", "-1", timeout=240)
     finally:
         service.stop()
-    assert result.returncode in (0, 1), result.stderr[-3000:]
+    assert result.returncode in (0, 1, 3), result.stderr[-3000:]  # a verdict: passed, failed, inconclusive or incomplete
     analysis = load_analysis(only_run_dir(tmp_path / "runs"))
     clock = analysis["stages"]["clock_alignment"]
     print(f"same-host FastAPI: {clock['violating_share_before']:.1%} of spans outside their request, "

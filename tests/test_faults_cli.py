@@ -39,7 +39,7 @@ def test_scenario_and_command_line_faults_land_in_the_run_and_its_report(target,
     done = run_tailscope("run", str(scenario), "--target", target.url, "--out", str(tmp_path / "runs"),
                          "--receiver-port", "0", "--fault", "gc_pressure:at=3s,duration=1.5s,retained_mb=32",
                          timeout=180)
-    assert done.returncode in (0, 1), done.stdout + done.stderr
+    assert done.returncode in (0, 1, 3), done.stdout + done.stderr  # a verdict: passed, failed, inconclusive or incomplete
     run = load_run(only_run_dir(tmp_path / "runs"))
     faults = [json.loads(a) for k, a in zip(run.events.column("kind").to_pylist(),
                                             run.events.column("attributes").to_pylist()) if k == "fault"]

@@ -28,7 +28,7 @@ def run_scenario(tmp_path, target: str, text: str) -> tuple[str, dict, dict]:
     path.write_text(text)
     proc = run_tailscope("run", str(path), "--target", target, "--out", str(tmp_path / "runs"),
                          "--receiver-port", "0", timeout=120)
-    assert proc.returncode in (0, 1), proc.stdout + proc.stderr
+    assert proc.returncode in (0, 1, 3), proc.stdout + proc.stderr  # a verdict: passed, failed, inconclusive or incomplete
     run_dir = only_run_dir(tmp_path / "runs")
     with open(os.path.join(run_dir, "manifest.json"), encoding="utf-8") as handle:
         manifest = json.load(handle)
@@ -105,7 +105,9 @@ slo: ["gen: ttft p99 < 10s", "gen: itl p99 < 5s", "goodput >= 90%"]
     ttft, latency = gen["ttft_ms"]["p50"]["value_ms"], analysis["summary"]["latency_ms"]["p50"]["value_ms"]
     assert 0 < ttft < latency  # the first token arrives before the stream ends
     assert gen["decode_tokens_per_s_p50"] > 0 and gen["tokens_per_s"] > 0
-    assert analysis["verdict"]["passed"], analysis["verdict"]
+    # 12 requests claim no P99: the TTFT and ITL objectives are not claimed, goodput (a share) holds
+    assert [row["status"] for row in analysis["verdict"]["slos"]] == ["unclaimed", "unclaimed", "pass"]
+    assert analysis["verdict"]["outcome"] == "inconclusive", analysis["verdict"]
     assert analysis["summary"]["goodput"]["criteria"] == ["gen: ttft p99 < 10s", "gen: itl p99 < 5s"]
     assert analysis["summary"]["goodput"]["share"] == 1.0
     with open(os.path.join(analysis["run"]["path"], "report.html"), encoding="utf-8") as handle:

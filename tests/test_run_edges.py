@@ -91,7 +91,7 @@ def plain_service_run(tmp_path_factory):
                                "--receiver-grpc-port", "-1", timeout=240)
     finally:
         service.stop()
-    assert result.returncode in (0, 1), result.stderr[-3000:]
+    assert result.returncode in (0, 1, 3), result.stderr[-3000:]  # a verdict: passed, failed, inconclusive or incomplete
     return result, only_run_dir(tmp / "runs")
 
 
@@ -151,7 +151,7 @@ def reported_run(tmp_path):
     run_dir = str(tmp_path / "run")
     write_synthetic_run(run_dir, duration_s=8, rate=40, seed=2)
     first = run_tailscope("report", run_dir, timeout=120)
-    assert first.returncode in (0, 1), first.stderr
+    assert first.returncode in (0, 1, 3), first.stderr  # a verdict: passed, failed, inconclusive or incomplete
     with open(os.path.join(run_dir, "report.html"), "rb") as fh:
         return run_dir, fh.read()
 
@@ -206,7 +206,7 @@ def test_a_file_cut_inside_a_batch_is_still_a_killed_writer(reported_run):
     read = read_stream(requests, schema.REQUESTS_SCHEMA)
     assert read.truncated and read.damaged is None and read.table.num_rows == 100
     result = run_tailscope("report", run_dir, timeout=120)
-    assert result.returncode in (0, 1), result.stderr
+    assert result.returncode in (0, 1, 3), result.stderr  # a verdict: passed, failed, inconclusive or incomplete
     analysis = load_analysis(run_dir)
     assert "truncated" in [w["code"] for w in analysis["warnings"]] and not analysis["run"]["damaged_files"]
 

@@ -32,7 +32,7 @@ def test_a_head_sampled_run_traces_only_the_sampled_share(tmp_path):
                              "--out", str(tmp_path / "runs"), "--receiver-port", str(receiver_port), timeout=120)
     finally:
         target.close()
-    assert proc.returncode in (0, 1), proc.stdout + proc.stderr
+    assert proc.returncode in (0, 1, 3), proc.stdout + proc.stderr  # a verdict: passed, failed, inconclusive or incomplete
     run_dir = only_run_dir(tmp_path / "runs")
     with open(os.path.join(run_dir, "manifest.json"), encoding="utf-8") as fh:
         assert json.load(fh)["options"]["trace_sample_rate"] == RATE
