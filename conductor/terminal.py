@@ -216,13 +216,13 @@ UNCLAIMED_NOTE = "* too few samples to claim this percentile (MLPerf early-stopp
 def latency_table(summary: dict, closed: bool) -> Table:
     """The run's latency percentiles, each named with its metric (``latency P50``) and in ms;
     measured from the scheduled send (a closed loop: from the send, its scheduled time)."""
-    table = Table(show_header=True)
     # a closed loop sends each request when a user is free: its scheduled time is its send time
-    table.add_column("latency (from send)" if closed else "latency (from scheduled send)")
-    for _, name in LATENCY_COLUMNS:
-        table.add_column(f"latency {name}", justify="right")
+    table = Table(title=f"latency ({'from send' if closed else 'from scheduled send'}), all requests",
+                  show_header=True)
+    for _, name in LATENCY_COLUMNS:  # one row, no label column: fits 80 columns (headers wrap)
+        table.add_column(f"latency {name}", justify="right", min_width=10)
     latency = summary.get("latency_ms", {})
-    table.add_row("all requests", *[_pct_cell(latency.get(key)) for key, _ in LATENCY_COLUMNS])
+    table.add_row(*[_pct_cell(latency.get(key)) for key, _ in LATENCY_COLUMNS])
     table.caption = UNCLAIMED_NOTE
     return table
 
