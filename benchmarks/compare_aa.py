@@ -105,6 +105,17 @@ def run_dirs(out: str, prefix: str) -> list[str]:
     return dirs
 
 
+def slowed(side, factor: float):
+    """A copy of a comparison side whose latencies and service times are multiplied by ``factor``."""
+    from dataclasses import replace
+
+    from tailscope.analyzers.comparison.baseline import ComparisonSide, RunSide
+
+    runs = [RunSide(r.run, replace(r.req, latency_ms=r.req.latency_ms * factor, service_ms=r.req.service_ms * factor),
+                    r.matrix) for r in side.runs]
+    return ComparisonSide(runs, side.layout, side.path)
+
+
 def judge(out: str, method: str) -> None:
     from tailscope.analyzers.comparison.baseline import CompareRules, compare_runs, load_side
 
@@ -119,18 +130,22 @@ def judge(out: str, method: str) -> None:
         if comparison["verdict"]["regressed"]:
             print(f"  1v1 false alarm: {os.path.basename(os.path.dirname(new))} vs "
                   f"{os.path.basename(os.path.dirname(base))}: {comparison['verdict']['summary'][:160]}")
-    print(f"method {method}: 1 vs 1: {false} REGRESSION in {len(pairs)} A/A pairs ({false / max(len(pairs), 1):.1%})")
+    print(f"method {method}: 1 vs 1 ({len(aa)} runs): {false} REGRESSION in {len(pairs)} A/A pairs ({false / max(len(pairs), 1):.1%})")
     sextets = [aa[k:k + 6] for k in range(0, len(aa) - 5, 6)]
-    false3 = 0
-    for six in sextets:
-        comparison = compare_runs(load_side(six[3:]), load_side(six[:3]), rules)
-        false3 += comparison["verdict"]["regressed"]
-    print(f"method {method}: 3 vs 3: {false3} REGRESSION in {len(sextets)} disjoint A/A sextets "
-          f"({false3 / max(len(sextets), 1):.1%})")
+    for design, split in (("consecutive (runs 4-6 vs 1-3)", lambda six: (six[3:], six[:3])),
+                          ("interleaved (runs 2,4,6 vs 1,3,5)", lambda six: (six[1::2], six[0::2]))):
+        false3 = 0
+        for six in sextets:
+            new, base = split(six)
+            comparison = compare_runs(load_side([sides[p].runs[0] for p in new]),
+                                      load_side([sides[p].runs[0] for p in base]), rules)
+            false3 += comparison["verdict"]["regressed"]
+        print(f"method {method}: 3 vs 3, {design}: {false3} REGRESSION in {len(sextets)} disjoint A/A sextets "
+              f"({false3 / max(len(sextets), 1):.1%})", flush=True)
     power_runs = run_dirs(out, "power")
     if len(power_runs) < 6:
         return
-    power_runs = power_runs[:6]
+    power_runs = [load_side([path]).runs[0] for path in power_runs[:6]]
     splits = [c for c in itertools.combinations(range(6), 3) if 0 in c]  # 10 splits; each also swapped
     for slowdown in (0.0, 0.05, 0.10, 0.15, 0.20, 0.25, 0.30, 0.40, 0.50):
         hits, total = 0, 0
@@ -138,7 +153,7 @@ def judge(out: str, method: str) -> None:
             base = [power_runs[i] for i in base_idx]
             new = [power_runs[i] for i in range(6) if i not in base_idx]
             for a, b in ((base, new), (new, base)):
-                comparison = compare_runs(load_side(b, scale=1 + slowdown), load_side(a), rules)
+                comparison = compare_runs(slowed(load_side(b), 1 + slowdown), load_side(a), rules)
                 row = next(r for r in comparison["percentiles"]
                            if r["cls"] is None and r["metric"] == "latency_ms" and r["percentile"] == "p99")
                 hits += row["regressed"]
