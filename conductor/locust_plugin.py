@@ -202,9 +202,11 @@ class NativeRun:
     def _exit_with(self, code: int) -> None:
         """Make ``code`` the ``locust`` process's exit code (Locust's ``process_exit_code``); a
         worse code already set by an earlier test of this process is kept."""
+        from tailscope.cli.commands.common import EXIT_OK, worse_exit_code
+
         if self.environment is None:
             return
-        self.environment.process_exit_code = max(code, self.environment.process_exit_code or 0)
+        self.environment.process_exit_code = worse_exit_code(code, self.environment.process_exit_code or EXIT_OK)
 
 
 def tailscope_run_dir(environment) -> str | None:

@@ -80,3 +80,12 @@ def test_hints_name_the_metric_and_its_unit_of_rate():
 def test_bad_policies_are_named(raw, message):
     with pytest.raises(ValueError, match=message):
         policy_from(raw)
+
+
+def test_each_outcome_has_one_exit_code_and_a_regression_is_not_hidden_by_an_inconclusive_run():
+    from tailscope.cli.commands.common import verdict_exit_code, worse_exit_code
+
+    assert [verdict_exit_code({"outcome": o}) for o in ("passed", "failed", "inconclusive", "incomplete")] == [0, 1, 3, 3]
+    assert verdict_exit_code({"passed": False}) == 1 and verdict_exit_code(None) == 0  # analyses before outcomes
+    assert worse_exit_code(3, 1) == 1 and worse_exit_code(0, 3) == 3 and worse_exit_code(1, 2) == 2
+    assert worse_exit_code(2, 4) == 4 and worse_exit_code(0, 0) == 0

@@ -33,6 +33,17 @@ def verdict_exit_code(verdict: dict | None) -> int:
     return OUTCOME_EXIT_CODES[outcome]
 
 
+#: Which code wins when two outcomes meet (a run and its baseline comparison, two tests in one
+#: locust process): a bug, then a usage error, then a failure, then an inconclusive result.
+_SEVERITY = {EXIT_OK: 0, EXIT_INCONCLUSIVE: 1, EXIT_SLO_FAILED: 2, EXIT_USAGE: 3, EXIT_INTERNAL: 4}
+
+
+def worse_exit_code(first: int, second: int) -> int:
+    """The more severe of two exit codes: 4 > 2 > 1 > 3 > 0 (a regression, exit 1, is not
+    hidden by an inconclusive run, exit 3)."""
+    return max(first, second, key=lambda code: _SEVERITY.get(code, len(_SEVERITY)))
+
+
 def error(message: str) -> int:
     """Print ``tailscope: error: message`` to stderr; return the usage exit code."""
     print(f"tailscope: error: {message}", file=sys.stderr)
@@ -306,7 +317,7 @@ def analyse_and_report(run_dir: str, console, window_s: float = 1.0, baseline: d
         return error(damaged_line(report))
     code = verdict_exit_code(report.analysis.get("verdict"))
     if baseline is not None:
-        code = max(code, compare_with_baseline(report, baseline, console))
+        code = worse_exit_code(code, compare_with_baseline(report, baseline, console))
     return code
 
 
