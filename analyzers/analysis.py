@@ -188,7 +188,8 @@ def analyze_run(run_or_path: Run | str | os.PathLike, *, window_s: float = 1.0,
 def record_sections(req: RequestArrays, run: Run, period: tuple[int, int] | None, duration_s: float,
                     window_s: float, slos: list, retained, p99_ms: float | None) -> dict:
     """The sections that read only the request records (and the generator's own signals and
-    events, which no clock alignment moves): ``generator``, ``classes``, ``distribution``,
+    events, which no clock alignment moves): ``generator``, ``classes`` and ``distribution`` (from the
+    histograms for a retained run),
     ``slow_requests``, ``tail_line`` (the rolling P99; None for a retained run, whose records are a
     sample), ``stream_times`` (streamed chunks), ``goodput`` and ``llm`` (the OpenAI-API columns, None
     without such requests)."""
@@ -197,7 +198,7 @@ def record_sections(req: RequestArrays, run: Run, period: tuple[int, int] | None
         "llm": llm_arrays(run.requests),
         "generator": generator_section(req, run, period, window_s),
         "classes": retained.classes if retained is not None else summarize_classes(req, duration_s),
-        "distribution": latency_distribution(req),
+        "distribution": retained.distribution if retained is not None else latency_distribution(req),
         "slow_requests": slow_request_points(req, p99_ms, period),
         "tail_line": tail_line(req, period, window_s) if retained is None else None,
         "stream_times": times,

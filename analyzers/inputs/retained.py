@@ -3,7 +3,8 @@
 A run with a ``retention`` policy keeps full per-request records only around
 spikes and a sample elsewhere, so percentiles over its records would be biased
 towards the spikes. Its counts, rates, error kinds, latency / service-time /
-lateness percentiles, per-class summaries and per-window P50/P99 are therefore
+lateness percentiles, per-class summaries, per-window P50/P99, each spike's P99 and
+request count (:meth:`RetainedView.spike_window`) and the latency distribution are therefore
 computed here from the histograms the harness wrote for *every* request
 (``tailscope.rundir.histograms``: log buckets 2 % wide, values within ±1 %),
 and spike detection reads them too (:meth:`RetainedView.latency_samples`:
@@ -29,6 +30,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from tailscope.analyzers.inputs.records import NS_PER_S, RequestArrays
+from tailscope.analyzers.stats.distribution import ALL_CLASSES, bin_counts, bin_edges_ms, distribution_section
 from tailscope.analyzers.stats.percentiles import STANDARD_PERCENTILES, min_samples_for_claim, percentile_ci, weighted_grouped_quantiles
 from tailscope.analyzers.stats.summary import GENERATOR_LIMITED_SHARE, TOP_ERRORS
 from tailscope.analyzers.stats.windows import WINDOW_PERCENTILES
@@ -48,6 +50,8 @@ class RetainedView:
     windows: dict[str, np.ndarray]
     retention: dict
     table: dict  # the windows.arrow columns, histograms flattened
+    #: The ``distribution`` section from the latency histograms (:func:`histogram_distribution`).
+    distribution: dict
 
     def period_counts(self, origin_ns: int, period_ns: int, n: int) -> dict:
         """Per period: requests, errors, ok and P50/P99 (ms) merged from the histograms."""
@@ -225,6 +229,23 @@ def _window_table(table: dict, origin_ns: int, end_ns: int, window_ns: int,
     }
 
 
+def histogram_distribution(table: dict) -> dict:
+    """The ``distribution`` section (:func:`.distribution.latency_distribution`'s shape) from the
+    latency histograms of every successful request: each bucket's value (±1 %) binned on the fixed
+    grid with its count, per class and for all. A value within 1 % of a grid edge may land in the
+    neighbouring bin (bins are 12 % wide)."""
+    latency = table["latency"]
+    edges = bin_edges_ms()
+    values = hist.bucket_value_ms(latency.bucket)
+    full = {ALL_CLASSES: bin_counts(values, edges, latency.count)}
+    cls = table["cls"][latency.row]
+    for name in sorted({c for c in table["cls"] if c is not None}):
+        chosen = cls == name
+        if latency.count[chosen].sum() > 0:
+            full[str(name)] = bin_counts(values[chosen], edges, latency.count[chosen])
+    return distribution_section(full, edges)
+
+
 def histogram_period_counts(table: dict, origin_ns: int, period_ns: int, n: int) -> dict:
     """Per period of ``period_ns`` from ``origin_ns``: requests, errors, ok, P50/P99 (ms)."""
     row_period = np.clip((table["start_ns"] - origin_ns) // period_ns, 0, n - 1)
@@ -274,4 +295,5 @@ def retained_view(run: Run, req: RequestArrays, window_s: float) -> RetainedView
             "window_s": window_ns / NS_PER_S,
         },
         table=table,
+        distribution=histogram_distribution(table),
     )

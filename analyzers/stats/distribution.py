@@ -32,11 +32,14 @@ def bin_edges_ms() -> np.ndarray:
     return MIN_MS * np.power(10.0, np.arange(decades * BINS_PER_DECADE + 1) / BINS_PER_DECADE)
 
 
-def bin_counts(values_ms: np.ndarray, edges: np.ndarray) -> np.ndarray:
-    """Counts per bin of the full grid (len(edges) − 1); NaN values are ignored."""
-    values = values_ms[~np.isnan(values_ms)]
-    index = np.clip(np.searchsorted(edges, values, side="right") - 1, 0, len(edges) - 2)
-    return np.bincount(index, minlength=len(edges) - 1)
+def bin_counts(values_ms: np.ndarray, edges: np.ndarray, weights: np.ndarray | None = None) -> np.ndarray:
+    """Counts per bin of the full grid (len(edges) − 1); NaN values are ignored. ``weights``: how
+    many requests each value stands for (e.g. a histogram bucket's count; None: one each)."""
+    keep = ~np.isnan(values_ms)
+    index = np.clip(np.searchsorted(edges, values_ms[keep], side="right") - 1, 0, len(edges) - 2)
+    if weights is None:
+        return np.bincount(index, minlength=len(edges) - 1)
+    return np.bincount(index, weights=weights[keep], minlength=len(edges) - 1).astype(np.int64)
 
 
 def latency_distribution(req: RequestArrays) -> dict:
@@ -51,6 +54,12 @@ def latency_distribution(req: RequestArrays) -> dict:
     full = {ALL_CLASSES: bin_counts(req.latency_ms[ok], edges)}
     for name in req.class_names(ok):
         full[name] = bin_counts(req.latency_ms[ok & req.class_mask(name)], edges)
+    return distribution_section(full, edges)
+
+
+def distribution_section(full: dict[str, np.ndarray], edges: np.ndarray) -> dict:
+    """The section from per-class counts on the full grid (``"all"`` first): edges and counts
+    trimmed to the bins between the lowest and the highest non-empty one."""
     occupied = np.flatnonzero(full[ALL_CLASSES])
     if len(occupied) == 0:
         return {"unit": "ms", "bin_edges_ms": [], "classes": {ALL_CLASSES: {"n": 0, "counts": []}}}
