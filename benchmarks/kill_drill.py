@@ -51,6 +51,7 @@ import numpy as np
 
 from tailscope.loadgen.arrivals import schedule_offsets_ns
 from tailscope.rundir import FLUSH_INTERVAL_S, load_run
+from tailscope.rundir.manifest import RESERVE_FILE
 from tailscope.scenario_model.scenario import load_scenario
 from tailscope.support.python_child import python_module
 
@@ -168,6 +169,7 @@ def one_kill(scenario_path: str, out: str, receiver_port: int, delay_s: float) -
                             text=True)
     result = {"delay_s": delay_s, "children": len(children), "orphans": len(orphans),
               "report_exit": report.returncode, "recovered": False}
+    analysis = None
     analysis_path = os.path.join(run_dir, "analysis.json")
     if report.returncode in (0, 1, 3) and os.path.exists(analysis_path):  # 3: INCOMPLETE, as a killed run is
         with open(analysis_path) as fh:
@@ -210,6 +212,9 @@ def main() -> int:
     parser.add_argument("--duration", type=float, default=20.0)
     parser.add_argument("--rate", type=float, default=100.0)
     parser.add_argument("--seed", type=int, default=20)
+    parser.add_argument("--retention", default=None,
+                        help="a retention: section as YAML flow text, e.g. \"{full_records_around_spikes: 10s, "
+                             "sample_rate: 0.05, disk_budget: 200MB}\" (default: every record kept)")
     args = parser.parse_args()
     rng = random.Random(args.seed)
     work = tempfile.mkdtemp(prefix="tailscope-drill-")
@@ -221,7 +226,10 @@ def main() -> int:
     for line in target.stdout:
         if line.startswith(b"LISTENING"):
             break
-    scenario = write_scenario(os.path.join(work, "drill.yaml"), f"http://127.0.0.1:{port}", args.duration, args.rate)
+    scenario = write_scenario(os.path.join(work, "drill.yaml"), f"http://127.0.0.1:{port}", args.duration, args.rate,
+                              args.retention)
+    if args.retention:
+        print(f"retention: {args.retention}", flush=True)
     results = []
     try:
         for i in range(args.kills):
@@ -230,7 +238,9 @@ def main() -> int:
             results.append(r)
             print(f"kill {i + 1:2d} at {delay:5.1f} s: recovered={r['recovered']} records={r['records']:5d} "
                   f"lost_requests={r['lost_requests']} lost_s={r['lost_s'] if r['lost_s'] is None else round(r['lost_s'], 3)} "
-                  f"children={r['children']} orphans={r['orphans']}", flush=True)
+                  f"children={r['children']} orphans={r['orphans']} reserves_left={r['reserves_left']}"
+                  + (f" counted={r['counted']} spikes={r['spikes']} no_stage_split={r['no_stage_split']}"
+                     if "counted" in r else ""), flush=True)
     finally:
         os.kill(target.pid, signal.SIGTERM)
         try:
@@ -241,12 +251,20 @@ def main() -> int:
     recovered = sum(r["recovered"] for r in results)
     lost = [r["lost_requests"] for r in results if r["lost_requests"] is not None]
     lost_s = [r["lost_s"] for r in results if r["lost_s"] is not None]
-    print(f"recovered {recovered}/{len(results)} runs; orphaned children {sum(r['orphans'] for r in results)}")
+    what = "counted in windows.arrow" if args.retention else "recorded"
+    print(f"recovered {recovered}/{len(results)} runs; orphaned children {sum(r['orphans'] for r in results)}; "
+          f"reserve files left {sum(r['reserves_left'] for r in results)} (goal 0)")
+    counted = [r for r in results if "counted" in r]
+    if counted:
+        records, requests = sum(r["records"] for r in counted), sum(r["counted"] for r in counted)
+        print(f"retained: {records:,} records kept of {requests:,} requests counted ({records / max(requests, 1):.1%}); "
+              f"{sum(r['spikes'] for r in counted)} spikes, {sum(r['no_stage_split'] for r in counted)} with the "
+              "stage split unavailable (no full record kept)")
     if lost:
         print(f"requests lost per recovery: mean {np.mean(lost):.1f}, max {max(lost)} "
               f"(at {args.rate:g} req/s: max {max(lost) / args.rate:.2f} s of requests; goal <= 1 s)")
     if lost_s:
-        print(f"seconds lost (kill − last recorded end): median {np.median(lost_s):.3f} s, max {max(lost_s):.3f} s "
+        print(f"seconds lost (kill − last {what} end): median {np.median(lost_s):.3f} s, max {max(lost_s):.3f} s "
               f"= {max(lost_s) / FLUSH_INTERVAL_S:.2f}× the {FLUSH_INTERVAL_S:g} s flush interval")
     return 0
 
