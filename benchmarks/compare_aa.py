@@ -2,7 +2,8 @@
 
     python benchmarks/compare_aa.py record --out /tmp/aa --runs 44 --seconds 20 --prefix aa
     python benchmarks/compare_aa.py record --out /tmp/aa --runs 6 --seconds 60 --prefix power
-    python benchmarks/compare_aa.py judge --out /tmp/aa
+    python benchmarks/compare_aa.py record --out /tmp/aa --runs 90 --seconds 10 --prefix ab
+    python benchmarks/compare_aa.py judge --out /tmp/aa --series aa,ab
 
 ``record`` makes real runs one after the other: for each, a fresh reference target (the
 ``tailscope target`` service, default model, its spans exported to the run's receiver) on a free
@@ -116,11 +117,22 @@ def slowed(side, factor: float):
     return ComparisonSide(runs, side.layout, side.path)
 
 
-def judge(out: str, method: str) -> None:
-    from tailscope.analyzers.comparison.baseline import CompareRules, compare_runs, load_side
+def judge(out: str, method: str, series: list[str], power: bool = True) -> None:
+    from tailscope.analyzers.comparison.baseline import CompareRules
 
     rules = CompareRules(method=method)
-    aa = run_dirs(out, "aa")
+    for prefix in series:
+        judge_aa(out, prefix, rules)
+    if power:
+        judge_power(out, rules)
+
+
+def judge_aa(out: str, prefix: str, rules) -> None:
+    """The false-alarm rates of one A/A series (OUT/PREFIX-NN): 1 vs 1 and 3 vs 3."""
+    from tailscope.analyzers.comparison.baseline import compare_runs, load_side
+
+    method = f"{rules.method} [{prefix}]"
+    aa = run_dirs(out, prefix)
     sides = {path: load_side([path]) for path in aa}
     pairs = [(aa[k + 1], aa[k]) for k in range(0, len(aa) - 1, 2)]
     false = 0
@@ -142,6 +154,14 @@ def judge(out: str, method: str) -> None:
             false3 += comparison["verdict"]["regressed"]
         print(f"method {method}: 3 vs 3, {design}: {false3} REGRESSION in {len(sextets)} disjoint A/A sextets "
               f"({false3 / max(len(sextets), 1):.1%})", flush=True)
+
+
+def judge_power(out: str, rules) -> None:
+    """The share of 3 vs 3 splits of the six 60-s ``power`` runs in which a known slowdown of the
+    new side's latencies is judged a P99 regression, per slowdown."""
+    from tailscope.analyzers.comparison.baseline import compare_runs, load_side
+
+    method = rules.method
     power_runs = run_dirs(out, "power")
     if len(power_runs) < 6:
         return
@@ -170,11 +190,13 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=20)
     parser.add_argument("--prefix", default="aa")
     parser.add_argument("--method", default="hierarchical", choices=("hierarchical", "request"))
+    parser.add_argument("--series", default="aa", help="judge: the A/A series' prefixes, comma-separated")
+    parser.add_argument("--no-power", action="store_true", help="judge: skip the power estimate")
     args = parser.parse_args()
     if args.phase == "record":
         record(args.out, args.runs, args.seconds, args.prefix)
     else:
-        judge(args.out, args.method)
+        judge(args.out, args.method, args.series.split(","), power=not args.no_power)
 
 
 if __name__ == "__main__":
