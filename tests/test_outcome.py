@@ -89,3 +89,13 @@ def test_each_outcome_has_one_exit_code_and_a_regression_is_not_hidden_by_an_inc
     assert verdict_exit_code({"passed": False}) == 1 and verdict_exit_code(None) == 0  # analyses before outcomes
     assert worse_exit_code(3, 1) == 1 and worse_exit_code(0, 3) == 3 and worse_exit_code(1, 2) == 2
     assert worse_exit_code(2, 4) == 4 and worse_exit_code(0, 0) == 0
+
+
+def test_a_sweep_whose_steps_are_all_inconclusive_does_not_say_failed():
+    from tailscope.cli.commands.sweep import outcome_line
+
+    sweep = {"max_rate_under_slo": None, "max_concurrency_under_slo": None, "passed": False,
+             "steps": [{"outcome": "inconclusive"}, {"outcome": "incomplete"}]}
+    assert outcome_line(sweep, False).startswith("[yellow]INCONCLUSIVE: no rate met the SLOs")
+    sweep["steps"].append({"outcome": "failed"})
+    assert outcome_line(sweep, False) == "[red]FAILED: no rate met the SLOs[/]"

@@ -295,6 +295,9 @@ def outcome_line(sweep: dict, concurrency: bool) -> str:
     levels = "concurrency level" if concurrency else "rate"
     if sweep["passed"] is None:
         return f"no SLOs: no {levels} can pass or fail"
+    if best is None and not any(step.get("outcome", "failed") == "failed" for step in sweep.get("steps") or []):
+        return (f"[yellow]INCONCLUSIVE: no {levels} met the SLOs at the requested confidence and none failed "
+                "them (each step's verdict is in its report; longer steps claim more percentiles)[/]")
     if best is None:
         return f"[red]FAILED: no {levels} met the SLOs[/]"
     if concurrency:
