@@ -26,8 +26,8 @@ from tailscope.analyzers.findings.registry import whole_run_findings
 from tailscope.analyzers.health.generator import generator_section
 from tailscope.analyzers.health.lateness_rule import lateness_judgement, material_intervals
 from tailscope.analyzers.health.load_checks import abort_verdict, load_warnings
-from tailscope.analyzers.health.outcome import outcome_verdict, scenario_policy
 from tailscope.analyzers.health.outages import find_outages
+from tailscope.analyzers.health.outcome import outcome_verdict, scenario_policy
 from tailscope.analyzers.health.run_health import run_health_warnings, trace_sample_rate
 from tailscope.analyzers.inputs.derived_series import signals_section
 from tailscope.analyzers.inputs.error_samples import error_samples_section
