@@ -195,6 +195,9 @@ def test_concurrency_sweep_plots_the_token_frontier_and_names_the_best_point(tmp
     assert [p["level"] for p in front["points"]] == [1, 4]
     assert front["best_under_slo"]["index"] == four["index"] and sweep["max_concurrency_under_slo"] == 4
     assert "best point under SLO: 4 in flight" in proc.stdout.replace("\n", " ")
+    printed = " ".join(proc.stdout.split())  # rich wraps lines at the terminal width
+    assert "highest concurrency under the SLOs: 4 in flight" in printed and "→" not in printed
+    assert "no maximum rate" not in printed and "; SLOs met" in printed
     with open(os.path.join(sweep_dir, "sweep.html"), encoding="utf-8") as fh:
         html = fh.read()
     assert 'id="frontier-chart"' in html and "best under SLO" in html
