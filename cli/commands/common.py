@@ -33,15 +33,23 @@ def verdict_exit_code(verdict: dict | None) -> int:
     return OUTCOME_EXIT_CODES[outcome]
 
 
-#: Which code wins when two outcomes meet (a run and its baseline comparison, two tests in one
-#: locust process): a bug, then a usage error, then a failure, then an inconclusive result.
-_SEVERITY = {EXIT_OK: 0, EXIT_INCONCLUSIVE: 1, EXIT_SLO_FAILED: 2, EXIT_USAGE: 3, EXIT_INTERNAL: 4}
+#: Exit codes from the least to the most severe: which code wins when outcomes meet (a run and
+#: its baseline comparison, the runs of a --repeat, two tests in one locust process).
+EXIT_SEVERITY = (EXIT_OK, EXIT_INCONCLUSIVE, EXIT_SLO_FAILED, EXIT_USAGE, EXIT_INTERNAL)
+#: An exit code's outcome in words.
+EXIT_WORDS = {EXIT_OK: "passed", EXIT_SLO_FAILED: "failed", EXIT_USAGE: "usage or setup error",
+              EXIT_INCONCLUSIVE: "inconclusive or incomplete", EXIT_INTERNAL: "tailscope failed"}
+
+
+def worst_exit_code(codes) -> int:
+    """The most severe of ``codes`` by :data:`EXIT_SEVERITY` (EXIT_OK for none): 4 > 2 > 1 > 3 > 0,
+    so a regression (1) is not hidden by an inconclusive run (3)."""
+    return max(codes, key=EXIT_SEVERITY.index, default=EXIT_OK)
 
 
 def worse_exit_code(first: int, second: int) -> int:
-    """The more severe of two exit codes: 4 > 2 > 1 > 3 > 0 (a regression, exit 1, is not
-    hidden by an inconclusive run, exit 3)."""
-    return max(first, second, key=lambda code: _SEVERITY.get(code, len(_SEVERITY)))
+    """The more severe of two exit codes (:func:`worst_exit_code`)."""
+    return worst_exit_code((first, second))
 
 
 def error(message: str) -> int:

@@ -5,10 +5,8 @@ from __future__ import annotations
 from tailscope.cli.commands.common import (
     EXIT_CODES_HELP,
     EXIT_INCONCLUSIVE,
-    EXIT_INTERNAL,
-    EXIT_OK,
-    EXIT_SLO_FAILED,
-    EXIT_USAGE,
+    EXIT_SEVERITY,
+    EXIT_WORDS,
     add_run_options,
     error,
     fault_companions,
@@ -16,6 +14,7 @@ from tailscope.cli.commands.common import (
     run_and_report,
     run_options_from,
     workers_problem,
+    worst_exit_code,
 )
 
 
@@ -52,18 +51,6 @@ def repeat_arg(text: str) -> int:
     if not 1 <= value <= 100:
         raise argparse.ArgumentTypeError(f"must be 1 to 100, got {value}")
     return value
-
-
-#: Exit codes from the least to the most severe: the worst one of a repeat is its exit code.
-EXIT_SEVERITY = (EXIT_OK, EXIT_INCONCLUSIVE, EXIT_SLO_FAILED, EXIT_USAGE, EXIT_INTERNAL)
-#: An exit code's outcome in words (cli/commands/common.py's table).
-EXIT_WORDS = {EXIT_OK: "passed", EXIT_SLO_FAILED: "failed", EXIT_USAGE: "usage or setup error",
-              EXIT_INCONCLUSIVE: "inconclusive or incomplete", EXIT_INTERNAL: "tailscope failed"}
-
-
-def worst_exit_code(codes) -> int:
-    """The most severe of ``codes`` by :data:`EXIT_SEVERITY` (EXIT_OK for none)."""
-    return max(codes, key=EXIT_SEVERITY.index, default=EXIT_OK)
 
 
 def handle(args) -> int:
