@@ -41,6 +41,7 @@ from tailscope.analyzers.patterns.trends import analyze_patterns, pattern_warnin
 from tailscope.analyzers.spikes.detection import SpikeRules, detect, detection_facts, find_spikes
 from tailscope.analyzers.spikes.series import series_spikes
 from tailscope.analyzers.stages.clock_alignment import align_clocks, clock_warnings
+from tailscope.analyzers.stages.consistency import consistency_warnings
 from tailscope.analyzers.stages.decomposition import (
     join_spans,
     missing_spans,
@@ -179,6 +180,7 @@ def analyze_run(run_or_path: Run | str | os.PathLike, *, window_s: float = 1.0,
     analysis["warnings"] = (slo_warnings + policy_warnings + resolved.warnings + clock_warnings(alignment)
                             + run_warnings(run, analysis, windows, spike_rules, detection)
                             + pattern_warnings(analysis["patterns"])
+                            + consistency_warnings(analysis["stages"])
                             + run_health_warnings(run.manifest, analysis)
                             + load_warnings(analysis, run.manifest)
                             + llm_warnings(analysis))
@@ -199,11 +201,21 @@ def record_sections(req: RequestArrays, run: Run, period: tuple[int, int] | None
         "generator": generator_section(req, run, period, window_s),
         "classes": retained.classes if retained is not None else summarize_classes(req, duration_s),
         "distribution": retained.distribution if retained is not None else latency_distribution(req),
-        "slow_requests": slow_request_points(req, p99_ms, period),
+        "slow_requests": retained_slow_points(req, p99_ms, period, retained),
         "tail_line": tail_line(req, period, window_s) if retained is None else None,
         "stream_times": times,
-        "goodput": goodput_summary(req, slos, times, duration_s),
+        "goodput": (retained.goodput(slos, goodput_summary(req, slos, times, duration_s)) if retained is not None
+                    else goodput_summary(req, slos, times, duration_s)),
     }
+
+
+def retained_slow_points(req: RequestArrays, p99_ms: float | None, period, retained) -> dict:
+    """``slow_requests`` (:func:`~.stats.slow_points.slow_request_points`); in a retained run the
+    points are kept records but ``above_threshold`` counts every request, from the histograms."""
+    points = slow_request_points(req, p99_ms, period)
+    if retained is None or p99_ms is None:
+        return points
+    return {**points, "above_threshold": retained.count_above(p99_ms)}
 
 
 def window_records(req: RequestArrays, windows: dict | None, records: dict, window_s: float) -> list[dict]:

@@ -16,7 +16,8 @@ trace's top-level span; the longest if several):
   rule maps it (:mod:`.span_tree`: deeper descendants roll up into their
   top-level child; rule-mapped time inside it is taken out);
 - ``unaccounted`` = server − sum(stages), clipped at 0: server time no stage
-  covers, shown explicitly;
+  covers, shown explicitly; where the stages add up to more than the server span (they
+  overlap), :mod:`.consistency` says so and names the rule (``StageMatrix.consistency``);
 - ``client_network`` = service time − server (generator, network, HTTP parsing).
 
 All in ms. The join is hash-based (``pyarrow.compute.index_in``) and the
@@ -36,6 +37,7 @@ import pyarrow.compute as pc
 from tailscope.analyzers.inputs.records import NS_PER_MS, RequestArrays, int_column, take_rows
 from tailscope.analyzers.inputs.trace_join import distinct_positions, sampled_mask, trace_positions
 from tailscope.analyzers.stages.attribute_stages import attribute_stage_ms
+from tailscope.analyzers.stages.consistency import stage_consistency
 from tailscope.analyzers.stages.rule_model import SpanMatch
 from tailscope.analyzers.stages.rules import PRESETS, REFERENCE_SPAN_NAMES, StageRules, rules_from_stage_map
 from tailscope.analyzers.stages.server_tokens import ServerTokens, server_token_counts
@@ -82,6 +84,8 @@ class StageMatrix:
     #: The server's token counts of each row, from its spans (:mod:`.server_tokens`); None when
     #: the rules name no token attributes (only presets do: ``vllm``).
     server_tokens: ServerTokens | None = None
+    #: Do the stages of each row fit in its server span (:func:`.consistency.stage_consistency`)?
+    consistency: dict | None = None
 
     def column(self, stage: str) -> np.ndarray:
         return self.ms[:, self.stages.index(stage)]
@@ -190,7 +194,7 @@ def stage_matrix(req: RequestArrays, spans: pa.Table,
     stage_ms[~present.reshape(n_ok, n_mapped)] = np.nan
     del present
     if rules.event_rules:
-        from_events = event_stage_ms(spans, position, rules, mapped, n_ok)
+        from_events = event_stage_ms(spans, position, rules, mapped, n_ok, servers)
         stage_ms = np.where(np.isnan(from_events), stage_ms, np.nan_to_num(stage_ms) + np.nan_to_num(from_events))
         del from_events
     if rules.attribute_rules:  # stages read from span attributes fill what no span or event rule gave
@@ -210,12 +214,14 @@ def stage_matrix(req: RequestArrays, spans: pa.Table,
         stage_ms, server_ms = stage_ms[rows], server_ms[rows]
         tokens = tokens.take(rows) if tokens is not None else None
     unaccounted = np.clip(server_ms - np.nansum(stage_ms, axis=1), 0.0, None)
+    consistency = stage_consistency(stage_ms, server_ms, stages[:-len(DERIVED_STAGES)], rules,
+                                    by_name.names if by_name is not None else ())
     client_network = req.service_ms[ok_index[rows]] - server_ms
     matrix = np.column_stack([stage_ms, server_ms, unaccounted, client_network])
     unmapped_mask = joined & ~servers.excluded & (stage_of == UNMAPPED)
     return StageMatrix(ok_index[rows], stages, matrix, int(req.is_ok.sum()),
                        unmapped_names(pa.table({"name": spans.column("name").filter(pa.array(unmapped_mask))})),
-                       by_name.names if by_name is not None else (), tokens)
+                       by_name.names if by_name is not None else (), tokens, consistency)
 
 
 def _matches(rules: StageRules) -> list[SpanMatch]:
@@ -322,4 +328,5 @@ def summarize_stages(matrix: StageMatrix, traced: int | None = None) -> dict:
         "unmapped_span_names": matrix.unmapped,
         "span_stages": list(matrix.span_stages),
         "server_tokens": matrix.server_tokens.summary() if matrix.server_tokens is not None else None,
+        "consistency": matrix.consistency,
     }

@@ -120,17 +120,28 @@ REFERENCE_SPAN_NAMES = (
     ("postprocess", "postprocess"),
 )
 
-#: Triton's span-event timestamps, in the order an HTTP request passes them (tailscope loads
-#: over HTTP; for spans imported from gRPC clients add ``between: [GRPC_WAITREAD_START,
-#: GRPC_WAITREAD_END]`` and ``[GRPC_SEND_START, GRPC_SEND_END]`` rules).
+#: Triton's span-event timestamps, in the order an HTTP request passes them inside its
+#: ``InferRequest`` span (checked on Triton 2.51 from PyTriton 0.7: tests/real_servers). The
+#: server span starts after ``HTTP_RECV_END`` (receiving the body is outside it, in
+#: ``client_network``), so ``request_parse`` is clipped to the span's start like every event stage
+#: (:func:`~.span_match.event_stage_ms`). ``COMPUTE_END`` and ``REQUEST_END`` are not on the
+#: request's path: the core releases the request while the HTTP frontend already serialises and
+#: sends the response (they fall before or after ``HTTP_SEND_START``), so the stages follow
+#: ``INFER_RESPONSE_COMPLETE`` instead and never overlap. For spans imported from gRPC clients add
+#: ``between: [GRPC_WAITREAD_START, GRPC_WAITREAD_END]`` and ``[GRPC_SEND_START, GRPC_SEND_END]`` rules.
 TRITON_EVENT_STAGES = (
-    ("HTTP_RECV_START", "HTTP_RECV_END", "http_recv"),
+    ("HTTP_RECV_END", "REQUEST_START", "request_parse"),
+    ("REQUEST_START", "QUEUE_START", "enqueue"),
     ("QUEUE_START", "COMPUTE_START", "queue"),
     ("COMPUTE_START", "COMPUTE_INPUT_END", "compute_input"),
     ("COMPUTE_INPUT_END", "COMPUTE_OUTPUT_START", "inference"),
-    ("COMPUTE_OUTPUT_START", "COMPUTE_END", "compute_output"),
+    ("COMPUTE_OUTPUT_START", "INFER_RESPONSE_COMPLETE", "compute_output"),
+    ("INFER_RESPONSE_COMPLETE", "HTTP_SEND_START", "response_serialize"),
     ("HTTP_SEND_START", "HTTP_SEND_END", "http_send"),
 )
+#: The attribute Triton sets on the model span (beside ``triton.model_version``,
+#: ``triton.trace_id`` and ``triton.trace_parent_id``); the span is named after the model.
+TRITON_MODEL_ATTRIBUTE = "triton.model_name"
 
 #: vLLM's ``llm_request`` latency attributes (seconds) laid end to end: queue, prefill, decode.
 VLLM_ATTRIBUTE_STAGES = (
@@ -177,12 +188,12 @@ STAGE_PRESETS.register(StagePreset(
 STAGE_PRESETS.register(StagePreset(
     "triton",
     StageRules(
-        # The model span (named after the model, attribute model_name) and the "compute" span
-        # carry the events; their own durations overlap the event stages, so they are ignored
-        # rather than counted twice.
+        # The model span (named after the model, attribute triton.model_name) and the "compute"
+        # span carry the events; their own durations overlap the event stages, so they are ignored
+        # rather than counted twice (with everything under them: PyTriton's proxy spans).
         span_rules=(
             SpanRule(exact_name("compute"), STAGE_IGNORE),
-            SpanRule(SpanMatch(attributes=(("model_name", re.compile("")),)), STAGE_IGNORE),
+            SpanRule(SpanMatch(attributes=((TRITON_MODEL_ATTRIBUTE, re.compile("")),)), STAGE_IGNORE),
         ),
         event_rules=tuple(EventRule(start, end, stage) for start, end, stage in TRITON_EVENT_STAGES),
         server=exact_name("InferRequest"),
@@ -195,6 +206,7 @@ STAGE_PRESETS.register(StagePreset(
         finished=("nv_inference_request_success",),
     ),
     checked_against=("triton-inference-server/server docs/user_guide/trace.md (OpenTelemetry mode)",
+                     "Triton 2.51 as PyTriton 0.7.0 ships it (tests/real_servers/test_triton.py)",
                      "triton-inference-server/server docs/user_guide/metrics.md"),
 ))
 

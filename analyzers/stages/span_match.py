@@ -216,9 +216,14 @@ def _first_event_times(events_json: list, positions: np.ndarray) -> dict[int, di
 
 
 def event_stage_ms(spans: pa.Table, position: np.ndarray, rules: StageRules, stages: tuple[str, ...],
-                   n_positions: int) -> np.ndarray:
+                   n_positions: int, servers: ServerSpans | None = None) -> np.ndarray:
     """(n_positions × len(stages)) ms of the event rules' stages; NaN where a trace lacks
-    either event or the end precedes the start. Columns of span-only stages stay NaN."""
+    either event or the end precedes the start. Columns of span-only stages stay NaN.
+
+    ``servers``: the server span of each position; an event interval is then clipped to it
+    (a stage is part of the server's time: Triton's ``HTTP_RECV_END`` precedes its
+    ``InferRequest`` span, so ``HTTP_RECV_END → REQUEST_START`` counts from the span's start).
+    The events must be on the clock of ``servers``' times (the join's, before any clock shift)."""
     out = np.full((n_positions, len(stages)), np.nan)
     if not rules.event_rules or "events" not in spans.column_names or len(spans) == 0:
         return out
@@ -228,11 +233,18 @@ def event_stage_ms(spans: pa.Table, position: np.ndarray, rules: StageRules, sta
         return out
     texts = take_rows(spans.column("events"), rows).to_pylist()
     per_trace = _first_event_times(texts, position[rows])
+    bounds: dict[int, tuple[int, int]] = {}
+    if servers is not None:
+        bounds = dict(zip(servers.position.tolist(), zip(servers.start_ns.tolist(), servers.end_ns.tolist())))
     for rule in rules.event_rules:
         column = stages.index(rule.stage)
         for pos, times in per_trace.items():
             if rule.start in times and rule.end in times and times[rule.end] >= times[rule.start]:
-                value = (times[rule.end] - times[rule.start]) / NS_PER_MS
+                start, end = times[rule.start], times[rule.end]
+                if pos in bounds:
+                    low, high = bounds[pos]
+                    start, end = min(max(start, low), high), max(min(end, high), low)
+                value = (end - start) / NS_PER_MS
                 current = out[pos, column]
                 out[pos, column] = value if np.isnan(current) else current + value
     return out
