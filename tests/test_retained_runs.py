@@ -217,3 +217,27 @@ def test_a_retained_runs_distribution_counts_every_request_like_the_full_records
     for q in (0.5, 0.9, 0.99):
         ratio = quantile_edge(retained, "all", q) / quantile_edge(full, "all", q)
         assert 1 / 1.13 < ratio < 1.13, (q, ratio)  # within one 12 % bin
+
+
+def test_a_retained_runs_goodput_and_slow_count_cover_every_request(tmp_path):
+    """Goodput (latency SLOs only) and the count of requests above the P99 come from the histograms
+    in a retained run; from its records they counted only what retention kept."""
+    write_synthetic_run(str(tmp_path), duration_s=40, rate=30, seed=9,
+                        spikes=[{"kind": "gc", "at_s": 20, "duration_s": 2, "extra_ms": 500}])
+    with open(tmp_path / "manifest.json", encoding="utf-8") as fh:
+        manifest = json.load(fh)
+    manifest["scenario"] = {**(manifest.get("scenario") or {}), "slo": ["p99 < 40ms", "long: p90 < 60ms"]}
+    with open(tmp_path / "manifest.json", "w", encoding="utf-8") as fh:
+        json.dump(manifest, fh)
+    full = analyze_run(str(tmp_path))
+    retain_in_place(str(tmp_path), [(SYNTHETIC_START_NS + 15 * S, SYNTHETIC_START_NS + 27 * S)], 0.05)
+    retained = analyze_run(str(tmp_path))
+    exact, got = full["summary"]["goodput"], retained["summary"]["goodput"]
+    assert got["total"] == exact["total"] == full["summary"]["requests"]
+    assert 0.3 < exact["share"] < 0.999 and got["share"] == pytest.approx(exact["share"], abs=0.01)
+    for name, entry in exact["by_class"].items():
+        assert got["by_class"][name]["total"] == entry["total"], name
+        assert got["by_class"][name]["share"] == pytest.approx(entry["share"], abs=0.02), name
+    above = full["slow_requests"]["above_threshold"]
+    assert retained["slow_requests"]["above_threshold"] == pytest.approx(above, rel=0.15, abs=3)
+    assert retained["slow_requests"]["shown"] <= retained["slow_requests"]["above_threshold"]

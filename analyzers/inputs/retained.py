@@ -4,7 +4,9 @@ A run with a ``retention`` policy keeps full per-request records only around
 spikes and a sample elsewhere, so percentiles over its records would be biased
 towards the spikes. Its counts, rates, error kinds, latency / service-time /
 lateness percentiles, per-class summaries, per-window P50/P99, each spike's P99 and
-request count (:meth:`RetainedView.spike_window`) and the latency distribution are therefore
+request count (:meth:`RetainedView.spike_window`), the latency distribution, the count of
+requests above the P99 (:meth:`RetainedView.count_above`) and, when every per-request SLO is a
+latency one, goodput (:meth:`RetainedView.goodput`) are therefore
 computed here from the histograms the harness wrote for *every* request
 (``tailscope.rundir.histograms``: log buckets 2 % wide, values within ±1 %),
 and spike detection reads them too (:meth:`RetainedView.latency_samples`:
@@ -31,7 +33,9 @@ import pyarrow.compute as pc
 
 from tailscope.analyzers.inputs.records import NS_PER_S, RequestArrays
 from tailscope.analyzers.stats.distribution import ALL_CLASSES, bin_counts, bin_edges_ms, distribution_section
+from tailscope.analyzers.stats.goodput import per_request_slos
 from tailscope.analyzers.stats.percentiles import STANDARD_PERCENTILES, min_samples_for_claim, percentile_ci, weighted_grouped_quantiles
+from tailscope.analyzers.stats.slo import OPERATORS, PERCENTILE_METRICS
 from tailscope.analyzers.stats.summary import GENERATOR_LIMITED_SHARE, TOP_ERRORS
 from tailscope.analyzers.stats.windows import WINDOW_PERCENTILES
 from tailscope.rundir import Run
@@ -72,6 +76,38 @@ class RetainedView:
         a spike's percentiles come from here, not from its (possibly absent) records."""
         rows = (self.table["start_ns"] >= lo_ns) & (self.table["start_ns"] < hi_ns)
         return SortedHistogramView(self.table["latency"].dense(rows)), int(self.table["requests"][rows].sum())
+
+    def count_above(self, threshold_ms: float | None) -> int | None:
+        """Successful requests whose latency bucket lies above ``threshold_ms`` (the window table's
+        slow rule); None without a threshold."""
+        if threshold_ms is None:
+            return None
+        latency = self.table["latency"]
+        return int(latency.count[latency.bucket > hist.bucket_of(int(threshold_ms * 1e6))].sum())
+
+    def goodput(self, slos: list, from_records: dict) -> dict:
+        """``summary.goodput`` over every request, from the latency histograms, when every
+        per-request SLO is a latency one (``p99 < 250ms``, ``e2e p99 < 8s``): a request is good when
+        it succeeded and its latency bucket's value (±1 %) meets each SLO that applies to its class.
+        Per-token SLOs (TTFT, ITL, TPOT) need the records: then ``from_records`` (the kept records'
+        goodput, :func:`.goodput.goodput_summary`) is returned as it is."""
+        chosen = per_request_slos(slos)
+        if any(s.metric not in PERCENTILE_METRICS and not s.metric.startswith("e2e_") for s in chosen):
+            return from_records
+        latency, table = self.table["latency"], self.table
+        values, cls = hist.bucket_value_ms(latency.bucket), table["cls"][latency.row]
+        by_class, good_all, total_all = {}, 0, 0
+        for name in sorted({c for c in table["cls"] if c is not None}):
+            met = cls == name
+            for slo in chosen:
+                if slo.cls is None or slo.cls == name:
+                    met &= OPERATORS[slo.op](values, slo.threshold)
+            good, total = int(latency.count[met].sum()), int(table["requests"][table["cls"] == name].sum())
+            by_class[str(name)] = {"share": good / total if total else None, "good": good, "total": total}
+            good_all, total_all = good_all + good, total_all + total
+        duration_s = self.duration_s
+        return {**from_records, "share": good_all / total_all if total_all else None, "good": good_all,
+                "total": total_all, "rps": good_all / duration_s if duration_s > 0 else None, "by_class": by_class}
 
     @property
     def duration_s(self) -> float:
