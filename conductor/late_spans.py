@@ -12,7 +12,12 @@ for them, and returns as soon as they are in:
   would not get it in the time the wait has anyway);
 - **arrived** — a trace has its server span once a SERVER-kind span of it is
   stored (any span of it, while the run has no SERVER-kind span at all);
-- the wait ends with ``complete`` when every expected trace has arrived;
+- once every expected trace has arrived, the wait goes on for the target's export interval
+  after the last span of an expected trace came (``export_interval_s``, bounded by the cap):
+  a target's spans of one trace leave in several batches, and from several exporters (PyTriton
+  sends Triton's spans and, from another process, its own proxy spans, each every 5 s), so the
+  server span being in does not mean the trace is; it then ends with ``complete``, and
+  ``spans_after_complete`` counts the spans of expected traces that came in that time;
   ``quiet`` when no span has arrived for ``quiet_s`` (the export interval + 1 s)
   since the load stopped or the last span came — the target's last batch is in,
   and what is still missing was never recorded (sampling, a target that does not
@@ -78,10 +83,12 @@ class LateSpanWait:
     expected: int
     missing: int
     wait_s: float
+    #: Spans of expected traces that arrived after every expected trace had its server span.
+    spans_after_complete: int = 0
 
     def as_dict(self) -> dict:
         return {"waited_s": round(self.waited_s, 3), "ended": self.ended, "expected": self.expected,
-                "missing": self.missing, "wait_s": self.wait_s}
+                "missing": self.missing, "wait_s": self.wait_s, "spans_after_complete": self.spans_after_complete}
 
 
 class _Arrivals:
@@ -93,9 +100,11 @@ class _Arrivals:
         self.any: set[str] = set()
         self.rows = 0
         self.server_kind_seen = False  # any SERVER-kind span in the run, of any trace
+        self.interesting_rows = 0  # spans of the interesting traces read so far
 
     def poll(self, interesting: set[str]) -> bool:
-        """Read new spans; True when any arrived. Only ``interesting`` trace ids are kept."""
+        """Read new spans; True when any arrived. Only ``interesting`` trace ids are kept
+        (``interesting_rows`` counts their spans)."""
         batches = self.tail.read(("trace_id", "kind"))
         rows = sum(b.num_rows for b in batches)
         self.rows += rows
@@ -110,6 +119,7 @@ class _Arrivals:
             if not pc.any(hit).as_py():
                 continue
             ids = batch.column(0).filter(hit).to_pylist()
+            self.interesting_rows += len(ids)
             kinds = batch.column(1).filter(hit).to_numpy(zero_copy_only=False)
             self.any.update(ids)
             self.server.update(t for t, k in zip(ids, kinds) if k == _SPAN_KIND_SERVER)
@@ -150,8 +160,9 @@ def _request_rows(run_dir: str, rows_written: Callable[[], int], clock, sleep) -
 def wait_for_late_spans(run_dir: str, *, load_start_ns: int, sample_rate: float, policy: LateSpanPolicy,
                         rows_written: Callable[[], int], clock: Callable[[], float] = time.monotonic,
                         sleep: Callable[[float], None] = time.sleep) -> LateSpanWait:
-    """Wait until the stored spans cover every expected trace, or the target has gone quiet,
-    or ``policy.wait_s`` has passed (see the module docstring); returns what was seen.
+    """Wait until the stored spans cover every expected trace and one export interval has passed
+    since the last of their spans came, or the target has gone quiet, or ``policy.wait_s`` has
+    passed (see the module docstring); returns what was seen.
 
     ``rows_written()``: how many request rows the harness has written (it flushes them)."""
     began = clock()
@@ -162,24 +173,33 @@ def wait_for_late_spans(run_dir: str, *, load_start_ns: int, sample_rate: float,
     arrivals.poll(expected)
     load_age_s = max(0.0, (stop_ns - load_start_ns) / 1e9)
     last_growth = began if arrivals.rows else began - load_age_s
+    last_expected = began  # when a span of an expected trace last arrived (the load's end at first)
+    complete_rows: int | None = None  # interesting_rows when every expected trace was in
 
     def done(ended: str) -> LateSpanWait:
-        return LateSpanWait(clock() - began, ended, len(expected), len(arrivals.missing(expected)), policy.wait_s)
+        after = arrivals.interesting_rows - complete_rows if complete_rows is not None else 0
+        return LateSpanWait(clock() - began, ended, len(expected), len(arrivals.missing(expected)), policy.wait_s,
+                            after)
 
     if not expected:
         return done("nothing_expected")
     while True:
-        missing = arrivals.missing(expected)
         now = clock()
-        if not missing:
-            return done("complete")
-        if now - last_growth >= policy.quiet_s:
+        if complete_rows is None and not arrivals.missing(expected):
+            complete_rows = arrivals.interesting_rows
+        if complete_rows is not None:
+            if now - last_expected >= policy.export_interval_s or now - began >= policy.wait_s:
+                return done("complete")
+        elif now - last_growth >= policy.quiet_s:
             return done("quiet" if arrivals.rows else "no_spans")
-        if now - began >= policy.wait_s:
+        elif now - began >= policy.wait_s:
             return done("cap")
         sleep(min(POLL_S, max(0.0, policy.wait_s - (now - began))))
-        if arrivals.poll(missing):
+        seen = arrivals.interesting_rows
+        if arrivals.poll(expected):
             last_growth = clock()
+        if arrivals.interesting_rows > seen:
+            last_expected = clock()
 
 
 def wait_after_load(run_dir: str, writer, *, load_start_ns: int, sample_rate: float, wait_s: float | None,

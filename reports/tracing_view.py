@@ -13,6 +13,7 @@ _RECEIVER_LABELS = (
     ("spans_received", "spans received"),
     ("spans_stored", "spans stored"),
     ("spans_dropped", "spans dropped (ingest queue full)"),
+    ("spans_refused_after_close", "spans refused after the run closed"),
     ("gc_events", "GC pauses received"),
     ("metrics_points", "metric points received"),
     ("logs_records", "log records received"),

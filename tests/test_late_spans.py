@@ -85,14 +85,29 @@ def wait(run_dir: str, fake: FakeTime, rows: int, *, load_age_s: float = 30.0, p
                                clock=fake.clock, sleep=fake.sleep)
 
 
-def test_the_wait_ends_as_soon_as_the_last_batch_is_in(run_dir):
+def test_the_wait_ends_one_export_interval_after_the_last_span_of_an_expected_trace(run_dir):
     rows, fake, spans = write_requests(run_dir, 50), FakeTime(), Spans(run_dir)
     spans.export(range(40))
     fake.at(4.0, lambda: spans.export(range(40, 48), kind=INTERNAL))  # children first: not yet complete
-    fake.at(4.6, lambda: spans.export(range(40, 50)))  # the exporter's last batch, 4.6 s after the stop
+    fake.at(4.6, lambda: spans.export(range(40, 50)))  # the server's last batch, 4.6 s after the stop
     result = wait(run_dir, fake, rows)
     assert result.ended == "complete" and result.expected == 50 and result.missing == 0
-    assert 4.6 <= result.waited_s <= 4.6 + 0.3
+    assert 4.6 + 5.0 <= result.waited_s <= 4.6 + 5.0 + 0.3  # and one export interval more
+    assert result.spans_after_complete == 0
+
+
+def test_a_second_exporters_batch_after_the_server_spans_is_waited_for_and_counted(run_dir):
+    """PyTriton: Triton exports its spans, the Python proxy (another process) its own, each every 5 s."""
+    rows, fake, spans = write_requests(run_dir, 30), FakeTime(), Spans(run_dir)
+    spans.export(range(30))  # Triton's batch: every server span is in when the wait begins
+    fake.at(4.5, lambda: spans.export(range(30), kind=INTERNAL))  # the proxy's batch, 3.5 s later
+    fake.at(20.0, lambda: spans.export(range(30), kind=INTERNAL))  # past the cap: never waited for
+    result = wait(run_dir, fake, rows)
+    assert result.ended == "complete" and result.missing == 0
+    assert result.spans_after_complete == 30
+    assert 4.5 + 5.0 <= result.waited_s <= 4.5 + 5.0 + 0.3
+    capped = wait(run_dir, FakeTime(), rows, policy=LateSpanPolicy(wait_s=3.0))  # all in already: the cap ends it
+    assert capped.ended == "complete" and 3.0 <= capped.waited_s <= 3.3
 
 
 def test_spans_that_never_come_end_the_wait_once_the_target_is_quiet(run_dir):

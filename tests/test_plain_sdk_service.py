@@ -101,7 +101,8 @@ def test_every_request_joins_including_the_last_second_and_the_wait_ends_when_co
     assert stages["missing_spans"]["end_of_run"] == 0
     wait = read_json(os.path.join(run_dir, "manifest.json"))["late_spans"]
     assert wait["ended"] == "complete" and wait["missing"] == 0
-    assert wait["waited_s"] < 5.0 + 2.0  # one export interval (and some), never the cap
+    # the server spans within one export interval, then one more for the exporter's other batches; never the cap
+    assert wait["waited_s"] < 2 * 5.0 + 2.0 and wait["waited_s"] >= 5.0
 
 
 @pytest.mark.parametrize("fixture", ["nagle_run", "nodelay_run"])

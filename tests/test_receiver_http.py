@@ -175,3 +175,31 @@ def test_stats_file_is_rewritten_while_running(receiver):
         assert time.monotonic() < deadline, "receiver.json not updated within 3 s"
         time.sleep(0.1)
     assert len(stored_spans(receiver.run_dir)) == 1  # flushed (every 0.5 s) while running
+
+
+def test_an_export_arriving_while_the_receiver_closes_is_refused_and_counted(tmp_path):
+    """The run's wait for late spans is over and the receiver stops: an export already on its way
+    (headers in, body still coming) is answered 503 "receiver closed", not stored, and counted."""
+    rx = OtlpReceiver(str(tmp_path), port=0)
+    rx.start()
+    body = trace_request([span("late"), span("later", span_id=CHILD_ID)])
+    conn = http.client.HTTPConnection("127.0.0.1", rx.port, timeout=10)
+    conn.putrequest("POST", "/v1/traces")
+    conn.putheader("Content-Type", "application/x-protobuf")
+    conn.putheader("Content-Length", str(len(body)))
+    conn.endheaders()
+    deadline = time.monotonic() + 5
+    while not rx._in_flight:  # the handler has the headers and waits for the body
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    stopping = threading.Thread(target=rx.stop)
+    stopping.start()
+    while not rx.closed:
+        time.sleep(0.01)
+    conn.send(body)
+    response = conn.getresponse()
+    assert response.status == 503 and b"receiver closed" in response.read()
+    conn.close()
+    stopping.join(10)
+    stats = receiver_stats(str(tmp_path))
+    assert (stats["spans_refused_after_close"], stats["spans_dropped"], stats["spans_stored"]) == (2, 0, 0)

@@ -95,6 +95,7 @@ class ReceiverStats:
             "spans_received": 0,
             "spans_stored": 0,
             "spans_dropped": 0,
+            "spans_refused_after_close": 0,
             "gc_events": 0,
             "requests": 0,
             "requests_by_transport": {"http": 0, "grpc": 0},
@@ -260,7 +261,8 @@ class _OtlpRequestHandler(http.server.BaseHTTPRequestHandler):
             return
         if not route.accept(receiver, decoded):
             self._reject(
-                503, None, reply_type, "ingest queue full", **{"Retry-After": str(RETRY_AFTER_S)}
+                503, None, reply_type, "receiver closed: the run has ended" if receiver.closed else "ingest queue full",
+                **{"Retry-After": str(RETRY_AFTER_S)}
             )
             return
         self._reply(200, reply_type, b"{}" if reply_type == JSON else b"")
@@ -452,15 +454,24 @@ class OtlpReceiver:
             self._in_flight -= 1
 
     def enqueue(self, item, dropped_spans: int) -> bool:
-        """Queue decoded columns for the writer; False (and count drops) when full."""
-        if self._accepting:
-            try:
-                self._queue.put_nowait(item)
-                return True
-            except queue.Full:
-                pass
+        """Queue decoded columns for the writer; False when full (the spans count in
+        ``spans_dropped``) or once ``stop()`` began (the run's wait for late spans is over:
+        they count in ``spans_refused_after_close``, answered 503 / UNAVAILABLE)."""
+        if not self._accepting:
+            self.stats_counter.add("spans_refused_after_close", dropped_spans)
+            return False
+        try:
+            self._queue.put_nowait(item)
+            return True
+        except queue.Full:
+            pass
         self.stats_counter.add("spans_dropped", dropped_spans)
         return False
+
+    @property
+    def closed(self) -> bool:
+        """True once ``stop()`` began: exports are refused and counted, not stored."""
+        return not self._accepting
 
     # -- writer thread
 

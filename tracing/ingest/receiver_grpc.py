@@ -132,7 +132,8 @@ class _ExportHandler:
             stats.reject("malformed")
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc) or "malformed payload")
         if not self.route.accept(self.receiver, decoded):
-            context.abort(grpc.StatusCode.UNAVAILABLE, "ingest queue full; retry later")
+            context.abort(grpc.StatusCode.UNAVAILABLE, "receiver closed: the run has ended" if self.receiver.closed
+                          else "ingest queue full; retry later")
         return self.response
 
 
