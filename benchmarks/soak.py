@@ -23,7 +23,7 @@ Printed, each against its reference measured here:
   the projected size of a 24-hour run at 1,000 requests/s;
 * correctness of the soak's report, which computes counts and percentiles
   from windows.arrow histograms: total requests vs the generator's own count
-  (manifest ``load.scheduled``), and P50/P99 vs the uniform 1 % trace-id
+  (manifest ``load.scheduled``), and P50/P99 vs the uniform trace-id
   sample of records (an unbiased sample; its 95 % CI is printed);
 * the report's wall time;
 * the retained figures: records kept of requests counted, keep intervals and
@@ -169,7 +169,7 @@ def sample_check(run_dir: str, analysis: dict) -> dict:
            - req.column("scheduled_ns").to_numpy(zero_copy_only=False)) / 1e6
     chosen = np.array([trace_sampled(t, rate) and e is None for t, e in zip(trace, error)])
     sample = np.sort(lat[chosen])
-    out = {"sample_n": int(len(sample))}
+    out = {"sample_n": int(len(sample)), "rate": rate}
     for key, p in (("p50", 0.5), ("p99", 0.99)):
         entry = percentile_ci(sample, p)
         out[key] = {"histogram_ms": analysis["summary"]["latency_ms"][key]["value_ms"],
@@ -246,7 +246,7 @@ def main() -> int:
     for key in ("p50", "p99"):
         c = check[key]
         inside = c["ci"][0] is not None and c["ci"][0] * 0.99 <= c["histogram_ms"] <= c["ci"][1] * 1.01
-        print(f"  {key.upper()} from histograms {c['histogram_ms']:.2f} ms vs uniform 1% sample "
+        print(f"  {key.upper()} from histograms {c['histogram_ms']:.2f} ms vs uniform {check['rate']:g} sample "
               f"{c['sample_ms']:.2f} ms (ratio {c['histogram_ms'] / c['sample_ms']:.3f}; sample 95% CI "
               f"{c['ci'][0]:.2f}-{c['ci'][1]:.2f} ms, n={check['sample_n']:,}) {'inside' if inside else 'OUTSIDE'}")
     print(f"  report of the soak took {report_s:.1f} s; spikes {len(soak['spikes'])}; "
