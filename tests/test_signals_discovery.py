@@ -6,9 +6,11 @@ import os
 import subprocess
 import sys
 
+import psutil
 from signals_helpers import stop_process
 
-from tailscope.tracing.signals.discovery import describe_process, find_listening_pid
+from tailscope.tracing.signals.discovery import describe_process, find_listening_pid, service_root
+from tailscope.tracing.signals.launch import TargetChoice, find_target
 
 SERVER_CODE = (
     "import socket, sys\n"
@@ -41,3 +43,32 @@ def test_describe_process_reports_cgroups():
     assert set(info["cgroups"].values()) <= own_paths
     for directory in info["cgroup_dirs"].values():
         assert os.path.isdir(directory)
+
+
+PARENT_CODE = (  # a job of its own (as a shell starts one) whose child listens, like PyTriton's tritonserver
+    "import subprocess, sys\n"
+    "child = subprocess.Popen([sys.executable, '-c', sys.argv[1]], stdin=subprocess.PIPE, stdout=sys.stdout)\n"
+    "sys.stdin.read(); child.stdin.close(); child.wait()\n"
+)
+
+
+def test_the_service_root_is_the_top_of_the_listeners_process_group_and_never_our_own_ancestor():
+    parent = subprocess.Popen([sys.executable, "-c", PARENT_CODE, SERVER_CODE], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True, start_new_session=True)
+    alone = subprocess.Popen([sys.executable, "-c", SERVER_CODE], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             text=True)  # in the test runner's group: the runner is our ancestor
+    try:
+        port, own_port = int(parent.stdout.readline()), int(alone.stdout.readline())
+        listener = find_listening_pid(port)
+        assert listener != parent.pid and psutil.Process(listener).ppid() == parent.pid
+        assert service_root(listener) == parent.pid
+        found = find_target(TargetChoice(), port, loopback=True)
+        assert found["pid"] == parent.pid and found["listener"]["pid"] == listener
+        assert found["found_by"] == (f"listening port {port} ({psutil.Process(listener).name()}, pid {listener}), "
+                                     "the top of its process group")
+        assert service_root(alone.pid) == alone.pid
+        assert find_target(TargetChoice(), own_port, loopback=True) == {**describe_process(alone.pid), "found_by": f"listening port {own_port}"}
+    finally:
+        stop_process(alone)
+        parent.stdin.close()
+        parent.wait(timeout=10)

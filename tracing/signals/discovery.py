@@ -41,6 +41,29 @@ def find_listening_pid(port: int, host: str | None = None) -> int | None:
     return None
 
 
+def service_root(pid: int) -> int:
+    """The top process of the service that ``pid`` belongs to: its ancestors are followed while
+    they are in ``pid``'s process group (one job: a shell with job control gives each command
+    line a group of its own, and a server's helpers inherit it), never to PID 1 and never into
+    tailscope's own ancestors (a test runner or a script that started both). Returns ``pid``
+    itself when its parent is elsewhere (the usual case: ``uvicorn …`` from a shell).
+
+    Why: a server may listen from a child while its work runs in the parent — PyTriton's
+    ``tritonserver`` listens, the model's Python code runs in the PyTriton process above it;
+    sampling the root (the sampler sums its descendants in) covers both."""
+    lineage = _own_lineage()
+    try:
+        process = psutil.Process(pid)
+        group = os.getpgid(pid)
+        while True:
+            parent = process.parent()
+            if parent is None or parent.pid <= 1 or parent.pid in lineage or os.getpgid(parent.pid) != group:
+                return process.pid
+            process = parent
+    except (psutil.Error, OSError):
+        return pid
+
+
 def describe_process(pid: int) -> dict:
     """Facts about ``pid`` for the run manifest.
 

@@ -17,6 +17,7 @@ from tailscope.tracing.signals.discovery import (
     find_container_target,
     find_listening_pid,
     find_process_target,
+    service_root,
 )
 
 
@@ -63,8 +64,17 @@ def find_target(choice: TargetChoice, port: int | None, loopback: bool) -> dict:
 
 
 def _by_port(port: int) -> dict | None:
+    """The process listening on ``port``, or the top of its service (:func:`service_root`: PyTriton
+    above its ``tritonserver``) with the listener named in ``found_by`` and ``listener``."""
     pid = find_listening_pid(port)
-    return {**describe_process(pid), "found_by": f"listening port {port}"} if pid is not None else None
+    if pid is None:
+        return None
+    root = service_root(pid)
+    if root == pid:
+        return {**describe_process(pid), "found_by": f"listening port {port}"}
+    listener = describe_process(pid)
+    return {**describe_process(root), "listener": {"pid": pid, "name": listener["name"]},
+            "found_by": f"listening port {port} ({listener['name']}, pid {pid}), the top of its process group"}
 
 
 def prometheus_urls(entries, target_url: str) -> list[str]:
