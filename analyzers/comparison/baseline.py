@@ -269,16 +269,17 @@ def compare_runs(current, baseline, rules: CompareRules = CompareRules()) -> dic
     rows = []
     scopes = [None] + sorted(now.classes() & before.classes())
     family = len(scopes) * len(STANDARD_PERCENTILES)  # the latency checks judged together
+    runs = (1, 1) if rules.method == "request" else (len(before.runs), len(now.runs))
     for cls in scopes:
         for metric, _ in METRICS:
             judged = compare_percentiles(before.figure(metric, cls, weights_before),
                                          now.figure(metric, cls, weights_now), STANDARD_PERCENTILES, rules, rng,
-                                         family=family)
+                                         family=family, runs=runs)
             rows += [{"metric": metric, "cls": cls, "percentile": name, **row} for name, row in judged]
     focus = _focus_percentile(rows)
     stages, changed = stage_attribution(before, now, focus, rules)
     llm = compare_llm(before, now, (weights_before, weights_now), rules)
-    checks = regression_checks(rows, rules, family) + llm_checks(llm, rules)
+    checks = regression_checks(rows, rules, gate_confidence(rules.confidence, family, runs)) + llm_checks(llm, rules)
     regressed = any(not c["passed"] for c in checks)
     method = method_facts(before, now, rules)
     summary = verdict_summary(rows, changed, rules)
@@ -292,7 +293,7 @@ def compare_runs(current, baseline, rules: CompareRules = CompareRules()) -> dic
         "title": f"{side_label(now, before)} vs {side_label(before, now)}",
         "baseline": before.facts(), "current": now.facts(),
         "threshold": rules.threshold, "confidence": rules.confidence, "resamples": rules.resamples,
-        "gate_confidence": gate_confidence(rules.confidence, family), "checks_judged_together": family,
+        "gate_confidence": gate_confidence(rules.confidence, family, runs), "checks_judged_together": family,
         "method": method,
         "verdict": {"regressed": regressed, "summary": summary},
         "checks": checks, "percentiles": rows, "stages": stages, "changed_stage": changed, "llm": llm,
@@ -311,9 +312,10 @@ def _focus_percentile(rows: list[dict]) -> str:
     return max(regressed, key=lambda r: r["relative_change"] or 0.0)["percentile"]
 
 
-def regression_checks(rows: list[dict], rules: CompareRules, family: int = 1) -> list[dict]:
+def regression_checks(rows: list[dict], rules: CompareRules, gate: float | None = None) -> list[dict]:
     """One check per latency percentile and scope: passed unless regressed (JUnit testcases);
-    ``family``: the checks judged together (their intervals' Bonferroni share)."""
+    ``gate``: the confidence the judged intervals were read at (:func:`~.judge.gate_confidence`)."""
+    gate = rules.confidence if gate is None else gate
     checks = []
     for row in rows:
         if row["metric"] != "latency_ms":
@@ -326,13 +328,20 @@ def regression_checks(rows: list[dict], rules: CompareRules, family: int = 1) ->
                    f"{row['change_ci_ms'][0]:+.1f} … {row['change_ci_ms'][1]:+.1f} ms)")
         if row["regressed"]:
             message += (f": regression (above {rules.threshold:.0%}, and the change's "
-                        f"{gate_confidence(rules.confidence, family):.2%} interval {row['gate_ci_ms'][0]:+.1f} … "
+                        f"{_percent(gate)} interval {row['gate_ci_ms'][0]:+.1f} … "
                         f"{row['gate_ci_ms'][1]:+.1f} ms lies above 0)")
         elif not row["claimable"]:
             message += ": too few samples to judge"
         checks.append({"name": f"{scope} {label}", "cls": row["cls"], "passed": not row["regressed"],
                        "message": message})
     return checks
+
+
+def _percent(confidence: float) -> str:
+    """A confidence as a short percentage: ``95%``, ``99.75%``, ``>99.99%``."""
+    if confidence > 0.9999:
+        return ">99.99%"
+    return f"{100 * confidence:.2f}".rstrip("0").rstrip(".") + "%"
 
 
 def _tail_rows(side: RunSide, p: float) -> np.ndarray:

@@ -12,6 +12,7 @@ on that side of 0 and both sides can claim the figure (early stopping).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -80,14 +81,29 @@ def interval(values: np.ndarray, confidence: float, fallback: float | None = Non
     return [float(low), float(high)]
 
 
-def gate_confidence(confidence: float, family: int) -> float:
-    """The confidence of each judged interval in a family of ``family`` checks (Bonferroni): the
-    chance that any of them flags a change that is not there stays at most ``1 − confidence``."""
-    return 1.0 - (1.0 - confidence) / max(1, family)
+def gate_confidence(confidence: float, family: int, runs: tuple[int, int] = (1, 1)) -> float:
+    """The confidence each judged interval is read at.
+
+    A family of ``family`` checks judged together gets ``1 − (1 − confidence)/family``
+    (Bonferroni): the chance that any of them flags a change that is not there stays at most
+    ``1 − confidence``. With ``runs`` (baseline, current) of at least 2 each, the run-to-run
+    spread is estimated from few runs: resampling R runs with replacement under-states its
+    variance by (R − 1)/R and its quantiles follow a t, not a normal, law. So the interval is
+    expanded (Hesterberg's expanded percentile interval): it is read at the normal tail of
+    ``sqrt(R/(R − 1)) · t(1 − α/2; R_b + R_c − 2)``, R the smaller side's run count."""
+    alpha = (1.0 - confidence) / max(1, family)
+    smaller = min(runs)
+    if smaller < 2:
+        return 1.0 - alpha
+    from scipy import stats
+
+    z = math.sqrt(smaller / (smaller - 1)) * float(stats.t.ppf(1.0 - alpha / 2.0, sum(runs) - 2))
+    return 1.0 - 2.0 * float(stats.norm.sf(z))
 
 
 def judge_change(base: float, current: float, boot_base: np.ndarray, boot_current: np.ndarray, claimable: bool,
-                 rules: CompareRules, lower_is_worse: bool = False, family: int = 1) -> dict:
+                 rules: CompareRules, lower_is_worse: bool = False, family: int = 1,
+                 runs: tuple[int, int] = (1, 1)) -> dict:
     """A figure's change ``current − base`` with intervals (from the two sides' replicates) and
     its judgement (module docstring). Values keep the figure's unit.
 
@@ -98,7 +114,7 @@ def judge_change(base: float, current: float, boot_base: np.ndarray, boot_curren
     ``1 − confidence``, not ``family`` times it."""
     change = boot_current - boot_base
     change_ci = interval(change, rules.confidence, fallback=current - base)
-    gate_ci = interval(change, gate_confidence(rules.confidence, family), fallback=current - base)
+    gate_ci = interval(change, gate_confidence(rules.confidence, family, runs), fallback=current - base)
     relative = (current - base) / base if base > 0 else None
     bad_side = gate_ci[1] < 0 if lower_is_worse else gate_ci[0] > 0
     good_side = gate_ci[0] > 0 if lower_is_worse else gate_ci[1] < 0
@@ -125,11 +141,13 @@ def quantile_replicate_pairs(base: Figure, current: Figure, quantiles: list[floa
 
 
 def compare_percentiles(base: Figure, current: Figure, percentiles: tuple, rules: CompareRules,
-                        rng: np.random.Generator, family: int = 1) -> list[tuple[str, dict]]:
+                        rng: np.random.Generator, family: int = 1,
+                        runs: tuple[int, int] = (1, 1)) -> list[tuple[str, dict]]:
     """``[(name, row)]`` for the ``(name, p)`` in ``percentiles``: each nearest-rank percentile
     of both sides (all their requests pooled), its change with intervals and judgement, the
     sample sizes and ``claimable`` (both sides hold enough values to claim it); [] when a side is
-    empty. ``family``: the number of checks judged together (:func:`judge_change`). Keys:
+    empty. ``family``: the number of checks judged together, ``runs``: the sides' run counts
+    (:func:`gate_confidence`). Keys:
     ``baseline_ms``, ``baseline_ci_ms``, ``current_ms``, ``current_ci_ms``, ``change_ms``,
     ``change_ci_ms``, ``gate_ci_ms``, ``relative_change``, ``significant``, ``regressed``,
     ``improved``, ``claimable``, ``baseline_n``, ``current_n``."""
@@ -143,7 +161,7 @@ def compare_percentiles(base: Figure, current: Figure, percentiles: tuple, rules
         b = float(sb[nearest_rank(len(sb), p) - 1])
         c = float(sc[nearest_rank(len(sc), p) - 1])
         claimable = min(len(sb), len(sc)) >= min_samples_for_claim(p, 0)
-        row = judge_change(b, c, boot_b[i], boot_c[i], claimable, rules, family=family)
+        row = judge_change(b, c, boot_b[i], boot_c[i], claimable, rules, family=family, runs=runs)
         out.append((name, {"baseline_ms": row["baseline"], "baseline_ci_ms": row["baseline_ci"],
                            "current_ms": row["current"], "current_ci_ms": row["current_ci"],
                            "change_ms": row["change"], "change_ci_ms": row["change_ci"], "gate_ci_ms": row["gate_ci"],

@@ -63,6 +63,7 @@ class LlmSide:
     good: np.ndarray
     request_blocks: np.ndarray
     blocks: int
+    runs: int
 
     @property
     def requests(self) -> int:
@@ -111,7 +112,12 @@ def llm_side(side) -> LlmSide | None:
         return np.concatenate(parts[key]).astype(dtype) if parts[key] else np.zeros(0, dtype)
     return LlmSide(joined("ttft", np.float64), joined("ttft_b", np.int64), joined("tpot", np.float64),
                    joined("tpot_b", np.int64), joined("tokens", np.float64), joined("tokens_b", np.int64),
-                   joined("good", bool), joined("good_b", np.int64), side.layout.total)
+                   joined("good", bool), joined("good_b", np.int64), side.layout.total, len(side.runs))
+
+
+def _runs(before: LlmSide, now: LlmSide, weights: tuple) -> tuple[int, int]:
+    """The run counts the gate interval allows for ((1, 1) under the per-request method)."""
+    return (1, 1) if weights[0] is None else (before.runs, now.runs)
 
 
 def _per_block(values: np.ndarray, blocks: np.ndarray, total: int) -> np.ndarray:
@@ -134,7 +140,7 @@ def _rate_row(before: LlmSide, now: LlmSide, weights: tuple, rules: CompareRules
                                 _per_block(np.ones(len(tokens)), side.window_blocks, side.blocks), w) / window_s
     row = judge_change(float(a.mean() / window_s), float(b.mean() / window_s), replicates(before, weights[0]),
                        replicates(now, weights[1]), min(len(a), len(b)) >= MIN_RATE_WINDOWS, rules, lower_is_worse=True,
-                       family=LLM_FAMILY)
+                       family=LLM_FAMILY, runs=_runs(before, now, weights))
     return {"metric": "output_tokens_per_s", "percentile": None, "unit": "tokens/s", **row, "lower_is_worse": True,
             "baseline_n": int(len(a)), "current_n": int(len(b))}
 
@@ -152,7 +158,7 @@ def _goodput_row(before: LlmSide, now: LlmSide, weights: tuple, rules: CompareRu
                                 _per_block(np.ones(side.requests), side.request_blocks, side.blocks), w)
     row = judge_change(float(before.good.mean()), float(now.good.mean()), replicates(before, weights[0]),
                        replicates(now, weights[1]), min(before.requests, now.requests) >= MIN_GOODPUT_REQUESTS,
-                       rules, lower_is_worse=True, family=LLM_FAMILY)
+                       rules, lower_is_worse=True, family=LLM_FAMILY, runs=_runs(before, now, weights))
     return {"metric": "goodput", "percentile": None, "unit": "share", **row, "lower_is_worse": True,
             "baseline_n": before.requests, "current_n": now.requests}
 
@@ -171,7 +177,7 @@ def compare_llm(before, now, weights: tuple, rules: CompareRules) -> dict | None
         blocks = metric.replace("_ms", "_blocks")
         judged = compare_percentiles(Figure(getattr(a, metric), getattr(a, blocks), weights[0]),
                                      Figure(getattr(b, metric), getattr(b, blocks), weights[1]), ((name, p),), rules, rng,
-                                     family=LLM_FAMILY)
+                                     family=LLM_FAMILY, runs=_runs(a, b, weights))
         for _, row in judged:
             rows.append({"metric": metric, "percentile": name, "unit": "ms",
                          "baseline": row["baseline_ms"], "baseline_ci": row["baseline_ci_ms"],
