@@ -92,3 +92,15 @@ def test_a_spike_line_names_its_percentile_and_the_units_of_its_evidence():
     text = _printed(analysis)
     assert "latency P99 310 ms vs 40 ms baseline" in text
     assert "[overlap_share 75%, pause_ms 210 ms]" in text
+
+
+def test_the_summary_says_how_many_successful_requests_joined_a_server_span():
+    analysis = _analysis("open", {"loop": "open", "process": "poisson"})
+    analysis["summary"].update(requests=2400, errors=0)
+    analysis["stages"] = {"joined_requests": 2391, "joined_fraction": 2391 / 2400, "by_stage": {}}
+    assert "server spans joined: 2,391 of 2,400 successful requests (99.6%)" in _printed(analysis)
+
+    analysis["stages"] = {"joined_requests": 0, "joined_fraction": 0.0, "traced_fraction": 1.0, "by_stage": {}}
+    text = _printed(analysis)
+    assert "server spans joined: 0 of 2,400 successful requests (0.0%)" in text
+    assert "OTEL_EXPORTER_OTLP_ENDPOINT" in text  # what to check when the spans do not come back
