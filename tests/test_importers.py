@@ -154,7 +154,7 @@ def test_cli_import_then_report_maps_triton_stages(tmp_path):
     assert stages["joined_requests"] == 60 and stages["rules"]["preset"] == "triton"
     assert stages["unmapped_span_names"] == []
     assert set(stages["by_stage"]) == {"request_parse", "enqueue", "queue", "compute_input", "inference",
-                                       "compute_output", "response_serialize", "http_send", "server",
+                                       "compute_output", "response_serialize", "http_send", "request_release", "server",
                                        "unaccounted", "client_network"}
     bad = tmp_path / "bad.jsonl"
     bad.write_text("not json\n")

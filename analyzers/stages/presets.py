@@ -71,10 +71,25 @@ ROLES: dict[str, Role] = {role.name: role for role in (
 @dataclass(frozen=True)
 class MetricSource:
     """The metric names that play one role on a server, newest first: the first name a run holds
-    is used (with all its label sets); ``scale`` converts its values to the role's unit."""
+    is used (with all its label sets); ``scale`` converts its values to the role's unit.
+
+    A name may carry a label selector, ``metric{label="value",...}``: then only the label sets
+    with those labels play the role (vLLM's ``prompt_tokens_by_source_total{source="local_compute"}``:
+    the prompt tokens actually computed, prefix-cache hits left out). :func:`split_selector`
+    reads it."""
 
     names: tuple[str, ...]
     scale: float = 1.0
+
+
+_SELECTOR_LABEL = re.compile(r'([A-Za-z_][A-Za-z0-9_]*)="((?:[^"\\]|\\.)*)"')
+
+
+def split_selector(name: str) -> tuple[str, tuple[tuple[str, str], ...]]:
+    """``'m{a="x",b="y"}'`` → ``('m', (('a', 'x'), ('b', 'y')))``; a bare name → ``(name, ())``.
+    Also reads a signal series' own labels (``prom.`` prefix not included)."""
+    metric, brace, rest = name.partition("{")
+    return metric, (tuple(_SELECTOR_LABEL.findall(rest)) if brace else ())
 
 
 @dataclass(frozen=True)
@@ -125,9 +140,11 @@ REFERENCE_SPAN_NAMES = (
 #: server span starts after ``HTTP_RECV_END`` (receiving the body is outside it, in
 #: ``client_network``), so ``request_parse`` is clipped to the span's start like every event stage
 #: (:func:`~.span_match.event_stage_ms`). ``COMPUTE_END`` and ``REQUEST_END`` are not on the
-#: request's path: the core releases the request while the HTTP frontend already serialises and
+#: response's path: the core releases the request while the HTTP frontend already serialises and
 #: sends the response (they fall before or after ``HTTP_SEND_START``), so the stages follow
-#: ``INFER_RESPONSE_COMPLETE`` instead and never overlap. For spans imported from gRPC clients add
+#: ``INFER_RESPONSE_COMPLETE`` instead and never overlap. The span ends once both are done: where
+#: ``REQUEST_END`` comes after ``HTTP_SEND_END`` the span's tail is ``request_release`` (server
+#: time the client no longer waits for; absent where the release came first). For spans imported from gRPC clients add
 #: ``between: [GRPC_WAITREAD_START, GRPC_WAITREAD_END]`` and ``[GRPC_SEND_START, GRPC_SEND_END]`` rules.
 TRITON_EVENT_STAGES = (
     ("HTTP_RECV_END", "REQUEST_START", "request_parse"),
@@ -138,17 +155,29 @@ TRITON_EVENT_STAGES = (
     ("COMPUTE_OUTPUT_START", "INFER_RESPONSE_COMPLETE", "compute_output"),
     ("INFER_RESPONSE_COMPLETE", "HTTP_SEND_START", "response_serialize"),
     ("HTTP_SEND_START", "HTTP_SEND_END", "http_send"),
+    ("HTTP_SEND_END", "REQUEST_END", "request_release"),
 )
 #: The attribute Triton sets on the model span (beside ``triton.model_version``,
 #: ``triton.trace_id`` and ``triton.trace_parent_id``); the span is named after the model.
 TRITON_MODEL_ATTRIBUTE = "triton.model_name"
 
-#: vLLM's ``llm_request`` latency attributes (seconds) laid end to end: queue, prefill, decode.
+#: vLLM's ``llm_request`` latency attributes (seconds) laid end to end from the span's start (the
+#: request's arrival at the API server): ``api_server`` — the time to first token less the engine's
+#: queue and prefill: the API server's work before the engine queued the request (parsing, chat
+#: template, tokenising, the hand-over to the engine core) and the first token's way back —, then
+#: queue, prefill, decode. ``(stage, attribute, attributes subtracted)``; vllm/v1/engine/
+#: output_processor.py ``do_tracing`` defines them (0.32: queue = scheduled − queued, prefill =
+#: first token − scheduled, decode = last token − first token, all on the engine's clock).
 VLLM_ATTRIBUTE_STAGES = (
-    ("queue", "gen_ai.latency.time_in_queue"),
-    ("prefill", "gen_ai.latency.time_in_model_prefill"),
-    ("decode", "gen_ai.latency.time_in_model_decode"),
+    ("api_server", "gen_ai.latency.time_to_first_token",
+     ("gen_ai.latency.time_in_queue", "gen_ai.latency.time_in_model_prefill")),
+    ("queue", "gen_ai.latency.time_in_queue", ()),
+    ("prefill", "gen_ai.latency.time_in_model_prefill", ()),
+    ("decode", "gen_ai.latency.time_in_model_decode", ()),
 )
+#: vLLM's spans of its own start-up (vllm/v1/engine/core_client.py, vllm/v1/worker/cpu_model_runner.py
+#: and the GPU runner's ``@instrument`` names): not requests, never other traffic.
+VLLM_STARTUP_SPANS = ("Overall Loading", "Warmup (CPU)", "Warmup (GPU)")
 #: TGI's handler-span fields (Rust ``Duration`` debug text), in the order the request spends them.
 TGI_HANDLER_FIELDS = (
     ("validation", "validation_time"),
@@ -214,17 +243,20 @@ STAGE_PRESETS.register(StagePreset(
     "vllm",
     StageRules(
         attribute_rules=(AttributeRule(exact_name("llm_request"), tuple(
-            AttributeStage(stage, key, "s") for stage, key in VLLM_ATTRIBUTE_STAGES)),),
+            AttributeStage(stage, key, "s", minus) for stage, key, minus in VLLM_ATTRIBUTE_STAGES)),),
         tokens=TokenAttributes(exact_name("llm_request"), "gen_ai.usage.prompt_tokens",
                                "gen_ai.usage.completion_tokens"),
         preset="vllm",
     ),
     metric_map(
-        waiting=("vllm:num_requests_waiting",),
+        # waiting for scheduling capacity (0.32+; "deferred" ones wait on LoRA / KV transfer, not on
+        # capacity), else every waiting request
+        waiting=('vllm:num_requests_waiting_by_reason{reason="capacity"}', "vllm:num_requests_waiting"),
         running=("vllm:num_requests_running",),
-        kv_usage=("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
+        kv_usage=("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),  # the old name before 0.10
         preemptions=("vllm:num_preemptions_total",),
-        prompt_tokens=("vllm:prompt_tokens_total",),
+        # the prompt tokens the engine computed (prefix-cache hits and KV transfers left out), else all
+        prompt_tokens=('vllm:prompt_tokens_by_source_total{source="local_compute"}', "vllm:prompt_tokens_total"),
         generation_tokens=("vllm:generation_tokens_total",),
         queue_time=("vllm:request_queue_time_seconds_sum",),
         compute_time=("vllm:request_inference_time_seconds_sum",),
