@@ -112,7 +112,13 @@ def test_a_second_client_without_traceparent_is_counted_as_other_traffic(mixed_r
     windows = other["windows"]
     assert len(windows) == len(analysis["windows"]) and windows[0]["start_ns"] == analysis["windows"][0]["start_ns"]
     in_load = sum(w["requests"] for w in windows)
-    assert 0.5 * len(foreign) <= in_load <= len(foreign)  # the client ran all through the load period
+    # the windows count the foreign requests that started in the load period (the client also ran
+    # while the harness started and while it waited for late spans: those are outside every window)
+    load_start = windows[0]["start_ns"]
+    load_end = windows[-1]["start_ns"] + round(other["window_s"] * 1e9)
+    starts = [s["start_ns"] for s in spans if s["trace_id"] not in ours]
+    expected = sum(1 for t in starts if load_start <= t < load_end)
+    assert in_load >= 10 and abs(in_load - expected) <= 2, (in_load, expected, len(foreign))
     assert sum(w["output_tokens"] for w in windows) <= other["output_tokens"]
     with open(SCHEMA_PATH, encoding="utf-8") as fh:
         jsonschema.validate(analysis, json.load(fh))
