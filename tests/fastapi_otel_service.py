@@ -9,7 +9,10 @@ exporter send the spans where ``OTEL_EXPORTER_OTLP_ENDPOINT`` says, with the
 headers of ``OTEL_EXPORTER_OTLP_HEADERS`` (e.g. a receiver's bearer token).
 The server is uvicorn, on 127.0.0.1 only.
 
-``POST /predict`` does about 2 ms of work and answers a small JSON body.
+``POST /predict`` does about 3 ms of work in three spans of its own, made with the
+OpenTelemetry API as any service would: ``preprocess`` (parsing the body, about 0.5 ms),
+``model`` (about 2 ms) and ``postprocess`` (about 0.5 ms), children of the request's SERVER
+span, one after the other; it answers a small JSON body.
 """
 
 from __future__ import annotations
@@ -39,11 +42,19 @@ def busy(seconds: float) -> None:
 def build_app() -> FastAPI:
     app = FastAPI()
 
+    tracer = trace.get_tracer("fastapi-otel-service")
+
     @app.post("/predict")
     async def predict(request: Request) -> dict:
         body = await request.body()
-        busy(0.002)
-        return {"bytes": len(body)}
+        with tracer.start_as_current_span("preprocess"):
+            words = body.split()
+            busy(0.0005)
+        with tracer.start_as_current_span("model"):
+            busy(0.002)
+        with tracer.start_as_current_span("postprocess"):
+            busy(0.0005)
+            return {"bytes": len(body), "words": len(words)}
 
     FastAPIInstrumentor.instrument_app(app)
     return app
