@@ -161,10 +161,17 @@ def _attributes(key_values) -> dict:
     return {kv.key: _any_value(kv.value) for kv in key_values}
 
 
+#: Resource attributes that carry the exporting process's PID, in the order they are tried:
+#: the OpenTelemetry semantic convention, then vLLM's own (vllm/tracing: its spans' resource has
+#: ``vllm.process_id`` and no ``process.pid``).
+PID_RESOURCE_ATTRIBUTES = ("process.pid", "vllm.process_id")
+
+
 def _resource_identity(attrs: dict) -> tuple[str | None, int | None]:
-    """(service.name, process.pid) from resource attributes; pid None unless an int."""
+    """(service.name, PID) from resource attributes: the PID from the first of
+    :data:`PID_RESOURCE_ATTRIBUTES` present; None unless an int (or a string of digits)."""
     service = attrs.get("service.name")
-    pid = attrs.get("process.pid")
+    pid = next((attrs[key] for key in PID_RESOURCE_ATTRIBUTES if attrs.get(key) is not None), None)
     if isinstance(pid, str) and pid.isdigit():
         pid = int(pid)
     if not isinstance(pid, int) or isinstance(pid, bool) or not 0 <= pid <= _INT64_MAX:
