@@ -37,7 +37,7 @@ import pyarrow.compute as pc
 from tailscope.analyzers.inputs.records import NS_PER_MS, RequestArrays, int_column, take_rows
 from tailscope.analyzers.inputs.trace_join import distinct_positions, sampled_mask, trace_positions
 from tailscope.analyzers.stages.attribute_stages import attribute_stage_ms
-from tailscope.analyzers.stages.consistency import stage_consistency
+from tailscope.analyzers.stages.consistency import IntervalOverlap, interval_overlap, stage_consistency
 from tailscope.analyzers.stages.rule_model import SpanMatch
 from tailscope.analyzers.stages.rules import PRESETS, REFERENCE_SPAN_NAMES, StageRules, rules_from_stage_map
 from tailscope.analyzers.stages.server_tokens import ServerTokens, server_token_counts
@@ -193,8 +193,17 @@ def stage_matrix(req: RequestArrays, spans: pa.Table,
     del key
     stage_ms[~present.reshape(n_ok, n_mapped)] = np.nan
     del present
+    # every span-rule and event-rule stage interval, on the server spans' clock (the join's): the overlap check
+    offset = np.zeros(n_ok, np.int64)
+    offset[servers.position] = start[servers.row] - servers.start_ns  # a clock alignment's shift, if any
+    stage_rows = np.flatnonzero(is_stage)
+    intervals = [(position[stage_rows], stage_of[stage_rows], start[stage_rows] - offset[position[stage_rows]],
+                  end[stage_rows] - offset[position[stage_rows]])]
     if rules.event_rules:
-        from_events = event_stage_ms(spans, position, rules, mapped, n_ok, servers)
+        from_events_intervals: list = []
+        from_events = event_stage_ms(spans, position, rules, mapped, n_ok, servers, from_events_intervals)
+        if from_events_intervals:
+            intervals.append(tuple(np.array(column, dtype=np.int64) for column in zip(*from_events_intervals)))
         stage_ms = np.where(np.isnan(from_events), stage_ms, np.nan_to_num(stage_ms) + np.nan_to_num(from_events))
         del from_events
     if rules.attribute_rules:  # stages read from span attributes fill what no span or event rule gave
@@ -214,8 +223,13 @@ def stage_matrix(req: RequestArrays, spans: pa.Table,
         stage_ms, server_ms = stage_ms[rows], server_ms[rows]
         tokens = tokens.take(rows) if tokens is not None else None
     unaccounted = np.clip(server_ms - np.nansum(stage_ms, axis=1), 0.0, None)
+    server_start = np.zeros(n_ok, np.int64)
+    server_end = np.zeros(n_ok, np.int64)
+    server_start[servers.position], server_end[servers.position] = servers.start_ns, servers.end_ns
+    overlap = interval_overlap(*(np.concatenate(parts) for parts in zip(*intervals)), server_start, server_end)
     consistency = stage_consistency(stage_ms, server_ms, stages[:-len(DERIVED_STAGES)], rules,
-                                    by_name.names if by_name is not None else ())
+                                    by_name.names if by_name is not None else (),
+                                    IntervalOverlap(overlap.ms[rows], overlap.pairs))
     client_network = req.service_ms[ok_index[rows]] - server_ms
     matrix = np.column_stack([stage_ms, server_ms, unaccounted, client_network])
     unmapped_mask = joined & ~servers.excluded & (stage_of == UNMAPPED)

@@ -216,14 +216,17 @@ def _first_event_times(events_json: list, positions: np.ndarray) -> dict[int, di
 
 
 def event_stage_ms(spans: pa.Table, position: np.ndarray, rules: StageRules, stages: tuple[str, ...],
-                   n_positions: int, servers: ServerSpans | None = None) -> np.ndarray:
+                   n_positions: int, servers: ServerSpans | None = None,
+                   intervals: list | None = None) -> np.ndarray:
     """(n_positions × len(stages)) ms of the event rules' stages; NaN where a trace lacks
     either event or the end precedes the start. Columns of span-only stages stay NaN.
 
     ``servers``: the server span of each position; an event interval is then clipped to it
     (a stage is part of the server's time: Triton's ``HTTP_RECV_END`` precedes its
     ``InferRequest`` span, so ``HTTP_RECV_END → REQUEST_START`` counts from the span's start).
-    The events must be on the clock of ``servers``' times (the join's, before any clock shift)."""
+    The events must be on the clock of ``servers``' times (the join's, before any clock shift).
+    ``intervals``: a list that receives ``(position, column, start_ns, end_ns)`` of every interval
+    counted (for the overlap check, :mod:`.consistency`)."""
     out = np.full((n_positions, len(stages)), np.nan)
     if not rules.event_rules or "events" not in spans.column_names or len(spans) == 0:
         return out
@@ -245,6 +248,8 @@ def event_stage_ms(spans: pa.Table, position: np.ndarray, rules: StageRules, sta
                     low, high = bounds[pos]
                     start, end = min(max(start, low), high), max(min(end, high), low)
                 value = (end - start) / NS_PER_MS
+                if intervals is not None:
+                    intervals.append((pos, column, start, end))
                 current = out[pos, column]
                 out[pos, column] = value if np.isnan(current) else current + value
     return out
