@@ -16,6 +16,7 @@ the host (cgroups, limits, swap files) is put back. The agent's log is
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -25,6 +26,7 @@ import time
 
 from tailscope.faults.injector import FaultCleanupError, FaultSetupError, FaultSpec
 from tailscope.faults.leftovers import undo_leftovers
+from tailscope.faults.llm_load import TOKENIZER_PARAM
 from tailscope.faults.processes import stop_process
 from tailscope.faults.undo_journal import JOURNAL_NAME
 from tailscope.support.python_child import python_module
@@ -42,6 +44,18 @@ def run_id_of(run_dir: str) -> str:
     return name[:40] or "run"
 
 
+def with_scenario_tokenizer(specs: list[FaultSpec], plan) -> list[FaultSpec]:
+    """``specs`` with an empty ``tokenizer`` parameter (the LLM traffic faults, faults/llm_load.py)
+    set to the tokenizer the scenario's first OpenAI-API class names, so that the fault's prompts
+    are sized in the same tokens as the load's; unchanged when no class names one."""
+    tokenizer = next((c.llm.tokenizer for c in getattr(plan, "classes", ()) if c.llm is not None and c.llm.tokenizer),
+                     None)
+    if tokenizer is None:
+        return list(specs)
+    return [dataclasses.replace(spec, params={**spec.params, TOKENIZER_PARAM: tokenizer})
+            if spec.params.get(TOKENIZER_PARAM) == "" else spec for spec in specs]
+
+
 class FaultInjection:
     """Companion running ``specs`` against the run's target (see the module docstring)."""
 
@@ -57,8 +71,9 @@ class FaultInjection:
         pid = (ctx.target_process or {}).get("pid")
         self._run_dir = ctx.run_dir
         self._log_path = os.path.join(ctx.run_dir, LOG_NAME)
+        specs = with_scenario_tokenizer(self.specs, ctx.plan)
         argv = python_module("tailscope.faults.fault_agent", "--run-dir", ctx.run_dir,
-                             "--faults", json.dumps([spec.as_dict() for spec in self.specs]),
+                             "--faults", json.dumps([spec.as_dict() for spec in specs]),
                              "--run-id", run_id_of(ctx.run_dir), "--target-url", ctx.plan.target,
                              *(["--target-pid", str(pid)] if pid else []))
         with open(self._log_path, "ab") as log:

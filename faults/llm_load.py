@@ -7,6 +7,11 @@ The child is stopped (SIGTERM, then SIGKILL) on revert and cleanup; its open
 requests are cancelled, which aborts them on the server and frees their KV
 blocks. The counts it wrote are the fault's observed ground truth.
 
+Prompts are ``prompt_tokens`` tokens of the server (:mod:`.llm_traffic`: exact with a
+tokenizer — the ``tokenizer`` parameter, else the scenario's — or words calibrated from the
+server's ``usage``); the traffic backs off after errors and stops with a ``failure`` in its
+counts after repeated 4xx answers, which the fault's ground truth then records as its error.
+
 - ``llm_long_generations``: ``streams`` requests kept open, each a
   ``prompt_tokens`` prompt asking for ``max_tokens`` tokens: every stream's
   context grows by a token per engine step and holds its KV blocks, until the
@@ -31,6 +36,11 @@ from tailscope.faults.traffic_injector import TrafficChildInjector
 
 _SEED = Param("integer", 1, "seed of the prompts' words and of the arrivals")
 _MODEL = Param("string", "", "'model' of the requests (empty: none given; the server takes its own)")
+#: The parameter the run fills from its scenario (conductor/fault_companion.py) when left empty.
+TOKENIZER_PARAM = "tokenizer"
+_TOKENIZER = Param("string", "", "a local tokenizer.json: prompts of exactly prompt_tokens of its tokens (empty: the "
+                                 "scenario's tokenizer when a class names one, else words calibrated from the "
+                                 "server's usage.prompt_tokens)")
 
 
 class LlmTraffic(TrafficChildInjector):
@@ -51,6 +61,8 @@ class LlmTraffic(TrafficChildInjector):
                 "--seed", str(params["seed"])]
         if params["model"]:
             args += ["--model", params["model"]]
+        if params[TOKENIZER_PARAM]:
+            args += ["--tokenizer", params[TOKENIZER_PARAM]]
         return args
 
     def _applied(self) -> dict:
@@ -66,6 +78,7 @@ class LlmLongGenerations(LlmTraffic):
         "max_tokens": Param("integer", 2048, "tokens each request asks for (ignore_eos)", minimum=16, maximum=100_000),
         "seed": _SEED,
         "model": _MODEL,
+        TOKENIZER_PARAM: _TOKENIZER,
     }
 
     def _shape_args(self) -> list[str]:
@@ -82,6 +95,7 @@ class LlmPromptStorm(LlmTraffic):
         "max_in_flight": Param("integer", 64, "most open storm requests", minimum=1, maximum=10_000),
         "seed": _SEED,
         "model": _MODEL,
+        TOKENIZER_PARAM: _TOKENIZER,
     }
 
     def _shape_args(self) -> list[str]:
@@ -98,6 +112,7 @@ class LlmOverload(LlmTraffic):
         "max_in_flight": Param("integer", 512, "most open requests", minimum=1, maximum=10_000),
         "seed": _SEED,
         "model": _MODEL,
+        TOKENIZER_PARAM: _TOKENIZER,
     }
 
     def _shape_args(self) -> list[str]:

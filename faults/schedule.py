@@ -10,6 +10,9 @@ one ground-truth event per applied fault to ``record``::
                 "mechanism": <apply() facts>, "observed": <revert() facts>,
                 "cut_short": bool, "error": str | None}
 
+``error`` is set when apply or revert failed, or when revert's facts carry a
+``failure`` (a fault that stopped itself early, e.g. traffic the server refused).
+
 ``role`` says whether the fault is the ``cause`` the diagnosis should name or a
 ``distraction`` elsewhere on the host (:data:`~.injector.ROLES`).
 The window therefore covers the whole time the fault was being applied,
@@ -109,6 +112,11 @@ class FaultSchedule:
         except (FaultError, OSError) as exc:
             observed, error = {}, f"revert failed: {exc}"
             self.errors.append(f"{injector.kind}: revert: {exc}")
+        else:
+            failure = observed.get("failure") if isinstance(observed, dict) else None
+            if failure:  # the fault stopped itself before its window ended (e.g. the server refused it)
+                error = f"the fault stopped early: {failure}"
+                self.errors.append(f"{injector.kind}: {error}")
         self._record_event(injector, started_ns, time.time_ns(), facts, observed, cut_short, error)
 
     def _record_event(self, injector: Injector, start_ns: int, end_ns: int, facts: dict, observed: dict,

@@ -3,7 +3,9 @@
 The child (a :mod:`.loopback_traffic` program named by :attr:`TrafficChildInjector.module`)
 runs for the fault's window; revert and cleanup stop it by PID (SIGTERM, a
 grace period, SIGKILL) and the JSON counts it wrote on its way out become the
-fault's observed ground truth.
+fault's observed ground truth. A child that stopped itself early writes why in
+its counts' ``failure``, which the schedule (:mod:`.schedule`) records as the
+fault's error.
 """
 
 from __future__ import annotations

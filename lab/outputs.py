@@ -13,6 +13,8 @@ from datetime import UTC, datetime
 
 from rich.table import Table
 
+from tailscope.reports.formatting import fault_counts_text
+
 NS_PER_S = 1_000_000_000
 
 
@@ -94,6 +96,7 @@ def experiment_rows(results: list[dict], lab_dir: str) -> list[dict]:
             "ac1": "—" if r["kind"] == "control" else ("✓" if score.get("ac1") else "✗"),
             "impact": _num(score.get("impact"), 2, "×"),
             "spikes": str(score.get("spikes", "—")),
+            "fault observed": fault_counts_text(score.get("fault_attributes")) or "—",
             "report": os.path.relpath(report, lab_dir) if report and os.path.exists(report) else None,
         })
     return rows
@@ -101,7 +104,7 @@ def experiment_rows(results: list[dict], lab_dir: str) -> list[dict]:
 
 #: The experiment table's columns (keys of :func:`experiment_rows`), before the report link.
 EXPERIMENT_COLUMNS = ["name", "kind", "scenario", "rate", "seed", "status", "window", "detected", "causes", "ac1",
-                      "impact", "spikes"]
+                      "impact", "spikes", "fault observed"]
 
 
 def lab_page_data(lab: dict, lab_dir: str) -> dict:

@@ -117,6 +117,7 @@ def score_fault_run(analysis: dict) -> dict:
         "fault_kind": kind,
         "fault_window_ns": [fault["start_ns"], fault["end_ns"]],
         "fault_error": (fault.get("attributes") or {}).get("error"),
+        "fault_attributes": fault.get("attributes") or {},
         "detected": spike is not None,
         "ac1": bool(causes) and names_fault(causes[0], kind),
         "ac3": any(names_fault(c, kind) for c in causes[:3]),

@@ -16,6 +16,7 @@ from tailscope.reports.distribution_view import distribution_charts
 from tailscope.reports.findings_view import error_sample_rows, findings_data, missing_spans_text
 from tailscope.reports.formatting import (  # noqa: F401
     NS_PER_S,
+    fault_counts_text,
     fmt_count,
     fmt_iso,
     fmt_ms,
@@ -134,7 +135,8 @@ def event_data(events: dict, origin_ns) -> dict:
         "faults": [{"kind": fault_label(f),
                     "source": f["source"] or "",
                     "window": f"{fmt_offset(f['start_ns'], origin_ns)} – {fmt_offset(f['end_ns'], origin_ns)}",
-                    "duration": fmt_ms(f["duration_ms"])} for f in events["faults"]],
+                    "duration": fmt_ms(f["duration_ms"]),
+                    "observed": fault_counts_text(f.get("attributes"))} for f in events["faults"]],
         "gc": f"{gc['count']:,} GC pauses, {fmt_ms(gc['total_ms'])} in total, longest {fmt_ms(gc['max_ms'])}",
     }
 

@@ -110,3 +110,36 @@ def fmt_threshold(row: dict) -> str:
 
 def fmt_observed(row: dict) -> str:
     return fmt_metric(row.get("metric"), row.get("observed"))
+
+
+def fault_counts_text(attributes: dict | None) -> str:
+    """What a traffic fault observed, in words, from its ground truth's attributes (``observed``:
+    the counts its traffic child wrote, faults/llm_traffic.py and faults/burst.py; ``error``):
+    ``sent 1,204 · answered 1,190 · rejected 14 (429: 2, other 4xx: 12) · errors 0`` and the
+    failure when it stopped early; ``""`` for a fault that counts no requests."""
+    attributes = attributes or {}
+    observed = attributes.get("observed") or {}
+    if not isinstance(observed, dict):
+        return ""
+    sent = observed.get("sent", observed.get("attempts"))
+    parts = []
+    if sent is not None:
+        rejected = {label: observed.get(key) or 0 for key, label in
+                    (("rejected_429", "429"), ("rejected_4xx", "other 4xx"), ("other_status", "other status"))}
+        total = sum(rejected.values())
+        detail = ", ".join(f"{label}: {count:,}" for label, count in rejected.items() if count)
+        parts = [f"sent {int(sent):,}", f"answered {int(observed.get('ok') or 0):,}",
+                 f"rejected {total:,}" + (f" ({detail})" if detail else ""),
+                 f"errors {int(observed.get('errors') or 0):,}"]
+        held = (observed.get("skipped") or 0) + (observed.get("backed_off") or 0)
+        if held:
+            parts.append(f"not sent {held:,} (in-flight cap or back off)")
+        sizing = observed.get("prompt_sizing")
+        if sizing == "calibrated" and observed.get("tokens_per_word"):
+            parts.append(f"prompts sized at {observed['tokens_per_word']:.2f} server tokens per word")
+        elif sizing:
+            parts.append(f"prompts sized by {sizing}")
+    error = attributes.get("error")
+    if error:
+        parts.append(str(error))
+    return " · ".join(parts)
