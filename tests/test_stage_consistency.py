@@ -12,7 +12,8 @@ import json
 import numpy as np
 import pyarrow as pa
 import pytest
-from run_builders import write_requests_run
+from cli_helpers import load_analysis, run_tailscope
+from run_builders import TRITON_FIXTURE, triton_requests, write_requests_run
 
 from tailscope.analyzers.inputs.records import request_arrays
 from tailscope.analyzers.stages.clock_alignment import shift_columns
@@ -110,3 +111,19 @@ def test_interval_overlap_counts_covered_time_once_per_request_and_clips_to_the_
     result = interval_overlap(position, column, start, end, np.array([0, 100]) * MS, np.array([15, 200]) * MS)
     assert result.ms == pytest.approx([5.0 + 2.0, 0.0])  # [5,20) clipped to the span's 15 ms
     assert result.pairs == {(0, 1): 1, (1, 2): 1}
+
+
+def test_the_overlap_warning_reaches_the_analysis_and_the_reports(tmp_path):
+    """Triton's spans with a scenario rule that makes the model span a stage (what the triton preset
+    did when it looked for `model_name`): the warning is in analysis.json, summary.md and report.html."""
+    scenario = {"stages": {"preset": "triton", "rules": [{"match": {"name": "^resnet50$"}, "stage": "model"}]}}
+    run_dir = write_requests_run(tmp_path / "run", triton_requests(), scenario=scenario)
+    done = run_tailscope("import-spans", run_dir, TRITON_FIXTURE, "--report", timeout=120)
+    assert done.returncode == 0, done.stderr
+    [warning] = [w for w in load_analysis(run_dir)["warnings"] if w["code"] == "stage_overlap"]
+    assert "in 60 of 60 joined requests" in warning["message"] and "'model' (span rule name ~ /^resnet50$/)" \
+        in warning["message"]
+    for name in ("summary.md", "report.html"):
+        with open(f"{run_dir}/{name}", encoding="utf-8") as fh:
+            text = fh.read()
+        assert "stage_overlap" in text and "stages overlap: in 60 of 60 joined requests" in text, name
