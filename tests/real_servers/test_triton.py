@@ -125,7 +125,7 @@ def test_the_inference_stage_grows_with_the_input(triton_run):
     inference = matrix.column("inference")
     small, large = (float(np.median(inference[cls == name])) for name in ("small", "large"))
     print(f"pytriton: inference P50 {small:.3f} ms at {SMALL} values, {large:.3f} ms at {LARGE}")
-    assert large > 2 * small
+    assert large > 1.5 * small  # 2.4-4.2x measured here
 
 
 def test_the_late_span_wait_took_pytritons_later_batch_in(triton_run):
