@@ -147,13 +147,13 @@ def test_compare_judges_ttft_tpot_tokens_and_goodput_against_the_baseline(tmp_pa
     assert all(c["passed"] for c in same["checks"]) and len(same["llm"]["rows"]) == 6
 
 
-def test_the_demo_splits_server_time_into_queue_prefill_decode(demo_run):
+def test_the_demo_splits_server_time_into_api_server_queue_prefill_decode(demo_run):
     stages = demo_run["analysis"]["stages"]
     assert stages["rules"]["preset"] == "vllm"
-    assert all(stages["by_stage"][s]["count"] >= 10 for s in ("queue", "prefill", "decode"))
+    assert all(stages["by_stage"][s]["count"] >= 10 for s in ("api_server", "queue", "prefill", "decode"))
     split = stages["slow_split"]
     assert split["by"] == ["ttft", "tpot"] and split["slow_requests"] >= 1
-    assert [s["stage"] for s in split["stages"]][:3] == ["queue", "prefill", "decode"]
+    assert [s["stage"] for s in split["stages"]][:4] == ["api_server", "queue", "prefill", "decode"]
     load = demo_run["analysis"]["server_load"]
     assert {"waiting", "running", "kv_usage", "preemptions"} <= set(load["roles"])
     assert max(v or 0 for v in load["roles"]["running"]["values"]) >= 1
@@ -219,7 +219,7 @@ def test_server_panels_render_with_data_aligned_with_the_llm_charts(browser, whi
     assert kv["max"] <= 100 and (kv["max"] >= 98 if which == "kv_run" else kv["max"] > 0)
     assert split is not None and [t["name"] for t in split] == ["normal requests", "slow requests"]
     if which == "demo_run":
-        assert split[0]["y"][:3] == ["queue", "prefill", "decode"]
+        assert split[0]["y"][:4] == ["api_server", "queue", "prefill", "decode"]
 
 
 @pytest.mark.browser

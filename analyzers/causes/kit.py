@@ -32,7 +32,7 @@ import numpy as np
 
 from tailscope.analyzers.causes.protocol import SpikeContext
 from tailscope.analyzers.inputs.signal_index import Contrast
-from tailscope.analyzers.stages.presets import STAGE_PRESETS
+from tailscope.analyzers.stages.presets import STAGE_PRESETS, split_selector
 
 #: Robust z at which a signal's change starts / fully counts.
 Z_LOW, Z_HIGH = 2.0, 6.0
@@ -366,5 +366,5 @@ def server_role_prefixes(*roles: str) -> tuple[str, ...]:
     for preset in STAGE_PRESETS.values():
         for role in roles:
             source = preset.metrics.get(role)
-            names += [f"prom.{name}" for name in (source.names if source is not None else ())]
+            names += [f"prom.{split_selector(name)[0]}" for name in (source.names if source is not None else ())]
     return tuple(dict.fromkeys(names))

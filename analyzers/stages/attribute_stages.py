@@ -11,7 +11,8 @@
   value, is no duration (NaN).
 
 :func:`attribute_stage_ms` lays each matched span's stages end to end from the span's start:
-with durations ``d_1 … d_k`` (an absent one counts 0 and gives no value), stage ``j`` is
+with durations ``d_1 … d_k`` (an absent one counts 0 and gives no value; a stage with ``minus``
+attributes is its attribute less them, clipped at 0), stage ``j`` is
 ``min(Σ_{i≤j} d_i, span) − min(Σ_{i<j} d_i, span)``, so the stages of one span add up to at
 most its duration. Each span is read by the first attribute rule that matches it; several
 matched spans of one request add up per stage.
@@ -117,6 +118,22 @@ def _duration_strings(texts: pa.Array | pa.ChunkedArray, key: str) -> np.ndarray
     return out
 
 
+def _stage_durations_ns(texts: pa.Array | pa.ChunkedArray, stages) -> np.ndarray:
+    """(len(stages) × rows) ns: each :class:`~.rule_model.AttributeStage`'s attribute less its
+    ``minus`` attributes, clipped at 0 (NaN where any of them is missing)."""
+    keys = [(s.attribute, s.unit) for s in stages] + [(m, s.unit) for s in stages for m in s.minus]
+    values = durations_ns(texts, tuple(keys))
+    out = values[:len(stages)].copy()
+    at = len(stages)
+    for j, item in enumerate(stages):
+        for _ in item.minus:
+            out[j] -= values[at]
+            at += 1
+        if item.minus:
+            out[j] = np.where(out[j] < 0, 0.0, out[j])
+    return out
+
+
 def attribute_stage_ms(spans: pa.Table, position: np.ndarray, rules: StageRules, stages: tuple[str, ...],
                        n_positions: int, names: NameCodes | None = None) -> tuple[np.ndarray, np.ndarray]:
     """``(ms, matched)``: the (n_positions × len(stages)) ms of the attribute rules' stages (NaN where
@@ -141,7 +158,7 @@ def attribute_stage_ms(spans: pa.Table, position: np.ndarray, rules: StageRules,
         if len(rows) == 0:
             continue
         texts = take_rows(spans.column("attributes"), rows)
-        durations = durations_ns(texts, tuple((s.attribute, s.unit) for s in rule.stages))
+        durations = _stage_durations_ns(texts, rule.stages)
         span_ns = np.clip(end[rows] - start[rows], 0, None).astype(np.float64)
         reached = np.minimum(np.cumsum(np.nan_to_num(durations), axis=0), span_ns)  # laid end to end, clipped
         parts = np.diff(reached, axis=0, prepend=0.0)

@@ -175,9 +175,6 @@ VLLM_ATTRIBUTE_STAGES = (
     ("prefill", "gen_ai.latency.time_in_model_prefill", ()),
     ("decode", "gen_ai.latency.time_in_model_decode", ()),
 )
-#: vLLM's spans of its own start-up (vllm/v1/engine/core_client.py, vllm/v1/worker/cpu_model_runner.py
-#: and the GPU runner's ``@instrument`` names): not requests, never other traffic.
-VLLM_STARTUP_SPANS = ("Overall Loading", "Warmup (CPU)", "Warmup (GPU)")
 #: TGI's handler-span fields (Rust ``Duration`` debug text), in the order the request spends them.
 TGI_HANDLER_FIELDS = (
     ("validation", "validation_time"),

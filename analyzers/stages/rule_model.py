@@ -79,11 +79,17 @@ class EventRule:
 @dataclass(frozen=True)
 class AttributeStage:
     """One stage read from a span attribute: a JSON number in ``unit`` (s, ms, us, ns), or a
-    string with its own unit suffix (``"1.5ms"``, ``"12µs"``: Rust's ``Duration`` debug text)."""
+    string with its own unit suffix (``"1.5ms"``, ``"12µs"``: Rust's ``Duration`` debug text).
+
+    ``minus`` (presets only): attributes (same unit) subtracted from it, for a stage a server
+    reports only as the rest of a total — vLLM's ``api_server`` is its time to first token less
+    the engine's queue and prefill. The result is clipped at 0; without every attribute it is
+    no value."""
 
     stage: str
     attribute: str
     unit: str
+    minus: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -137,8 +143,8 @@ class StageRules:
             "server": self.server.describe() if self.server is not None else "SERVER-kind span, else the trace's top-level span",
             "rules": [{"match": r.match.describe(), "stage": r.stage} for r in self.span_rules]
             + [{"between": [r.start, r.end], "stage": r.stage} for r in self.event_rules]
-            + [{"match": r.match.describe(), "stage": s.stage, "attribute": s.attribute, "unit": s.unit}
-               for r in self.attribute_rules for s in r.stages],
+            + [{"match": r.match.describe(), "stage": s.stage, "attribute": s.attribute, "unit": s.unit,
+                **({"minus": list(s.minus)} if s.minus else {})} for r in self.attribute_rules for s in r.stages],
             "tokens": self.tokens.describe() if self.tokens is not None else None,
         }
 

@@ -8,6 +8,8 @@ play it, newest first. :func:`server_series` finds them among a run's signals:
 * a signal ``prom.<metric>`` or ``prom.<metric>{labels}`` (the Prometheus sampler's names,
   tracing/signals/prometheus.py) — or ``<metric>{labels}`` as an OTLP metric received by the
   harness — belongs to ``<metric>``;
+* a candidate name with a label selector (``metric{source="local_compute"}``) keeps only the
+  label sets that carry those labels;
 * per role, the first candidate name with any series is used, with **all** its label sets
   (several models, engines or scraped instances); older names are then not read, so a server
   that exposes an old and a new name for one gauge (vLLM's ``gpu_cache_usage_perc`` beside
@@ -35,7 +37,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tailscope.analyzers.inputs.signal_index import SignalIndex
-from tailscope.analyzers.stages.presets import ROLES, STAGE_PRESETS, StagePreset
+from tailscope.analyzers.stages.presets import ROLES, STAGE_PRESETS, StagePreset, split_selector
 from tailscope.analyzers.stages.rules import rules_for_scenario
 
 PROMETHEUS_PREFIX = "prom."
@@ -103,12 +105,24 @@ def server_series(series_names: Iterable[str], preset: str | StagePreset | None)
     metric, series, scale, missing = {}, {}, {}, []
     for role in preset.metrics.roles():
         source = preset.metrics.get(role)
-        found = next((name for name in source.names if by_metric.get(name)), None)
+        found = next(((name, chosen) for name in source.names if (chosen := _selected(by_metric, name))), None)
         if found is None:
             missing.append(role)
             continue
-        metric[role], series[role], scale[role] = found, tuple(sorted(by_metric[found])), source.scale
+        metric[role], series[role], scale[role] = found[0], tuple(sorted(found[1])), source.scale
     return ServerSeries(preset.name, metric, series, scale, tuple(missing))
+
+
+def _selected(by_metric: dict[str, list[str]], name: str) -> list[str]:
+    """The series of ``name`` (a metric, or a metric with a label selector: only the label sets
+    that carry every selected label with its value)."""
+    base, wanted = split_selector(name)
+    candidates = by_metric.get(base) or []
+    if not wanted:
+        return candidates
+    return [series for series in candidates
+            if set(wanted) <= set(split_selector(series[len(PROMETHEUS_PREFIX):] if series.startswith(PROMETHEUS_PREFIX)
+                                                 else series)[1])]
 
 
 def run_server_series(run, signals: SignalIndex | None = None) -> ServerSeries:
