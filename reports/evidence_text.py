@@ -70,6 +70,18 @@ KNOWN_SCALARS = {
     "median_extra_latency_ms": ("median extra latency of a slow request", lambda v: f"{v:.1f} ms"),
     "longest_pause_ms": ("longest GC pause overlapping a slow request", lambda v: f"{v:.0f} ms"),
     "pauses_in_spike": ("GC pauses inside the spike", lambda v: f"{v:,}"),
+    "slow_stalled_share": ("slow requests that overlapped a stall of the target", lambda v: f"{100 * v:.0f}%"),
+    "normal_stalled_share": ("normal requests that overlapped a stall of the target", lambda v: f"{100 * v:.0f}%"),
+    "median_stall_overlap_ms": ("median stall time inside a slow request", lambda v: f"{v:.1f} ms"),
+    "stalls_in_spike": ("stalls of the target inside the spike", lambda v: f"{v:,}"),
+    "longest_stall_ms": ("longest stall (no span started, ended or recorded an event)", lambda v: f"{v:.0f} ms"),
+    "longest_stall_p_value": ("chance of so long a stall at that load", lambda v: f"{v:.0e}"),
+    "longest_stall_in_flight": ("requests in flight through the longest stall", lambda v: f"{v:,}"),
+    "longest_stall_arrivals": ("requests that arrived during it and waited", lambda v: f"{v:,}"),
+    "gc_event_share": ("share of the stall time GC events cover", lambda v: f"{100 * v:.0f}%"),
+    "outside_server_ms": ("growth of the time outside the server's spans", lambda v: f"{v:+.1f} ms"),
+    "outside_server_counted_ms": ("of it counted as the generator's (as far as its own lateness reaches)",
+                                  lambda v: f"{v:.1f} ms"),
     "generator_share_of_growth": ("share of the extra latency spent in the generator", lambda v: f"{100 * v:.0f}%"),
     "late_share_slow": ("slow requests sent more than 1 ms late", lambda v: f"{100 * v:.0f}%"),
     "late_share_normal": ("normal requests sent more than 1 ms late", lambda v: f"{100 * v:.0f}%"),
@@ -100,7 +112,8 @@ PAIR_AGAINST = {"tpot_normal_ms": "the normal streams"}
 SKIPPED = {"summary", "signals", "latency_split", "factors", "decomposition", "detectors_consulted",
            "detectors_without_inputs", "weak_findings", "coverage", "generator_runqueue_wait",
            "longest_pause_generation", "load_measured_by", "top_series", "method", "series", "tpot_ratio",
-           "own_prompt_tokens_per_s", "other_traffic_prompt_tokens_per_s", "long_prompts", "server_waiting"}
+           "own_prompt_tokens_per_s", "other_traffic_prompt_tokens_per_s", "long_prompts", "server_waiting",
+           "meaning"}
 MAX_SENTENCES = 12
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 CAUSE_TITLES = {
     "gc": "GC pauses of the target",
     "gc_pause": "GC pauses of the target",
+    "process_stall": "a stall of the target's process (from its spans)",
     "cpu_throttling": "CPU throttling (CFS quota)",
     "cpu_contention": "CPU contention",
     "swap": "memory paging (swap)",
@@ -23,6 +24,12 @@ CAUSE_TITLES = {
     "gpu_throttling": "GPU throttling",
     "generator": "the load generator",
     "unexplained": "no known cause",
+}
+
+#: Cause kind → how a run gets the inputs to check it, said where a report lists it as not checked.
+HOW_TO_CHECK = {
+    "gc": ("the target sent no GC pauses; the 20 lines under 'GC pauses from any Python service' in "
+           "docs/tracing.md make a service send them"),
 }
 
 

@@ -38,6 +38,11 @@ queue    overload       queue_saturation arrivals ×(1 + ``surge``); queue wait,
                                          run 30 requests waiting on the engine
 gpu      gpu_throttle   gpu_throttling   inference; SM clock drop, thermal clocks-event
 generator generator     generator        send lateness and client-side time
+stall    process_pause  process_stall    the target's process stops ``extra_ms`` every 2×
+                                         ``extra_ms`` (a stop-the-world pause with no GC
+                                         event): no span starts, ends or records an event
+                                         inside a stall; a request arriving in one waits
+                                         outside the server's spans until it ends
 network  network        unexplained      client/network time only
 postprocess postprocess unexplained      postprocess stage only
 kv_cache kv_cache_pressure kv_cache_pressure queue wait, deep queue; the KV cache 99% in use
@@ -104,6 +109,7 @@ STAGE_SIGMAS = (0.25, 0.5, 0.3, 0.2, 0.25)
 #: (tests/test_analyzers_detectors.py); "network" and "postprocess" imitate faults no detector answers.
 SPIKE_FAULTS = {
     "gc": ("gc_pressure", {"inference": 1.0}),
+    "stall": ("process_pause", {"inference": 1.0}),
     "throttle": ("cpu_throttle", {"preprocess": 0.2, "inference": 0.8}),
     "cpu": ("cpu_contention", {"preprocess": 0.3, "inference": 0.7}),
     "swap": ("memory_swap", {"preprocess": 0.5, "inference": 0.5}),
@@ -227,6 +233,30 @@ def gc_pauses(spike: dict) -> tuple[np.ndarray, np.ndarray]:
     return starts, starts + length
 
 
+def stall_warp(arrival_ns: np.ndarray, times_ns: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Server-side times (epoch ns, one row per request) of a process that stops during the
+    disjoint sorted pauses [starts, ends): each time ``t`` of a request that reached the server
+    at ``arrival`` happens once the process has run ``t − arrival`` after the arrival; nothing
+    happens inside a pause (a time that would falls at the pause's end)."""
+    lengths = ends - starts
+    before = np.concatenate(([0], np.cumsum(lengths)[:-1]))
+    run_at_start = starts - before  # the process's running time at each pause start
+
+    def running(t):  # running time at t: t minus the pause time before it
+        i = np.searchsorted(starts, t, side="right") - 1
+        safe = np.clip(i, 0, None)
+        within = np.clip(t - starts[safe], 0, lengths[safe])
+        return t - np.where(i >= 0, before[safe] + within, 0)
+
+    def real(r):  # the latest real time with running time r (after every pause that starts there)
+        count = np.searchsorted(run_at_start, r, side="right")
+        total = np.concatenate(([0], np.cumsum(lengths)))[count]
+        return r + total
+
+    base = running(arrival_ns)
+    return real(base[:, None] + (times_ns - arrival_ns[:, None]))
+
+
 def _pause_delay_ms(arrival_ns: np.ndarray, base_ms: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     """Wait caused by disjoint sorted pauses: the remaining pause met during [arrival, arrival + base]."""
     first = np.searchsorted(ends, arrival_ns, side="right")
@@ -247,7 +277,7 @@ def write_synthetic_run(path, *, duration_s: float = 60, rate: float = 50, seed:
                         stage_spans: Sequence[str] = tuple(n for n, _ in STAGE_SPANS),
                         signal_rate_hz: float = 2.0, gpu: bool = False, rss_growth_bytes_per_s: float = 0.0,
                         latency_drift_per_s: float = 0.0, timeouts: int = 0, timeout_s: float = 10.0,
-                        trace_sample_rate: float = 1.0, llm: bool = False) -> dict:
+                        trace_sample_rate: float = 1.0, llm: bool = False, gc_events: bool = True) -> dict:
     """Write a seeded synthetic run to ``path``; return its ground truth.
 
     ``span_loss`` drops the whole trace of that share of requests (receiver
@@ -257,7 +287,8 @@ def write_synthetic_run(path, *, duration_s: float = 60, rate: float = 50, seed:
     server: vLLM's Prometheus series (:data:`LLM_SERIES`) and ``stages: {preset: vllm}`` with the
     reference span names as the scenario's own rules (``inference`` as ``decode``), and token
     counts per request (always when an :data:`LLM_SPIKE_KINDS` spike is injected);
-    ``rss_growth_bytes_per_s`` makes the target's RSS leak;
+    ``rss_growth_bytes_per_s`` makes the target's RSS leak; ``gc_events`` False: the target sends no
+    GC pauses (a plain OpenTelemetry service: no ``gc_pause`` events, not even a gc spike's);
     ``latency_drift_per_s`` multiplies every stage by ``1 + drift·t``;
     ``timeouts`` requests (at random) time out after ``timeout_s``;
     ``trace_sample_rate`` < 1 head-samples: only the traces the rule of
@@ -290,6 +321,8 @@ def write_synthetic_run(path, *, duration_s: float = 60, rate: float = 50, seed:
     for spike in injected:
         hit = (scheduled >= spike["start_ns"]) & (scheduled < spike["end_ns"])
         count = int(hit.sum())
+        if spike["kind"] == "stall":
+            continue  # applied to the span times below (stall_warp)
         if spike["kind"] == "gc":
             starts, ends = gc_pauses(spike)
             gc_pause_sets.append((starts, ends))
@@ -329,6 +362,12 @@ def write_synthetic_run(path, *, duration_s: float = 60, rate: float = 50, seed:
     bounds = server_start[:, None] + overhead_in[:, None] + np.concatenate(
         [np.zeros((n, 1), np.int64), np.cumsum((stage_ms * NS_PER_MS).astype(np.int64), axis=1)], axis=1)
     server_end = bounds[:, -1] + overhead_out
+    for spike in injected:
+        if spike["kind"] == "stall":  # a stop-the-world process: every server-side time moves past the stalls
+            starts, ends = gc_pauses(spike)
+            times = stall_warp(server_start, np.column_stack([server_start, bounds, server_end]), starts, ends)
+            spike["requests_affected"] = int(np.sum(times[:, -1] != server_end))
+            server_start, bounds, server_end = times[:, 0], times[:, 1:-1], times[:, -1]
     end = server_end + (net_out_ms * NS_PER_MS).astype(np.int64)
     end[timed_out] = sent[timed_out] + int(timeout_s * NS_PER_S)
     status_code[timed_out] = 0
@@ -387,7 +426,8 @@ def write_synthetic_run(path, *, duration_s: float = 60, rate: float = 50, seed:
                 kept &= np.array([trace_sampled(t, trace_sample_rate) for t in trace_ids.to_pylist()], dtype=bool)
             spans_written = _write_spans(path, rng, kept, is_error, trace_ids, server_start, server_end, bounds,
                                          queue_depth, tuple(stage_spans))
-            _write_gc_events(path, rng, start_ns, duration_s, gc_pause_sets)
+            if gc_events:
+                _write_gc_events(path, rng, start_ns, duration_s, gc_pause_sets)
             write_json_atomic(os.path.join(path, fmt.RECEIVER_STATS), {
                 "spans_received": spans_written, "spans_stored": spans_written, "spans_dropped": 0,
                 "export_requests": max(1, spans_written // 512), "decode_errors": 0,
@@ -585,6 +625,7 @@ SIGNAL_FOOTPRINTS = {
     "queue": {"proc.cpu.user_s": 0.3, "host.cpu.user_s": 0.3, "host.cpu.idle_s": -0.3,
               f"prom.vllm:num_requests_waiting{LLM_LABELS}": 30.0},  # an LLM server's engine queue
     "gc": {"proc.cpu.user_s": 0.2, "host.cpu.user_s": 0.2, "host.cpu.idle_s": -0.2},
+    "stall": {"proc.cpu.user_s": 0.2, "host.cpu.user_s": 0.2, "host.cpu.idle_s": -0.2},
     "generator": {"host.cpu.user_s": 0.1, "host.cpu.idle_s": -0.1},
     "gpu": {"gpu0.sm_clock_mhz": 1100.0, "gpu0.clocks_event_reasons": 64.0,
             "gpu0.clocks_event.hw_thermal_slowdown": 1.0},

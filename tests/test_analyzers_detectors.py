@@ -54,7 +54,7 @@ from tailscope.testing.synthetic import (
     write_synthetic_run,
 )
 
-FAULT_KINDS = ("gc", "throttle", "cpu", "swap", "io", "queue", "gpu", "generator", "kv_cache",
+FAULT_KINDS = ("gc", "stall", "throttle", "cpu", "swap", "io", "queue", "gpu", "generator", "kv_cache",
                "prefill")
 UNEXPLAINED_KINDS = ("network", "postprocess")
 FIRES = 0.5
@@ -115,9 +115,9 @@ def test_faults_without_a_detector_are_unexplained_with_the_grown_stage(fault_ru
     evidence = cause["evidence"]
     stage = "client_network" if kind == "network" else "postprocess"
     assert evidence["decomposition"]["dominant_stage"] == stage
-    # 7 of 10 detectors had inputs (no GPU series, no server metrics), none was tempted: confidence 7/10
-    assert evidence["coverage"] == pytest.approx(7 / 10)
-    assert cause["confidence"] == pytest.approx(7 / 10, abs=0.05)
+    # 8 of 11 detectors had inputs (no GPU series, no server metrics), none was tempted: confidence 8/11
+    assert evidence["coverage"] == pytest.approx(8 / 11)
+    assert cause["confidence"] == pytest.approx(8 / 11, abs=0.05)
 
 
 def test_unexplained_is_weak_when_signals_are_missing(tmp_path):
@@ -125,11 +125,11 @@ def test_unexplained_is_weak_when_signals_are_missing(tmp_path):
                         spikes=[{"kind": "postprocess", "at_s": 18, "duration_s": 4, "extra_ms": 80}])
     cause = _only_spike(analyze_run(tmp_path / "bare"))["causes"][0]
     assert cause["kind"] == "unexplained"
-    # without signals only gc (events), queue_saturation (spans) and generator could look
+    # without signals only gc (events), process_stall and queue_saturation (spans) and generator could look
     assert set(cause["evidence"]["detectors_without_inputs"]) == {
         "cpu_throttling", "cpu_contention", "swap", "io_stall", "kv_cache_pressure", "prefill_interference",
         "gpu_throttling"}
-    assert cause["confidence"] == pytest.approx(3 / 10, abs=0.05)
+    assert cause["confidence"] == pytest.approx(4 / 11, abs=0.05)
 
 
 def _clean_context(path, start_s: float, length_s: float) -> SpikeContext:

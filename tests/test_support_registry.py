@@ -63,7 +63,7 @@ def test_names_are_unique_non_empty_strings():
 
 
 def test_each_plugin_kind_is_declared_in_one_registry():
-    assert list(DETECTORS) == ["gc", "cpu_throttling", "cpu_contention", "swap", "io_stall", "kv_cache_pressure",
+    assert list(DETECTORS) == ["gc", "process_stall", "cpu_throttling", "cpu_contention", "swap", "io_stall", "kv_cache_pressure",
                                "prefill_interference", "queue_saturation", "gpu_throttling", "generator"]
     assert all(DETECTORS[kind].kind == kind for kind in DETECTORS)
     assert list(INJECTORS) == ["cpu_throttle", "cpu_contention", "memory_swap", "gc_pressure", "overload", "io_stall",

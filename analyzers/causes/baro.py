@@ -11,7 +11,7 @@ Here, for one spike:
 - series: every sampled signal (counters as rates per second, gauges as read,
   on the 1-s grid of :class:`~.run_inputs.RunInputs`), plus what our
   detectors read from spans, events and requests, as metrics: GC pause time
-  per second, mean queue depth, server arrivals per second and mean send
+  per second, the target's stall time per second (:mod:`~.inputs.span_stalls`), mean queue depth, server arrivals per second and mean send
   lateness — so the comparison is about the *method*, not the inputs;
 - before: the bins before ``start − margin`` (at least 5; else every baseline bin);
 - after: the bins of ``[start, end + margin)``;
@@ -58,6 +58,10 @@ def derived_series(ctx: SpikeContext) -> dict[str, np.ndarray]:
     if len(pauses):
         paused = pauses.paused_before(edges)
         out["derived.gc_pause_ms_per_s"] = np.diff(paused) / 1e6 / (np.diff(edges) / 1e9)
+    stalls = inputs.span_stalls.pauses if len(inputs.run.spans) else ()
+    if len(stalls):
+        stalled = stalls.paused_before(edges)
+        out["derived.stall_ms_per_s"] = np.diff(stalled) / 1e6 / (np.diff(edges) / 1e9)
     _, start, depth, _ = inputs.queue_spans()
     if len(depth):
         out["derived.queue_depth"] = _bin_mean(edges, start, depth)

@@ -25,7 +25,7 @@ class GcDetector(CauseDetector):
     answers = ("gc_pressure",)
     reads = ("derived.gc_pause_ms_per_s",)
     aliases = ("gc_pause", "garbage_collection", "gc_pauses")
-    needs = ("events",)
+    needs = ("events.gc_pause",)  # a run without the target's GC pauses has not checked GC
 
     def score(self, ctx: SpikeContext) -> Finding | None:
         inputs = ctx.inputs

@@ -11,11 +11,17 @@ overlapped one than normal requests did, weighed (as in ``gc``) by how much
 of their extra latency the pause time covers.
 
 A slow network also grows client/network time but does not delay sends, so
-late sends (or generator GC) must back the finding. And a generator starved
+late sends (or generator GC) must back the finding. And time outside the server's
+spans is the generator's only as far as its own lateness reaches: a target that
+stops (a stop-the-world pause) reads requests and writes responses late, outside
+its spans, too. Of the growth in client/network time at most the send lateness
+plus the median generator-GC pause time inside a slow request counts
+(``outside_server_counted_ms``). And a generator starved
 of CPU by *other* processes (its event loop waiting on a run queue:
 ``generator.runqueue_wait_ms``) is a symptom of CPU contention, reported by
 ``cpu_contention``, not a generator problem:
 
+generator share = (lateness + min(client/network, lateness + generator-GC overlap)) / growth
 confidence = ramp(generator share of growth, 0.3, 0.6)
            × max(ramp(late share − normal late share, 0.05, 0.25),
                  ramp(generator-GC overlap lift, 0.2, 0.6)
@@ -49,13 +55,11 @@ class GeneratorDetector(CauseDetector):
         normal = inputs.normal_sample(ctx.normal_request_index)
         split = latency_split(ctx)
         client = max(split.client_network_ms or 0.0, 0.0)
-        generator_ms = max(split.lateness_ms, 0.0) + client
-        share = generator_ms / split.latency_ms if split.latency_ms > 0 else 0.0
         lateness = np.nan_to_num(inputs.req.lateness_ms)
         late_slow = float(np.mean(lateness[slow] > LATE_MS))
         late_normal = float(np.mean(lateness[normal] > LATE_MS)) if len(normal) else 0.0
         pauses = inputs.generator_pauses
-        gc_lift, gc_explains = 0.0, 0.0
+        gc_lift, gc_explains, gc_overlap = 0.0, 0.0, 0.0
         if len(pauses):
             overlap = pauses.overlap_ms(*inputs.request_interval(slow))
             hit_slow = float(np.mean(overlap > 0))
@@ -64,7 +68,13 @@ class GeneratorDetector(CauseDetector):
             gc_lift = hit_slow - hit_normal
             latency = inputs.req.latency_ms
             extra = float(np.median(latency[slow] - (np.median(latency[normal]) if len(normal) else 0.0)))
-            gc_explains = float(np.median(overlap[overlap > 0])) / extra if (overlap > 0).any() and extra > 0 else 0.0
+            gc_overlap = float(np.median(overlap[overlap > 0])) if (overlap > 0).any() else 0.0
+            gc_explains = gc_overlap / extra if extra > 0 else 0.0
+        # time outside the server's spans is the generator's only as far as its own lateness (late sends,
+        # its GC pauses) says it was behind: a stalled target also reads and answers late, out of its spans
+        counted = min(client, max(split.lateness_ms, 0.0) + gc_overlap)
+        generator_ms = max(split.lateness_ms, 0.0) + counted
+        share = generator_ms / split.latency_ms if split.latency_ms > 0 else 0.0
         starved = signal_evidence(ctx, "generator.runqueue_wait_ms", 100.0, floor=1.0)
         own_cpu = ctx.inputs.contrast("generator.cpu_percent", ctx.start_ns, ctx.end_ns, floor=1.0)
         factors = {"generator_share": ramp(share, 0.3, 0.6),
@@ -74,7 +84,8 @@ class GeneratorDetector(CauseDetector):
         confidence = (factors["generator_share"] * max(factors["late_sends"], factors["generator_gc"])
                       * factors["not_starved_by_others"])
         summary = (f"{percent(min(max(share, 0.0), 1.0))} of the slow requests' extra latency was spent in the "
-                   f"generator (send lateness +{split.lateness_ms:.1f} ms, client/network +{client:.1f} ms); "
+                   f"generator (send lateness +{split.lateness_ms:.1f} ms, and {counted:.1f} ms of the "
+                   f"+{client:.1f} ms outside the server's spans, as far as its own lateness reaches); "
                    f"{percent(late_slow)} of them left more than {LATE_MS:g} ms late vs {percent(late_normal)} "
                    "of normal requests"
                    + (f"; generator CPU {own_cpu.spike:.0f}% of a core (baseline {own_cpu.baseline:.0f}%)"
@@ -85,6 +96,7 @@ class GeneratorDetector(CauseDetector):
         return Finding(self.name, round(float(confidence), 4), {
             "summary": summary, "generator_share_of_growth": share, "late_share_slow": late_slow,
             "late_share_normal": late_normal, "generator_gc_overlap_lift": gc_lift,
+            "outside_server_ms": client, "outside_server_counted_ms": counted,
             "generator_cpu_percent": own_cpu.spike if own_cpu is not None else None,
             "generator_runqueue_wait": starved.as_dict() if starved is not None else None,
             "latency_split": split.as_dict(), "factors": factors})

@@ -22,7 +22,9 @@ declared once, in :data:`tailscope.analyzers.causes.registry.DETECTORS` (each a
 DetectorRegistry of all of them.
 
 A need ending in ``*`` is a prefix: ``"gpu*"`` is met by any series whose
-name starts with ``gpu``.
+name starts with ``gpu``; ``"events.gc_pause"`` is met by a run holding at least one
+``gc_pause`` event (a run with events of other kinds only — injected faults, the
+generator's own GC — has not checked the target's GC).
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from typing import ClassVar, Protocol, runtime_checkable
 import numpy as np
 
 from tailscope.rundir import Run
-from tailscope.support.cause_words import cause_title, word_list
+from tailscope.support.cause_words import HOW_TO_CHECK, cause_title, word_list
 from tailscope.support.registry import Registry
 
 #: Findings at or above this confidence explain a spike.
@@ -126,9 +128,12 @@ class CauseDetector(ABC):
 
 
 def available_inputs(run: Run) -> frozenset[str]:
-    """The inputs a run offers: table names with rows, and every signal series name."""
+    """The inputs a run offers: table names with rows, ``events.<kind>`` for every event kind
+    recorded (``events.gc_pause``: the target sent GC pauses), and every signal series name."""
     have = {name for name, table in (("spans", run.spans), ("events", run.events),
                                      ("signals", run.signals)) if len(table)}
+    if len(run.events):
+        have.update(f"events.{kind}" for kind in run.events.column("kind").unique().to_pylist() if kind is not None)
     if len(run.signals):
         have.update(s for s in run.signals.column("series").unique().to_pylist() if s is not None)
     return frozenset(have)
@@ -216,6 +221,9 @@ def unexplained_summary(decomposition: dict, weak: list[Finding], consulted: lis
         parts.append("No cause could be checked.")
     if skipped:
         parts.append(f"Not checked (inputs not recorded): {word_list([cause_title(name) for name in skipped])}.")
+        hints = [f"{cause_title(name)}: {HOW_TO_CHECK[name]}" for name in skipped if name in HOW_TO_CHECK]
+        if hints:
+            parts.append("To check " + "; ".join(hints) + ".")
     if decomposition.get("dominant_stage"):
         parts.append(f"What grew: {decomposition.get('summary')}.")
     else:

@@ -24,6 +24,7 @@ from tailscope.analyzers.causes.detect_gpu import GpuThrottlingDetector
 from tailscope.analyzers.causes.detect_io import IoStallDetector
 from tailscope.analyzers.causes.detect_kv_cache import KvCacheDetector
 from tailscope.analyzers.causes.detect_prefill import PrefillInterferenceDetector
+from tailscope.analyzers.causes.detect_process_stall import ProcessStallDetector
 from tailscope.analyzers.causes.detect_queue import QueueSaturationDetector
 from tailscope.analyzers.causes.detect_swap import SwapDetector
 from tailscope.analyzers.causes.protocol import DEFAULT_MIN_CONFIDENCE, CauseDetector, DetectorRegistry
@@ -35,6 +36,7 @@ UNEXPLAINED = "unexplained"
 #: Every detector class tailscope ships, by kind, in the order causes are listed.
 DETECTORS: Registry[type[CauseDetector]] = Registry("cause detector", key=lambda detector: detector.kind)
 DETECTORS.register(GcDetector)
+DETECTORS.register(ProcessStallDetector)
 DETECTORS.register(CpuThrottlingDetector)
 DETECTORS.register(CpuContentionDetector)
 DETECTORS.register(SwapDetector)

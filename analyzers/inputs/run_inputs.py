@@ -154,6 +154,18 @@ class RunInputs:
     def generator_pauses(self) -> Pauses:
         return pauses_of(self.run.events, "generator_gc")
 
+    @cached_property
+    def span_stalls(self):
+        """The target's stalls seen in its spans alone (:func:`~.span_stalls.find_stalls`)."""
+        from tailscope.analyzers.inputs.span_stalls import find_stalls  # it builds this module's Pauses
+        spans = self.run.spans
+        span_request = self.span_request
+        if span_request is None and len(spans):
+            joined = pc.fill_null(pc.is_in(spans.column("trace_id"), value_set=self.trace_ids), False)
+            span_request = np.where(joined.to_numpy(zero_copy_only=False), 0, -1)
+        sent = np.where(self.req.has_sent, self.req.sent_ns, self.req.scheduled_ns)
+        return find_stalls(spans, span_request if span_request is not None else np.zeros(0, np.int64), sent)
+
     # ------------------------------------------------------------------ spans
     @cached_property
     def queue(self) -> QueuePoints:

@@ -1,0 +1,80 @@
+"""The plain FastAPI + OpenTelemetry service with stop-the-world GC pauses and, unless asked, no GC events.
+
+tests/fastapi_otel_service.py's app and setup (OpenTelemetry's FastAPI instrumentation, OTLP/HTTP
+export to ``OTEL_EXPORTER_OTLP_ENDPOINT``; nothing of tailscope), plus a heap of ``--heap``
+self-referencing dicts kept alive and a thread that runs a full collection (``gc.collect()``) over
+it: a CPython collection holds the GIL throughout, so every thread of the service — the event loop,
+the span exporter — stops for its length (about 100–250 ms for 500,000 objects on the 2-core CI
+machine). The pauses start ``--start-s`` after the first request and come every ``--every-s``
+seconds, ``--count`` times (0: until the end), so a run sees quiet time before and between them.
+
+``--gc-events`` adds the snippet of docs/tracing.md ("GC pauses from any Python service",
+tests/gc_pause_snippet.py): each collection is then also sent as a ``gc.pause`` span.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import fastapi_otel_service  # noqa: E402  (this folder, not a package)
+
+FIRST_REQUEST = threading.Event()
+PLAIN_APP = fastapi_otel_service.build_app
+
+
+def stall_forever(heap_objects: int, start_s: float, every_s: float, count: int) -> None:
+    """Keep the heap alive; from ``start_s`` after the first request, a full collection every ``every_s``."""
+    heap = []
+    for i in range(heap_objects):
+        node = {"i": i}
+        node["self"] = node
+        heap.append(node)
+    FIRST_REQUEST.wait()
+    time.sleep(start_s)
+    done = 0
+    while count == 0 or done < count:
+        began = time.perf_counter()
+        gc.collect()
+        print(f"PAUSE {time.time_ns()} {(time.perf_counter() - began) * 1e3:.1f} ms", flush=True)
+        done += 1
+        time.sleep(max(every_s - (time.perf_counter() - began), 0.0))
+
+
+def build_app():
+    """tests/fastapi_otel_service.py's app, noting its first request."""
+    app = PLAIN_APP()
+
+    @app.middleware("http")
+    async def note_first(request, call_next):
+        FIRST_REQUEST.set()
+        return await call_next(request)
+
+    return app
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--heap", type=int, default=500_000, help="objects the collection walks")
+    parser.add_argument("--start-s", type=float, default=6.0)
+    parser.add_argument("--every-s", type=float, default=2.0)
+    parser.add_argument("--count", type=int, default=4)
+    parser.add_argument("--gc-events", action="store_true", help="send each collection as a gc.pause span")
+    args = parser.parse_args(argv)
+    if args.gc_events:
+        import gc_pause_snippet  # noqa: F401  (installs its gc.callbacks hook and thread)
+    threading.Thread(target=stall_forever, args=(args.heap, args.start_s, args.every_s, args.count),
+                     daemon=True, name="stalls").start()
+    fastapi_otel_service.build_app = build_app  # main() builds the app through this name
+    return fastapi_otel_service.main(["--port", str(args.port)])
+
+
+if __name__ == "__main__":
+    sys.exit(main())
