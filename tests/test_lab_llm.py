@@ -95,7 +95,7 @@ def test_llm_fault_params_parse_from_the_command_line():
     spec = parse_fault_option("llm_prompt_storm:at=3s,duration=4s,rate=5,prompt_tokens=900,max_tokens=1")
     assert (spec.at_s, spec.duration_s) == (3.0, 4.0)
     assert spec.params == {"rate": 5.0, "prompt_tokens": 900, "max_tokens": 1, "max_in_flight": 64, "seed": 1,
-                           "model": ""}
+                           "model": "", "tokenizer": ""}
 
 
 def _series(run, contains: str) -> list[tuple[int, float]]:
