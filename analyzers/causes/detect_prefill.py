@@ -17,6 +17,9 @@ makes every step longer, so the running streams' time per output token grows. Ev
 
 confidence = ramp(TPOT ratio, 1.2, 2) × ramp(prompt surge ratio, 1.5, 3) × ramp(its robust z, 2, 6)
 × (1 − KV pressure) × (1 − ramp(queue share, 0.3, 0.7)) × target side.
+The server's own prompt-token rate (the preset's ``prompt_tokens`` role: vLLM's
+``prompt_tokens_by_source_total{source="local_compute"}``, the tokens actually prefilled with
+prefix-cache hits left out) is among the evidence series the report draws beside it.
 It runs where the run has spans and Prometheus series (``prom.*``: an LLM server scraped) and
 says nothing without a ``decode`` stage or without token counts.
 """

@@ -34,7 +34,9 @@ confidence = ramp(queue share, 0.3, 0.7)
            × (1 − KV pressure)
 
 On an LLM server the engine's own queue is a Prometheus gauge (the preset's ``waiting`` role:
-``vllm:num_requests_waiting``, ``tgi_queue_size``, ``sglang:num_queue_reqs``, …): *waiting
+``vllm:num_requests_waiting_by_reason{reason="capacity"}`` — requests waiting for scheduling
+capacity, not those deferred by LoRA or KV transfer — else ``vllm:num_requests_waiting``,
+``tgi_queue_size``, ``sglang:num_queue_reqs``, …): *waiting
 grew* is its signal evidence (robust z 2 → 6, material 4 requests) — requests waiting while the
 KV cache is not full mean the engine is at its concurrency or compute limit.
 
