@@ -19,7 +19,7 @@ confidence = ramp(TPOT ratio, 1.2, 2) × ramp(prompt surge ratio, 1.5, 3) × ram
 × (1 − KV pressure) × (1 − ramp(queue share, 0.3, 0.7)) × target side.
 The server's own prompt-token rate (the preset's ``prompt_tokens`` role: vLLM's
 ``prompt_tokens_by_source_total{source="local_compute"}``, the tokens actually prefilled with
-prefix-cache hits left out) is among the evidence series the report draws beside it.
+prefix-cache hits left out) is a series this cause reads (``reads``: the signals tied to it).
 It runs where the run has spans and Prometheus series (``prom.*``: an LLM server scraped) and
 says nothing without a ``decode`` stage or without token counts.
 """
