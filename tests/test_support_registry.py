@@ -69,7 +69,7 @@ def test_each_plugin_kind_is_declared_in_one_registry():
     assert list(INJECTORS) == ["cpu_throttle", "cpu_contention", "memory_swap", "gc_pressure", "overload", "io_stall",
                                "llm_long_generations", "llm_prompt_storm", "llm_overload"]
     assert all(INJECTORS[kind].kind == kind for kind in INJECTORS)
-    assert list(SECTION_PARSERS) == ["retention", "faults", "stages", "abort_on"]
+    assert list(SECTION_PARSERS) == ["retention", "faults", "stages", "abort_on", "verdict"]
     assert ARRIVAL_PROCESSES == (*ARRIVALS, "closed") == ("constant", "poisson", "gamma", "replay", "closed")
     samplers = default_samplers(None, SamplerConfig())
     assert [s.name for s in samplers] == list(SAMPLERS)  # each factory builds the sampler it is named for
