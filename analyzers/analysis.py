@@ -176,7 +176,7 @@ def analyze_run(run_or_path: Run | str | os.PathLike, *, window_s: float = 1.0,
     policy, policy_warnings = scenario_policy(scenario)
     analysis["verdict"] = outcome_verdict(abort_verdict(evaluate(slos, analysis), run.manifest),
                                           analysis["run"], run.manifest, policy)
-    analysis["findings"] = whole_run_findings(FindingInputs(analysis, req, matrix, run))
+    analysis["findings"] = whole_run_findings(FindingInputs(analysis, req, matrix, run, join.span_request))
     analysis["warnings"] = (slo_warnings + policy_warnings + resolved.warnings + clock_warnings(alignment)
                             + run_warnings(run, analysis, windows, spike_rules, detection)
                             + pattern_warnings(analysis["patterns"])

@@ -16,6 +16,7 @@ FINDING_TITLES = {
     "tcp_delayed_ack": "TCP delayed-ACK stall",
     "outside_server": "time outside the server's spans",
     "generator_limited": "generator-limited",
+    "p99_set_by": "why P99 is what it is",
 }
 
 

@@ -14,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from tailscope.analyzers.inputs.records import RequestArrays
 from tailscope.analyzers.stages.decomposition import StageMatrix
 from tailscope.rundir import Run
@@ -43,12 +45,14 @@ class Finding:
 @dataclass(frozen=True)
 class FindingInputs:
     """What a check may read: ``analysis`` (every section but ``findings``), the requests as
-    arrays, the stage matrix of the joined requests, and the run (clock-aligned copy)."""
+    arrays, the stage matrix of the joined requests, the run (clock-aligned copy), and per span
+    the index of its request (-1: none; None: not joined yet, a check joins what it needs)."""
 
     analysis: dict
     req: RequestArrays
     matrix: StageMatrix
     run: Run
+    span_request: np.ndarray | None = None
 
 
 @dataclass(frozen=True)

@@ -9,12 +9,14 @@ from __future__ import annotations
 from tailscope.analyzers.findings.generator import GENERATOR_LIMITED
 from tailscope.analyzers.findings.network import OUTSIDE_SERVER, TCP_DELAYED_ACK
 from tailscope.analyzers.findings.protocol import FindingCheck, FindingInputs, run_checks
+from tailscope.analyzers.findings.tail import P99_SET_BY
 from tailscope.support.registry import Registry
 
 FINDINGS: Registry[FindingCheck] = Registry("finding", key=lambda check: check.kind)
 FINDINGS.register(TCP_DELAYED_ACK)
 FINDINGS.register(OUTSIDE_SERVER)
 FINDINGS.register(GENERATOR_LIMITED)
+FINDINGS.register(P99_SET_BY)
 
 
 def whole_run_findings(inputs: FindingInputs, registry: Registry[FindingCheck] = FINDINGS) -> list[dict]:
