@@ -6,7 +6,8 @@ self-referencing dicts kept alive and a thread that runs a full collection (``gc
 it: a CPython collection holds the GIL throughout, so every thread of the service — the event loop,
 the span exporter — stops for its length (about 100–250 ms for 500,000 objects on the 2-core CI
 machine). The pauses start ``--start-s`` after the first request and come every ``--every-s``
-seconds, ``--count`` times (0: until the end), so a run sees quiet time before and between them.
+seconds, ``--count`` times (0: until the end), in bursts of ``--burst`` collections
+``--burst-gap-s`` apart, so a run sees quiet time before and between them.
 
 ``--gc-events`` adds the snippet of docs/tracing.md ("GC pauses from any Python service",
 tests/gc_pause_snippet.py): each collection is then also sent as a ``gc.pause`` span.
@@ -29,8 +30,10 @@ FIRST_REQUEST = threading.Event()
 PLAIN_APP = fastapi_otel_service.build_app
 
 
-def stall_forever(heap_objects: int, start_s: float, every_s: float, count: int) -> None:
-    """Keep the heap alive; from ``start_s`` after the first request, a full collection every ``every_s``."""
+def stall_forever(heap_objects: int, start_s: float, every_s: float, count: int, burst: int = 1,
+                  burst_gap_s: float = 0.4) -> None:
+    """Keep the heap alive; from ``start_s`` after the first request, every ``every_s`` a burst of
+    ``burst`` full collections ``burst_gap_s`` apart (``count`` bursts; 0: until the end)."""
     heap = []
     for i in range(heap_objects):
         node = {"i": i}
@@ -41,8 +44,12 @@ def stall_forever(heap_objects: int, start_s: float, every_s: float, count: int)
     done = 0
     while count == 0 or done < count:
         began = time.perf_counter()
-        gc.collect()
-        print(f"PAUSE {time.time_ns()} {(time.perf_counter() - began) * 1e3:.1f} ms", flush=True)
+        for i in range(burst):
+            if i:
+                time.sleep(burst_gap_s)
+            at, paused = time.time_ns(), time.perf_counter()
+            gc.collect()
+            print(f"PAUSE {at} {(time.perf_counter() - paused) * 1e3:.1f} ms", flush=True)
         done += 1
         time.sleep(max(every_s - (time.perf_counter() - began), 0.0))
 
@@ -65,12 +72,15 @@ def main(argv=None) -> int:
     parser.add_argument("--heap", type=int, default=500_000, help="objects the collection walks")
     parser.add_argument("--start-s", type=float, default=6.0)
     parser.add_argument("--every-s", type=float, default=2.0)
-    parser.add_argument("--count", type=int, default=4)
+    parser.add_argument("--count", type=int, default=4, help="bursts (0: until the end)")
+    parser.add_argument("--burst", type=int, default=1, help="collections per burst")
+    parser.add_argument("--burst-gap-s", type=float, default=0.4)
     parser.add_argument("--gc-events", action="store_true", help="send each collection as a gc.pause span")
     args = parser.parse_args(argv)
     if args.gc_events:
         import gc_pause_snippet  # noqa: F401  (installs its gc.callbacks hook and thread)
-    threading.Thread(target=stall_forever, args=(args.heap, args.start_s, args.every_s, args.count),
+    threading.Thread(target=stall_forever, args=(args.heap, args.start_s, args.every_s, args.count, args.burst,
+                                                      args.burst_gap_s),
                      daemon=True, name="stalls").start()
     fastapi_otel_service.build_app = build_app  # main() builds the app through this name
     return fastapi_otel_service.main(["--port", str(args.port)])

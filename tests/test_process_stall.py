@@ -47,6 +47,20 @@ def test_a_stop_the_world_stall_without_gc_events_is_named_process_stall_never_t
         assert "by chance p" in evidence["summary"]
 
 
+def test_time_outside_the_servers_spans_is_not_the_generators_when_its_sends_were_only_a_little_late(tmp_path):
+    """The stalled target reads requests late: the requests sent into a stall wait outside the server's
+    spans (client/network +tens of ms) while the generator's sends leave 6 ms late. Before, the generator
+    was given all of it ("the load generator … client/network +65.9 ms") and named with confidence 1."""
+    truth = write_synthetic_run(tmp_path / "run", duration_s=40, rate=300, seed=3, gc_events=False, spikes=[
+        {"kind": "stall", "at_s": 20, "duration_s": 4, "extra_ms": 120},
+        {"kind": "generator", "at_s": 20, "duration_s": 4, "extra_ms": 6}])
+    (spike,) = analyze_run(truth["path"])["spikes"]
+    assert [c["kind"] for c in spike["causes"]] == ["process_stall"]
+    split = spike["causes"][0]["evidence"]["latency_split"]
+    # most of the growth is outside the server's spans, a little in late sends
+    assert split["client_network_growth_ms"] > 5 * split["lateness_growth_ms"] > 0
+
+
 def test_a_run_whose_target_sent_no_gc_pauses_lists_gc_as_not_checked_with_how_to_add_them(tmp_path):
     truth = write_synthetic_run(tmp_path / "run", duration_s=40, rate=50, seed=7, gc_events=False,
                                 spikes=[{"kind": "postprocess", "at_s": 18, "duration_s": 4, "extra_ms": 80}])
