@@ -40,6 +40,7 @@ from tailscope.analyzers.patterns.soak import record_period_counts, soak_section
 from tailscope.analyzers.patterns.trends import analyze_patterns, pattern_warnings
 from tailscope.analyzers.spikes.detection import SpikeRules, detect, detection_facts, find_spikes
 from tailscope.analyzers.spikes.series import series_spikes
+from tailscope.analyzers.spikes.token_causes import token_spike_causes
 from tailscope.analyzers.stages.clock_alignment import align_clocks, clock_warnings
 from tailscope.analyzers.stages.consistency import consistency_warnings
 from tailscope.analyzers.stages.decomposition import (
@@ -169,6 +170,10 @@ def analyze_run(run_or_path: Run | str | os.PathLike, *, window_s: float = 1.0,
                             run.manifest),
         "error_samples": error_samples_section(run.path),
     }
+    if analysis["llm"] is not None:  # TTFT and TPOT spikes get causes as latency spikes do
+        analysis["llm"]["spikes"] = token_spike_causes(
+            analysis["llm"]["spikes"], series(req, records["llm"], records["stream_times"]), req, matrix, run,
+            windows, registry, method, join.span_request, queue)
     analysis["soak"] = soak_section(
         windows, run.signals, period,
         retained.period_counts if retained is not None else partial(record_period_counts, req),

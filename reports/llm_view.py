@@ -144,9 +144,11 @@ def token_spike_cards(analysis: dict) -> dict:
     Each card has the keys the report's card template reads (``token`` True, ``key``, ``metric``,
     ``number`` per series, ``window``, ``p99``, ``baseline``, ``ratio``, ``excess``, ``requests``,
     ``slow_requests``, ``top_title``, ``top_sentence``: its one-line description) and ``impact``
-    (reports/cards.py ``impact``, so it ranks with the latency spikes). A token-level spike has no
-    cause; it is **minor** by the latency spikes' rule for unexplained spikes (its P99 below twice
-    the baseline P99, or its impact under a tenth of the largest spike's, latency spikes included)."""
+    (reports/cards.py ``impact``, so it ranks with the latency spikes). The card names the metric that
+    rose, by how much, and its top cause with that cause's sentence (``causes``, analyzers/spikes/
+    token_causes.py; an analysis from before token spikes had causes says which latency spike overlaps
+    it instead). It is **minor** by the latency spikes' rule (unexplained with its P99 below twice the
+    baseline P99, or its impact under a tenth of the largest spike's, latency spikes included)."""
     llm = analysis.get("llm") or {}
     origin = analysis["run"].get("load_start_ns") or analysis["run"].get("start_ns")
     latency = analysis.get("spikes") or []
@@ -157,15 +159,19 @@ def token_spike_cards(analysis: dict) -> dict:
     for key, label, number, s in found:
         window = f"{fmt_offset(s['start_ns'], origin)} – {fmt_offset(s['end_ns'], origin)}"
         ratio = ratio_text(s["p99_ms"], s["baseline_p99_ms"])
+        rose = (f"{label} P99 rose to {fmt_ms(s['p99_ms'])} against a {fmt_ms(s['baseline_p99_ms'])} "
+                f"baseline ({ratio}) in {window}: {fmt_count(s['slow_requests'])} of "
+                f"{fmt_count(s['requests'])} requests {SLOW_WORDS[key]}; ")
+        top = (s.get("causes") or [None])[0]
         card = {
             "token": True, "key": key, "metric": label, "number": number, "window": window,
             "p99": fmt_ms(s["p99_ms"]), "baseline": fmt_ms(s["baseline_p99_ms"]), "ratio": ratio,
             "excess": fmt_ms(s["excess_ms"]), "requests": fmt_count(s["requests"]),
             "slow_requests": fmt_count(s["slow_requests"]), "impact": impact(s),
-            "top_title": f"{label} spike: no cause attributed",
-            "top_sentence": (f"{label} P99 rose to {fmt_ms(s['p99_ms'])} against a {fmt_ms(s['baseline_p99_ms'])} "
-                             f"baseline ({ratio}) in {window}: {fmt_count(s['slow_requests'])} of "
-                             f"{fmt_count(s['requests'])} requests {SLOW_WORDS[key]}; " + _overlap_text(s, latency)),
+            "top_title": (f"{label} spike: {cause_title(top['kind'])}" if top is not None
+                          else f"{label} spike: no cause attributed"),
+            "top_sentence": rose + (f"why: {(top.get('evidence') or {}).get('summary') or cause_title(top['kind'])}"
+                                    if top is not None else _overlap_text(s, latency)),
         }
         (minor if is_minor(s) or card["impact"] < MINOR_IMPACT_SHARE * largest else cards).append(card)
     return {"cards": cards, "minor": minor}

@@ -277,7 +277,8 @@ def write_synthetic_run(path, *, duration_s: float = 60, rate: float = 50, seed:
                         stage_spans: Sequence[str] = tuple(n for n, _ in STAGE_SPANS),
                         signal_rate_hz: float = 2.0, gpu: bool = False, rss_growth_bytes_per_s: float = 0.0,
                         latency_drift_per_s: float = 0.0, timeouts: int = 0, timeout_s: float = 10.0,
-                        trace_sample_rate: float = 1.0, llm: bool = False, gc_events: bool = True) -> dict:
+                        trace_sample_rate: float = 1.0, llm: bool = False, gc_events: bool = True,
+                        stream: bool = False) -> dict:
     """Write a seeded synthetic run to ``path``; return its ground truth.
 
     ``span_loss`` drops the whole trace of that share of requests (receiver
@@ -289,6 +290,9 @@ def write_synthetic_run(path, *, duration_s: float = 60, rate: float = 50, seed:
     counts per request (always when an :data:`LLM_SPIKE_KINDS` spike is injected);
     ``rss_growth_bytes_per_s`` makes the target's RSS leak; ``gc_events`` False: the target sends no
     GC pauses (a plain OpenTelemetry service: no ``gc_pause`` events, not even a gc spike's);
+    ``stream`` (an LLM run): each successful request streams its answer in two chunks, the first
+    token as its decode stage starts (TTFT: everything before decode — queue and batch wait
+    included), the rest at its end (TPOT: decode time over the output tokens after the first);
     ``latency_drift_per_s`` multiplies every stage by ``1 + drift·t``;
     ``timeouts`` requests (at random) time out after ``timeout_s``;
     ``trace_sample_rate`` < 1 head-samples: only the traces the rule of
@@ -386,6 +390,14 @@ def write_synthetic_run(path, *, duration_s: float = 60, rate: float = 50, seed:
             **({"stages": LLM_STAGES} if llm else {}),
         },
     }
+    tokens = _token_columns(seed, scheduled, injected, is_error | timed_out) if llm else {}
+    streamed = np.zeros(n, bool)
+    first_token = server_end + (net_out_ms * NS_PER_MS / 2).astype(np.int64)
+    if stream and llm:
+        output = tokens["output_tokens"].to_numpy(zero_copy_only=False)
+        streamed = ~(is_error | timed_out) & (np.nan_to_num(output) >= 2)
+        decode_start = bounds[:, STAGE_NAMES.index("inference")]
+        first_token = np.where(streamed, decode_start + (net_out_ms * NS_PER_MS).astype(np.int64), first_token)
     writer = RunWriter(path, manifest)
     try:
         writer.requests.close()  # an empty stream; the bulk writer below replaces it
@@ -394,7 +406,7 @@ def write_synthetic_run(path, *, duration_s: float = 60, rate: float = 50, seed:
         try:
             requests.write({
                 "scheduled_ns": scheduled, "sent_ns": sent, "end_ns": end,
-                "first_byte_ns": np.where(timed_out, end, server_end + (net_out_ms * NS_PER_MS / 2).astype(np.int64)),
+                "first_byte_ns": np.where(timed_out, end, first_token),
                 "cls": constant_strings(list(classes), cls_index), "status": status_code,
                 "bytes_out": rng.integers(200, 4000, size=n), "bytes_in": rng.integers(100, 800, size=n),
                 "trace_id": trace_ids,
@@ -405,11 +417,15 @@ def write_synthetic_run(path, *, duration_s: float = 60, rate: float = 50, seed:
                     pa.array(error_kind, pa.int32()),
                     pa.array([error_message, f"no complete response within {timeout_s:g} s", None], pa.string()),
                 ).cast(pa.string()),
-                "chunks": np.zeros(n, np.int32), "worker": np.zeros(n, np.int32),
-                **(_token_columns(seed, scheduled, injected, is_error | timed_out) if llm else {}),
+                "chunks": np.where(streamed, 2, 0).astype(np.int32), "worker": np.zeros(n, np.int32),
+                **({"last_token_ns": pa.array(end, pa.int64(), mask=~streamed)} if streamed.any() else {}),
+                **tokens,
             })
         finally:
             requests.close()
+        if streamed.any():
+            _write_chunks(path, trace_ids, np.flatnonzero(streamed), first_token, end,
+                          tokens["output_tokens"].to_numpy(zero_copy_only=False))
         for spike in injected:
             writer.add_event("fault", spike["start_ns"], spike["end_ns"], "synthetic",
                              {"fault": spike["fault"], "role": "cause", "name": spike["kind"], "stage": spike["stage"],
@@ -466,6 +482,19 @@ def _token_columns(seed: int, scheduled: np.ndarray, injected: list[dict], faile
     return {"prompt_tokens": pa.array(prompts, pa.int32()),
             "output_tokens": pa.array(outputs, pa.int32(), mask=failed),
             "token_count_source": pa.array(np.where(failed, None, "usage"), pa.string())}
+
+
+def _write_chunks(path, trace_ids: pa.Array, rows: np.ndarray, first_ns: np.ndarray, end_ns: np.ndarray,
+                  output_tokens: np.ndarray) -> None:
+    """Two chunks per streamed request: its first token at ``first_ns``, the rest at ``end_ns``."""
+    ids = pc.take(trace_ids, pa.array(np.repeat(rows, 2)))
+    out = StreamFile(os.path.join(path, fmt.CHUNKS), fmt.CHUNKS_SCHEMA)
+    try:
+        out.write({"trace_id": ids, "index": np.tile(np.array([0, 1], np.int32), len(rows)),
+                   "t_ns": np.column_stack([first_ns[rows], end_ns[rows]]).ravel(),
+                   "tokens": np.column_stack([np.ones(len(rows)), output_tokens[rows] - 1]).ravel().astype(np.int32)})
+    finally:
+        out.close()
 
 
 def _write_spans(path, rng, kept, is_error, trace_ids, server_start, server_end, bounds, queue_depth,

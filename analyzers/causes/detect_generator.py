@@ -46,6 +46,7 @@ class GeneratorDetector(CauseDetector):
     answers = ("generator",)
     reads = ("derived.lateness_ms",)
     needs = ()
+    raises = ("latency", "ttft")  # the metrics it raises (CauseDetector.raises)
 
     def score(self, ctx: SpikeContext) -> Finding | None:
         inputs = ctx.inputs

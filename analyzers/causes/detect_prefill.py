@@ -69,6 +69,7 @@ class PrefillInterferenceDetector(CauseDetector):
     reads = server_role_prefixes("prompt_tokens")
     aliases = ("prefill", "long_prompts")
     needs = ("spans", "prom.*")
+    raises = ("latency", "tpot")  # the metrics it raises (CauseDetector.raises)
 
     def score(self, ctx: SpikeContext) -> Finding | None:
         inputs = ctx.inputs

@@ -102,6 +102,7 @@ class QueueSaturationDetector(CauseDetector):
     reads = ("derived.queue_depth", "derived.server_arrivals_per_s", *server_role_prefixes("waiting"))
     aliases = ("queueing", "queue", "saturation", "retry_storm")
     needs = ("spans",)
+    raises = ("latency", "ttft")  # the metrics it raises (CauseDetector.raises)
 
     def score(self, ctx: SpikeContext) -> Finding | None:
         stages = ctx.decomposition.get("stages") or {}

@@ -41,6 +41,12 @@ from tailscope.support.registry import Registry
 
 #: Findings at or above this confidence explain a spike.
 DEFAULT_MIN_CONFIDENCE = 0.5
+#: The metrics a spike is found in: end-to-end latency, an LLM's time to first token and time per output token.
+METRICS = ("latency", "ttft", "tpot")
+#: The most a finding counts on a spike of a metric its cause does not raise (``CauseDetector.raises``).
+OFF_METRIC_CAP = 0.25
+#: Metric names in words.
+METRIC_WORDS = {"latency": "latency", "ttft": "TTFT", "tpot": "TPOT"}
 
 
 @dataclass(frozen=True)
@@ -66,7 +72,9 @@ class SpikeContext:
     ``slow_request_index`` / ``normal_request_index`` index the run's requests
     (rows of ``run.requests``); times are epoch ns. ``inputs`` (a
     :class:`~.run_inputs.RunInputs`) holds what detectors share for the run;
-    ``threshold_ms`` is the baseline P99 that made a request slow.
+    ``threshold_ms`` is the baseline P99 that made a request slow; ``metric`` is what rose:
+    ``"latency"`` (a latency spike), ``"ttft"`` or ``"tpot"`` (an LLM's token-level spike: the slow
+    requests are those above that metric's baseline P99).
     """
 
     run: Run
@@ -79,6 +87,7 @@ class SpikeContext:
     available: frozenset[str]
     inputs: object = None
     threshold_ms: float | None = None
+    metric: str = "latency"
 
 
 @runtime_checkable
@@ -108,7 +117,12 @@ class CauseDetector(ABC):
       listed. The BARO-style ranker attributes a moved series to the detector reading it;
     - ``aliases``: other names a detector elsewhere may give this cause (``gc_pause``);
       the lab's scoring accepts them for the faults this detector answers;
-    - ``needs``: as :class:`Detector` (inputs the run must have for it to run).
+    - ``needs``: as :class:`Detector` (inputs the run must have for it to run);
+    - ``raises``: the metrics this cause raises (:data:`METRICS`): a stop of the whole target raises
+      all of them; queueing, KV-cache pressure and a late generator raise the wait for the first token
+      (``ttft``) but not the time per output token (``tpot``); other prompts' prefill raises ``tpot``.
+      On a spike of a metric the cause does not raise, its finding is weak at most
+      (:data:`OFF_METRIC_CAP`): it is kept among the weak findings with why.
     """
 
     kind: ClassVar[str]
@@ -116,6 +130,7 @@ class CauseDetector(ABC):
     reads: ClassVar[tuple[str, ...]]
     needs: ClassVar[tuple[str, ...]]
     aliases: ClassVar[tuple[str, ...]] = ()
+    raises: ClassVar[tuple[str, ...]] = ("latency", "ttft", "tpot")
 
     @property
     def name(self) -> str:
@@ -160,8 +175,11 @@ class DetectorRegistry:
         return [d for d in self._detectors.values() if all(need_met(n, available) for n in d.needs)]
 
     def attribute(self, ctx: SpikeContext) -> list[dict]:
-        """The spike's causes, highest confidence first, or ``[unexplained]``."""
-        findings = [f for f in (d.score(ctx) for d in self.eligible(ctx.available)) if f is not None]
+        """The spike's causes, highest confidence first, or ``[unexplained]``. On a spike of
+        ``ctx.metric`` a finding whose detector does not declare it ``raises`` that metric counts at
+        most :data:`OFF_METRIC_CAP` (its evidence says so)."""
+        findings = [on_metric(d, f, ctx.metric) for d, f in ((d, d.score(ctx)) for d in self.eligible(ctx.available))
+                    if f is not None]
         fired = sorted((f for f in findings if f.confidence >= self.min_confidence),
                        key=lambda f: -f.confidence)
         if fired:
@@ -169,6 +187,19 @@ class DetectorRegistry:
         consulted = [d.name for d in self.eligible(ctx.available)]
         skipped = [name for name in self._detectors if name not in consulted]
         return [unexplained(ctx.decomposition, findings, consulted, skipped, self.min_confidence).as_dict()]
+
+
+def on_metric(detector: Detector, finding: Finding, metric: str) -> Finding:
+    """``finding`` as it counts on a spike of ``metric``: itself when its detector raises that metric
+    (a detector declaring no ``raises`` raises every metric), else capped at :data:`OFF_METRIC_CAP`
+    with ``evidence.off_metric`` saying why."""
+    raises = getattr(detector, "raises", METRICS)
+    if metric in raises or finding.confidence <= OFF_METRIC_CAP:
+        return finding
+    why = (f"{cause_title(finding.kind)} raises {word_list([METRIC_WORDS.get(m, m) for m in raises])}, "
+           f"not {METRIC_WORDS.get(metric, metric)}")
+    return Finding(finding.kind, OFF_METRIC_CAP, {**finding.evidence, "off_metric": why,
+                                                  "confidence_before_off_metric": finding.confidence})
 
 
 def need_met(need: str, available: frozenset[str]) -> bool:
