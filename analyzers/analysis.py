@@ -38,7 +38,7 @@ from tailscope.analyzers.inputs.retained import retained_view
 from tailscope.analyzers.inputs.signal_index import SignalIndex
 from tailscope.analyzers.patterns.soak import record_period_counts, soak_section
 from tailscope.analyzers.patterns.trends import analyze_patterns, pattern_warnings
-from tailscope.analyzers.spikes.detection import SpikeRules, detect, detection_facts, find_spikes
+from tailscope.analyzers.spikes.detection import SpikeRules, detect, detection_facts, find_spikes, short_sentence, shortness
 from tailscope.analyzers.spikes.series import series_spikes
 from tailscope.analyzers.spikes.token_causes import token_spike_causes
 from tailscope.analyzers.stages.clock_alignment import align_clocks, clock_warnings
@@ -152,7 +152,8 @@ def analyze_run(run_or_path: Run | str | os.PathLike, *, window_s: float = 1.0,
         "slow_requests": records["slow_requests"],
         "tail_line": records["tail_line"],
         "distribution": records["distribution"],
-        "spike_detection": detection_facts(detection, spike_rules, method, period[0] if period else None),
+        "spike_detection": detection_facts(detection, spike_rules, method, period[0] if period else None,
+                                           shortness(req, windows, spike_rules, retained) if detection is None else None),
         "spikes": spikes,
         "patterns": patterns,
         "signals": signals,
@@ -421,8 +422,10 @@ def run_warnings(run: Run, analysis: dict, windows, rules: SpikeRules, detection
             + (f" ({stages['traced_fraction']:.1%} were sent for tracing)" if sample_rate < 1.0 else "")
             + "; stage statistics cover the joined ones")})
     if windows is not None and detection is None:
+        short = analysis["spike_detection"].get("too_short")
         warnings.append({"code": "no_spike_detection", "message": (
-            f"spike detection needs at least {rules.min_samples} latency samples")})
+            short_sentence(short) if short else
+            f"spike detection needs at least {rules.samples_to_tell()} latency samples")})
     return warnings
 
 

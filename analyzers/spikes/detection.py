@@ -3,11 +3,13 @@
 Detection is the tail-share test of :mod:`.tail_test`: windows holding
 significantly (Bonferroni over all windows and scales, alpha 1%) and
 materially more requests above the baseline P99 than the 1% a steady run
-holds. It works from 20 to 20,000 requests/s and at any run length, and
-keeps a steady run free of spikes with probability at least 99%. Flagged
-detection windows at most ``merge_gap`` windows apart merge into one spike
-with start, end, peak (its window with the highest slow share) and excess
-(the spike's P99 over the baseline P99).
+holds. It works from 0.5 to 20,000 requests/s and for incidents up to half
+the run (benchmarks/detection_sweep.py, docs/analyzers/spikes.md), keeps a
+steady run free of spikes with probability at least 99%, and calls a run with
+too few samples after the warm-up too short to tell (:func:`shortness`).
+Flagged detection windows of one episode (:meth:`~.tail_test.TailTestResult.episodes`)
+are one spike with start, end, peak (its window with the highest slow share)
+and excess (the spike's P99 over the baseline).
 
 Per spike: the slow requests (scheduled inside it, latency above the
 baseline P99) are compared with the normal requests (outside every spike)
@@ -31,7 +33,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats
 
 from tailscope.analyzers.causes.protocol import DetectorRegistry, SpikeContext, available_inputs
 from tailscope.analyzers.inputs.queues import QueuePoints
@@ -39,7 +40,7 @@ from tailscope.analyzers.inputs.records import RequestArrays
 from tailscope.analyzers.inputs.retained import RetainedView
 from tailscope.analyzers.inputs.run_inputs import RunInputs
 from tailscope.analyzers.spikes.evidence_series import evidence_series
-from tailscope.analyzers.spikes.tail_test import TailTestResult, TailTestRules, merge_runs, tail_test
+from tailscope.analyzers.spikes.tail_test import TailTestResult, TailTestRules, tail_test, too_short
 from tailscope.analyzers.stages.decomposition import DEFAULT_STAGE_MAP, StageMatrix
 from tailscope.analyzers.stages.representative_trace import representative_trace
 from tailscope.analyzers.stats.percentiles import min_samples_for_claim, nearest_rank
@@ -114,19 +115,54 @@ def detect_series(scheduled_ns: np.ndarray, values_ms: np.ndarray, windows: dict
                      weights[mask] if weights is not None else None)
 
 
+def shortness(req: RequestArrays, windows: dict[str, np.ndarray] | None, rules: SpikeRules = SpikeRules(),
+              retained: RetainedView | None = None) -> dict | None:
+    """Why the run is too short to tell whether its P99 spiked, or None when it is not (or has no
+    windows): :func:`~.tail_test.too_short` of the latency samples after the warm-up, with the
+    warm-up (``warmup_s``) and the load it takes in all (``enough_s`` + ``warmup_s``: ``load_s``)."""
+    if windows is None or len(windows["start_ns"]) == 0:
+        return None
+    origin, end = int(windows["start_ns"][0]), int(windows["end_ns"][-1])
+    warmup = warmup_ns(origin, end, int(windows["end_ns"][0] - windows["start_ns"][0]), rules)
+    if retained is not None:
+        time_ns, _, counts = retained.latency_samples()
+        samples = int(counts[time_ns >= origin + warmup].sum())
+    else:
+        samples = int(np.count_nonzero(req.scheduled_ns[req.in_latency] >= origin + warmup))
+    short = too_short(samples, end - origin - warmup, rules)
+    if short is None:
+        return None
+    load = short["enough_s"] + warmup / 1e9 if short["enough_s"] is not None else None
+    return {**short, "warmup_s": warmup / 1e9, "load_s": load}
+
+
+def short_sentence(short: dict) -> str:
+    """What :func:`shortness` found, in words: "too short to tell: …"."""
+    rate = short["rate_per_s"]
+    enough = (f"; at {rate:.3g} requests/s about {short['load_s']:.0f} s of load would be enough"
+              if short["load_s"] is not None else "")
+    return (f"too short to tell whether the P99 spiked: {short['samples']} latency samples after the "
+            f"{short['warmup_s']:.0f}-s warm-up, the spike test needs {short['needed']}{enough}")
+
+
 def detection_facts(result: TailTestResult | None, rules: SpikeRules, method: str,
-                    load_start_ns: int | None = None) -> dict:
+                    load_start_ns: int | None = None, short: dict | None = None) -> dict:
     """The ``spike_detection`` section: how spikes were looked for, after which warm-up
-    (``warmup_s``: from ``load_start_ns`` to the first detection window), against what baseline."""
+    (``warmup_s``: from ``load_start_ns`` to the first detection window), against what baseline
+    (``baseline_p99_ms`` is τ, the quiet samples' ``baseline_quantile``: 0.99 unless fewer than
+    ``min_samples`` quiet samples; ``baseline_samples`` of them). ``short``: :func:`shortness`
+    when the test did not run for that reason (``too_short``, else None)."""
     if result is None:
         return {"performed": False, "method": method, "detection_window_s": None, "baseline_p99_ms": None,
+                "baseline_quantile": None, "baseline_samples": 0,
                 "expected_slow_share": 1.0 - rules.tail_p, "alpha": rules.alpha, "tests": 0, "iterations": 0,
-                "warmup_s": 0.0}
+                "warmup_s": 0.0, "too_short": short}
     warmup = (result.origin_ns - load_start_ns) / 1e9 if load_start_ns is not None else 0.0
     return {"performed": True, "method": method, "detection_window_s": result.window_ns / 1e9,
-            "baseline_p99_ms": result.threshold_ms, "expected_slow_share": result.expected_share,
+            "baseline_p99_ms": result.threshold_ms, "baseline_quantile": result.quantile,
+            "baseline_samples": result.baseline_samples, "expected_slow_share": result.expected_share,
             "alpha": rules.alpha, "tests": result.tests, "iterations": result.iterations,
-            "warmup_s": max(warmup, 0.0)}
+            "warmup_s": max(warmup, 0.0), "too_short": None}
 
 
 def _mean_p50(values: np.ndarray) -> dict:
@@ -219,7 +255,7 @@ def find_spikes(req: RequestArrays, windows: dict[str, np.ndarray], matrix: Stag
     result = detection if detection is not None else detect(req, windows, rules)
     if result is None:
         return []
-    runs = merge_runs(result.flagged, rules.merge_gap)
+    runs = result.episodes(rules.merge_gap)
     if not runs:
         return []
     if registry is None:
@@ -290,10 +326,10 @@ def _spike_record(req, result, first, last, lo, hi, tau, in_any, normal_index, m
         "start_ns": lo, "end_ns": hi, "peak_ns": (peak_lo + peak_hi) // 2,
         "p99_ms": p99, "p99_claimed": len(latency) >= min_samples_for_claim(0.99, 0),
         "percentiles_from": source, "records_kept": int(inside.sum()),
-        "baseline_p99_ms": tau, "excess_ms": p99 - tau,
+        "baseline_p99_ms": tau, "baseline_quantile": result.quantile, "excess_ms": p99 - tau,
         "slow_requests": n_slow, "slow_share": n_slow / n_all if n_all else 0.0,
         "expected_slow_share": result.expected_share,
-        "p_value": float(stats.binom.sf(n_slow - 1, max(n_all, 1), result.expected_share)),
+        "p_value": result.tail_p_value(n_slow, n_all),
         "peak_window_slow_share": float(shares[peak - first]),
         "requests": requests, "windows": last - first + 1,
         "decomposition": decomposition, "causes": causes,

@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from tailscope.analyzers.spikes.detection import SpikeRules, detect_series, detection_facts
-from tailscope.analyzers.spikes.tail_test import TailTestResult, merge_runs
+from tailscope.analyzers.spikes.tail_test import TailTestResult
 from tailscope.analyzers.stats.percentiles import min_samples_for_claim, nearest_rank
 
 
@@ -25,7 +25,7 @@ def series_spikes(scheduled_ns: np.ndarray, values_ms: np.ndarray, windows: dict
     over the window table's range; ``windows`` None: not performed.
 
     The facts are :func:`~.detection.detection_facts` without ``method``; each spike is
-    ``{start_ns, end_ns, p99_ms, p99_claimed, baseline_p99_ms, excess_ms, requests,
+    ``{start_ns, end_ns, p99_ms, p99_claimed, baseline_p99_ms, baseline_quantile, excess_ms, requests,
     slow_requests, slow_share}`` (``requests``: values in it; ``slow``: above the baseline P99)."""
     result = detect_series(scheduled_ns, values_ms, windows, rules) if windows is not None else None
     load_start = int(windows["start_ns"][0]) if windows is not None and len(windows["start_ns"]) else None
@@ -40,7 +40,7 @@ def _spikes(scheduled_ns: np.ndarray, values_ms: np.ndarray, result: TailTestRes
         return []
     spikes = []
     tau = float(result.threshold_ms)
-    for first, last in merge_runs(result.flagged, rules.merge_gap):
+    for first, last in result.episodes(rules.merge_gap):
         lo, hi = result.window_bounds(first, last)
         inside = (scheduled_ns >= lo) & (scheduled_ns < hi) & ~np.isnan(values_ms)
         values = np.sort(values_ms[inside])
@@ -51,6 +51,7 @@ def _spikes(scheduled_ns: np.ndarray, values_ms: np.ndarray, result: TailTestRes
         count = int(result.n[first:last + 1].sum())
         spikes.append({"start_ns": int(lo), "end_ns": int(hi), "p99_ms": p99,
                        "p99_claimed": len(values) >= min_samples_for_claim(0.99, 0),
-                       "baseline_p99_ms": tau, "excess_ms": p99 - tau, "requests": count,
+                       "baseline_p99_ms": tau, "baseline_quantile": result.quantile,
+                       "excess_ms": p99 - tau, "requests": count,
                        "slow_requests": slow, "slow_share": slow / count if count else 0.0})
     return spikes

@@ -9,7 +9,7 @@ number of slow requests k among the n requests of a window follows
 Binomial(n, p0). A window's P99 exceeds τ exactly when its share of requests
 above τ exceeds 1%, so the one-sided binomial test ``P(Binomial(n, p0) >= k)``
 is the exact, distribution-free test of "this window's P99 is above the
-baseline P99" — and unlike a window P99 it needs no 459 samples: at 20
+baseline P99" (beta-binomial once τ's own uncertainty is counted, below) — and unlike a window P99 it needs no 459 samples: at 20
 requests/s, 4 slow requests out of 20 in one second is already significant
 after correction.
 
@@ -24,18 +24,24 @@ the probability that a steady run shows any flagged window is at most
 Significance alone is not enough at 20,000 requests/s (a 1.3% share is
 "significant" there), so a window is flagged only when also *material*: its
 slow share is at least ``min_tail_ratio`` × p0 (4%), it holds at least
-``min_slow_requests`` slow requests, and the median latency of its slow
-requests is at least ``max(τ·(1 + min_relative_excess), τ + min_excess_ms)``.
+``min_slow_requests`` slow requests, and the upper quartile of its slow
+requests' latencies is at least ``max(τ·(1 + min_relative_excess), τ + min_excess_ms)``.
 
 The detection window is the display window (``window_s``) made longer, in whole
 multiples, until ``min_expected_per_window`` (20) latency samples are expected
-in it, so very low rates still get testable windows.
+in it — fewer, down to ``min_expected_floor`` (8), where 20 would leave fewer
+than ``min_windows`` (10) windows — so very low rates still get testable windows.
+A run with fewer than ``min_tested_windows × min_expected_floor`` (6 × 8 = 48) samples after
+the warm-up is *too short to tell* (:func:`too_short` says how long would be
+enough at its rate) and is not tested.
 
 Iteration: a spike holding more than 1% of the run's requests would lift τ
 into itself and hide. So τ is first the P99 of the samples outside *outlying*
-windows — windows whose median or P90 lies more than ``outlier_k`` scaled MADs
-(and ``min_relative_excess``) above the median over windows of that
-statistic; after each test, τ is recomputed from the samples outside every
+windows — windows whose median or P90 lies more than ``outlier_k`` σ (and
+``min_relative_excess``) above the quiet windows' level of that statistic,
+read from the lowest 40% of the windows (:func:`quiet_level`), so an incident
+holding up to 60% of the tested windows moves neither the level nor σ;
+after each test, τ is recomputed from the samples outside every
 window outlying or flagged so far and the test repeated (at most
 ``max_iterations`` times, or until no window joins the excluded set). The
 excluded set only grows, so τ only falls: outlying windows beside a spike that
@@ -43,6 +49,28 @@ the test does not flag cannot come back into τ, lift it above the spike and
 make it vanish on the next iteration (seen in a 10 s lab run: τ went 285 →
 514 ms and the overload spike was lost). Only the binomial test flags
 windows; the outlier screen only keeps windows out of τ.
+
+A baseline that is never the incident: when fewer than ``min_samples`` (100)
+quiet samples remain for a P99, τ is a lower quantile of them
+(``baseline_ladder``: P95 from 40, P90 from 16) with its own p0, never the
+whole run's P99 (which, at 2 requests/s, lay inside a 60-s KV-cache burst and
+hid it). τ is an order statistic of N quiet samples, so the share of a steady
+window's samples above it is itself uncertain: Beta(a, b) with a = (quiet
+samples above τ) + 1, b = N − (above); a window's count above τ then follows
+the beta-binomial, and the p-value is its tail (:func:`_sf`) — the exact
+predictive test at any N, the binomial as N grows.
+
+Episodes: flagged windows at most ``merge_gap`` apart are one spike, and so are
+flagged runs whose gap's median (the gap's samples pooled) stays raised — at
+least (1 + ``min_relative_excess``) × the quiet median (``raised`` counts,
+:meth:`TailTestResult.episodes`): a 15-s CPU-contention episode with its median
+doubled throughout is one spike even where a window inside it holds few slow
+requests.
+
+Materiality uses the ``material_quantile`` (0.75) of a window's slow samples,
+not their median: where a window's whole distribution doubled, its slow
+samples' median is only 1.22 τ at a log-sigma of 0.3. A window joins a
+flagged larger-scale group only when its own slow samples clear that floor.
 
 Weighted samples: an element may stand for several samples of one value
 (``weights``): a retained run is tested on its per-window latency histograms,
@@ -81,6 +109,27 @@ class TailTestRules:
     min_samples: int = 100
     outlier_k: float = 5.0
     member_alpha: float = 0.05
+    #: Which quantile of a window's slow samples must clear the material floor (0.5 was the
+    #: median: a window whose whole distribution doubled has slow samples whose median is
+    #: only 1.22 τ at a 0.3 log-sigma, and missed the 1.25 τ floor).
+    material_quantile: float = 0.75
+    #: The baseline quantile when few samples lie outside the outlying windows: (quantile, the
+    #: quiet samples it needs), first that fits; P99 needs ``min_samples`` (module docstring).
+    baseline_ladder: tuple[tuple[float, int], ...] = ((0.95, 40), (0.9, 16))
+    #: Detection windows are made shorter (down to ``min_expected_floor`` expected samples each)
+    #: so a short or slow run still has ``min_windows`` of them; fewer samples than
+    #: ``min_tested_windows × min_expected_floor`` after the warm-up is too short to tell.
+    min_windows: int = 10
+    min_expected_floor: float = 8.0
+    min_tested_windows: int = 6
+
+    def ladder(self) -> tuple[tuple[float, int], ...]:
+        """(quantile, quiet samples needed) from the highest: ``tail_p`` with ``min_samples``, then the ladder."""
+        return ((self.tail_p, self.min_samples), *self.baseline_ladder)
+
+    def samples_to_tell(self) -> int:
+        """Fewest latency samples (after the warm-up) the test runs on."""
+        return int(np.ceil(self.min_tested_windows * self.min_expected_floor))
 
 
 @dataclass(frozen=True)
@@ -93,10 +142,36 @@ class TailTestResult:
     slow: np.ndarray  # samples above ``threshold_ms`` per window
     p_value: np.ndarray  # one-sided binomial p-value at scale 1 (1.0 for empty windows)
     flagged: np.ndarray  # bool
-    threshold_ms: float  # τ: baseline P99 from samples outside flagged windows
-    expected_share: float  # p0 = 1 − tail_p
+    threshold_ms: float  # τ: the baseline's ``quantile`` from samples outside flagged windows
+    expected_share: float  # p0: the predictive share above τ, (above + 1) / (quiet samples + 1)
     tests: int  # number of windows tested over all scales (the Bonferroni divisor)
     iterations: int
+    quantile: float = 0.99  # the baseline quantile τ is (``TailTestRules.ladder``)
+    baseline_samples: int = 0  # quiet samples τ came from
+    beta: tuple[float, float] = (1.0, 99.0)  # share above τ ~ Beta(a, b) (module docstring)
+    #: samples per window above (1 + min_relative_excess) × the quiet samples' median
+    raised: np.ndarray | None = None
+
+    def episodes(self, merge_gap: int) -> list[tuple[int, int]]:
+        """[(first, last)] window indices of the spikes: flagged runs at most ``merge_gap`` windows
+        apart join (:func:`merge_runs`), and so do runs whose gap's median (its windows' samples
+        pooled) is raised — at least (1 + min_relative_excess) × the quiet median: one episode
+        whose median stays raised while windows in it hold fewer slow requests."""
+        runs = merge_runs(self.flagged, merge_gap)
+        if self.raised is None or len(runs) < 2:
+            return runs
+        joined = [runs[0]]
+        for first, last in runs[1:]:
+            gap = slice(joined[-1][1] + 1, first)
+            if 2 * int(self.raised[gap].sum()) >= int(self.n[gap].sum()):
+                joined[-1] = (joined[-1][0], last)
+            else:
+                joined.append((first, last))
+        return joined
+
+    def tail_p_value(self, slow: int, n: int) -> float:
+        """One-sided p-value of ``slow`` samples above τ among ``n`` (beta-binomial, module docstring)."""
+        return float(_sf(np.asarray([slow]), np.asarray([n]), self.beta)[0])
 
     def window_bounds(self, first: int, last: int) -> tuple[int, int]:
         """(start, end) epoch ns of detection windows ``first..last`` inclusive."""
@@ -104,12 +179,26 @@ class TailTestResult:
 
 
 def detection_window_ns(samples: int, duration_ns: int, window_ns: int, rules: TailTestRules) -> int:
-    """The display window times the smallest whole factor giving ``min_expected_per_window`` samples."""
+    """The display window times the smallest whole factor giving ``min_expected_per_window`` samples
+    — fewer (down to ``min_expected_floor``) where that leaves under ``min_windows`` windows."""
     if samples <= 0 or duration_ns <= 0:
         return window_ns
     expected = samples * window_ns / duration_ns
-    factor = max(1, int(np.ceil(rules.min_expected_per_window / max(expected, 1e-12))))
+    target = min(rules.min_expected_per_window, max(rules.min_expected_floor, samples / rules.min_windows))
+    factor = max(1, int(np.ceil(target / max(expected, 1e-12) - 1e-9)))
     return window_ns * factor
+
+
+def too_short(samples: int, duration_ns: int, rules: TailTestRules) -> dict | None:
+    """None when the test can run on ``samples`` latency samples over ``duration_ns``; else
+    ``{samples, needed, rate_per_s, enough_s}``: the test needs ``needed`` samples, which at this
+    rate take ``enough_s`` seconds (None at rate 0) after the warm-up."""
+    needed = rules.samples_to_tell()
+    if samples >= needed and duration_ns > 0:
+        return None
+    rate = samples / (duration_ns / 1e9) if duration_ns > 0 else 0.0
+    return {"samples": int(samples), "needed": needed, "rate_per_s": rate,
+            "enough_s": needed / rate if rate > 0 else None}
 
 
 MAD_TO_SIGMA = 1.4826
@@ -156,11 +245,25 @@ def outlying_windows(index: np.ndarray, latency_ms: np.ndarray, m: int, rules: T
     quantiles = _window_quantiles(index, latency_ms, m, (0.5, 0.9), weights)
     for p in (0.5, 0.9):
         values = quantiles[p]
-        typical = float(np.median(values[enough]))
-        spread = float(np.median(np.abs(values[enough] - typical))) * MAD_TO_SIGMA
-        limit = max(typical + rules.outlier_k * spread, typical * (1.0 + rules.min_relative_excess))
+        typical, spread = quiet_level(values[enough])
+        limit = max(typical + (rules.outlier_k + LOWER_HALF_CENTRE) * spread, typical * (1.0 + rules.min_relative_excess))
         outlying |= enough & (values > limit)
     return outlying
+
+
+#: The quiet level is read from the lowest 40% of the windows' values. Of a normal sample's lowest
+#: 40%: its median (the 0.2-quantile) lies 0.841 σ below the centre, and σ is 2.79 times its median
+#: absolute deviation from that median.
+QUIET_SHARE, LOWER_HALF_CENTRE, LOWER_HALF_MAD_TO_SIGMA = 0.4, 0.841, 2.79
+
+
+def quiet_level(values: np.ndarray) -> tuple[float, float]:
+    """(typical, σ) of the quiet windows' statistic: from the lowest ``QUIET_SHARE`` of ``values``
+    only, so windows of an incident holding up to 60% of them (half the run, more once the
+    warm-up is cut) move neither (typical is ``LOWER_HALF_CENTRE`` σ below a steady run's centre)."""
+    lower = values[values <= np.quantile(values, QUIET_SHARE)]
+    typical = float(np.median(lower))
+    return typical, float(np.median(np.abs(lower - typical))) * LOWER_HALF_MAD_TO_SIGMA
 
 
 def _baseline_threshold(latency_ms: np.ndarray, clean: np.ndarray, p: float, weights: np.ndarray | None) -> float:
@@ -168,6 +271,27 @@ def _baseline_threshold(latency_ms: np.ndarray, clean: np.ndarray, p: float, wei
         return nearest_rank_value(latency_ms[clean], p)
     return float(weighted_grouped_quantiles(np.zeros(int(clean.sum()), dtype=np.int64), latency_ms[clean],
                                             weights[clean], 1, (p,))[p][0])
+
+
+def _baseline(latency_ms: np.ndarray, clean: np.ndarray, rules: TailTestRules,
+              weights: np.ndarray | None) -> tuple[float, float, int, tuple[float, float]] | None:
+    """(τ, its quantile, quiet samples, Beta(a, b) of the share above τ) from the quiet samples:
+    the highest quantile of ``rules.ladder()`` they suffice for; None when none does."""
+    quiet = _total(clean, weights)
+    for q, needed in rules.ladder():
+        if quiet >= needed:
+            tau = _baseline_threshold(latency_ms, clean, q, weights)
+            above = _total(clean & (latency_ms > tau), weights)
+            return tau, q, quiet, (above + 1.0, float(max(quiet - above, 1)))
+    return None
+
+
+def _sf(k: np.ndarray, n: np.ndarray, beta: tuple[float, float]) -> np.ndarray:
+    """P(K >= k), K ~ BetaBinomial(n, a, b): slow samples among n when the share above τ is Beta(a, b); 1 where n = 0."""
+    a, b = beta
+    with np.errstate(invalid="ignore", divide="ignore"):
+        p = stats.betabinom.sf(k - 1, np.maximum(n, 1), a, b)
+    return np.where(n > 0, np.clip(np.nan_to_num(p, nan=1.0), 0.0, 1.0), 1.0)
 
 
 def _scaled(counts: np.ndarray, scale: int) -> np.ndarray:
@@ -178,9 +302,10 @@ def _scaled(counts: np.ndarray, scale: int) -> np.ndarray:
     return padded.reshape(groups, scale).sum(axis=1)
 
 
-def _flag_once(index: np.ndarray, latency_ms: np.ndarray, m: int, tau: float, rules: TailTestRules,
-               weights: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
-    p0 = 1.0 - rules.tail_p
+def _flag_once(index: np.ndarray, latency_ms: np.ndarray, m: int, tau: float, q: float, beta: tuple[float, float],
+               rules: TailTestRules, weights: np.ndarray | None = None
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
+    p0 = 1.0 - q
     is_slow = latency_ms > tau
     slow_weights = weights[is_slow] if weights is not None else None
     n = _count(index, m, weights)
@@ -191,12 +316,15 @@ def _flag_once(index: np.ndarray, latency_ms: np.ndarray, m: int, tau: float, ru
     cutoff = rules.alpha / max(tests, 1)
     flagged = np.zeros(m, dtype=bool)
     p_unit = np.ones(m)
+    q_m = rules.material_quantile
+    unit_material = np.nan_to_num(_window_quantiles(slow_index, slow_latency, m, (q_m,), slow_weights)[q_m],
+                                  nan=-np.inf) >= floor_ms
     for scale in rules.scales:
         n_s, k_s = _scaled(n, scale), _scaled(k, scale)
-        p_s = np.where(n_s > 0, stats.binom.sf(k_s - 1, np.maximum(n_s, 1), p0), 1.0)
+        p_s = _sf(k_s, n_s, beta)
         if scale == 1:
             p_unit = p_s
-        medians = _window_quantiles(slow_index // scale, slow_latency, len(n_s), (0.5,), slow_weights)[0.5]
+        medians = _window_quantiles(slow_index // scale, slow_latency, len(n_s), (q_m,), slow_weights)[q_m]
         with np.errstate(invalid="ignore", divide="ignore"):
             share = np.where(n_s > 0, k_s / np.maximum(n_s, 1), 0.0)
         passed = ((p_s < cutoff) & (share >= rules.min_tail_ratio * p0) & (k_s >= rules.min_slow_requests)
@@ -210,7 +338,7 @@ def _flag_once(index: np.ndarray, latency_ms: np.ndarray, m: int, tau: float, ru
             with np.errstate(invalid="ignore", divide="ignore"):
                 unit_share = np.where(n > 0, k / np.maximum(n, 1), 0.0)
             flagged |= (member & (unit_share >= rules.min_tail_ratio * p0)
-                        & (p_unit < rules.member_alpha))
+                        & (p_unit < rules.member_alpha) & unit_material)
     return flagged, n, k, p_unit, tests
 
 
@@ -226,30 +354,33 @@ def tail_test(scheduled_ns: np.ndarray, latency_ms: np.ndarray, origin_ns: int, 
     window: the window's start, on a grid the detection windows are whole multiples of).
     """
     total = len(latency_ms) if weights is None else int(weights.sum())
-    if total < rules.min_samples or end_ns <= origin_ns:
+    if too_short(total, end_ns - origin_ns, rules) is not None:
         return None
     det_ns = detection_window_ns(total, end_ns - origin_ns, window_ns, rules)
     m = max(1, int(-(-(end_ns - origin_ns) // det_ns)))
     index = np.clip((scheduled_ns - origin_ns) // det_ns, 0, m - 1)
-    flagged = np.zeros(m, dtype=bool)
     excluded = outlying_windows(index, latency_ms, m, rules, weights)
-    if _total(~excluded[index], weights) < rules.min_samples:
-        excluded[:] = False
+    edges = excluded | np.concatenate(([False], excluded[:-1])) | np.concatenate((excluded[1:], [False]))
+    if _baseline(latency_ms, ~edges[index], rules, weights) is not None:
+        excluded = edges  # an incident's first and last windows hold some of it, below the screen's limits
+    elif _baseline(latency_ms, ~excluded[index], rules, weights) is None:
+        excluded[:] = False  # the screen left too little to stand for quiet time (it flags nothing itself)
     iterations = 0
     while True:
         iterations += 1
-        clean = ~excluded[index]
-        if _total(clean, weights) < rules.min_samples:
-            break
-        tau = _baseline_threshold(latency_ms, clean, rules.tail_p, weights)
-        flagged, n, k, p_unit, tests = _flag_once(index, latency_ms, m, tau, rules, weights)
+        tau, q, quiet, beta = _baseline(latency_ms, ~excluded[index], rules, weights)
+        flagged, n, k, p_unit, tests = _flag_once(index, latency_ms, m, tau, q, beta, rules, weights)
         # a window once outlying or flagged stays out of τ, so τ only falls and the iteration settles
         grown = excluded | flagged
         if (np.array_equal(grown, excluded) or iterations >= rules.max_iterations
-                or _total(~grown[index], weights) < rules.min_samples):
+                or _baseline(latency_ms, ~grown[index], rules, weights) is None):
             break
         excluded = grown
-    return TailTestResult(origin_ns, det_ns, n, k, p_unit, flagged, tau, 1.0 - rules.tail_p, tests, iterations)
+    quiet_median = _baseline_threshold(latency_ms, ~excluded[index], 0.5, weights)
+    is_raised = latency_ms > quiet_median * (1.0 + rules.min_relative_excess)
+    raised = _count(index[is_raised], m, weights[is_raised] if weights is not None else None)
+    return TailTestResult(origin_ns, det_ns, n, k, p_unit, flagged, tau, beta[0] / (beta[0] + beta[1]), tests,
+                          iterations, q, quiet, beta, raised)
 
 
 def merge_runs(flagged: np.ndarray, merge_gap: int) -> list[tuple[int, int]]:
