@@ -10,9 +10,9 @@ one target process: spans grouped by (``service``, ``pid``), for each service wh
 SERVER spans joined the harness's requests. A *gap* is the time between two consecutive
 activity times while at least one of that process's SERVER spans is open (a request in
 flight). Over the whole run the gaps' tail is modelled as exponential through their median
-and 90th percentile (``P(gap ≥ g) = 0.5 × exp(−(g − q50) / μ)``, ``μ = (q90 − q50) / ln 5``:
-quantiles, so the incident itself — up to a tenth of the gaps — does not widen the tail it is
-judged against). Likewise the *wait* of a request sent during a gap: from the harness's send
+and upper quartile (``P(gap ≥ g) = 0.5 × exp(−(g − q50) / μ)``, ``μ = (q75 − q50) / ln 2``:
+quantiles, so the incident itself — up to about a fifth of the gaps — does not widen the tail it
+is judged against). Likewise the *wait* of a request sent during a gap: from the harness's send
 to its SERVER span's start (normally the network and the accept delay). A gap is a
 **stall** when it lasts at least :data:`MIN_STALL_MS`, holds at least :data:`MIN_HELD`
 requests (in flight through it, or sent during it) and its chance ``p`` — the larger of
@@ -116,10 +116,11 @@ def tail_chance(gap_ms: np.ndarray, q_ms: float, mean_excess_ms: float, gaps: in
 
 def _tail_fit(values_ms: np.ndarray) -> tuple[float, float]:
     """(q, μ): the values' median and the scale of an exponential tail through their median and
-    90th percentile, μ = (q90 − q50) / ln 5 — quantiles, so that the incident itself (up to about a
-    tenth of the values) does not widen the tail it is judged against."""
-    q50, q90 = (float(v) for v in np.quantile(values_ms, [0.5, 0.9]))
-    return q50, (q90 - q50) / math.log(5.0)
+    upper quartile, μ = (q75 − q50) / ln 2 — quantiles, so that the incident itself (up to about a
+    fifth of the values: recurring stalls hold many of a run's waits) does not widen the tail it is
+    judged against."""
+    q50, q75 = (float(v) for v in np.quantile(values_ms, [0.5, 0.75]))
+    return q50, (q75 - q50) / math.log(2.0)
 
 
 def _process_stalls(starts: np.ndarray, ends: np.ndarray, events: np.ndarray, server_start: np.ndarray,
