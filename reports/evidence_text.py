@@ -51,6 +51,7 @@ SERIES_DISPLAY = {
     "offered_rps": (1.0, "req/s", "offered load (scheduled sends)"),
     "queue.depth": (1.0, "requests", "queue depth (mean per second)"),
     "gc.pause_ms": (1.0, "ms", "GC pauses of the target (each at its start)"),
+    "target.stall_ms": (1.0, "ms", "stalls of the target: no span started or ended (each at its start)"),
     "server.kv_usage": (100.0, "% of the KV cache", "KV-cache usage"),
     "server.preemptions": (1.0, "/s", "preemptions"),
     "server.waiting": (1.0, "requests", "requests waiting on the server"),

@@ -191,3 +191,13 @@ def test_a_plain_fastapi_service_stopped_by_full_collections_without_gc_events_i
     for spike in over:
         kinds = [c["kind"] for c in spike["causes"]]
         assert kinds[0] == "process_stall" and "generator" not in kinds, spike["causes"]
+
+
+def test_the_stall_cards_series_are_the_stalls_in_its_window(tmp_path):
+    truth = write_synthetic_run(tmp_path / "run", duration_s=40, rate=200, seed=3, gc_events=False,
+                                spikes=[{"kind": "stall", "at_s": 20, "duration_s": 4, "extra_ms": 120}])
+    (spike,) = analyze_run(truth["path"])["spikes"]
+    (series,) = spike["evidence_series"]
+    assert series["name"] == "target.stall_ms" and series["kind"] == "events"
+    assert len(series["values"]) >= 15 and all(100 <= v <= 140 for v in series["values"])
+    assert series["spike"] == spike["causes"][0]["evidence"]["longest_stall_ms"]

@@ -23,6 +23,8 @@ are other levels the finding names. What each cause contributes:
   the contrasted series, by the confidence each lent;
 - ``gc``: the target's GC pauses in the window (one point per pause at its
   start, its duration in ms), the longest marked;
+- ``process_stall``: the target's stalls seen in its spans, drawn the same way
+  (``target.stall_ms``);
 - ``queue_saturation``: offered load per second (and its contrast) and the
   mean ``queue.depth`` per second, with the normal P99 depth, the slow
   requests' median depth and the capacity marked;
@@ -129,7 +131,16 @@ def signal_entries(ctx: SpikeContext, evidence: dict, cache: dict) -> list[dict]
 
 def gc_entries(ctx: SpikeContext, evidence: dict) -> list[dict]:
     """The target's GC pauses inside the window, the longest marked."""
-    pauses = ctx.inputs.gc_pauses
+    return pause_entries(ctx, ctx.inputs.gc_pauses, "gc.pause_ms", evidence.get("longest_pause_ms"))
+
+
+def stall_entries(ctx: SpikeContext, evidence: dict) -> list[dict]:
+    """The target's stalls seen in its spans (:mod:`~.inputs.span_stalls`) inside the window, the longest marked."""
+    return pause_entries(ctx, ctx.inputs.span_stalls.pauses, "target.stall_ms", evidence.get("longest_stall_ms"))
+
+
+def pause_entries(ctx: SpikeContext, pauses, name: str, longest) -> list[dict]:
+    """One ``events`` entry ``name``: each pause inside the window at its start, its length in ms."""
     if len(pauses) == 0:
         return []
     part = window_bins(ctx)
@@ -141,10 +152,9 @@ def gc_entries(ctx: SpikeContext, evidence: dict) -> list[dict]:
     t = pauses.start_ns[inside]
     ms = (pauses.end_ns[inside] - pauses.start_ns[inside]) / 1e6
     t, ms = downsample_minmax(t, ms, MAX_POINTS)
-    longest = _number(evidence.get("longest_pause_ms"))
-    return [{"name": "gc.pause_ms", "kind": "events", "unit": "ms", "counter": False,
+    return [{"name": name, "kind": "events", "unit": "ms", "counter": False,
              "t_ns": [int(x) for x in t], "values": [float(x) for x in ms],
-             "spike": longest, "baseline": None, "spread": None, "marks": []}]
+             "spike": _number(longest), "baseline": None, "spread": None, "marks": []}]
 
 
 def queue_entries(ctx: SpikeContext, evidence: dict, cache: dict) -> list[dict]:
@@ -246,6 +256,8 @@ def evidence_series(ctx: SpikeContext, causes: list[dict], cache: dict | None = 
     cache = {} if cache is None else cache
     if kind == "gc":
         found = gc_entries(ctx, evidence)
+    elif kind == "process_stall":
+        found = stall_entries(ctx, evidence)
     elif kind == "queue_saturation":
         found = queue_entries(ctx, evidence, cache)
         found = found[:MAX_SERIES - 1] + server_entries(ctx, kind, evidence, cache) if evidence.get("server_waiting") else found
