@@ -8,7 +8,9 @@ lock every thread waits on, pages swapped back in). A service that sends no GC e
 ``gc_pause`` events covering the stalls, ``gc`` names them and this finding steps back.
 
 Evidence, as for ``gc``: the share of the spike's slow requests whose interval [sent, end]
-overlapped a stall vs the share of normal requests that did, how much of the slow
+overlapped a stall or the backlog it left (until a request waits no longer than normal again:
+a busy server takes a while to work off the requests a stall held) vs the share of normal
+requests that did, how much of the slow
 requests' extra latency their median stall time covers, the longest stall with its
 chance p (Bonferroni over every in-flight gap of the run), how many requests were in
 flight through it and how many arrived during it.
@@ -42,7 +44,7 @@ class ProcessStallDetector(CauseDetector):
     def score(self, ctx: SpikeContext) -> Finding | None:
         inputs = ctx.inputs
         found = inputs.span_stalls
-        stalls = found.pauses
+        stalls = found.with_backlog  # a request queued behind a stall's backlog was held by it too
         slow = ctx.slow_request_index
         if len(stalls) == 0 or len(slow) == 0:
             return None
@@ -62,6 +64,7 @@ class ProcessStallDetector(CauseDetector):
         if not inside:
             return None
         longest = max(inside, key=lambda s: s["duration_ms"])
+        drain = max(s["drain_ms"] for s in inside)
         stall_ms = sum(s["duration_ms"] for s in inside)
         gc = inputs.gc_pauses
         covered_ms = float(sum(gc.overlap_ms(np.array([s["start_ns"]]), np.array([s["end_ns"]]))[0]
@@ -77,8 +80,10 @@ class ProcessStallDetector(CauseDetector):
                    f"(longest {longest['duration_ms']:.0f} ms: no span of {longest['service'] or 'the target'} "
                    f"started, ended or recorded an event while {longest['in_flight']} request"
                    f"{'s were' if longest['in_flight'] != 1 else ' was'} in flight and {longest['arrivals']} "
-                   f"arrived and waited it out; by chance {chance_words(longest['p_value'])}); {percent(share_slow)} of "
-                   f"{len(slow):,} requests above P99 overlapped a stall (vs {percent(share_normal)} of normal "
+                   f"arrived and waited it out; by chance {chance_words(longest['p_value'])}"
+                   + (f"; the backlog left took up to {drain:.0f} ms more to drain" if drain >= 1 else "")
+                   + f"); {percent(share_slow)} of "
+                   f"{len(slow):,} requests above P99 overlapped a stall or its backlog (vs {percent(share_normal)} of normal "
                    f"requests); median stall time inside a slow request {median_overlap:.1f} ms of "
                    f"{extra:.1f} ms extra latency")
         return Finding(self.name, round(confidence, 4), {
@@ -94,6 +99,7 @@ class ProcessStallDetector(CauseDetector):
             "longest_stall_p_value": longest["p_value"],
             "longest_stall_in_flight": longest["in_flight"],
             "longest_stall_arrivals": longest["arrivals"],
+            "longest_drain_ms": drain,
             "gc_event_share": gc_share,
             "latency_split": split.as_dict(),
             "factors": factors,

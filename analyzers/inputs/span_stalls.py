@@ -58,6 +58,8 @@ TAIL_SHARE = 0.5
 MIN_HELD = 2
 #: Fewest in-flight gaps of a process for its silences to be judged.
 MIN_GAPS = 200
+#: A wait is back to normal at or below the fitted tail's (1 − DRAIN_SHARE) quantile.
+DRAIN_SHARE = 0.01
 
 
 @dataclass(frozen=True)
@@ -65,9 +67,12 @@ class Stalls:
     """The target's stalls found in its spans (module docstring).
 
     ``pauses``: the stalls as :class:`~.run_inputs.Pauses` (epoch ns, generation -1);
-    ``stalls``: per stall ``{start_ns, end_ns, duration_ms, p_value, in_flight, arrivals, service, pid}``
-    (``in_flight``: the process's SERVER spans open through it; ``arrivals``: the harness's requests
-    sent during it); ``processes``: per process judged ``{service, pid, gaps, q_ms, mean_excess_ms}``;
+    ``stalls``: per stall ``{start_ns, end_ns, duration_ms, p_value, in_flight, arrivals, drained_ns,
+    drain_ms, service, pid}`` (``in_flight``: the process's SERVER spans open through it; ``arrivals``:
+    the harness's requests sent during it; ``drained_ns``: when the backlog it left had drained — the
+    send of the first request after it that waited no longer than normal for its span to start, the
+    fitted wait tail's 99th percentile; ``held``: the stalls with their backlogs, :attr:`with_backlog`);
+    ``processes``: per process judged ``{service, pid, gaps, q_ms, mean_excess_ms}``;
     ``checked``: whether any process had enough gaps to be judged; ``reason``: why not."""
 
     pauses: Pauses
@@ -75,6 +80,12 @@ class Stalls:
     processes: list[dict] = field(default_factory=list)
     checked: bool = False
     reason: str = ""
+    held: Pauses | None = None
+
+    @property
+    def with_backlog(self) -> Pauses:
+        """Each stall with the backlog it left (to ``drained_ns``), as :class:`~.run_inputs.Pauses`."""
+        return self.held if self.held is not None else self.pauses
 
     def chance_in(self, start_ns: int, end_ns: int) -> float | None:
         """The smallest chance ``p`` among the stalls overlapping [start, end) (None: no stall there)."""
@@ -152,14 +163,17 @@ def _process_stalls(starts: np.ndarray, ends: np.ndarray, events: np.ndarray, se
     gap_chance[in_flight] = tail_chance(gap_ms, q, mean_excess, len(gap_ms))
     # requests of this process sent during a gap: the first one's wait for its span to start
     ours = server_sent >= 0
-    sent_sorted = np.sort(server_sent[ours])
-    waits = (server_start[ours] - server_sent[ours]) / NS_PER_MS
+    by_sent = np.argsort(server_sent[ours], kind="stable")
+    sent_sorted = server_sent[ours][by_sent]
+    waits = ((server_start[ours] - server_sent[ours]) / NS_PER_MS)[by_sent]
     wait_chance = np.ones(len(left))
     first = np.searchsorted(sent_sorted, left, side="right")
     arrivals = np.searchsorted(sent_sorted, right, side="left") - first
     waited = np.flatnonzero(arrivals > 0)
+    normal_wait = None
     if len(waits) >= MIN_GAPS and len(waited):
         wq, wmean = _tail_fit(waits)
+        normal_wait = wq + wmean * math.log(0.5 / DRAIN_SHARE)
         facts.update({"wait_q_ms": wq, "wait_mean_excess_ms": wmean})
         wait_ms = (right[waited] - sent_sorted[first[waited]]) / NS_PER_MS
         wait_chance[waited] = tail_chance(wait_ms, wq, wmean, len(waits))
@@ -172,8 +186,16 @@ def _process_stalls(starts: np.ndarray, ends: np.ndarray, events: np.ndarray, se
     held = np.maximum(open_spans, 0) + arrivals
     chosen = np.flatnonzero((length_ms >= MIN_STALL_MS) & (chance <= STALL_ALPHA) & (held >= MIN_HELD)
                             & (arrivals > 0))
-    return [(int(begin[i]), int(right[i]), float(chance[i]), int(open_spans[i]), int(arrivals[i]))
-            for i in chosen], facts
+    # the backlog a stall leaves: until the first request sent after it waits no longer than normal
+    drained = right[chosen].copy()
+    if normal_wait is not None and len(chosen):
+        ok_sent = sent_sorted[waits <= normal_wait]
+        after = np.searchsorted(ok_sent, right[chosen], side="left")
+        drained = np.where(after < len(ok_sent), ok_sent[np.minimum(after, max(len(ok_sent) - 1, 0))]
+                           if len(ok_sent) else right[chosen], right[chosen])
+        drained = np.maximum(drained, right[chosen])
+    return [(int(begin[i]), int(right[i]), float(chance[i]), int(open_spans[i]), int(arrivals[i]), int(d))
+            for i, d in zip(chosen, drained)], facts
 
 
 def find_stalls(spans: pa.Table, span_request: np.ndarray, sent_ns: np.ndarray) -> Stalls:
@@ -203,13 +225,15 @@ def find_stalls(spans: pa.Table, span_request: np.ndarray, sent_ns: np.ndarray) 
         if facts["gaps"] >= MIN_GAPS:
             processes.append({"service": name or None, "pid": int(process) if process >= 0 else None, **facts})
         found += [{"start_ns": a, "end_ns": b, "duration_ms": (b - a) / NS_PER_MS, "p_value": p,
-                   "in_flight": c, "arrivals": n, "service": name or None,
-                   "pid": int(process) if process >= 0 else None} for a, b, p, c, n in stalls]
+                   "in_flight": c, "arrivals": n, "drained_ns": d, "drain_ms": (d - b) / NS_PER_MS,
+                   "service": name or None, "pid": int(process) if process >= 0 else None}
+                  for a, b, p, c, n, d in stalls]
     if not processes:
         return Stalls(_no_pauses(), reason=(f"fewer than {MIN_GAPS} gaps between span starts and ends "
                                             "with a request in flight"))
     found.sort(key=lambda s: s["start_ns"])
-    return Stalls(_pauses(found), found, processes, True)
+    return Stalls(_pauses(found), found, processes, True,
+                  held=_pauses([{"start_ns": s["start_ns"], "end_ns": s["drained_ns"]} for s in found]))
 
 
 def _pauses(stalls: list[dict]) -> Pauses:
