@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import argparse
 
-from tailscope.cli.commands.common import EXIT_OK, EXIT_SLO_FAILED, error
+from tailscope.cli.commands.common import EXIT_CODES_HELP, EXIT_OK, EXIT_SLO_FAILED, error
 
 
 def threshold_arg(text: str) -> float:
@@ -72,7 +72,8 @@ def register(sub) -> None:
                     "run per side the run-to-run noise is unknown and the verdict says so), flagged as a "
                     "regression only when above --threshold and significant; the stage that changed. Writes "
                     "comparison.json/.html/.md and junit-compare.xml. Exit 0 when nothing regressed, "
-                    "1 on a regression, 2 when a run cannot be read.")
+                    "1 on a regression, 2 when a run cannot be read.",
+        epilog=EXIT_CODES_HELP)
     p.add_argument("runs", nargs="+", metavar="RUN",
                    help="the new run directory (or folder of runs), then the baseline; or the new runs, then "
                         "`--` and the baseline runs")
