@@ -2,8 +2,8 @@
 
     python benchmarks/compare_aa.py record --out /tmp/aa --runs 44 --seconds 20 --prefix aa
     python benchmarks/compare_aa.py record --out /tmp/aa --runs 6 --seconds 60 --prefix power
-    python benchmarks/compare_aa.py record --out /tmp/aa --runs 90 --seconds 10 --prefix ab
-    python benchmarks/compare_aa.py judge --out /tmp/aa --series aa,ab
+    python benchmarks/compare_aa.py record --out /tmp/aa --runs 78 --seconds 10 --prefix ab
+    python benchmarks/compare_aa.py judge --out /tmp/aa --series aa,ab [--method request] [--no-power]
 
 ``record`` makes real runs one after the other: for each, a fresh reference target (the
 ``tailscope target`` service, default model, its spans exported to the run's receiver) on a free
@@ -14,10 +14,11 @@ directory under ``OUT/PREFIX-NN`` (nothing changes between runs: an A/A series).
 ``judge`` re-reads the recorded runs and judges them with the comparison of this checkout
 (``analyzers/comparison``; docs/analyzers/compare.md), printing:
 
-* **false-alarm rate, 1 vs 1**: disjoint consecutive pairs of the ``aa`` runs (run 2k+1 against
-  run 2k), the share judged a REGRESSION (any failed check), and the same share for the old
-  per-request bootstrap (``--method request``);
-* **false-alarm rate, 3 vs 3**: disjoint sextets (runs 6k+3..6k+5 against 6k..6k+2);
+* **false-alarm rate, 1 vs 1**: per series (``--series``), disjoint consecutive pairs of its runs
+  (run 2k+1 against run 2k), the share judged a REGRESSION (any failed check); ``--method request``
+  gives the same shares for the old per-request bootstrap;
+* **false-alarm rate, 3 vs 3**: disjoint sextets of six consecutive runs, split consecutively
+  (runs 6k+3..6k+5 against 6k..6k+2) and interleaved (6k+1, 6k+3, 6k+5 against 6k, 6k+2, 6k+4);
 * **power, 3 vs 3 of 60 s**: the ``power`` runs split 3 + 3; the new side's latencies (and service
   times) multiplied by ``1 + s`` (a known multiplicative slowdown added to real recorded
   runs), for s on a grid; for each s, the share of the 20 ways to split the six runs in 3 + 3 in
