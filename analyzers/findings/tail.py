@@ -27,8 +27,8 @@ from __future__ import annotations
 import numpy as np
 
 from tailscope.analyzers.findings.protocol import Finding, FindingCheck, FindingInputs
+from tailscope.analyzers.inputs.pauses import Pauses, pauses_of
 from tailscope.analyzers.inputs.records import NS_PER_MS
-from tailscope.analyzers.inputs.run_inputs import Pauses, pauses_of
 from tailscope.analyzers.stats.llm import llm_arrays
 
 #: Share of the requests above P99 a spike set, a pause set, or a class must hold.

@@ -27,9 +27,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from tailscope.analyzers.inputs.other_traffic import OtherTraffic, foreign_spans, other_traffic
+from tailscope.analyzers.inputs.pauses import Pauses, pauses_of
 from tailscope.analyzers.inputs.queues import QueuePoints, queue_points
-from tailscope.analyzers.inputs.records import NS_PER_MS, NS_PER_S, RequestArrays, int_column, take_rows
+from tailscope.analyzers.inputs.records import NS_PER_S, RequestArrays, int_column, take_rows
 from tailscope.analyzers.inputs.signal_index import Contrast, SignalIndex, contrast
+from tailscope.analyzers.inputs.span_stalls import Stalls, find_stalls
 from tailscope.analyzers.inputs.trace_join import trace_positions
 from tailscope.analyzers.stages.decomposition import SPAN_KIND_SERVER, StageMatrix
 from tailscope.analyzers.stages.server_metrics import ServerSeries, run_server_series
@@ -155,9 +157,8 @@ class RunInputs:
         return pauses_of(self.run.events, "generator_gc")
 
     @cached_property
-    def span_stalls(self):
+    def span_stalls(self) -> Stalls:
         """The target's stalls seen in its spans alone (:func:`~.span_stalls.find_stalls`)."""
-        from tailscope.analyzers.inputs.span_stalls import find_stalls  # it builds this module's Pauses
         spans = self.run.spans
         span_request = self.span_request
         if span_request is None and len(spans):
@@ -343,83 +344,6 @@ class RunInputs:
         """(sent or scheduled, end) epoch ns of requests: the time they were in the service's hands."""
         begin = np.where(self.req.has_sent[index], self.req.sent_ns[index], self.req.scheduled_ns[index])
         return begin, self.req.end_ns[index]
-
-
-@dataclass(frozen=True)
-class Pauses:
-    """Disjoint pause intervals (union of overlapping ones), sorted, with a cumulative pause time."""
-
-    start_ns: np.ndarray
-    end_ns: np.ndarray
-    generation: np.ndarray  # highest generation among the merged pauses (-1 unknown)
-    cumulative_ns: np.ndarray  # total pause time before each pause starts
-
-    def __len__(self) -> int:
-        return len(self.start_ns)
-
-    def paused_before(self, t_ns: np.ndarray) -> np.ndarray:
-        """Total pause time (ns) before each time (vectorised, O(log pauses) each)."""
-        if len(self) == 0:
-            return np.zeros(len(t_ns))
-        i = np.searchsorted(self.start_ns, t_ns, side="right") - 1
-        safe = np.clip(i, 0, None)
-        within = np.clip(t_ns - self.start_ns[safe], 0, self.end_ns[safe] - self.start_ns[safe])
-        return np.where(i >= 0, self.cumulative_ns[safe] + within, 0).astype(np.float64)
-
-    def overlap_ms(self, begin_ns: np.ndarray, end_ns: np.ndarray) -> np.ndarray:
-        """Pause time (ms) inside each interval [begin, end)."""
-        return (self.paused_before(end_ns) - self.paused_before(begin_ns)) / NS_PER_MS
-
-    def longest_overlapping(self, begin_ns: np.ndarray, end_ns: np.ndarray) -> tuple[float, int]:
-        """(longest pause in ms, its generation) among pauses overlapping any of the intervals."""
-        if len(self) == 0 or len(begin_ns) == 0:
-            return 0.0, -1
-        first = np.searchsorted(self.end_ns, begin_ns, side="right")
-        last = np.searchsorted(self.start_ns, end_ns, side="left")
-        hit = np.zeros(len(self) + 1, np.int64)
-        np.add.at(hit, first, 1)
-        np.add.at(hit, last, -1)
-        overlapping = np.cumsum(hit)[:-1] > 0
-        if not overlapping.any():
-            return 0.0, -1
-        lengths = (self.end_ns - self.start_ns) / NS_PER_MS
-        best = int(np.argmax(np.where(overlapping, lengths, -1)))
-        return float(lengths[best]), int(self.generation[best])
-
-
-def pauses_of(events: pa.Table, kind: str) -> Pauses:
-    """The union of the events of ``kind`` as :class:`Pauses` (generation parsed from attributes)."""
-    if len(events) == 0:
-        return Pauses(*(np.zeros(0, np.int64),) * 3, np.zeros(0))
-    chosen = events.filter(pc.equal(events.column("kind"), kind))
-    start, _ = int_column(chosen, "start_ns")
-    end, _ = int_column(chosen, "end_ns")
-    attributes = pc.fill_null(chosen.column("attributes"), "")
-    generation = np.nan_to_num(np.fmax(_json_number(attributes, "generation"),
-                                       _json_number(attributes, "gc.generation")), nan=-1).astype(np.int64)
-    order = np.argsort(start, kind="stable")
-    start, end, generation = start[order], np.maximum(end[order], start[order]), generation[order]
-    if len(start) == 0:
-        return Pauses(start, end, generation, np.zeros(0))
-    running_end = np.maximum.accumulate(end)
-    new_group = np.r_[True, start[1:] > running_end[:-1]]
-    group = np.cumsum(new_group) - 1
-    groups = int(group[-1]) + 1
-    merged_start = start[new_group]
-    merged_end = np.zeros(groups, np.int64)
-    np.maximum.at(merged_end, group, end)
-    merged_gen = np.full(groups, -1, np.int64)
-    np.maximum.at(merged_gen, group, generation)
-    lengths = merged_end - merged_start
-    cumulative = np.concatenate(([0], np.cumsum(lengths)[:-1])).astype(np.float64)
-    return Pauses(merged_start, merged_end, merged_gen, cumulative)
-
-
-def _json_number(texts: pa.Array | pa.ChunkedArray, key: str) -> np.ndarray:
-    """The number after ``"key":`` in each JSON text (NaN where absent), without parsing the JSON."""
-    pattern = '"' + key.replace(".", r"\.") + r'"\s*:\s*(?P<v>-?[0-9]+(?:\.[0-9]+)?)'
-    found = pc.struct_field(pc.extract_regex(texts, pattern), [0])
-    return pc.cast(found, pa.float64()).to_numpy(zero_copy_only=False).astype(np.float64)
 
 
 def rolling_mean(values: np.ndarray, width: int) -> np.ndarray:

@@ -43,8 +43,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from tailscope.analyzers.inputs.pauses import Pauses
 from tailscope.analyzers.inputs.records import NS_PER_MS, int_column
-from tailscope.analyzers.inputs.run_inputs import Pauses
 from tailscope.analyzers.stages.decomposition import SPAN_KIND_SERVER
 
 #: Shortest silence that counts as a stall, ms.
