@@ -62,7 +62,7 @@ from tailscope.analyzers.stats.slo import evaluate, parse_slo
 from tailscope.analyzers.stats.slow_points import slow_request_points
 from tailscope.analyzers.stats.streaming import read_chunks, stream_times, streaming_section
 from tailscope.analyzers.stats.summary import load_period_ns, summarize, summarize_classes
-from tailscope.analyzers.stats.tail_line import tail_line
+from tailscope.analyzers.stats.tail_line import rolling_lines, tail_line
 from tailscope.analyzers.stats.windows import window_table, windows_as_records
 from tailscope.rundir import Run, load_run, release_pages
 
@@ -151,6 +151,7 @@ def analyze_run(run_or_path: Run | str | os.PathLike, *, window_s: float = 1.0,
         "windows": window_records(req, windows, records, window_s),
         "slow_requests": records["slow_requests"],
         "tail_line": records["tail_line"],
+        "rolling_lines": records["rolling_lines"],
         "distribution": records["distribution"],
         "spike_detection": detection_facts(detection, spike_rules, method, period[0] if period else None,
                                            shortness(req, windows, spike_rules, retained) if detection is None else None),
@@ -199,7 +200,8 @@ def record_sections(req: RequestArrays, run: Run, period: tuple[int, int] | None
     events, which no clock alignment moves): ``generator``, ``classes`` and ``distribution`` (from the
     histograms for a retained run),
     ``slow_requests``, ``tail_line`` (the rolling P99; None for a retained run, whose records are a
-    sample), ``stream_times`` (streamed chunks), ``goodput`` and ``llm`` (the OpenAI-API columns, None
+    sample), ``rolling_lines`` (the rolling P50 and P90 the latency chart draws at low rates; None
+    likewise), ``stream_times`` (streamed chunks), ``goodput`` and ``llm`` (the OpenAI-API columns, None
     without such requests)."""
     times = stream_times(req, run.requests, *read_chunks(run.path))
     return {
@@ -209,6 +211,7 @@ def record_sections(req: RequestArrays, run: Run, period: tuple[int, int] | None
         "distribution": retained.distribution if retained is not None else latency_distribution(req),
         "slow_requests": retained_slow_points(req, p99_ms, period, retained),
         "tail_line": tail_line(req, period, window_s) if retained is None else None,
+        "rolling_lines": rolling_lines(req, period, window_s) if retained is None else None,
         "stream_times": times,
         "goodput": (retained.goodput(slos, goodput_summary(req, slos, times, duration_s)) if retained is not None
                     else goodput_summary(req, slos, times, duration_s)),

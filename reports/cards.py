@@ -19,7 +19,9 @@ except the times): ``p99_ms``, ``baseline_p99_ms``, ``excess_ms``,
 ``requests``, ``slow_requests``, ``expected_slow_share``, ``decomposition`` (its
 ``unavailable_reason`` is the card's stage note, :func:`stage_note`),
 ``causes[]`` (``kind``, ``confidence``, ``evidence``), ``evidence_series``,
-``representative_trace`` (docs/report.md).
+``representative_trace``, ``recurring_stalls`` (a record grouping recurring stalls: its
+``summary``, "28 stalls, every ~4.1 s, each ~150 ms, cause gc", is the row's ``stalls``)
+(docs/report.md).
 """
 
 from __future__ import annotations
@@ -129,6 +131,7 @@ def spike_row(number: int, spike: dict, origin_ns, minor: bool | None = None) ->
         "dominant": dominant or "—",
         "dominant_growth": fmt_signed_ms(growth) if growth is not None else "",
         "summary": decomposition.get("summary") or "",
+        "stalls": (spike.get("recurring_stalls") or {}).get("summary") or "",
         "stage_note": stage_note(decomposition),
         "top_cause": kind,
         "top_title": cause_title(kind),

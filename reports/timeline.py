@@ -12,7 +12,11 @@ lateness mattered (``generator_limited_windows[].material``, :mod:`lateness
 rule <tailscope.analyzers.health.lateness_rule>`; absent means it did). The P99
 line is the analysis's ``tail_line`` — a rolling sample of at least 459
 requests per point, so every point is claimed — drawn instead of per-window
-P99s, which a 1-s window at a few dozen requests/s cannot claim. Signal series
+P99s, which a 1-s window at a few dozen requests/s cannot claim; likewise the
+P50 and P90 come from ``rolling_lines`` (at least 7 and 44 requests a point)
+where most windows cannot claim their own (:func:`latency_chart`: an LLM at
+2 requests/s drew only the max line). A line with no value is not drawn, so
+the legend lists only what is drawn. Signal series
 are grouped into panels here, at render time: by the report's panels
 (:mod:`.signal_panels`), or by a grouping the analysis carries itself
 (``signals.panels``: ``[{"title", "series": [names], "unit"?}]``, as analyses written
@@ -53,6 +57,34 @@ def latency_lines(windows: list[dict], origin_ns: int, skip: tuple[str, ...] = (
             x, y = lttb(mids, values, MAX_LINE_POINTS)
         lines.append({"name": label, "x": [round(v, 6) for v in x], "y": y})
     return {"lines": lines, "windows": len(windows), "downsampled": len(windows) > MAX_LINE_POINTS}
+
+
+#: A window percentile line is replaced by its rolling line (``analysis.rolling_lines``) when fewer
+#: than this share of the windows that hold requests can claim it.
+MIN_CLAIMED_WINDOW_SHARE = 0.5
+
+
+def latency_chart(analysis: dict, origin_ns: int, rolling_p99: bool) -> dict:
+    """:func:`latency_lines` of the windows, with the P50 and P90 drawn from their rolling lines
+    (each point over at least the requests that claim it: 7 and 44) where fewer than
+    MIN_CLAIMED_WINDOW_SHARE of the windows holding requests claim their own — at any rate there
+    are P50/P90 lines, and a line with no value is not drawn (so not in the legend).
+    ``rolling_p99``: the P99 comes from ``tail_line`` (the window P99 is left out)."""
+    windows = analysis.get("windows") or []
+    rolling = analysis.get("rolling_lines") or {}
+    held = [w for w in windows if (w.get("n") or 0) > 0]
+    swapped = []
+    for key, label in (("p50_ms", "P50"), ("p90_ms", "P90")):
+        line = rolling.get(key[:-3])
+        claimed = sum(w.get(key) is not None for w in held)
+        if line and line.get("t_ns") and claimed < MIN_CLAIMED_WINDOW_SHARE * len(held):
+            swapped.append((key, label, line))
+    chart = latency_lines(windows, origin_ns, (("p99_ms",) if rolling_p99 else ()) + tuple(k for k, _, _ in swapped))
+    for _, label, line in swapped:
+        chart["lines"].append({"name": f"{label} (rolling, ≥ {int(line.get('min_samples') or 0)} requests)",
+                               "key": label, "rolling": True, "x": seconds(line["t_ns"], origin_ns),
+                               "y": list(line["values_ms"])})
+    return chart
 
 
 def rolling_tail(line: dict | None, origin_ns: int) -> dict | None:
@@ -130,7 +162,7 @@ def timeline_charts(analysis: dict) -> dict:
     return {
         "x_title": "seconds since load start",
         "x_range": [0.0, run.get("duration_s") or 0.0],
-        "latency": latency_lines(analysis.get("windows") or [], origin, ("p99_ms",) if tail else ()),
+        "latency": latency_chart(analysis, origin, tail is not None),
         "tail": tail,
         "slow": slow_points(analysis.get("slow_requests"), origin),
         "spikes": bands([s for s, m in zip(spikes, minor) if not m], origin, lambda s: s["label"]),

@@ -107,3 +107,79 @@ def test_the_analysis_says_a_run_is_too_short_to_tell_and_how_long_would_be_enou
     assert 60 < short["load_s"] < 200
     (warning,) = [w for w in analysis["warnings"] if w["code"] == "no_spike_detection"]
     assert "too short to tell" in warning["message"] and f"about {short['load_s']:.0f} s of load" in warning["message"]
+
+
+def test_recurring_stalls_are_found_against_the_quiet_time_between_them():
+    """~150-ms pauses every ~4 s: 4% of requests wait one out, more than the 1% above a P99, so the
+    window test takes them into τ (or, at 20 req/s, a window holds one or two of them). Their completions
+    bunch at each pause's end: found from 20 req/s,
+    the rhythm and length stated; steady runs show none."""
+    from tailscope.analyzers.spikes.stalls import find_stalls, stall_sentence
+    from tailscope.testing.synthetic_series import latency_series
+
+    for rate, seed in ((20, 1), (200, 2), (5000, 3)):
+        t, latency = latency_series(rate, 60, seed, stalls=(4.0, 150, 0.05))
+        found = find_stalls(t, latency, int(t[0]), int(t[0]) + 60 * NS)
+        assert found["count"] >= 8 and found["regular"], rate
+        assert abs(found["period_s"] - 4.0) < 0.3 and 110 < found["pause_ms"] < 170, found
+        assert stall_sentence(found).startswith(f"{found['count']} stalls, every ~4.")
+    for rate in (20, 200, 5000):
+        for seed in range(5):
+            t, latency = latency_series(rate, 60, 50 + seed)
+            assert find_stalls(t, latency, int(t[0]), int(t[0]) + 60 * NS) is None, (rate, seed)
+
+
+def test_recurring_stalls_are_one_spike_with_their_cause(tmp_path):
+    """A run with a 150-ms GC pause every 4 s (50 req/s): one spike record groups the stalls —
+    including those the window test flagged on their own — with the rhythm and the cause."""
+    import html
+
+    from tailscope.conductor.reporting import analyse_and_write
+    from tailscope.testing.synthetic import write_synthetic_run
+
+    pauses = [{"kind": "gc", "at_s": 4.0 * k + 2.0, "duration_s": 0.15, "extra_ms": 150} for k in range(1, 14)]
+    write_synthetic_run(tmp_path / "stalls", duration_s=60, rate=50, seed=3, spikes=pauses)
+    report = analyse_and_write(str(tmp_path / "stalls"))
+    spikes = report.analysis["spikes"]
+    (spike,) = spikes
+    stalls = spike["recurring_stalls"]
+    assert stalls["count"] >= 6 and stalls["regular"] and abs(stalls["period_s"] - 4.0) < 0.3
+    assert spike["causes"][0]["kind"] == "gc"
+    assert stalls["summary"] == (f"{stalls['count']} stalls, every ~{stalls['period_s']:.1f} s, "
+                                 f"each ~{stalls['pause_ms']:.0f} ms, cause gc")
+    assert stalls["quiet_p99_ms"] < spike["p99_ms"] and spike["baseline_p99_ms"] == stalls["quiet_p99_ms"]
+    page = html.unescape(open(report.paths["html"], encoding="utf-8").read())
+    assert f"Recurring stalls: {stalls['summary']}" in page.replace("<b>", "").replace("</b>", "")
+
+
+def test_the_drift_check_tells_a_mid_run_bump_from_a_trend(tmp_path):
+    """A 15-s episode late in a 60-s run (the Triton CPU-contention shape) made the segment medians
+    trend ("trending", Mann–Kendall p < 0.001) and showed as several short spikes. It is one spike,
+    and outside it there is no trend: a bump."""
+    from tailscope.analyzers.analysis import analyze_run
+    from tailscope.testing.synthetic import write_synthetic_run
+
+    write_synthetic_run(tmp_path / "bump", duration_s=60, rate=50, seed=1, with_signals=False,
+                        spikes=[{"kind": "postprocess", "at_s": 38, "duration_s": 15, "extra_ms": 40}])
+    analysis = analyze_run(tmp_path / "bump")
+    origin = analysis["run"]["load_start_ns"]
+    (spike,) = analysis["spikes"]
+    assert abs((spike["start_ns"] - origin) / NS - 38) <= 1 and abs((spike["end_ns"] - origin) / NS - 53) <= 1
+    drift = analysis["patterns"]["drift"]
+    assert drift["verdict"] == "stable" and drift["bump"] == [[38.0, 53.0]] and drift["median"]["p_value"] >= 0.01
+    assert drift["summary"].startswith("a mid-run bump, not a trend: the median rose in the spike at 38–53 s")
+
+
+def test_the_latency_chart_draws_p50_and_p90_at_two_requests_a_second(tmp_path):
+    """At LLM rates a 1-s window holds two requests: the chart drew only the max line. The P50 and
+    P90 now come from rolling samples that claim them; every line drawn has values."""
+    from tailscope.conductor.reporting import analyse_and_write
+    from tailscope.reports.timeline import timeline_charts
+    from tailscope.testing.synthetic import write_synthetic_run
+
+    write_synthetic_run(tmp_path / "slow", duration_s=60, rate=2, seed=1, with_signals=False)
+    charts = timeline_charts(analyse_and_write(str(tmp_path / "slow")).analysis)
+    lines = {line["name"]: line for line in charts["latency"]["lines"]}
+    assert set(lines) == {"max", "P50 (rolling, ≥ 7 requests)", "P90 (rolling, ≥ 44 requests)"}
+    assert all(sum(v is not None for v in line["y"]) >= 20 for line in lines.values())
+    assert charts["tail"] is None  # 120 requests cannot claim a P99: no P99 line, none in the legend

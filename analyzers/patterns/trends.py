@@ -2,6 +2,8 @@
 
 **Periodic spikes.** Two views, either one suffices:
 
+- recurring stalls (a spike record grouping them, analyzers/spikes/stalls.py) with a regular
+  rhythm: their period;
 - the spikes' start times: with at least 3 spikes whose intervals vary little
   (coefficient of variation <= 0.25), the period is their median interval;
 - the spectrum of the per-second share of requests above the run's P90
@@ -71,7 +73,7 @@ def analyze_patterns(req: RequestArrays, spikes: list[dict], signals: SignalInde
                      period: tuple[int, int] | None, rules: PatternRules = PatternRules()) -> dict:
     """The ``patterns`` section: ``{"periodic", "drift", "leak"}``."""
     return {"periodic": periodicity(req, spikes, period, rules),
-            "drift": drift(req, period, rules),
+            "drift": drift(req, period, rules, spikes),
             "leak": leak(signals, period, rules)}
 
 
@@ -155,12 +157,17 @@ def fundamental(power: np.ndarray, peak: int, lowest: int) -> int:
 
 def periodicity(req: RequestArrays, spikes: list[dict], period: tuple[int, int] | None,
                 rules: PatternRules) -> dict:
-    """``{"detected", "period_s", "method", "summary", "spike_intervals", "spectrum"}``."""
-    by_spikes = spike_interval_period(spikes, rules)
+    """``{"detected", "period_s", "method", "summary", "spike_intervals", "spectrum"}``; a regular
+    group of recurring stalls (a spike's ``recurring_stalls``, :mod:`~..spikes.stalls`) gives the
+    period first (``method`` ``"recurring_stalls"``)."""
+    stalls = next((s["recurring_stalls"] for s in spikes if s.get("recurring_stalls", {}).get("regular")), None)
+    by_spikes = spike_interval_period([s for s in spikes if "recurring_stalls" not in s], rules)
     spectrum = spectral_period(tail_share_series(req, period), rules) if period else None
     spectral_hit = (spectrum is not None and spectrum["p_value"] < rules.alpha
                     and spectrum["autocorrelation"] >= rules.min_autocorrelation)
-    if by_spikes is not None:
+    if stalls is not None:
+        chosen, method = stalls["period_s"], "recurring_stalls"
+    elif by_spikes is not None:
         chosen, method = by_spikes["period_s"], "spike_intervals"
     elif spectral_hit:
         chosen, method = spectrum["period_s"], "spectrum"
@@ -201,11 +208,18 @@ def trend(t_s: np.ndarray, values: np.ndarray) -> dict | None:
             "p_value": float(p_value) if np.isfinite(p_value) else 1.0, "points": int(len(values))}
 
 
-def drift(req: RequestArrays, period: tuple[int, int] | None, rules: PatternRules) -> dict:
-    """Trend of segment median (and P99) latency; ``detected`` only for long, significant, material drift."""
+def drift(req: RequestArrays, period: tuple[int, int] | None, rules: PatternRules,
+          spikes: list[dict] | None = None) -> dict:
+    """Trend of segment median (and P99) latency; ``detected`` only for long, significant, material drift.
+
+    A mid-run bump is not a trend: when the segments' medians trend significantly but no longer do
+    without the segments that overlap a spike (``spikes``), and latency came back after them (at
+    least a tenth of the segments, 3 or more, follow the last spike's), the trend reported is the
+    one without them (``bump``: the spikes' bounds in s since the load start), and the verdict
+    follows it. A rise that lasts to the end of the run stays a trend."""
     empty = {"detected": False, "verdict": "insufficient data", "summary": "not enough data for a trend",
              "median": None, "p99": None,
-             "segments": 0, "segment_s": None}
+             "segments": 0, "segment_s": None, "bump": None}
     mask = req.in_latency
     if period is None or mask.sum() < 100:
         return empty
@@ -223,6 +237,20 @@ def drift(req: RequestArrays, period: tuple[int, int] | None, rules: PatternRule
     median_trend = trend(mid_s, medians)
     p99_trend = trend(mid_s, p99) if p99_claimed else None
     duration_s = duration_ns / NS_PER_S
+    bump = None
+    if median_trend is not None and median_trend["p_value"] < rules.alpha and spikes:
+        seg_lo = period[0] + np.arange(segments) * duration_ns // segments
+        seg_hi = seg_lo + duration_ns // segments
+        inside = np.zeros(segments, dtype=bool)
+        for spike in spikes:
+            inside |= (seg_lo < spike["end_ns"]) & (seg_hi > spike["start_ns"])
+        # a bump ends: at least a tenth of the segments (3 or more) after its last one are outside every spike
+        after = segments - 1 - int(np.flatnonzero(inside).max()) if inside.any() else 0
+        returned = after >= max(3, segments // 10)
+        outside = trend(mid_s, np.where(inside, np.nan, medians)) if returned else None
+        if outside is not None and outside["p_value"] >= rules.alpha:
+            bump = [[(s_["start_ns"] - period[0]) / NS_PER_S, (s_["end_ns"] - period[0]) / NS_PER_S] for s_ in spikes]
+            median_trend, p99_trend = outside, None
     typical = float(np.nanmedian(medians))
     detected, change = False, None
     verdict, summary = "insufficient data", empty["summary"]
@@ -240,9 +268,15 @@ def drift(req: RequestArrays, period: tuple[int, int] | None, rules: PatternRule
         summary = ("median latency " + ("rose" if change > 0 else "fell")
                    + f" {abs(change):.0%} over the run ({rate}, "
                    f"Mann–Kendall p = {median_trend['p_value']:.2g})" + (f": {note}" if note else ""))
+        if bump is not None:
+            summary = ("a mid-run bump, not a trend: the median rose in the spike"
+                       + ("s" if len(bump) > 1 else "") + " at "
+                       + ", ".join(f"{a:.0f}–{b:.0f} s" for a, b in bump) + "; outside " + ("them" if len(bump) > 1 else "it")
+                       + f" median latency changed {change:+.0%} over the run (Mann–Kendall p = "
+                       f"{median_trend['p_value']:.2g}, no significant trend)")
     return {"detected": detected, "verdict": verdict, "summary": summary, "relative_change": change,
             "median": median_trend, "p99": p99_trend, "segments": segments,
-            "segment_s": duration_s / segments}
+            "segment_s": duration_s / segments, "bump": bump}
 
 
 def leak(signals: SignalIndex, period: tuple[int, int] | None, rules: PatternRules) -> dict:

@@ -40,6 +40,7 @@ from tailscope.analyzers.inputs.records import RequestArrays
 from tailscope.analyzers.inputs.retained import RetainedView
 from tailscope.analyzers.inputs.run_inputs import RunInputs
 from tailscope.analyzers.spikes.evidence_series import evidence_series
+from tailscope.analyzers.spikes.stalls import StallRules, find_stalls, group, quiet_tail, stall_sentence
 from tailscope.analyzers.spikes.tail_test import TailTestResult, TailTestRules, tail_test, too_short
 from tailscope.analyzers.stages.decomposition import DEFAULT_STAGE_MAP, StageMatrix
 from tailscope.analyzers.stages.representative_trace import representative_trace
@@ -256,18 +257,23 @@ def find_spikes(req: RequestArrays, windows: dict[str, np.ndarray], matrix: Stag
     if result is None:
         return []
     runs = result.episodes(rules.merge_gap)
-    if not runs:
-        return []
-    if registry is None:
-        from tailscope.analyzers.causes.registry import default_registry
-        registry = default_registry()
+    end_ns = int(windows["end_ns"][-1])
+    stalls = recurring_stalls(req, result, end_ns, runs) if retained is None else None
+    if stalls is not None:  # the short spikes the stalls explain are shown in their group
+        runs = [run_ for i, run_ in enumerate(runs) if i not in stalls[2]]
     bounds = [result.window_bounds(first, last) for first, last in runs]
     in_any = np.zeros(req.n, dtype=bool)
     for lo, hi in bounds:
         in_any |= (req.scheduled_ns >= lo) & (req.scheduled_ns < hi)
-    normal_index = np.flatnonzero(req.is_ok & ~in_any)
+    if not runs and stalls is None:
+        return []
+    if registry is None:
+        from tailscope.analyzers.causes.registry import default_registry
+        registry = default_registry()
+    in_stall = stalls[1] if stalls is not None else np.zeros(req.n, dtype=bool)
+    normal_index = np.flatnonzero(req.is_ok & ~in_any & ~in_stall)
     tau = result.threshold_ms
-    inputs = RunInputs(run, req, matrix, int(windows["start_ns"][0]), int(windows["end_ns"][-1]), tau, bounds,
+    inputs = RunInputs(run, req, matrix, int(windows["start_ns"][0]), end_ns, tau, bounds,
                        span_request, queue)
     available = available_inputs(run)
     row_of = matrix_rows(matrix, req.n)
@@ -277,7 +283,106 @@ def find_spikes(req: RequestArrays, windows: dict[str, np.ndarray], matrix: Stag
         spikes.append(_spike_record(req, result, first, last, lo, hi, tau, in_any, normal_index, matrix, run,
                                     inputs, available, registry, method, stage_map, row_of, normal, series_cache,
                                     retained))
+    if stalls is not None:
+        spikes.append(_stall_record(req, result, stalls, normal_index, matrix, run, inputs, available, registry,
+                                    method, stage_map, row_of, normal))
+        spikes.sort(key=lambda spike: spike["start_ns"])
     return spikes
+
+
+def recurring_stalls(req: RequestArrays, result: TailTestResult, end_ns: int, runs: list[tuple[int, int]],
+                     rules: StallRules = StallRules()) -> tuple[dict, np.ndarray, list[int]] | None:
+    """Recurring stalls (:func:`~.stalls.find_stalls`) among the latency samples scheduled in
+    [``result.origin_ns``, end_ns), with the window spikes they explain: a spike of at most
+    ``MAX_STALL_SPIKE_WINDOWS`` detection windows holding exactly one stall is that stall (its index
+    in ``runs`` is returned, and the spike is shown in the group, not on its own); the stalls inside
+    a longer spike, or several inside one spike (a burst of pauses: GC pressure), belong to that
+    spike. (summary, bool per request: completed in a grouped stall, indices of the absorbed
+    spikes), or None when fewer than ``min_stalls`` remain."""
+    chosen = np.flatnonzero(req.in_latency & (req.scheduled_ns >= result.origin_ns) & (req.scheduled_ns < end_ns))
+    found = find_stalls(req.scheduled_ns[chosen], req.latency_ms[chosen], result.origin_ns, end_ns, rules)
+    if found is None:
+        return None
+    def owner_of(stall: dict) -> int | None:
+        for i, (first, last) in enumerate(runs):
+            lo, hi = result.window_bounds(first, last)
+            if lo <= stall["end_ns"] < hi or lo <= stall["start_ns"] < hi:
+                return i
+        return None
+
+    owners = [owner_of(stall) for stall in found["stalls"]]
+    held = {i: owners.count(i) for i in set(owners) if i is not None}
+    # a short spike that is one stall joins the group; one holding several pauses is a burst and keeps them
+    absorbed = {i for i, count in held.items() if count == 1
+                and runs[i][1] - runs[i][0] + 1 <= MAX_STALL_SPIKE_WINDOWS}
+    kept = [stall for stall, owner in zip(found["stalls"], owners) if owner is None or owner in absorbed]
+    sites = len(kept)
+    grouped = group(kept, len(chosen), found["median_ms"], found["gap_ms"], rules)
+    if grouped is None or sites < rules.min_stalls:
+        return None
+    in_stall = np.zeros(req.n, dtype=bool)
+    in_stall[chosen[grouped["request_mask"]]] = True
+    outside = np.ones(len(chosen), dtype=bool)
+    for i in absorbed:
+        lo, hi = result.window_bounds(*runs[i])
+        outside &= ~((req.scheduled_ns[chosen] >= lo) & (req.scheduled_ns[chosen] < hi))
+    for i, (first, last) in enumerate(runs):  # the quiet time is outside every stall and every other spike
+        if i not in absorbed:
+            lo, hi = result.window_bounds(first, last)
+            outside &= ~((req.scheduled_ns[chosen] >= lo) & (req.scheduled_ns[chosen] < hi))
+    latency = req.latency_ms[chosen]
+    p99, quiet = quiet_tail(latency, grouped["request_mask"] | ~outside)
+    return ({**grouped, "p99_ms": p99, "quiet_p99_ms": quiet, "tested_requests": int(len(chosen))},
+            in_stall, sorted(absorbed))
+
+
+#: A window spike this short (detection windows) holding a stall is shown as one of the recurring stalls.
+MAX_STALL_SPIKE_WINDOWS = 2
+
+
+#: Stall starts kept in a spike's ``recurring_stalls.starts_ns`` (the count says how many there were).
+MAX_STALL_STARTS = 500
+
+
+def _stall_record(req, result, stalls, normal_index, matrix, run, inputs, available, registry, method,
+                  stage_map, row_of, normal) -> dict:
+    """Recurring stalls as one spike record (``recurring_stalls`` set): from the first stall's start to
+    the last one's end; P99 the tested samples', baseline the quiet time's P99 (outside every stall and
+    spike); causes from the detectors on the stall requests, in the largest stall's interval."""
+    found, in_stall, _ = stalls
+    slow_index = np.flatnonzero(in_stall & req.is_ok)
+    decomposition = decompose(slow_index, normal_index, matrix, req.n, row_of, normal)
+    biggest = max(found["stalls"], key=lambda stall: stall["requests"])
+    lo, hi = found["stalls"][0]["start_ns"], found["stalls"][-1]["end_ns"]
+    peak = (biggest["start_ns"] + biggest["end_ns"]) // 2
+    ctx = SpikeContext(run, biggest["start_ns"], biggest["end_ns"], peak, slow_index, normal_index, decomposition,
+                       available, inputs, found["quiet_p99_ms"])
+    if method == "baro":
+        from tailscope.analyzers.causes.baro import baro_causes
+        causes = baro_causes(ctx)
+    else:
+        causes = registry.attribute(ctx)
+    tested = found["tested_requests"]
+    summary = stall_sentence(found, causes[0]["kind"] if causes and causes[0]["kind"] != "unexplained" else None)
+    return {
+        "start_ns": int(lo), "end_ns": int(hi), "peak_ns": int(peak),
+        "p99_ms": found["p99_ms"], "p99_claimed": tested >= min_samples_for_claim(0.99, 0),
+        "percentiles_from": "records", "records_kept": tested,
+        "baseline_p99_ms": found["quiet_p99_ms"], "baseline_quantile": 0.99,
+        "excess_ms": found["p99_ms"] - found["quiet_p99_ms"],
+        "slow_requests": found["requests"], "slow_share": found["requests"] / tested if tested else 0.0,
+        "expected_slow_share": result.expected_share, "p_value": found["p_value_max"],
+        "peak_window_slow_share": 1.0, "requests": tested, "windows": found["count"],
+        "recurring_stalls": {"count": found["count"], "period_s": found["period_s"],
+                             "interval_cv": found["interval_cv"], "regular": found["regular"],
+                             "pause_ms": found["pause_ms"], "requests": found["requests"],
+                             "quiet_p99_ms": found["quiet_p99_ms"], "summary": summary,
+                             "starts_ns": [int(st["start_ns"]) for st in found["stalls"][:MAX_STALL_STARTS]]},
+        "decomposition": decomposition, "causes": causes,
+        "evidence_series": evidence_series(ctx, causes, {}),
+        "representative_trace": representative_trace(req, slow_index, run.spans, stage_map or DEFAULT_STAGE_MAP,
+                                                     inputs.span_request),
+    }
 
 
 def spike_latency(req: RequestArrays, lo: int, hi: int, retained: RetainedView | None):

@@ -68,18 +68,20 @@
     if (!div) { return; }
     var colors = { "P50": "#3b6fb6", "P90": "#0e7490", "P99": "#c2410c", "P99.9": "#7f1d1d", "max": "#9ca3af" };
     var traces = data.latency.lines.map(function (line) {
-      return { x: line.x, y: line.y, name: line.name, mode: "lines", connectgaps: false,
-               line: { color: colors[line.name], width: 1.5, dash: line.name === "max" ? "dot" : "solid" } };
+      return { x: line.x, y: line.y, name: line.name, mode: "lines", connectgaps: !!line.rolling,
+               line: { color: colors[line.key || line.name], width: 1.5, dash: line.name === "max" ? "dot" : "solid" } };
     });
     if (data.tail) {
       traces.push({ x: data.tail.x, y: data.tail.y, name: "P99 (rolling, ≥ " + data.tail.min_samples + " requests)",
                     mode: "lines", line: { color: colors.P99, width: 2 },
                     hovertemplate: "P99 %{y:.1f} ms of the requests before %{x:.1f} s<extra></extra>" });
     }
-    traces.push({ x: data.slow.x, y: data.slow.y, name: "slow requests", mode: "markers", type: "scatter",
-                  marker: { color: "#991b1b", size: 4, opacity: 0.55 },
-                  text: data.slow.cls.map(function (c, i) { return plain(c) + " · trace " + plain(data.slow.trace[i]); }),
-                  hovertemplate: "%{y:.1f} ms at %{x:.2f} s<br>%{text}<extra></extra>" });
+    if (data.slow.x.length) {  /* the legend lists only what is drawn */
+      traces.push({ x: data.slow.x, y: data.slow.y, name: "slow requests", mode: "markers", type: "scatter",
+                    marker: { color: "#991b1b", size: 4, opacity: 0.55 },
+                    text: data.slow.cls.map(function (c, i) { return plain(c) + " · trace " + plain(data.slow.trace[i]); }),
+                    hovertemplate: "%{y:.1f} ms at %{x:.2f} s<br>%{text}<extra></extra>" });
+    }
     var extra = {
       yaxis: { title: { text: "latency (ms)" }, type: "linear" }, showlegend: true,
       legend: { orientation: "h", x: 0, y: 1.02, xanchor: "left", yanchor: "bottom" },
