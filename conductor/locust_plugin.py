@@ -179,9 +179,9 @@ class NativeRun:
         sys.stderr.write(f"tailscope: run directory {self.path}\n")
 
     def _write_report(self) -> None:
-        from tailscope.analyzers.health.outcome import verdict_line
-        from tailscope.cli.commands.common import EXIT_INTERNAL, EXIT_USAGE, verdict_exit_code
         from tailscope.conductor.reporting import ReportWriteError, analyse_and_write
+        from tailscope.support.exit_codes import EXIT_INTERNAL, EXIT_USAGE, verdict_exit_code
+        from tailscope.support.verdict_words import verdict_line
 
         try:
             report = analyse_and_write(self.path)
@@ -202,7 +202,7 @@ class NativeRun:
     def _exit_with(self, code: int) -> None:
         """Make ``code`` the ``locust`` process's exit code (Locust's ``process_exit_code``); a
         worse code already set by an earlier test of this process is kept."""
-        from tailscope.cli.commands.common import EXIT_OK, worse_exit_code
+        from tailscope.support.exit_codes import EXIT_OK, worse_exit_code
 
         if self.environment is None:
             return

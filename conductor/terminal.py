@@ -13,8 +13,8 @@ from rich.live import Live
 from rich.markup import escape
 from rich.table import Table
 
-from tailscope.analyzers.health.outcome import unclaimed_note, verdict_line
 from tailscope.reports.formatting import fmt_metric
+from tailscope.support.verdict_words import unclaimed_note, verdict_line
 
 PLAIN_PROGRESS_INTERVAL_S = 5.0
 #: Spikes listed one per line in the end-of-run summary (the report lists them all).

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 
-from tailscope.analyzers.health.outcome import unclaimed_note
 from tailscope.reports import extras, llm_view, loadgen_view, reliability_view, server_view
 from tailscope.reports.cards import rank_cards, spike_cards
 from tailscope.reports.distribution_view import distribution_charts
@@ -31,6 +30,7 @@ from tailscope.reports.overview_view import detection_text, signals_text, slo_ch
 from tailscope.reports.signal_view import summarise_panels
 from tailscope.reports.timeline import fault_label, timeline_charts
 from tailscope.reports.tracing_view import clock_text, occurred_stages, receiver_rows, rules_text
+from tailscope.support.verdict_words import unclaimed_note
 
 PERCENTILE_LABELS = (("p50", "P50"), ("p90", "P90"), ("p95", "P95"), ("p99", "P99"), ("p999", "P99.9"))
 HEADLINE = ("p50", "p99", "p999")

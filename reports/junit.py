@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 
-from tailscope.analyzers.health.outcome import unclaimed_note, verdict_line
 from tailscope.reports.formatting import fmt_observed, fmt_threshold
+from tailscope.support.verdict_words import unclaimed_note, verdict_line
 
 SUITE_NAME = "tailscope.slo"
 COMPARE_SUITE_NAME = "tailscope.compare"

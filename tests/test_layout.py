@@ -24,7 +24,8 @@ ALLOWED = {
     "tracing/ingest": {"rundir", "support"},
     "tracing/signals": {"rundir", "support"},
     "loadgen": {"rundir", "support"},
-    "faults": {"rundir", "support"},
+    # the LLM fault traffic sizes its prompts with loadgen's tokenizer-exact prompt maker (a peer, not a cycle)
+    "faults": {"loadgen", "rundir", "support"},
     "analyzers": {"rundir", "support"},
     "reports": {"support"},
     # the synthetic-run generator names the cause each spike should get from the detectors' declarations
