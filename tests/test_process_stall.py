@@ -201,3 +201,18 @@ def test_the_stall_cards_series_are_the_stalls_in_its_window(tmp_path):
     assert series["name"] == "target.stall_ms" and series["kind"] == "events"
     assert len(series["values"]) >= 15 and all(100 <= v <= 140 for v in series["values"])
     assert series["spike"] == spike["causes"][0]["evidence"]["longest_stall_ms"]
+
+
+def test_a_run_with_too_few_span_gaps_lists_the_stall_check_as_not_made(tmp_path):
+    """At 2 req/s for 60 s the target's spans hold too few in-flight gaps to tell a stall from chance:
+    the unexplained card must not say a stall was checked."""
+    truth = write_synthetic_run(tmp_path / "run", duration_s=60, rate=2, seed=1, gc_events=False,
+                                stage_spans=(), spikes=[{"kind": "postprocess", "at_s": 30, "duration_s": 10,
+                                                         "extra_ms": 400}])
+    (spike,) = analyze_run(truth["path"])["spikes"]
+    cause = spike["causes"][0]
+    assert cause["kind"] == "unexplained"
+    assert "process_stall" in cause["evidence"]["detectors_without_inputs"]
+    assert "process_stall" not in cause["evidence"]["detectors_consulted"]
+    checked = cause["evidence"]["summary"].split("Checked: ", 1)[1].split(";", 1)[0]
+    assert "stall of the target" not in checked

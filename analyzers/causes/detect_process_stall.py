@@ -26,7 +26,7 @@ from __future__ import annotations
 import numpy as np
 
 from tailscope.analyzers.causes.kit import latency_split, percent, ramp, server_side_factor
-from tailscope.analyzers.causes.protocol import CauseDetector, Finding, SpikeContext
+from tailscope.analyzers.causes.protocol import NOT_JUDGED, CauseDetector, Finding, SpikeContext
 from tailscope.analyzers.inputs.span_stalls import chance_words
 
 #: What the cause is, in the words a card uses.
@@ -44,6 +44,8 @@ class ProcessStallDetector(CauseDetector):
     def score(self, ctx: SpikeContext) -> Finding | None:
         inputs = ctx.inputs
         found = inputs.span_stalls
+        if not found.checked:  # spans, but too few of them to tell a stall from chance
+            return Finding(self.name, 0.0, {"summary": f"not judged: {found.reason}", NOT_JUDGED: found.reason})
         stalls = found.with_backlog  # a request queued behind a stall's backlog was held by it too
         slow = ctx.slow_request_index
         if len(stalls) == 0 or len(slow) == 0:

@@ -45,6 +45,10 @@ DEFAULT_MIN_CONFIDENCE = 0.5
 METRICS = ("latency", "ttft", "tpot")
 #: The most a finding counts on a spike of a metric its cause does not raise (``CauseDetector.raises``).
 OFF_METRIC_CAP = 0.25
+#: Evidence key of a finding that says its detector could not judge the spike though the run had its
+#: inputs (too little of them: e.g. too few span gaps to tell a stall); its value is why. Such a
+#: detector is listed with those whose inputs were not recorded, never as a check.
+NOT_JUDGED = "not_judged"
 #: Metric names in words.
 METRIC_WORDS = {"latency": "latency", "ttft": "TTFT", "tpot": "TPOT"}
 
@@ -178,13 +182,15 @@ class DetectorRegistry:
         """The spike's causes, highest confidence first, or ``[unexplained]``. On a spike of
         ``ctx.metric`` a finding whose detector does not declare it ``raises`` that metric counts at
         most :data:`OFF_METRIC_CAP` (its evidence says so)."""
-        findings = [on_metric(d, f, ctx.metric) for d, f in ((d, d.score(ctx)) for d in self.eligible(ctx.available))
-                    if f is not None]
+        scored = [(d, d.score(ctx)) for d in self.eligible(ctx.available)]
+        # a detector that had its inputs but could not judge them says so: it was not a check
+        unjudged = {d.name for d, f in scored if f is not None and f.evidence.get(NOT_JUDGED)}
+        findings = [on_metric(d, f, ctx.metric) for d, f in scored if f is not None and d.name not in unjudged]
         fired = sorted((f for f in findings if f.confidence >= self.min_confidence),
                        key=lambda f: -f.confidence)
         if fired:
             return [f.as_dict() for f in fired]
-        consulted = [d.name for d in self.eligible(ctx.available)]
+        consulted = [d.name for d in self.eligible(ctx.available) if d.name not in unjudged]
         skipped = [name for name in self._detectors if name not in consulted]
         return [unexplained(ctx.decomposition, findings, consulted, skipped, self.min_confidence).as_dict()]
 
