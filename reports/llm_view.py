@@ -5,13 +5,17 @@ absent (None) for a run without OpenAI-API requests. :func:`llm_data` is the
 section's pre-formatted table data, :func:`llm_charts` its chart series (x in
 seconds since ``origin_ns``, the load start): each request's TTFT and TPOT as
 points (the analysis's bounded ``llm.points``), the per-window P50/P99 where
-claimed (null where a window holds too few requests, as on the latency chart),
+claimed (null where a window holds too few requests, as on the latency chart) —
+or, where fewer than half the windows claim a P50 (an LLM at a few requests/s),
+the rolling P50 and P90 over the requests (:func:`rolling_points`),
 the output tokens/s per window, and the TTFT/TPOT spikes as bands.
 :func:`llm_headline` is the verdict's compact LLM figures and :func:`token_spike_cards`
 the TTFT/TPOT spikes as cards, ranked with the latency spikes' (reports/cards.py).
 """
 
 from __future__ import annotations
+
+import math
 
 from tailscope.reports.cards import MINOR_IMPACT_SHARE, impact, is_minor, ratio_text
 from tailscope.reports.downsample import lttb
@@ -204,6 +208,30 @@ def _line(windows: list[dict], key: str, origin_ns: int) -> dict | None:
     return {"x": [round(v, 6) for v in x], "y": y}
 
 
+def rolling_points(x: list, y: list, q: float, need: int) -> dict | None:
+    """The rolling ``q``-quantile of the charted requests (x s ascending, y ms; None values left
+    out): at each request, the nearest-rank quantile of it and the ``need`` − 1 before it (7 for a
+    P50, 44 for a P90: the fewest that claim it), at most MAX_LINE_POINTS points; None when fewer
+    than ``need`` requests have a value. ``llm.points`` holds every request up to 2,000 (else every
+    k-th), so at the rates this is drawn at (most windows cannot claim their own) it is exact."""
+    pairs = [(a, b) for a, b in zip(x, y) if b is not None]
+    if len(pairs) < need:
+        return None
+    xs, ys = [a for a, _ in pairs], [b for _, b in pairs]
+    rank = max(1, math.ceil(need * q - 1e-9))  # nearest rank
+    step = max(1, (len(pairs) - need + 1) // MAX_LINE_POINTS)
+    out_x, out_y = [], []
+    for i in range(need - 1, len(pairs), step):
+        out_x.append(round(xs[i], 6))
+        out_y.append(sorted(ys[i - need + 1:i + 1])[rank - 1])
+    return {"x": out_x, "y": out_y, "rolling": True}
+
+
+#: As the latency chart (reports/timeline.py): rolling lines replace the window P50/P99 when fewer
+#: than this share of the windows holding requests claim a TTFT (TPOT) P50.
+MIN_CLAIMED_WINDOW_SHARE = 0.5
+
+
 def llm_charts(analysis: dict) -> dict | None:
     """``{"ttft": {...}, "tpot": {...}, "tokens": line}``: per series its points (``x``, ``y``,
     ``cls``), window ``lines`` (``P50``/``P99`` where claimed) and spike ``bands`` (``x0``, ``x1``);
@@ -216,11 +244,17 @@ def llm_charts(analysis: dict) -> dict | None:
     points = llm.get("points") or {}
     x = _seconds(points.get("scheduled_ns") or [], origin)
     out = {}
+    held = [w for w in windows if (w.get("n") or 0) > 0]
     for key, _ in SERIES:
         lines = {label: _line(windows, f"{key}_{p}_ms", origin) for p, label in (("p50", "P50"), ("p99", "P99"))}
+        claimed = sum(w.get(f"{key}_p50_ms") is not None for w in held)
+        if claimed < MIN_CLAIMED_WINDOW_SHARE * len(held):  # too few requests a window: rolling lines instead
+            lines = {f"{label} (rolling, ≥ {need} requests)": rolling_points(x, points.get(f"{key}_ms") or [], q, need)
+                     for q, need, label in ((0.5, 7, "P50"), (0.9, 44, "P90"))}
         out[key] = {
             "x": x, "y": points.get(f"{key}_ms") or [], "cls": points.get("cls") or [],
-            "lines": [{"name": name, **line} for name, line in lines.items() if line is not None],
+            "lines": [{"name": name, "key": name.split(" ")[0], **line} for name, line in lines.items()
+                      if line is not None],
             "bands": [{"x0": (s["start_ns"] - origin) / NS_PER_S, "x1": (s["end_ns"] - origin) / NS_PER_S}
                       for s in (llm.get("spikes") or {}).get(key, [])],
         }

@@ -183,3 +183,16 @@ def test_the_latency_chart_draws_p50_and_p90_at_two_requests_a_second(tmp_path):
     assert set(lines) == {"max", "P50 (rolling, ≥ 7 requests)", "P90 (rolling, ≥ 44 requests)"}
     assert all(sum(v is not None for v in line["y"]) >= 20 for line in lines.values())
     assert charts["tail"] is None  # 120 requests cannot claim a P99: no P99 line, none in the legend
+
+
+def test_the_ttft_and_tpot_charts_draw_rolling_lines_at_two_requests_a_second(tmp_path):
+    from tailscope.analyzers.analysis import analyze_run
+    from tailscope.reports.llm_view import llm_charts
+    from tailscope.testing.synthetic_llm import write_synthetic_llm_run
+
+    write_synthetic_llm_run(tmp_path / "llm", duration_s=60, rate=2, seed=3)
+    charts = llm_charts(analyze_run(tmp_path / "llm"))
+    for key in ("ttft", "tpot"):
+        names = [line["name"] for line in charts[key]["lines"]]
+        assert names == ["P50 (rolling, ≥ 7 requests)", "P90 (rolling, ≥ 44 requests)"], (key, names)
+        assert all(len(line["y"]) >= 50 for line in charts[key]["lines"])

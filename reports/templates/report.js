@@ -299,7 +299,7 @@
   function drawLlm(Plotly) {
     var llm = data.llm;
     if (!llm) { return; }
-    var colors = { "P50": "#3b6fb6", "P99": "#c2410c" };
+    var colors = { "P50": "#3b6fb6", "P90": "#0e7490", "P99": "#c2410c" };
     [["ttft", "TTFT (ms)"], ["tpot", "TPOT (ms)"]].forEach(function (pair) {
       var div = document.getElementById("llm-" + pair[0] + "-chart"), series = llm[pair[0]];
       if (!div || !series) { return; }
@@ -307,8 +307,8 @@
                       marker: { color: "#64748b", size: 4, opacity: 0.5 },
                       text: series.cls.map(plain), hovertemplate: "%{y:.1f} ms at %{x:.2f} s · %{text}<extra></extra>" }];
       series.lines.forEach(function (line) {
-        traces.push({ x: line.x, y: line.y, name: line.name, mode: "lines", connectgaps: false,
-                      line: { color: colors[line.name], width: 1.5 } });
+        traces.push({ x: line.x, y: line.y, name: line.name, mode: "lines", connectgaps: !!line.rolling,
+                      line: { color: colors[line.key || line.name], width: 1.5 } });
       });
       var layout = timeLayout({ yaxis: { title: { text: pair[1] } }, showlegend: true,
                                 legend: { orientation: "h", x: 0, y: 1.02, xanchor: "left", yanchor: "bottom" },
