@@ -392,12 +392,18 @@ def spike_latency(req: RequestArrays, lo: int, hi: int, retained: RetainedView |
 
     Never empty for a spike :func:`detect` flagged: its windows hold slow samples in the
     source the test read (the histograms of a retained run, else the records), and this
-    reads the same source on the same window starts."""
+    reads the same source on the same window starts. In a retained run, a window whose kept
+    records outnumber its histograms' requests (the last histogram rows cut short by a kill)
+    is read from the records."""
+    inside = (req.scheduled_ns >= lo) & (req.scheduled_ns < hi)
+    records = np.sort(req.latency_ms[inside & req.in_latency])
     if retained is not None:
         view, requests = retained.spike_window(lo, hi)
-        return view, requests, "histograms"
-    inside = (req.scheduled_ns >= lo) & (req.scheduled_ns < hi)
-    return np.sort(req.latency_ms[inside & req.in_latency]), int(inside.sum()), "records"
+        # A kill can cut the last histogram rows short while the records of that second reached
+        # the disk: the source holding more of the window's requests is the truer one.
+        if int(inside.sum()) <= requests or not len(records):
+            return view, requests, "histograms"
+    return records, int(inside.sum()), "records"
 
 
 def _spike_record(req, result, first, last, lo, hi, tau, in_any, normal_index, matrix, run, inputs,
