@@ -40,11 +40,11 @@ from tailscope.analyzers.inputs.records import RequestArrays
 from tailscope.analyzers.inputs.retained import RetainedView
 from tailscope.analyzers.inputs.run_inputs import RunInputs
 from tailscope.analyzers.spikes.evidence_series import evidence_series
-from tailscope.analyzers.spikes.stalls import StallRules, find_stalls, group, quiet_tail, stall_sentence
+from tailscope.analyzers.spikes.stalls import NS_PER_MS, StallRules, find_stalls, group, quiet_tail, stall_sentence
 from tailscope.analyzers.spikes.tail_test import TailTestResult, TailTestRules, tail_test, too_short
 from tailscope.analyzers.stages.decomposition import DEFAULT_STAGE_MAP, StageMatrix
 from tailscope.analyzers.stages.representative_trace import representative_trace
-from tailscope.analyzers.stats.percentiles import min_samples_for_claim, nearest_rank
+from tailscope.analyzers.stats.percentiles import min_samples_for_claim, nearest_rank, nearest_rank_value
 
 #: Cause-attribution methods ``find_spikes`` accepts.
 METHODS = ("detectors", "baro")
@@ -320,6 +320,11 @@ def recurring_stalls(req: RequestArrays, result: TailTestResult, end_ns: int, ru
     grouped = group(kept, len(chosen), found["median_ms"], found["gap_ms"], rules)
     if grouped is None or sites < rules.min_stalls:
         return None
+    on_beat = _spikes_on_the_beat(req, result, runs, chosen, grouped, set(held) | absorbed, rules)
+    if on_beat:
+        absorbed |= set(on_beat)
+        kept = sorted(kept + list(on_beat.values()), key=lambda stall: stall["start_ns"])
+        grouped = group(kept, len(chosen), found["median_ms"], found["gap_ms"], rules)
     in_stall = np.zeros(req.n, dtype=bool)
     in_stall[chosen[grouped["request_mask"]]] = True
     outside = np.ones(len(chosen), dtype=bool)
@@ -338,6 +343,41 @@ def recurring_stalls(req: RequestArrays, result: TailTestResult, end_ns: int, ru
 
 #: A window spike this short (detection windows) holding a stall is shown as one of the recurring stalls.
 MAX_STALL_SPIKE_WINDOWS = 2
+#: A short spike whose bounds come within this share of the period of a stall the rhythm predicts
+#: is one of the stalls (:func:`_spikes_on_the_beat`).
+BEAT_TOLERANCE = 0.15
+
+
+def _spikes_on_the_beat(req, result, runs, chosen, grouped, taken, rules) -> dict[int, dict]:
+    """{spike index: stall} for the short spikes (at most ``MAX_STALL_SPIKE_WINDOWS`` windows, holding
+    no stall the completion test found) that lie where a regular rhythm puts a stall: the nearest
+    grouped stall's start plus a whole number of periods falls within ``BEAT_TOLERANCE`` × period of
+    the spike. The window test found each significant on its own; the rhythm says it is one of the
+    pauses (its requests are too few for the completion test: two raised completions, seen on the
+    real FastAPI service stopped 150 ms every 4 s). The stall is the spike's raised requests."""
+    if not grouped["regular"] or grouped["period_s"] <= 0:
+        return {}
+    period_ns = grouped["period_s"] * 1e9
+    starts = np.array([st["start_ns"] for st in grouped["stalls"]], dtype=np.float64)
+    latency, times = req.latency_ms[chosen], req.scheduled_ns[chosen]
+    raised = latency > nearest_rank_value(latency, rules.raised_quantile) + grouped["median_ms"]
+    out = {}
+    for i, (first, last) in enumerate(runs):
+        if i in taken or last - first + 1 > MAX_STALL_SPIKE_WINDOWS:
+            continue
+        lo, hi = result.window_bounds(first, last)
+        nearest = starts[np.argmin(np.abs(starts - (lo + hi) / 2))]
+        predicted = nearest + round(((lo + hi) / 2 - nearest) / period_ns) * period_ns
+        members = np.flatnonzero(raised & (times >= lo) & (times < hi))
+        if len(members) == 0 or not (lo - BEAT_TOLERANCE * period_ns <= predicted <= hi + BEAT_TOLERANCE * period_ns):
+            continue
+        done = times[members] + (latency[members] * NS_PER_MS).astype(np.int64)
+        pause = float(latency[members].max() - grouped["median_ms"])
+        out[i] = {"start_ns": int(done.max()) - int(pause * NS_PER_MS), "end_ns": int(done.max()),
+                  "requests": int(len(members)), "pause_ms": pause, "members": members,
+                  "p_value": result.tail_p_value(int(result.slow[first:last + 1].sum()),
+                                                 int(result.n[first:last + 1].sum()))}
+    return out
 
 
 #: Stall starts kept in a spike's ``recurring_stalls.starts_ns`` (the count says how many there were).
