@@ -148,6 +148,7 @@ def test_recurring_stalls_are_one_spike_with_their_cause(tmp_path):
     assert stalls["summary"] == (f"{stalls['count']} stalls, every ~{stalls['period_s']:.1f} s, "
                                  f"each ~{stalls['pause_ms']:.0f} ms, cause gc")
     assert stalls["quiet_p99_ms"] < spike["p99_ms"] and spike["baseline_p99_ms"] == stalls["quiet_p99_ms"]
+    assert spike["p_value"] < 0.01 / report.analysis["spike_detection"]["tests"]
     page = html.unescape(open(report.paths["html"], encoding="utf-8").read())
     assert f"Recurring stalls: {stalls['summary']}" in page.replace("<b>", "").replace("</b>", "")
 

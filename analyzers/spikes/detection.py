@@ -375,8 +375,8 @@ def _spikes_on_the_beat(req, result, runs, chosen, grouped, taken, rules) -> dic
         pause = float(latency[members].max() - grouped["median_ms"])
         out[i] = {"start_ns": int(done.max()) - int(pause * NS_PER_MS), "end_ns": int(done.max()),
                   "requests": int(len(members)), "pause_ms": pause, "members": members,
-                  "p_value": result.tail_p_value(int(result.slow[first:last + 1].sum()),
-                                                 int(result.n[first:last + 1].sum()))}
+                  "p_value": min(1.0, result.tests * result.tail_p_value(int(result.slow[first:last + 1].sum()),
+                                                                         int(result.n[first:last + 1].sum())))}
     return out
 
 
@@ -411,7 +411,7 @@ def _stall_record(req, result, stalls, normal_index, matrix, run, inputs, availa
         "baseline_p99_ms": found["quiet_p99_ms"], "baseline_quantile": 0.99,
         "excess_ms": found["p99_ms"] - found["quiet_p99_ms"],
         "slow_requests": found["requests"], "slow_share": found["requests"] / tested if tested else 0.0,
-        "expected_slow_share": result.expected_share, "p_value": found["p_value_max"],
+        "expected_slow_share": result.expected_share, "p_value": found["p_value"],
         "peak_window_slow_share": 1.0, "requests": tested, "windows": found["count"],
         "recurring_stalls": {"count": found["count"], "period_s": found["period_s"],
                              "interval_cv": found["interval_cv"], "regular": found["regular"],

@@ -60,7 +60,9 @@ def find_stalls(scheduled_ns: np.ndarray, latency_ms: np.ndarray, origin_ns: int
     Returns ``{"stalls": [{"start_ns", "end_ns", "requests", "pause_ms", "members", "p_value"}], "count", "period_s",
     "interval_cv", "regular", "pause_ms", "request_mask" (bool per sample: completed in a stall),
     "requests", "median_ms", "gap_ms", "p_value_max"}``: a stall's start is its end less its pause,
-    its end the last raised completion; ``p_value_max`` the largest corrected p-value of a stall."""
+    its end the last raised completion; ``p_value_max`` the largest corrected p-value of a stall
+    (the expected number of chance clusters at least as strong over the run), and ``p_value`` the
+    chance of ``count`` such clusters by chance: P(Poisson(p_value_max) >= count)."""
     n = len(latency_ms)
     duration_ns = end_ns - origin_ns
     if n < rules.min_requests * rules.min_stalls or duration_ns <= 0:
@@ -107,7 +109,8 @@ def group(stalls: list[dict], n: int, median_ms: float, gap_ms: float, rules: St
     return {"stalls": stalls, "count": len(stalls), "period_s": period, "interval_cv": cv,
             "regular": cv <= rules.max_regular_cv, "pause_ms": float(np.median([st["pause_ms"] for st in stalls])),
             "request_mask": mask, "requests": int(mask.sum()), "median_ms": median_ms, "gap_ms": gap_ms,
-            "p_value_max": float(max(st["p_value"] for st in stalls))}
+            "p_value_max": float(max(st["p_value"] for st in stalls)),
+            "p_value": float(stats.poisson.sf(len(stalls) - 1, max(st["p_value"] for st in stalls)))}
 
 
 def rhythm(starts_s: np.ndarray) -> tuple[float, float]:

@@ -37,10 +37,14 @@ enough at its rate) and is not tested.
 
 Iteration: a spike holding more than 1% of the run's requests would lift τ
 into itself and hide. So τ is first the P99 of the samples outside *outlying*
-windows — windows whose median or P90 lies more than ``outlier_k`` σ (and
-``min_relative_excess``) above the quiet windows' level of that statistic,
-read from the lowest 40% of the windows (:func:`quiet_level`), so an incident
-holding up to 60% of the tested windows moves neither the level nor σ;
+windows — windows whose median or P90 lies more than ``outlier_k`` scaled MADs
+(and ``min_relative_excess``) above the median over windows of that statistic,
+and stretches of at least ``LONG_RUN_WINDOWS`` (3) consecutive windows more than
+``outlier_k`` σ above the quiet windows' level, read from the lowest 40% of the
+windows (:func:`quiet_level`), so an incident holding up to 60% of the tested
+windows moves neither the level nor σ (single windows above the quiet level are
+not enough: a plain FastAPI service's window medians alternated 10 / 46 ms and
+the screen left 29 samples for τ);
 after each test, τ is recomputed from the samples outside every
 window outlying or flagged so far and the test repeated (at most
 ``max_iterations`` times, or until no window joins the excluded set). The
@@ -243,12 +247,34 @@ def outlying_windows(index: np.ndarray, latency_ms: np.ndarray, m: int, rules: T
     if enough.sum() < 3:
         return outlying
     quantiles = _window_quantiles(index, latency_ms, m, (0.5, 0.9), weights)
+    long_run = np.zeros(m, dtype=bool)
     for p in (0.5, 0.9):
         values = quantiles[p]
+        # against the typical window (all windows' median): any window far above it
+        typical = float(np.median(values[enough]))
+        spread = float(np.median(np.abs(values[enough] - typical))) * MAD_TO_SIGMA
+        outlying |= enough & (values > max(typical + rules.outlier_k * spread,
+                                           typical * (1.0 + rules.min_relative_excess)))
+        # against the quiet level (the lowest 40%): only stretches of consecutive windows above it,
+        # an incident holding up to 60% of the run; single windows there are a service's own
+        # alternation (a plain FastAPI service's window medians alternated 10 / 46 ms)
         typical, spread = quiet_level(values[enough])
         limit = max(typical + (rules.outlier_k + LOWER_HALF_CENTRE) * spread, typical * (1.0 + rules.min_relative_excess))
-        outlying |= enough & (values > limit)
-    return outlying
+        long_run |= enough & (values > limit)
+    return outlying | _in_runs(long_run, LONG_RUN_WINDOWS)
+
+
+#: Consecutive windows above the quiet level that make an incident for the outlier screen.
+LONG_RUN_WINDOWS = 3
+
+
+def _in_runs(mask: np.ndarray, length: int) -> np.ndarray:
+    """The windows of ``mask`` in runs of at least ``length`` consecutive ones."""
+    out = np.zeros_like(mask)
+    for first, last in merge_runs(mask, 0):
+        if last - first + 1 >= length:
+            out[first:last + 1] = True
+    return out
 
 
 #: The quiet level is read from the lowest 40% of the windows' values. Of a normal sample's lowest
