@@ -135,7 +135,9 @@ def test_streamed_tokens_are_timed_recorded_and_analysed(stream_server, tmp_path
     assert 1 / (GAP_S + 0.015) < chat["decode_tokens_per_s_p50"] <= 1 / (GAP_S * 0.9)
     assert streaming["requests"] == 12 and streaming["ttft_ms"]["p50"]["n"] == 12
     verdict = {row["slo"]: row for row in analysis["verdict"]["slos"]}
-    assert verdict["chat: ttft p99 < 500ms"]["passed"]
+    # a handful of chat requests cannot claim a P99: it holds as observed, and is not a pass
+    chat_ttft = verdict["chat: ttft p99 < 500ms"]
+    assert chat_ttft["status"] == "unclaimed" and chat_ttft["observed"] < 500 and not chat_ttft["passed"]
     assert verdict["itl p50 < 100ms"]["passed"]
     assert not verdict["lines: itl p99 < 5ms"]["passed"]  # 20 ms gaps
     goodput = analysis["summary"]["goodput"]

@@ -156,6 +156,9 @@ def test_the_gc_pause_snippet_in_the_docs_is_the_one_the_tests_run():
 
 
 STALLING_SERVICE = os.path.join(ROOT, "tests", "stalling_otel_service.py")
+#: Objects each full collection walks: 1.5 M makes a pause of about 150-250 ms on a quiet 2-core machine
+#: (the service's default 500,000 takes about 60 ms there: too little to raise a spike at 30 req/s).
+STALL_TEST_HEAP = 1_500_000
 
 
 def test_a_plain_fastapi_service_stopped_by_full_collections_without_gc_events_is_a_process_stall(tmp_path):
@@ -167,7 +170,8 @@ def test_a_plain_fastapi_service_stopped_by_full_collections_without_gc_events_i
     pytest.importorskip("opentelemetry.instrumentation.fastapi",
                         reason="opentelemetry-instrumentation-fastapi is not installed")
     receiver_port = free_port()
-    service = OwnedProcess([sys.executable, STALLING_SERVICE, "--start-s", "8", "--every-s", "0.4", "--count", "4"],
+    service = OwnedProcess([sys.executable, STALLING_SERVICE, "--start-s", "8", "--every-s", "0.4", "--count", "4",
+                            "--heap", str(STALL_TEST_HEAP)],
                            stdout=subprocess.PIPE,
                            env={"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{receiver_port}",
                                 "OTEL_BSP_SCHEDULE_DELAY": "500"})
