@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tailscope.analyzers.causes.kit import latency_split, percent, ramp, server_side_factor
+from tailscope.analyzers.causes.kit import latency_split, pause_overlap, percent, server_side_factor
 from tailscope.analyzers.causes.protocol import CauseDetector, Finding, SpikeContext
 
 
@@ -30,26 +30,16 @@ class GcDetector(CauseDetector):
     def score(self, ctx: SpikeContext) -> Finding | None:
         inputs = ctx.inputs
         pauses = inputs.gc_pauses
-        slow = ctx.slow_request_index
-        if len(pauses) == 0 or len(slow) == 0:
+        overlap = pause_overlap(ctx, pauses)
+        if overlap is None:
             return None
-        normal = inputs.normal_sample(ctx.normal_request_index)
-        overlap_slow = pauses.overlap_ms(*inputs.request_interval(slow))
-        overlap_normal = pauses.overlap_ms(*inputs.request_interval(normal)) if len(normal) else np.zeros(0)
-        share_slow = float(np.mean(overlap_slow > 0))
-        share_normal = float(np.mean(overlap_normal > 0)) if len(overlap_normal) else 0.0
-        latency = inputs.req.latency_ms
-        typical = float(np.median(latency[normal])) if len(normal) else float(ctx.threshold_ms or 0.0)
-        extra = float(np.median(latency[slow] - typical))
-        hit = overlap_slow > 0
-        median_overlap = float(np.median(overlap_slow[hit])) if hit.any() else 0.0
-        begin, end = inputs.request_interval(slow)
-        longest_ms, generation = pauses.longest_overlapping(begin, end)
+        slow = ctx.slow_request_index
+        share_slow, share_normal = overlap.share_slow, overlap.share_normal
+        extra, median_overlap = overlap.extra_ms, overlap.median_overlap_ms
+        longest_ms, generation = pauses.longest_overlapping(overlap.begin_ns, overlap.end_ns)
         in_spike = int(np.sum((pauses.start_ns < ctx.end_ns) & (pauses.end_ns > ctx.start_ns)))
         split = latency_split(ctx)
-        factors = {"overlap_lift": ramp(share_slow - share_normal, 0.2, 0.6),
-                   "pause_explains_latency": ramp(median_overlap / extra if extra > 0 else 0.0, 0.15, 0.5),
-                   "server_side": server_side_factor(split)}
+        factors = {**overlap.factors("pause_explains_latency"), "server_side": server_side_factor(split)}
         confidence = float(np.prod(list(factors.values())))
         generation_text = f"gen-{generation} " if generation >= 0 else ""
         summary = (f"{percent(share_slow)} of {len(slow):,} requests above P99 overlapped a GC pause "

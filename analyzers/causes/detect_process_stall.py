@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tailscope.analyzers.causes.kit import latency_split, percent, ramp, server_side_factor
+from tailscope.analyzers.causes.kit import latency_split, pause_overlap, percent, server_side_factor
 from tailscope.analyzers.causes.protocol import NOT_JUDGED, CauseDetector, Finding, SpikeContext
 from tailscope.analyzers.inputs.span_stalls import chance_words
 
@@ -47,21 +47,13 @@ class ProcessStallDetector(CauseDetector):
         if not found.checked:  # spans, but too few of them to tell a stall from chance
             return Finding(self.name, 0.0, {"summary": f"not judged: {found.reason}", NOT_JUDGED: found.reason})
         stalls = found.with_backlog  # a request queued behind a stall's backlog was held by it too
-        slow = ctx.slow_request_index
-        if len(stalls) == 0 or len(slow) == 0:
+        overlap = pause_overlap(ctx, stalls)
+        if overlap is None:
             return None
-        normal = inputs.normal_sample(ctx.normal_request_index)
-        begin, end = inputs.request_interval(slow)
-        overlap_slow = stalls.overlap_ms(begin, end)
-        overlap_normal = stalls.overlap_ms(*inputs.request_interval(normal)) if len(normal) else np.zeros(0)
-        share_slow = float(np.mean(overlap_slow > 0))
-        share_normal = float(np.mean(overlap_normal > 0)) if len(overlap_normal) else 0.0
-        latency = inputs.req.latency_ms
-        typical = float(np.median(latency[normal])) if len(normal) else float(ctx.threshold_ms or 0.0)
-        extra = float(np.median(latency[slow] - typical))
-        hit = overlap_slow > 0
-        median_overlap = float(np.median(overlap_slow[hit])) if hit.any() else 0.0
-        window = (int(begin.min()), int(end.max()))
+        slow = ctx.slow_request_index
+        share_slow, share_normal = overlap.share_slow, overlap.share_normal
+        extra, median_overlap = overlap.extra_ms, overlap.median_overlap_ms
+        window = (int(overlap.begin_ns.min()), int(overlap.end_ns.max()))
         inside = found.inside(*window)
         if not inside:
             return None
@@ -73,9 +65,7 @@ class ProcessStallDetector(CauseDetector):
                                for s in inside)) if len(gc) else 0.0
         gc_share = min(covered_ms / stall_ms, 1.0) if stall_ms > 0 else 0.0
         split = latency_split(ctx)
-        factors = {"overlap_lift": ramp(share_slow - share_normal, 0.2, 0.6),
-                   "stall_explains_latency": ramp(median_overlap / extra if extra > 0 else 0.0, 0.15, 0.5),
-                   "server_side": server_side_factor(split),
+        factors = {**overlap.factors("stall_explains_latency"), "server_side": server_side_factor(split),
                    "not_gc_events": 1.0 - gc_share}
         confidence = float(np.prod(list(factors.values())))
         summary = (f"{STALL_MEANING}. {len(inside)} stall{'s' if len(inside) != 1 else ''} in the spike "

@@ -203,6 +203,49 @@ def server_side_factor(split: LatencySplit) -> float:
     return ramp(1.0 - split.lateness_share, 0.2, 0.5)
 
 
+@dataclass(frozen=True)
+class PauseOverlap:
+    """How a spike's slow requests, against its normal ones, overlapped a set of pauses of the
+    target (GC pause events, stalls seen in its spans): the evidence ``gc`` and ``process_stall``
+    share. Times in ms; intervals [sent, end] in epoch ns."""
+
+    begin_ns: np.ndarray  # the slow requests' sends
+    end_ns: np.ndarray  # the slow requests' ends
+    overlap_slow_ms: np.ndarray  # pause time inside each slow request
+    share_slow: float  # share of slow requests that overlapped a pause
+    share_normal: float  # the same share of the normal requests (0.0 without any)
+    extra_ms: float  # median latency of the slow requests above the normal median (or the threshold)
+    median_overlap_ms: float  # median pause time inside the slow requests that overlapped one
+
+    def factors(self, explains: str) -> dict[str, float]:
+        """``overlap_lift`` (slow − normal share, ramped 0.2 → 0.6) and ``explains`` (median
+        overlap ÷ extra latency, ramped 0.15 → 0.5): the two factors both detectors multiply."""
+        covered = self.median_overlap_ms / self.extra_ms if self.extra_ms > 0 else 0.0
+        return {"overlap_lift": ramp(self.share_slow - self.share_normal, 0.2, 0.6),
+                explains: ramp(covered, 0.15, 0.5)}
+
+
+def pause_overlap(ctx: SpikeContext, pauses) -> PauseOverlap | None:
+    """The spike's :class:`PauseOverlap` with ``pauses`` (anything with ``overlap_ms(begin_ns,
+    end_ns)`` and ``len``); None without pauses or without slow requests."""
+    inputs, slow = ctx.inputs, ctx.slow_request_index
+    if len(pauses) == 0 or len(slow) == 0:
+        return None
+    normal = inputs.normal_sample(ctx.normal_request_index)
+    begin, end = inputs.request_interval(slow)
+    overlap_slow = pauses.overlap_ms(begin, end)
+    overlap_normal = pauses.overlap_ms(*inputs.request_interval(normal)) if len(normal) else np.zeros(0)
+    latency = inputs.req.latency_ms
+    typical = float(np.median(latency[normal])) if len(normal) else float(ctx.threshold_ms or 0.0)
+    hit = overlap_slow > 0
+    return PauseOverlap(
+        begin_ns=begin, end_ns=end, overlap_slow_ms=overlap_slow,
+        share_slow=float(np.mean(hit)),
+        share_normal=float(np.mean(overlap_normal > 0)) if len(overlap_normal) else 0.0,
+        extra_ms=float(np.median(latency[slow] - typical)),
+        median_overlap_ms=float(np.median(overlap_slow[hit])) if hit.any() else 0.0)
+
+
 def percent(x: float | None) -> str:
     return "—" if x is None else f"{100 * x:.0f}%"
 
