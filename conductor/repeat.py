@@ -12,10 +12,10 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
 
 from tailscope.conductor.run_setup import safe_name
 from tailscope.rundir import RunDirError, read_json
+from tailscope.rundir.manifest import make_unique_dir, utc_stamp
 
 
 @dataclass(frozen=True)
@@ -30,14 +30,7 @@ class RepeatedRun:
 
 def repeat_folder(parent: str, name: str, count: int) -> str:
     """Create and return ``parent/<name>-<UTC stamp>-x<count>`` (``-2``, ``-3`` … appended when taken)."""
-    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-    base = os.path.join(parent, f"{safe_name(name)}-{stamp}-x{count}")
-    path, n = base, 1
-    while os.path.exists(path):
-        n += 1
-        path = f"{base}-{n}"
-    os.makedirs(path)
-    return path
+    return make_unique_dir(os.path.join(parent, f"{safe_name(name)}-{utc_stamp()}-x{count}"))
 
 
 def _stopped_early(run_dir: str | None) -> bool:

@@ -39,16 +39,24 @@ def write_json_atomic(path: str | os.PathLike, data) -> None:
     os.replace(tmp, path)
 
 
-def new_run_dir(parent: str | os.PathLike, name: str) -> str:
-    """Create ``parent/<UTC timestamp>-<name>`` and return its path."""
-    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-    base = os.path.join(os.fspath(parent), f"{stamp}-{name}")
+def utc_stamp() -> str:
+    """Now in UTC as the run folders name it: ``20261206T032926Z``."""
+    return datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+
+
+def make_unique_dir(base: str) -> str:
+    """Create ``base`` (``base-2``, ``base-3`` … when taken) and return the path created."""
     path, n = base, 1
     while os.path.exists(path):
         n += 1
         path = f"{base}-{n}"
     os.makedirs(path)
     return path
+
+
+def new_run_dir(parent: str | os.PathLike, name: str) -> str:
+    """Create ``parent/<UTC timestamp>-<name>`` and return its path."""
+    return make_unique_dir(os.path.join(os.fspath(parent), f"{utc_stamp()}-{name}"))
 
 
 def host_info() -> dict:
