@@ -33,17 +33,17 @@ from __future__ import annotations
 import argparse
 import itertools
 import os
-import signal
 import socket
 import subprocess
 import sys
 import time
 
+from bench_common import start_reference_target, stop_process  # benchmarks/ is on sys.path
+
 from tailscope.support.python_child import python_module
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCENARIO = os.path.join(os.path.dirname(HERE), "scenarios", "demo.yaml")
-ENV = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 
 def free_port() -> int:
@@ -52,33 +52,11 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_target(port: int, receiver_port: int) -> subprocess.Popen:
-    """The reference target on 127.0.0.1:port, exporting spans to the receiver on receiver_port."""
-    env = dict(os.environ, **ENV, OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{receiver_port}",
-               OTEL_EXPORTER_OTLP_PROTOCOL="http/protobuf", OTEL_BSP_SCHEDULE_DELAY="200")
-    proc = subprocess.Popen(python_module("tailscope.targets.reference", "--host", "127.0.0.1", "--port", str(port)),
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-    for line in proc.stdout:
-        if line.startswith(b"LISTENING"):
-            return proc
-    raise RuntimeError("the reference target did not start")
-
-
-def stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        os.kill(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            os.kill(proc.pid, signal.SIGKILL)
-            proc.wait()
-
-
 def record(out: str, runs: int, seconds: float, prefix: str) -> None:
     os.makedirs(out, exist_ok=True)
     for i in range(runs):
         port, receiver = free_port(), free_port()
-        target = start_target(port, receiver)
+        target = start_reference_target(port, receiver)
         parent = os.path.join(out, f"{prefix}-{i:02d}")
         started = time.monotonic()
         try:
@@ -88,7 +66,7 @@ def record(out: str, runs: int, seconds: float, prefix: str) -> None:
                                                 "--receiver-grpc-port", "-1"),
                                   capture_output=True, text=True, timeout=seconds + 240)
         finally:
-            stop(target)
+            stop_process(target)
         print(f"{prefix}-{i:02d}: exit {proc.returncode} in {time.monotonic() - started:.0f} s, "
               f"load {' '.join(f'{x:.1f}' for x in os.getloadavg())}", flush=True)
         if proc.returncode not in (0, 1, 3):

@@ -38,7 +38,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -46,14 +45,13 @@ import tempfile
 import time
 
 import numpy as np
+from bench_common import start_reference_target, stop_process  # benchmarks/ is on sys.path
 
 from tailscope.analyzers.stats.percentiles import percentile_ci
 from tailscope.rundir import load_run, read_stream, schema
 from tailscope.rundir.manifest import RESERVE_FILE
 from tailscope.rundir.retention_policy import trace_sampled
 from tailscope.support.python_child import python_module
-
-ENV = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 
 def free_port() -> int:
@@ -64,29 +62,6 @@ def free_port() -> int:
 
 #: A lighter model than the default so that one core serves 300 requests/s.
 TARGET_ARGS = ("--model-dim", "64", "--max-batch-size", "32")
-
-
-def start_target(port: int, receiver_port: int) -> subprocess.Popen:
-    env = dict(os.environ, **ENV, OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{receiver_port}",
-               OTEL_EXPORTER_OTLP_PROTOCOL="http/protobuf", OTEL_BSP_SCHEDULE_DELAY="200",
-               OTEL_BSP_MAX_QUEUE_SIZE="65536")
-    proc = subprocess.Popen(python_module("tailscope.targets.reference", "--host", "127.0.0.1",
-                                          "--port", str(port), *TARGET_ARGS), env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL)
-    for line in proc.stdout:
-        if line.startswith(b"LISTENING"):
-            return proc
-    raise RuntimeError("the reference target did not start")
-
-
-def stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        os.kill(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            os.kill(proc.pid, signal.SIGKILL)
-            proc.wait()
 
 
 #: The soak's default ``retention:`` section (``--retention``).
@@ -211,7 +186,7 @@ def main() -> int:
     out = args.out or tempfile.mkdtemp(prefix="tailscope-soak-")
     os.makedirs(out, exist_ok=True)
     port, receiver_port = free_port(), free_port()
-    target = start_target(port, receiver_port)
+    target = start_reference_target(port, receiver_port, *TARGET_ARGS, OTEL_BSP_MAX_QUEUE_SIZE="65536")
     url = f"http://127.0.0.1:{port}"
     try:
         ref_dir, *_ = run(scenario(os.path.join(out, "ref.yaml"), url, 1.0, args.rate, None),
@@ -220,7 +195,7 @@ def main() -> int:
             scenario(os.path.join(out, "soak.yaml"), url, args.minutes, args.rate, args.retention),
             os.path.join(out, "soak"), receiver_port)
     finally:
-        stop(target)
+        stop_process(target)
     ref = json.load(open(os.path.join(ref_dir, "analysis.json")))
     soak = json.load(open(os.path.join(soak_dir, "analysis.json")))
     manifest = json.load(open(os.path.join(soak_dir, "manifest.json")))
