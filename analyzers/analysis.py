@@ -67,7 +67,8 @@ from tailscope.analyzers.stats.windows import window_table, windows_as_records
 from tailscope.rundir import Run, load_run, release_pages
 
 #: Version of the analysis dict (analysis.schema.json); bumped when a field changes meaning.
-ANALYSIS_FORMAT_VERSION = "1.0"
+#: 1.1: the stage client_network is outside_server (reports/upgrade.py reads 1.0).
+ANALYSIS_FORMAT_VERSION = "1.1"
 #: Bounds on the event lists carried in the analysis.
 MAX_FAULTS = 200
 MAX_GC_PAUSES = 50

@@ -30,6 +30,7 @@ from tailscope.reports.overview_view import detection_text, signals_text, slo_ch
 from tailscope.reports.signal_view import summarise_panels
 from tailscope.reports.timeline import fault_label, timeline_charts
 from tailscope.reports.tracing_view import clock_text, occurred_stages, receiver_rows, rules_text
+from tailscope.reports.upgrade import upgrade_analysis
 from tailscope.support.verdict_words import unclaimed_note
 
 PERCENTILE_LABELS = (("p50", "P50"), ("p90", "P90"), ("p95", "P95"), ("p99", "P99"), ("p999", "P99.9"))
@@ -164,7 +165,9 @@ def chart_data(analysis: dict, cards: dict) -> tuple[dict, dict]:
 
 
 def build_report_data(analysis: dict) -> dict:
-    """The presentation dict of one analysis (see module docstring)."""
+    """The presentation dict of one analysis (see module docstring); an older analysis is read
+    with the current names (:func:`upgrade_analysis`)."""
+    analysis = upgrade_analysis(analysis)
     summary, run = analysis["summary"], analysis["run"]
     origin = run["load_start_ns"] or run["start_ns"]
     cards = spike_cards(analysis["spikes"], origin)

@@ -159,7 +159,7 @@ def split_sentence(split: dict) -> str | None:
     if total is None:
         return None
     parts = [f"{label} {value:+.1f} ms" for label, value in (
-        ("server", split.get("server_growth_ms")), ("client/network", split.get("client_network_growth_ms")),
+        ("server", split.get("server_growth_ms")), ("outside the server", split.get("outside_server_growth_ms")),
         ("send lateness", split.get("lateness_growth_ms"))) if value is not None]
     return f"Extra latency of the slow requests: {total:+.1f} ms on average" + (f" — {', '.join(parts)}." if parts else ".")
 

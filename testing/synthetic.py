@@ -43,7 +43,7 @@ stall    process_pause  process_stall    the target's process stops ``extra_ms``
                                          event): no span starts, ends or records an event
                                          inside a stall; a request arriving in one waits
                                          outside the server's spans until it ends
-network  network        unexplained      client/network time only
+network  network        unexplained      outside-server time only
 postprocess postprocess unexplained      postprocess stage only
 kv_cache kv_cache_pressure kv_cache_pressure queue wait, deep queue; the KV cache 99% in use
                                          (from 45%), 6 preemptions/s (``llm``)
@@ -116,8 +116,8 @@ SPIKE_FAULTS = {
     "io": ("io_stall", {"preprocess": 1.0}),
     "queue": ("overload", {"queue": 1.0}),
     "gpu": ("gpu_throttle", {"inference": 1.0}),
-    "generator": ("generator", {"lateness": 1.0, "client_network": 0.3}),
-    "network": ("network", {"client_network": 1.0}),
+    "generator": ("generator", {"lateness": 1.0, "outside_server": 0.3}),
+    "network": ("network", {"outside_server": 1.0}),
     "postprocess": ("postprocess", {"postprocess": 1.0}),
     "cotenant_cpu": ("cpu_contention", {"preprocess": 0.3, "inference": 0.7}),
     "kv_cache": ("kv_cache_pressure", {"queue": 1.0}),
@@ -133,7 +133,7 @@ LLM_PROMPT_TOKENS, LLM_OUTPUT_TOKENS, PREFILL_PROMPT_FACTOR = (16, 512), (8, 64)
 #: kind of the detector that declares it answers the fault (``unexplained`` when none does).
 SPIKE_KINDS = {kind: (fault, cause_of_fault(fault), effects) for kind, (fault, effects) in SPIKE_FAULTS.items()}
 #: Kept for callers of the first version: which stage each kind slows most.
-SPIKE_STAGE = {kind: max(effects, key=effects.get) if "lateness" not in effects else "client_network"
+SPIKE_STAGE = {kind: max(effects, key=effects.get) if "lateness" not in effects else "outside_server"
                for kind, (_, _, effects) in SPIKE_KINDS.items()}
 SERVER_SPAN_NAME = "POST /v1/infer/text"
 QUEUE_CAPACITY = 256
@@ -205,7 +205,7 @@ def _normalise_spikes(spikes: Iterable[Mapping], start_ns: int) -> list[dict]:
         begin = start_ns + int(float(spike["at_s"]) * NS_PER_S)
         out.append({"kind": kind, "fault": fault, "expected_cause": cause, "effects": dict(effects),
                     "distraction": distraction,
-                    "stage": max(effects, key=effects.get) if "lateness" not in effects else "client_network",
+                    "stage": max(effects, key=effects.get) if "lateness" not in effects else "outside_server",
                     "start_ns": begin, "end_ns": begin + int(float(spike["duration_s"]) * NS_PER_S),
                     "extra_ms": float(spike["extra_ms"]),
                     "surge": float(spike.get("surge", 1.0 if kind == "queue" else 0.0))})
@@ -337,7 +337,7 @@ def write_synthetic_run(path, *, duration_s: float = 60, rate: float = 50, seed:
             continue
         for target, share in spike["effects"].items():
             extra = share * spike["extra_ms"] * rng.uniform(0.75, 1.25, size=count)
-            if target == "client_network":
+            if target == "outside_server":
                 net_out_ms[hit] += extra
             elif target == "lateness":
                 lateness[hit] += extra

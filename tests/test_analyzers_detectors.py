@@ -113,7 +113,7 @@ def test_faults_without_a_detector_are_unexplained_with_the_grown_stage(fault_ru
     cause = _only_spike(analysis)["causes"][0]
     assert cause["kind"] == "unexplained"
     evidence = cause["evidence"]
-    stage = "client_network" if kind == "network" else "postprocess"
+    stage = "outside_server" if kind == "network" else "postprocess"
     assert evidence["decomposition"]["dominant_stage"] == stage
     # 8 of 11 detectors had inputs (no GPU series, no server metrics), none was tempted: confidence 8/11
     assert evidence["coverage"] == pytest.approx(8 / 11)

@@ -72,7 +72,7 @@ def test_all_successful_requests_join_their_server_span(spiky):
     stages = analysis["stages"]
     assert stages["joined_fraction"] == 1.0
     assert set(stages["by_stage"]) == {"preprocess", "queue", "batch_wait", "inference", "postprocess",
-                                       "server", "unaccounted", "client_network"}
+                                       "server", "unaccounted", "outside_server"}
     assert stages["by_stage"]["inference"]["p50_ms"] > stages["by_stage"]["preprocess"]["p50_ms"]
 
 

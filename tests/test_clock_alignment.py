@@ -125,7 +125,7 @@ def test_triton_import_with_a_skewed_server_clock(tmp_path):
     stages = analyze_run(run_dir)["stages"]
     clock = stages["clock_alignment"]
     assert clock["applied"] and abs(clock["offset_ms"] + 250.0) < 1.0 and clock["requests"] == 60
-    assert stages["by_stage"]["client_network"]["p50_ms"] == pytest.approx(0.386)  # with Triton's HTTP receive
+    assert stages["by_stage"]["outside_server"]["p50_ms"] == pytest.approx(0.386)  # with Triton's HTTP receive
 
 
 def test_too_few_requests_gives_no_estimate(tmp_path):

@@ -155,7 +155,7 @@ def test_cli_import_then_report_maps_triton_stages(tmp_path):
     assert stages["unmapped_span_names"] == []
     assert set(stages["by_stage"]) == {"request_parse", "enqueue", "queue", "compute_input", "inference",
                                        "compute_output", "response_serialize", "http_send", "request_release", "server",
-                                       "unaccounted", "client_network"}
+                                       "unaccounted", "outside_server"}
     bad = tmp_path / "bad.jsonl"
     bad.write_text("not json\n")
     proc = run_tailscope("import-spans", run_dir, str(bad))

@@ -109,7 +109,7 @@ def test_stage_tables_list_only_stages_that_occurred(plain_service_run):
     absent = [name for name, s in by_stage.items() if not s["count"]]
     present = [name for name, s in by_stage.items() if s["count"]]
     assert absent and "preprocess" in absent, "the reference preset's stages did not occur on this service"
-    assert "server" in present and "client_network" in present
+    assert "server" in present and "outside_server" in present
     with open(os.path.join(run_dir, "report.html"), encoding="utf-8") as fh:
         html = fh.read()
     stages_section = html[html.index('<section id="stages">'):]

@@ -83,7 +83,7 @@ def test_each_preset_recovers_the_documented_stages_from_its_servers_spans(prese
                 assert got == pytest.approx(ms, abs=1e-6), (stage, expected)
         assert matrix.column("server")[row] == pytest.approx(expected["server_ms"], abs=1e-6)
         assert matrix.column("unaccounted")[row] == pytest.approx(expected["unaccounted_ms"], abs=1e-6)
-        assert matrix.column("client_network")[row] == pytest.approx(0.3, abs=1e-6)
+        assert matrix.column("outside_server")[row] == pytest.approx(0.3, abs=1e-6)
 
 
 def test_vllm_stages_are_laid_end_to_end_within_the_span_and_its_token_counts_are_exposed(tmp_path):

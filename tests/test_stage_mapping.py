@@ -51,7 +51,7 @@ def test_triton_preset_recovers_every_stage_and_the_unaccounted_time(triton_run)
         assert matrix.column("server")[row] == pytest.approx(expected["server_ms"], abs=1e-9)
         assert matrix.column("unaccounted")[row] == pytest.approx(expected["unaccounted_ms"], abs=1e-9)
         # 0.15 ms each way, and Triton receives the body (0.05 ms) and 0.036 ms more before its span starts
-        assert matrix.column("client_network")[row] == pytest.approx(0.386, abs=1e-9)
+        assert matrix.column("outside_server")[row] == pytest.approx(0.386, abs=1e-9)
     assert matrix.consistency["exceeding_requests"] == 0
 
 

@@ -2,26 +2,26 @@
 
 Latency is measured from the scheduled send (DESIGN.md, decision 3), so a
 generator that falls behind adds its own delay: sends leave late (lateness =
-sent − scheduled) and responses are read late (client/network time = service
+sent − scheduled) and responses are read late (outside-server time = service
 time − server time). Evidence: the share of the slow requests' extra latency
-spent in lateness and client/network time, the share of slow requests sent
+spent in lateness and outside-server time, the share of slow requests sent
 more than 1 ms late vs normal requests, and the generator's own GC pauses
 (``generator_gc`` events) when recorded: how much more often slow requests
 overlapped one than normal requests did, weighed (as in ``gc``) by how much
 of their extra latency the pause time covers.
 
-A slow network also grows client/network time but does not delay sends, so
+A slow network also grows outside-server time but does not delay sends, so
 late sends (or generator GC) must back the finding. And time outside the server's
 spans is the generator's only as far as its own lateness reaches: a target that
 stops (a stop-the-world pause) reads requests and writes responses late, outside
-its spans, too. Of the growth in client/network time at most the send lateness
+its spans, too. Of the growth in outside-server time at most the send lateness
 plus the median generator-GC pause time inside a slow request counts
 (``outside_server_counted_ms``). And a generator starved
 of CPU by *other* processes (its event loop waiting on a run queue:
 ``generator.runqueue_wait_ms``) is a symptom of CPU contention, reported by
 ``cpu_contention``, not a generator problem:
 
-generator share = (lateness + min(client/network, lateness + generator-GC overlap)) / growth
+generator share = (lateness + min(outside-server, lateness + generator-GC overlap)) / growth
 confidence = ramp(generator share of growth, 0.3, 0.6)
            × max(ramp(late share − normal late share, 0.05, 0.25),
                  ramp(generator-GC overlap lift, 0.2, 0.6)
@@ -55,7 +55,7 @@ class GeneratorDetector(CauseDetector):
             return None
         normal = inputs.normal_sample(ctx.normal_request_index)
         split = latency_split(ctx)
-        client = max(split.client_network_ms or 0.0, 0.0)
+        client = max(split.outside_server_ms or 0.0, 0.0)
         lateness = np.nan_to_num(inputs.req.lateness_ms)
         late_slow = float(np.mean(lateness[slow] > LATE_MS))
         late_normal = float(np.mean(lateness[normal] > LATE_MS)) if len(normal) else 0.0

@@ -151,7 +151,7 @@ class LatencySplit:
 
     latency_ms: float
     server_ms: float | None  # None without joined spans
-    client_network_ms: float | None
+    outside_server_ms: float | None
     lateness_ms: float
 
     @property
@@ -172,12 +172,12 @@ class LatencySplit:
         def r(x):
             return None if x is None else round(float(x), 3)
         return {"latency_growth_ms": r(self.latency_ms), "server_growth_ms": r(self.server_ms),
-                "client_network_growth_ms": r(self.client_network_ms), "lateness_growth_ms": r(self.lateness_ms),
+                "outside_server_growth_ms": r(self.outside_server_ms), "lateness_growth_ms": r(self.lateness_ms),
                 "server_share": r(self.server_share)}
 
 
 def latency_split(ctx: SpikeContext) -> LatencySplit:
-    """Where the slow requests' extra latency went: server, client/network, send lateness."""
+    """Where the slow requests' extra latency went: server, outside-server, send lateness."""
     req = ctx.inputs.req
     slow, normal = ctx.slow_request_index, ctx.inputs.normal_sample(ctx.normal_request_index)
 
@@ -188,7 +188,7 @@ def latency_split(ctx: SpikeContext) -> LatencySplit:
 
     stages = ctx.decomposition.get("stages") or {}
     server = stages.get("server", {}).get("growth_ms")
-    client = stages.get("client_network", {}).get("growth_ms")
+    client = stages.get("outside_server", {}).get("growth_ms")
     return LatencySplit(growth(req.latency_ms), server, client, growth(np.nan_to_num(req.lateness_ms)))
 
 

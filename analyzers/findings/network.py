@@ -1,7 +1,7 @@
 """Findings about the time a request spends outside the server's spans.
 
 Both read the stage matrix of the joined requests: ``server`` (the server span's
-duration) and ``client_network`` (service time − server: network, the server's
+duration) and ``outside_server`` (service time − server: network, the server's
 HTTP layer outside its spans, the generator's reading of the reply).
 
 - ``tcp_delayed_ack``: a large share of the requests waited about the Linux
@@ -46,7 +46,7 @@ def _outside_and_server(inputs: FindingInputs) -> tuple[np.ndarray, np.ndarray] 
     matrix = inputs.matrix
     if len(matrix.request_index) == 0:
         return None
-    outside, server = matrix.column("client_network"), matrix.column("server")
+    outside, server = matrix.column("outside_server"), matrix.column("server")
     keep = ~np.isnan(outside) & ~np.isnan(server)
     return (outside[keep], server[keep]) if keep.any() else None
 
@@ -57,7 +57,7 @@ def check_delayed_ack(inputs: FindingInputs) -> Finding | None:
     if times is None:
         return None
     matrix = inputs.matrix
-    outside, server = matrix.column("client_network"), matrix.column("server")
+    outside, server = matrix.column("outside_server"), matrix.column("server")
     first_byte, present = int_column(inputs.run.requests, "first_byte_ns")
     rows = matrix.request_index
     gap = np.where(present[rows], (inputs.req.end_ns[rows] - first_byte[rows]) / NS_PER_MS, np.nan)

@@ -14,7 +14,7 @@ the first of these that accounts for them is named (the evidence keeps every mea
    least 1.5× the output tokens of the others while their time per output token rose less than
    1.25× (a long answer is not an incident);
 4. ``class`` — at least 80% of them are of one request class that is at most half of all requests;
-5. ``stage`` — one stage (the server's stages, or ``client_network``: the time outside the
+5. ``stage`` — one stage (the server's stages, or ``outside_server``: the time outside the
    server's spans) holds at least half of their extra mean latency over the others;
 6. ``spread`` — none of these: the sentence says so, with the largest stage difference.
 
@@ -38,7 +38,7 @@ TOKENS_RATIO, PER_TOKEN_FLAT = 1.5, 1.25
 #: Share of the extra mean latency one stage must hold.
 STAGE_SHARE = 0.5
 #: Stage names in words.
-STAGE_WORDS = {"client_network": "the time outside the server's spans (network, the server's HTTP layer, the client)"}
+STAGE_WORDS = {"outside_server": "the time outside the server's spans (network, the server's HTTP layer, the client)"}
 
 
 def _mean(values: np.ndarray) -> float:

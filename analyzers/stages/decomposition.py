@@ -18,7 +18,7 @@ trace's top-level span; the longest if several):
 - ``unaccounted`` = server − sum(stages), clipped at 0: server time no stage
   covers, shown explicitly; where the stages add up to more than the server span (they
   overlap), :mod:`.consistency` says so and names the rule (``StageMatrix.consistency``);
-- ``client_network`` = service time − server (generator, network, HTTP parsing).
+- ``outside_server`` = service time − server (generator, network, HTTP parsing).
 
 All in ms. The join is hash-based (``pyarrow.compute.index_in``) and the
 per-stage sums use ``np.bincount``: O(requests + spans), no per-span Python
@@ -61,7 +61,7 @@ __all__ = ["DEFAULT_STAGE_MAP", "DERIVED_STAGES", "SPAN_KIND_SERVER", "SpanJoin"
 #: Default stage mapping: span name → stage (the ``reference`` preset, docs/architecture.md).
 DEFAULT_STAGE_MAP: Mapping[str, str] = dict(REFERENCE_SPAN_NAMES)
 #: Derived columns appended after the mapped stages.
-DERIVED_STAGES = ("server", "unaccounted", "client_network")
+DERIVED_STAGES = ("server", "unaccounted", "outside_server")
 #: Most unmapped span names listed.
 TOP_UNMAPPED = 20
 
@@ -230,8 +230,8 @@ def stage_matrix(req: RequestArrays, spans: pa.Table,
     consistency = stage_consistency(stage_ms, server_ms, stages[:-len(DERIVED_STAGES)], rules,
                                     by_name.names if by_name is not None else (),
                                     IntervalOverlap(overlap.ms[rows], overlap.pairs))
-    client_network = req.service_ms[ok_index[rows]] - server_ms
-    matrix = np.column_stack([stage_ms, server_ms, unaccounted, client_network])
+    outside_server = req.service_ms[ok_index[rows]] - server_ms
+    matrix = np.column_stack([stage_ms, server_ms, unaccounted, outside_server])
     unmapped_mask = joined & ~servers.excluded & (stage_of == UNMAPPED)
     return StageMatrix(ok_index[rows], stages, matrix, int(req.is_ok.sum()),
                        unmapped_names(pa.table({"name": spans.column("name").filter(pa.array(unmapped_mask))})),

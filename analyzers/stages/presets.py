@@ -138,7 +138,7 @@ REFERENCE_SPAN_NAMES = (
 #: Triton's span-event timestamps, in the order an HTTP request passes them inside its
 #: ``InferRequest`` span (checked on Triton 2.51 from PyTriton 0.7: tests/real_servers). The
 #: server span starts after ``HTTP_RECV_END`` (receiving the body is outside it, in
-#: ``client_network``), so ``request_parse`` is clipped to the span's start like every event stage
+#: ``outside_server``), so ``request_parse`` is clipped to the span's start like every event stage
 #: (:func:`~.span_match.event_stage_ms`). ``COMPUTE_END`` and ``REQUEST_END`` are not on the
 #: response's path: the core releases the request while the HTTP frontend already serialises and
 #: sends the response (they fall before or after ``HTTP_SEND_START``), so the stages follow

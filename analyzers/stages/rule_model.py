@@ -30,7 +30,7 @@ from typing import Any
 #: The stage that maps a span to nothing.
 STAGE_IGNORE = "ignore"
 #: Stage names the analysis derives itself; a rule may not produce them.
-RESERVED_STAGES = frozenset({"server", "unaccounted", "client_network"})
+RESERVED_STAGES = frozenset({"server", "unaccounted", "outside_server"})
 RULE_FIELDS = {"match", "between", "stage", "from_attributes"}
 MATCH_FIELDS = {"name", "attribute"}
 ATTRIBUTE_STAGE_FIELDS = {"stage", "attribute", "unit"}

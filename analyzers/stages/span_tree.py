@@ -18,7 +18,7 @@ else (a second root, a parent never stored) is no stage of its own and stays
 one vectorised pass per tree level (at most :data:`MAX_DEPTH`). At most
 :data:`MAX_SPAN_STAGES` names become stages (the most frequent); the others stay
 unaccounted and listed among ``unmapped_span_names``. Derived stage names
-(``server``, ``unaccounted``, ``client_network``) are never reused: a span so
+(``server``, ``unaccounted``, ``outside_server``) are never reused: a span so
 named becomes ``span:<name>``; a span named like a rule's stage is added to that
 stage by the caller (:func:`~.decomposition.stage_matrix`).
 

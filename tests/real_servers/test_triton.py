@@ -103,7 +103,7 @@ def test_every_request_joins_and_its_stages_add_up_to_the_server_span(triton_run
     analysis = load_analysis(run_dir)
     stages = analysis["stages"]
     by_stage = stages["by_stage"]
-    mapped = [name for name in by_stage if name not in ("server", "unaccounted", "client_network")]
+    mapped = [name for name in by_stage if name not in ("server", "unaccounted", "outside_server")]
     total, server = stages["consistency"]["stage_sum_mean_ms"], stages["consistency"]["server_mean_ms"]
     assert server == pytest.approx(by_stage["server"]["mean_ms"])
     print(f"pytriton: joined {stages['joined_fraction']:.4f} of {stages['joined_requests']}; stages "
