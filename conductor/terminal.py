@@ -14,6 +14,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from tailscope.reports.formatting import fmt_metric
+from tailscope.support.units import percentile_label
 from tailscope.support.verdict_words import unclaimed_note, verdict_line
 
 PLAIN_PROGRESS_INTERVAL_S = 5.0
@@ -209,7 +210,7 @@ def llm_comparison_table(section: dict | None) -> Table | None:
 
 
 #: The percentile columns of the end-of-run latency table: (analysis key, name).
-LATENCY_COLUMNS = (("p50", "P50"), ("p90", "P90"), ("p95", "P95"), ("p99", "P99"), ("p999", "P99.9"), ("max", "max"))
+LATENCY_COLUMNS = tuple((key, percentile_label(key)) for key in ("p50", "p90", "p95", "p99", "p999", "max"))
 #: The LLM table's rows: (key in the analysis's ``llm`` section, metric name).
 LLM_ROWS = (("ttft_ms", "TTFT"), ("tpot_ms", "TPOT"), ("itl_ms", "ITL"), ("chunk_gap_ms", "chunk gap"),
             ("e2e_ms", "e2e"))

@@ -45,14 +45,13 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from tailscope.support.registry import Registry
+from tailscope.support.units import NS_PER_S
 
 if TYPE_CHECKING:
     from tailscope.loadgen.spec import ArrivalSpec, RateProfile
 
 #: Offsets per yielded chunk.
 CHUNK_SIZE = 4096
-
-NS_PER_S = 1_000_000_000
 
 #: A function returning ``CHUNK_SIZE`` random gaps in seconds.
 GapDraw = Callable[[], np.ndarray]

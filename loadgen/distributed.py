@@ -46,8 +46,9 @@ from dataclasses import asdict, dataclass, replace
 import numpy as np
 import pyarrow as pa
 
-from tailscope.loadgen.recorder import LATE_THRESHOLD_NS, LIVE_WINDOW_S, LiveStats, WindowedStats
+from tailscope.loadgen.recorder import LIVE_WINDOW_S, LiveStats, WindowedStats
 from tailscope.rundir.schema import CHUNKS_SCHEMA, EVENTS_SCHEMA, REQUESTS_SCHEMA, SIGNALS_SCHEMA
+from tailscope.support.units import LATE_THRESHOLD_NS
 
 #: Master → worker: this worker's share of the schedule (:class:`ScheduleShare`).
 MESSAGE_SHARE = "tailscope_share"

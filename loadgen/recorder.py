@@ -25,30 +25,22 @@ from dataclasses import dataclass
 
 import numpy as np
 
-#: A request is "late" when it left the generator more than this after its
-#: scheduled time.
-LATE_THRESHOLD_NS = 1_000_000
+from tailscope.rundir import histograms as hist
+from tailscope.support.units import LATE_THRESHOLD_NS, NS_PER_S
+
 #: Default length of the window for live percentiles, seconds.
 LIVE_WINDOW_S = 10
 
-NS_PER_S = 1_000_000_000
-_HIST_FLOOR_NS = 1_000  # 1 µs: everything below shares the first bucket
-_HIST_GROWTH = 1.02  # bucket upper bound / lower bound
-_HIST_BUCKETS = 1200  # 1 µs * 1.02**1200 ≈ 2e10 µs: beyond any timeout
-_INV_LOG_GROWTH = 1.0 / math.log(_HIST_GROWTH)
 
 
 def latency_bucket(latency_ns: int) -> int:
-    """Histogram bucket of a latency (ns): log-spaced, 2 % wide, clamped to the range."""
-    if latency_ns <= _HIST_FLOOR_NS:
-        return 0
-    index = int(math.log(latency_ns / _HIST_FLOOR_NS) * _INV_LOG_GROWTH)
-    return min(index, _HIST_BUCKETS - 1)
+    """Histogram bucket of a latency (ns); the layout and its accuracy are ``rundir.histograms``'."""
+    return hist.bucket_of(latency_ns)
 
 
 def bucket_value_ms(index: int) -> float:
-    """Representative latency of a bucket, ms (geometric middle of its bounds)."""
-    return _HIST_FLOOR_NS * _HIST_GROWTH ** (index + 0.5) / 1e6
+    """Representative latency of a bucket, ms (its geometric middle, within ``hist.RELATIVE_ERROR``)."""
+    return float(hist.bucket_value_ms(index))
 
 
 @dataclass
@@ -79,7 +71,7 @@ class _SecondSlot:
         self.errors = 0
         self.due = 0
         self.late = 0
-        self.histogram = np.zeros(_HIST_BUCKETS, dtype=np.int64)
+        self.histogram = np.zeros(hist.BUCKETS, dtype=np.int64)
 
     def reset(self, second: int) -> None:
         self.second = second
@@ -139,7 +131,7 @@ class WindowedStats:
         due = sum(s.due for s in recent)
         late = sum(s.late for s in recent)
         last_complete = [s.count for s in recent if s.second == now_s - 1]
-        histogram = sum((s.histogram for s in recent), np.zeros(_HIST_BUCKETS, dtype=np.int64))
+        histogram = sum((s.histogram for s in recent), np.zeros(hist.BUCKETS, dtype=np.int64))
         return LiveStats(
             window_s=window_s,
             count=count,

@@ -34,9 +34,8 @@ import numpy as np
 
 from tailscope.rundir import histograms as hist
 from tailscope.rundir.schema import ERROR_KINDS
+from tailscope.support.units import LATE_THRESHOLD_NS
 
-#: A send later than this after its scheduled time is "late" (perf_analyzer's rule).
-LATE_THRESHOLD_NS = 1_000_000
 _KIND_INDEX = {kind: i for i, kind in enumerate(ERROR_KINDS)}
 
 

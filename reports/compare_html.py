@@ -17,9 +17,9 @@ from __future__ import annotations
 from tailscope.reports.distribution_view import distribution_charts
 from tailscope.reports.formatting import fmt_count, fmt_ms, fmt_rate, fmt_share, fmt_signed_ms
 from tailscope.reports.html import render_page
+from tailscope.support.units import percentile_label
 
 COMPARE_SCRIPTS = ("report_common.js", "compare.js")
-PERCENTILE_NAMES = {"p50": "P50", "p90": "P90", "p95": "P95", "p99": "P99", "p999": "P99.9", "max": "max"}
 #: The percentile rows' metrics in words (``latency P50``, ``service time P99``).
 METRIC_NAMES = {"latency_ms": "latency", "service_time_ms": "service time"}
 
@@ -28,7 +28,7 @@ def figure_name(change: dict) -> str:
     """A percentile row's figure: its metric and percentile, ``latency P50``, ``service time P99.9``."""
     metric = change.get("metric") or "latency_ms"
     return (f"{METRIC_NAMES.get(metric, str(metric))} "
-            f"{PERCENTILE_NAMES.get(change.get('percentile'), str(change.get('percentile')))}")
+            f"{percentile_label(str(change.get('percentile')))}")
 
 
 def _interval(pair) -> str:
@@ -56,7 +56,7 @@ def percentile_change_rows(changes: list[dict]) -> list[dict]:
         rows.append({
             "scope": str(c.get("cls") or "all"),
             "metric": METRIC_NAMES.get(c.get("metric") or "latency_ms", str(c.get("metric"))), "figure": figure_name(c),
-            "percentile": PERCENTILE_NAMES.get(c.get("percentile"), str(c.get("percentile"))),
+            "percentile": percentile_label(str(c.get("percentile"))),
             "baseline": fmt_ms(c.get("baseline_ms")), "baseline_ci": _interval(c.get("baseline_ci_ms")),
             "current": fmt_ms(c.get("current_ms")), "current_ci": _interval(c.get("current_ci_ms")),
             "change": fmt_signed_ms(c.get("change_ms")), "change_ci": _signed_interval(c.get("change_ci_ms")),

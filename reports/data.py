@@ -31,9 +31,10 @@ from tailscope.reports.signal_view import summarise_panels
 from tailscope.reports.timeline import fault_label, timeline_charts
 from tailscope.reports.tracing_view import clock_text, occurred_stages, receiver_rows, rules_text
 from tailscope.reports.upgrade import upgrade_analysis
+from tailscope.support.units import percentile_label
 from tailscope.support.verdict_words import unclaimed_note
 
-PERCENTILE_LABELS = (("p50", "P50"), ("p90", "P90"), ("p95", "P95"), ("p99", "P99"), ("p999", "P99.9"))
+PERCENTILE_LABELS = tuple((key, percentile_label(key)) for key in ("p50", "p90", "p95", "p99", "p999"))
 HEADLINE = ("p50", "p99", "p999")
 
 

@@ -15,8 +15,9 @@ Keys read (all optional; docs/report.md lists them for the analyzers' authors):
 from __future__ import annotations
 
 from tailscope.reports.formatting import fmt_count, fmt_ms, fmt_number, fmt_rate, fmt_share
+from tailscope.support.units import percentile_label
 
-PERCENTILES = (("p50", "P50"), ("p90", "P90"), ("p99", "P99"), ("p999", "P99.9"))
+PERCENTILES = tuple((key, percentile_label(key)) for key in ("p50", "p90", "p99", "p999"))
 METRIC_LABELS = {"ttft_ms": "time to first token", "itl_ms": "inter-token latency",
                  "tpot_ms": "time per output token", "e2e_ms": "end-to-end"}
 

@@ -29,12 +29,12 @@ from tailscope.reports.cards import minor_flags
 from tailscope.reports.downsample import lttb
 from tailscope.reports.formatting import NS_PER_S
 from tailscope.reports.signal_panels import build_panels
+from tailscope.support.units import percentile_label
 
 MAX_LINE_POINTS = 2000
 MAX_BANDS = 300
 #: Window columns drawn as lines (those with at least one value): claimed percentiles and the maximum.
-WINDOW_PERCENTILES = (("p50_ms", "P50"), ("p90_ms", "P90"), ("p99_ms", "P99"), ("p999_ms", "P99.9"),
-                      ("max_ms", "max"))
+WINDOW_PERCENTILES = tuple((key, percentile_label(key)) for key in ("p50_ms", "p90_ms", "p99_ms", "p999_ms", "max_ms"))
 
 
 def seconds(values_ns, origin_ns) -> list:

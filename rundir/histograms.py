@@ -3,8 +3,11 @@
 Bucket ``i`` holds durations in ``[FLOOR·G^i, FLOOR·G^(i+1))`` ns with
 ``FLOOR = 1 µs`` and ``G = 1.02``; everything below 1 µs shares bucket 0 and
 everything above ``FLOOR·G^BUCKETS`` (≈ 5.6 h) the last bucket. A quantile read
-from a histogram is the bucket's geometric middle, so it is within ±1 % of the
-exact order statistic (relative), whatever the distribution.
+from a histogram is the bucket's geometric middle, so it is within
+``RELATIVE_ERROR`` (√1.02 − 1 ≈ 0.995 %, i.e. ±1 %) of the exact order statistic,
+relative, whatever the distribution. Buckets are 2 % wide (upper / lower bound =
+``GROWTH``); ±1 % is half of that on a log scale. This module is the one home of
+the layout: the live recorder and the analyzers import it.
 
 Histograms are stored sparse — ascending bucket indexes and their counts — and
 merge by adding counts, so per-window rows written by several processes or
@@ -18,9 +21,14 @@ import math
 
 import numpy as np
 
+#: Upper bound of bucket 0, ns (1 µs).
 FLOOR_NS = 1_000
+#: Upper bound / lower bound of every bucket.
 GROWTH = 1.02
+#: Number of buckets (the last one also holds everything above ≈ 5.6 h).
 BUCKETS = 1200
+#: Largest relative error of a quantile read as its bucket's geometric middle.
+RELATIVE_ERROR = math.sqrt(GROWTH) - 1.0
 _INV_LOG_GROWTH = 1.0 / math.log(GROWTH)
 
 

@@ -1,13 +1,35 @@
-"""Units of time that scenario files, fault options and command-line flags share.
+"""Units, thresholds and labels that every stage shares, each defined once here.
 
-A leaf module: it imports nothing from tailscope, so the scenario model, the fault
-injectors and the CLI can all parse ``"90s"`` the same way without importing each other.
+Durations as scenario files, fault options and command-line flags write them;
+nanosecond conversions; the generator's "late" threshold; percentile labels.
+A leaf module: it imports nothing from tailscope, so the scenario model, the load
+generator, the analyzers, the reports and the CLI all read the same facts without
+importing each other.
 """
 
 from __future__ import annotations
 
 import re
 from typing import Any
+
+#: Nanoseconds per second / per millisecond (times in tailscope are epoch ns).
+NS_PER_S = 1_000_000_000
+NS_PER_MS = 1_000_000
+
+#: A request is "late" when it left the generator more than this after its
+#: scheduled time (wrk2's and tailscope's coordinated-omission line), ns and ms.
+LATE_THRESHOLD_NS = NS_PER_MS
+LATE_THRESHOLD_MS = LATE_THRESHOLD_NS / NS_PER_MS
+
+#: How a percentile key is written for people: ``p999`` → ``P99.9``.
+PERCENTILE_LABELS = {"p50": "P50", "p90": "P90", "p95": "P95", "p99": "P99", "p999": "P99.9", "max": "max"}
+
+
+def percentile_label(key: str) -> str:
+    """``"p99"`` → ``"P99"``, ``"p999"`` → ``"P99.9"``, ``"p99_ms"`` → ``"P99"``; unknown keys upper-cased."""
+    base = key[:-3] if key.endswith("_ms") else key
+    return PERCENTILE_LABELS.get(base, base.upper())
+
 
 #: A duration: a non-negative number with an optional unit (``ms``, ``s``, ``m``, ``h``; none = seconds).
 DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")

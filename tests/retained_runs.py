@@ -24,8 +24,6 @@ from tailscope.rundir import read_stream, schema
 from tailscope.rundir.manifest import RESERVE_BYTES, RESERVE_FILE, reserve_space
 from tailscope.rundir.retention_policy import RetentionState, save_retention, trace_sampled
 
-NS_PER_S = 1_000_000_000
-
 
 class _Rows:
     """An append(*values) sink collecting the WindowAggregator's rows."""

@@ -50,6 +50,7 @@ from tailscope.analyzers.stats.distribution import ALL_CLASSES, bin_counts, bin_
 from tailscope.analyzers.stats.percentiles import STANDARD_PERCENTILES, nearest_rank
 from tailscope.analyzers.stats.summary import load_period_ns
 from tailscope.rundir import Run, load_run
+from tailscope.support.units import percentile_label
 
 COMPARISON_FORMAT_VERSION = "1.1"
 METRICS = (("latency_ms", "latency"), ("service_time_ms", "service time"))
@@ -411,11 +412,6 @@ def error_rate_change(before: ComparisonSide, now: ComparisonSide) -> dict:
     se = math.sqrt(pooled * (1 - pooled) * (1 / n1 + 1 / n2)) if n1 and n2 and 0 < pooled < 1 else 0.0
     p_value = float(2 * stats.norm.sf(abs(r2 - r1) / se)) if se > 0 else 1.0
     return {"baseline": r1, "current": r2, "change": r2 - r1, "p_value": p_value}
-
-
-def percentile_label(name: str) -> str:
-    """``p999`` → ``P99.9``, ``p99`` → ``P99``."""
-    return name.upper().replace("P999", "P99.9")
 
 
 def row_label(row: dict) -> str:

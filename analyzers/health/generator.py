@@ -40,9 +40,8 @@ import pyarrow.compute as pc
 
 from tailscope.analyzers.inputs.records import NS_PER_MS, NS_PER_S, RequestArrays, int_column
 from tailscope.analyzers.stats.percentiles import group_sort, grouped_quantile
+from tailscope.support.units import LATE_THRESHOLD_MS
 
-#: A send later than this (ms) is late.
-LATE_THRESHOLD_MS = 1.0
 #: Share of late sends above which a window (or the run) is generator-limited.
 LIMITED_SHARE = 0.01
 #: Thresholds that name the cause of a generator-limited interval.

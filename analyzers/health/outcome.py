@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import math
 
+from tailscope.support.units import percentile_label
+
 #: Every outcome word, in the order of the exit codes' severity (README "Exit codes").
 OUTCOMES = ("passed", "failed", "inconclusive", "incomplete")
 #: What a scenario's ``verdict.unclaimed`` may say.
@@ -114,7 +116,7 @@ def metric_label(metric: str) -> str:
     """The metric of an SLO row in words with its percentile: ``latency P99``, ``TTFT P99``."""
     kind, _, percentile = metric.rpartition("_")
     name = _METRIC_NAMES.get(kind, "latency") if kind else "latency"
-    return f"{name} {'P99.9' if percentile == 'p999' else percentile.upper()}"
+    return f"{name} {percentile_label(percentile)}"
 
 
 def _duration_words(seconds: float) -> str:

@@ -28,8 +28,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-NS_PER_MS = 1_000_000.0
-NS_PER_S = 1_000_000_000
+from tailscope.support.units import NS_PER_MS, NS_PER_S  # noqa: F401 (re-exported to the analyzers)
+
 #: Error kinds whose requests still count in latency percentiles (see module docstring).
 LATENCY_ERROR_KINDS = ("http", "timeout")
 

@@ -17,9 +17,8 @@ import numpy as np
 
 from tailscope.analyzers.inputs.records import NS_PER_S, RequestArrays
 from tailscope.analyzers.stats.percentiles import percentile_set
+from tailscope.support.units import LATE_THRESHOLD_MS
 
-#: A send later than this (ms) counts as late.
-LATE_THRESHOLD_MS = 1.0
 #: Share of late sends above which the generator, not the target, is the bottleneck.
 GENERATOR_LIMITED_SHARE = 0.01
 #: Most distinct error messages listed.
