@@ -63,8 +63,9 @@ def _type_checking_only(node: ast.AST, parents: dict) -> bool:
     return False
 
 
-def imports_of(module: str, path: str, modules: dict[str, str]) -> set[str]:
-    """The product modules ``module`` imports (the longest known prefix of each import)."""
+def imports_of(module: str, path: str, modules: dict[str, str], type_checking: bool = False) -> set[str]:
+    """The product modules ``module`` imports (the longest known prefix of each import);
+    with ``type_checking``, also those imported only for type checkers."""
     tree = ast.parse(open(path).read())
     parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
     package = module if path.endswith("__init__.py") else module.rsplit(".", 1)[0]
@@ -79,7 +80,7 @@ def imports_of(module: str, path: str, modules: dict[str, str]) -> set[str]:
                 parts = package.split(".")
                 base = ".".join(parts[:len(parts) - node.level + 1] + ([base] if base else []))
             names = [f"{base}.{alias.name}" for alias in node.names] + [base]
-        if not names or _type_checking_only(node, parents):
+        if not names or (not type_checking and _type_checking_only(node, parents)):
             continue
         for name in names:
             while name and name not in modules:
@@ -96,9 +97,9 @@ def folder_of(module: str) -> str:
     return two if two in ALLOWED else parts[0]
 
 
-def import_graph() -> dict[str, set[str]]:
+def import_graph(type_checking: bool = False) -> dict[str, set[str]]:
     modules = product_modules()
-    return {module: imports_of(module, path, modules) for module, path in modules.items()}
+    return {module: imports_of(module, path, modules, type_checking) for module, path in modules.items()}
 
 
 def find_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -144,6 +145,22 @@ def find_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 def test_no_import_cycles():
     cycles = find_cycles(import_graph())
     assert not cycles, "import cycles:\n" + "\n".join(" <-> ".join(c) for c in cycles)
+
+
+#: Circles that only type-checking imports close, left to be untied (issue 30, item 5). The list
+#: may only shrink: a new circle fails the test below, and so does an entry that no longer is one.
+KNOWN_TYPE_CHECKING_CIRCLES = [
+    ["tailscope.loadgen.arrivals", "tailscope.loadgen.spec"],
+    ["tailscope.tracing.ingest.receiver", "tailscope.tracing.ingest.receiver_grpc", "tailscope.tracing.ingest.routes"],
+]
+
+
+def test_no_circles_even_through_type_checking_imports():
+    """A module pair that names each other only for type checkers is still a circle a reader
+    must untangle: the config or protocol type belongs in a module both import."""
+    cycles = find_cycles(import_graph(type_checking=True))
+    assert sorted(cycles) == sorted(KNOWN_TYPE_CHECKING_CIRCLES), (
+        "circles through type-checking imports changed:\n" + "\n".join(" <-> ".join(c) for c in cycles))
 
 
 def test_no_import_against_the_flow():

@@ -11,8 +11,9 @@ from tailscope.loadgen.arrivals import ARRIVALS
 from tailscope.loadgen.spec import ARRIVAL_PROCESSES, ArrivalSpec, SpecError
 from tailscope.scenario_model.sections import SECTION_PARSERS
 from tailscope.support.registry import Registry, UnknownName
+from tailscope.tracing.signals.config import SamplerConfig
 from tailscope.tracing.signals.registry import SAMPLERS
-from tailscope.tracing.signals.runner import SamplerConfig, default_samplers
+from tailscope.tracing.signals.runner import default_samplers
 
 
 class _Plugin:
@@ -69,7 +70,7 @@ def test_each_plugin_kind_is_declared_in_one_registry():
     assert list(INJECTORS) == ["cpu_throttle", "cpu_contention", "memory_swap", "gc_pressure", "overload", "io_stall",
                                "llm_long_generations", "llm_prompt_storm", "llm_overload"]
     assert all(INJECTORS[kind].kind == kind for kind in INJECTORS)
-    assert list(SECTION_PARSERS) == ["retention", "faults", "stages", "abort_on", "verdict"]
+    assert list(SECTION_PARSERS) == ["retention", "faults", "stages", "abort_on", "verdict", "sweep"]
     assert ARRIVAL_PROCESSES == (*ARRIVALS, "closed") == ("constant", "poisson", "gamma", "replay", "closed")
     samplers = default_samplers(None, SamplerConfig())
     assert [s.name for s in samplers] == list(SAMPLERS)  # each factory builds the sampler it is named for

@@ -2,7 +2,7 @@
 
 :data:`SAMPLERS` maps each sampler's ``name`` to a factory ``(pid, config) ->
 Sampler`` (``pid``: the target process, None for none; ``config``: the run's
-:class:`~.runner.SamplerConfig`), in the order the runner reads them each tick.
+:class:`~.config.SamplerConfig`), in the order the runner reads them each tick.
 The sampler classes live one per source (host, psi, process, cgroup,
 prometheus, gpu); importing them registers nothing. Adding a sampler is one
 class and one registration here.
@@ -11,10 +11,10 @@ class and one registration here.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from tailscope.support.registry import Registry
 from tailscope.tracing.signals.cgroup import CgroupSampler
+from tailscope.tracing.signals.config import SamplerConfig
 from tailscope.tracing.signals.gpu import GpuSampler
 from tailscope.tracing.signals.host import DiskSampler, HostCpuSampler, LoadAvgSampler, MemorySampler, VmstatSampler
 from tailscope.tracing.signals.process import ConnectionsSampler, ProcessSampler
@@ -22,10 +22,7 @@ from tailscope.tracing.signals.prometheus import PrometheusSampler
 from tailscope.tracing.signals.psi import PressureSampler
 from tailscope.tracing.signals.sampler import Sampler
 
-if TYPE_CHECKING:
-    from tailscope.tracing.signals.runner import SamplerConfig
-
-SamplerFactory = Callable[[int | None, "SamplerConfig"], Sampler]
+SamplerFactory = Callable[[int | None, SamplerConfig], Sampler]
 
 
 def _unconfigured(sampler: Callable[[], Sampler]) -> SamplerFactory:

@@ -275,7 +275,7 @@ class OtlpSink:
 def run_agent(harness_url: str, config, rate_hz: float, stop_event: threading.Event, host: str | None = None,
               export_interval_s: float = DEFAULT_EXPORT_INTERVAL_S, token: str | None = None,
               ca_file: str | None = None):
-    """Sample with ``config`` (a :class:`~.runner.SamplerConfig`) until ``stop_event``,
+    """Sample with ``config`` (a :class:`~.config.SamplerConfig`) until ``stop_event``,
     exporting to the harness (with ``token`` and ``ca_file``: see the module docstring);
     returns ``(SamplingSummary, AgentStats)``.
 

@@ -25,27 +25,13 @@ from dataclasses import asdict, dataclass, field
 from typing import Protocol
 
 from tailscope.rundir import Appender, PeriodicFlusher, schema, write_json_atomic
-from tailscope.tracing.signals.cgroup import CgroupLocation
-from tailscope.tracing.signals.prometheus import DEFAULT_SCRAPE_TIMEOUT_S
+from tailscope.tracing.signals.config import SamplerConfig
 from tailscope.tracing.signals.registry import SAMPLERS
 from tailscope.tracing.signals.sampler import Sampler
 
 DEFAULT_RATE_HZ = 10.0
 #: Tick lateness values kept for the end-of-run percentiles (≈ 2.8 h at 10 Hz; 800 kB).
 MAX_LATENESS_SAMPLES = 100_000
-
-
-@dataclass
-class SamplerConfig:
-    """What to watch besides the host: the target ``pid`` (None: no process
-    signals), whether to sum over its descendants, an explicit cgroup (used
-    instead of the pid's own), and Prometheus endpoints to scrape."""
-
-    pid: int | None = None
-    include_children: bool = True
-    cgroup: CgroupLocation | None = None
-    prometheus_urls: list[str] = field(default_factory=list)
-    prometheus_timeout_s: float = DEFAULT_SCRAPE_TIMEOUT_S
 
 
 def default_samplers(pid: int | None, config: SamplerConfig | None = None) -> list[Sampler]:
