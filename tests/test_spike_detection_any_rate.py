@@ -167,8 +167,10 @@ def test_the_drift_check_tells_a_mid_run_bump_from_a_trend(tmp_path):
     (spike,) = analysis["spikes"]
     assert abs((spike["start_ns"] - origin) / NS - 38) <= 1 and abs((spike["end_ns"] - origin) / NS - 53) <= 1
     drift = analysis["patterns"]["drift"]
-    assert drift["verdict"] == "stable" and drift["bump"] == [[38.0, 53.0]] and drift["median"]["p_value"] >= 0.01
-    assert drift["summary"].startswith("a mid-run bump, not a trend: the median rose in the spike at 38–53 s")
+    ((bump_start, bump_end),) = drift["bump"]
+    assert abs(bump_start - 38) <= 1 and abs(bump_end - 53) <= 1  # segment bounds
+    assert drift["verdict"] == "stable" and drift["median"]["p_value"] >= 0.01
+    assert drift["summary"].startswith("a mid-run bump, not a trend: the median rose +") and "at 38–53 s and came back" in drift["summary"]
 
 
 def test_the_latency_chart_draws_p50_and_p90_at_two_requests_a_second(tmp_path):

@@ -18,7 +18,9 @@ every segment has enough samples to claim it) is the Theil–Sen slope, its
 significance the Mann–Kendall test (Kendall's tau of value vs time). Drift is
 flagged when p < ``alpha``, the change over the run is at least
 ``min_drift`` (10%) of the median, and the run lasts at least
-``min_duration_s`` (10 minutes); the numbers are reported for any run.
+``min_duration_s`` (10 minutes); the numbers are reported for any run. A mid-run bump (a stretch
+slower than both before and after it, :func:`find_bump`) with no trend outside it is not a trend:
+the trend reported leaves it out and ``bump`` names its span.
 
 **Leak** (long runs). Theil–Sen slope and Mann–Kendall test of the target's
 RSS (``proc.rss_bytes``, at most 500 evenly spaced readings); flagged when
@@ -73,7 +75,7 @@ def analyze_patterns(req: RequestArrays, spikes: list[dict], signals: SignalInde
                      period: tuple[int, int] | None, rules: PatternRules = PatternRules()) -> dict:
     """The ``patterns`` section: ``{"periodic", "drift", "leak"}``."""
     return {"periodic": periodicity(req, spikes, period, rules),
-            "drift": drift(req, period, rules, spikes),
+            "drift": drift(req, period, rules),
             "leak": leak(signals, period, rules)}
 
 
@@ -208,15 +210,59 @@ def trend(t_s: np.ndarray, values: np.ndarray) -> dict | None:
             "p_value": float(p_value) if np.isfinite(p_value) else 1.0, "points": int(len(values))}
 
 
-def drift(req: RequestArrays, period: tuple[int, int] | None, rules: PatternRules,
-          spikes: list[dict] | None = None) -> dict:
+def find_bump(medians: np.ndarray, ordered: np.ndarray, starts: np.ndarray, rules: PatternRules) -> dict | None:
+    """The strongest mid-run bump of a run's segment medians (ms), or None.
+
+    ``ordered`` holds the latencies (ms) sorted by segment, segment i's from ``starts[i]``.
+    A bump is a stretch of consecutive segments whose latency lies above both the segments
+    before it and those after it. Located on the segment medians: among every stretch with at
+    least ``max(3, k // 10)`` of the k non-empty segments on each side, the best two-level fit of
+    the log medians (the largest ``(mean_in − mean_out)·sqrt(n_in·n_out/k)``). Tested on the
+    requests: the stretch's latencies are higher than those before it *and* than those after it
+    (one-sided Mann–Whitney, the larger p, Bonferroni-corrected for the number of stretches
+    tried, below ``alpha``), and its median is at least ``min_drift`` above the rest's.
+    ``{"start", "end"}`` are segment indices ([start, end)), ``rise`` the relative rise of the
+    stretch's median latency over the rest's, ``p_value`` the corrected p. O(k²) on k <=
+    ``segments`` plus O(n log n) for the test."""
+    index = np.flatnonzero(np.isfinite(medians))
+    k = len(index)
+    side = max(3, k // 10)
+    if k < 2 * side + 1:
+        return None
+    level = np.log(np.maximum(medians[index], 1e-9))
+    prefix = np.concatenate(([0.0], np.cumsum(level)))
+    lo_all = np.arange(side, k - side)[:, None]
+    hi_all = np.arange(side + 1, k - side + 1)[None, :]
+    n_in = (hi_all - lo_all).astype(np.float64)
+    valid = np.broadcast_to(n_in > 0, (len(lo_all), hi_all.shape[1]))
+    n_in = np.where(valid, n_in, 1.0)
+    inside = prefix[np.broadcast_to(hi_all, valid.shape)] - prefix[np.broadcast_to(lo_all, valid.shape)]
+    score = np.where(valid, (inside / n_in - (prefix[-1] - inside) / (k - n_in)) * np.sqrt(n_in * (k - n_in) / k), -np.inf)
+    row, col = np.unravel_index(int(np.argmax(score)), score.shape)
+    if score[row, col] <= 0:
+        return None
+    first, end = int(index[int(lo_all[row, 0])]), int(index[int(hi_all[0, col]) - 1]) + 1
+    cut_lo, cut_hi = int(starts[first]), (int(starts[end]) if end < len(starts) else len(ordered))
+    bump, before, after = ordered[cut_lo:cut_hi], ordered[:cut_lo], ordered[cut_hi:]
+    p_before = stats.mannwhitneyu(bump, before, alternative="greater").pvalue
+    p_after = stats.mannwhitneyu(bump, after, alternative="greater").pvalue
+    p_value = float(min(1.0, max(p_before, p_after) * int(valid.sum())))
+    rest = float(np.median(np.concatenate((before, after))))
+    rise = float(np.median(bump) / rest - 1.0) if rest > 0 else 0.0
+    if p_value >= rules.alpha or rise < rules.min_drift:
+        return None
+    return {"start": first, "end": end, "rise": rise, "p_value": p_value}
+
+
+def drift(req: RequestArrays, period: tuple[int, int] | None, rules: PatternRules) -> dict:
     """Trend of segment median (and P99) latency; ``detected`` only for long, significant, material drift.
 
-    A mid-run bump is not a trend: when the segments' medians trend significantly but no longer do
-    without the segments that overlap a spike (``spikes``), and latency came back after them (at
-    least a tenth of the segments, 3 or more, follow the last spike's), the trend reported is the
-    one without them (``bump``: the spikes' bounds in s since the load start), and the verdict
-    follows it. A rise that lasts to the end of the run stays a trend."""
+    A mid-run bump is not a trend: when the segment medians hold a bump (:func:`find_bump`: higher
+    than both the segments before and after it, latency back after it) and without its segments
+    they do not trend significantly, the trend reported is the one without them (``bump``: its
+    [start, end] in s since the load start, on segment bounds), and the verdict follows it. A rise
+    that lasts to the end of the run has no "after" and stays a trend; a bump in the middle of the
+    run, which leaves no trend at all, is still named."""
     empty = {"detected": False, "verdict": "insufficient data", "summary": "not enough data for a trend",
              "median": None, "p99": None,
              "segments": 0, "segment_s": None, "bump": None}
@@ -237,19 +283,13 @@ def drift(req: RequestArrays, period: tuple[int, int] | None, rules: PatternRule
     median_trend = trend(mid_s, medians)
     p99_trend = trend(mid_s, p99) if p99_claimed else None
     duration_s = duration_ns / NS_PER_S
-    bump = None
-    if median_trend is not None and median_trend["p_value"] < rules.alpha and spikes:
-        seg_lo = period[0] + np.arange(segments) * duration_ns // segments
-        seg_hi = seg_lo + duration_ns // segments
-        inside = np.zeros(segments, dtype=bool)
-        for spike in spikes:
-            inside |= (seg_lo < spike["end_ns"]) & (seg_hi > spike["start_ns"])
-        # a bump ends: at least a tenth of the segments (3 or more) after its last one are outside every spike
-        after = segments - 1 - int(np.flatnonzero(inside).max()) if inside.any() else 0
-        returned = after >= max(3, segments // 10)
-        outside = trend(mid_s, np.where(inside, np.nan, medians)) if returned else None
+    segment_s = duration_s / segments
+    bump, found = None, find_bump(medians, ordered, starts, rules)
+    if found is not None:
+        outside = trend(mid_s, np.where((np.arange(segments) >= found["start"]) & (np.arange(segments) < found["end"]),
+                                        np.nan, medians))
         if outside is not None and outside["p_value"] >= rules.alpha:
-            bump = [[(s_["start_ns"] - period[0]) / NS_PER_S, (s_["end_ns"] - period[0]) / NS_PER_S] for s_ in spikes]
+            bump = [[round(found["start"] * segment_s, 1), round(found["end"] * segment_s, 1)]]
             median_trend, p99_trend = outside, None
     typical = float(np.nanmedian(medians))
     detected, change = False, None
@@ -269,14 +309,13 @@ def drift(req: RequestArrays, period: tuple[int, int] | None, rules: PatternRule
                    + f" {abs(change):.0%} over the run ({rate}, "
                    f"Mann–Kendall p = {median_trend['p_value']:.2g})" + (f": {note}" if note else ""))
         if bump is not None:
-            summary = ("a mid-run bump, not a trend: the median rose in the spike"
-                       + ("s" if len(bump) > 1 else "") + " at "
-                       + ", ".join(f"{a:.0f}–{b:.0f} s" for a, b in bump) + "; outside " + ("them" if len(bump) > 1 else "it")
-                       + f" median latency changed {change:+.0%} over the run (Mann–Kendall p = "
-                       f"{median_trend['p_value']:.2g}, no significant trend)")
+            (low, high), = bump
+            summary = (f"a mid-run bump, not a trend: the median rose {found['rise']:+.0%} at {low:.0f}–{high:.0f} s "
+                       f"and came back (Mann–Whitney p = {found['p_value']:.2g}); outside it median latency changed "
+                       f"{change:+.0%} over the run (Mann–Kendall p = {median_trend['p_value']:.2g}, no significant trend)")
     return {"detected": detected, "verdict": verdict, "summary": summary, "relative_change": change,
             "median": median_trend, "p99": p99_trend, "segments": segments,
-            "segment_s": duration_s / segments, "bump": bump}
+            "segment_s": segment_s, "bump": bump}
 
 
 def leak(signals: SignalIndex, period: tuple[int, int] | None, rules: PatternRules) -> dict:
