@@ -296,7 +296,8 @@ class Exchanger:
             tokens = TokenRecord(
                 prompt_tokens=reply.prompt_tokens if reply.prompt_tokens is not None else info.prompt_tokens,
                 output_tokens=reply.output_tokens, source=source, finish_reason=reply.finish_reason,
-                last_token_ns=reply.last_token_ns, error_body=reply.error_text(status))
+                last_token_ns=reply.last_token_ns, error_body=reply.error_text(status),
+                kinds=reply.kinds() if cls.llm.generates else None)
             if cls.stream:
                 chunk_count, max_gap_ns = len(reply.times), reply.max_gap_ns
         self._recorder.record(scheduled_ns, sent_ns, end_ns, first_byte_ns, cls.name, status, len(request.body),

@@ -18,6 +18,7 @@ and merges what it returns into the ``RequestClass`` arguments::
         dataset: conversations.jsonl      # replay instead of synthetic prompts
         dataset_order: sequential         # or random
         extra_body: {temperature: 0}
+        reasoning_effort: medium          # chat: reasoning_effort, tools, tool_choice (llm_features)
 
 Files are resolved relative to ``base_dir`` (the scenario file's folder) and
 read now, before any load is sent; their errors carry the file's line
@@ -32,6 +33,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tailscope.loadgen.datafiles import DataFileError, load_conversations, load_sizes
+from tailscope.loadgen.llm_features import FEATURE_FIELDS, feature_fields
 from tailscope.loadgen.llm_tokens import TokenizerError, load_tokenizer
 from tailscope.loadgen.spec import (
     LLM_APIS,
@@ -46,7 +48,7 @@ from tailscope.loadgen.spec import (
 LLM_CLASS_FIELDS = frozenset({
     "api", "model", "prompt_tokens", "output_tokens", "ignore_eos", "extra_body",
     "shared_prefix_tokens", "tokenizer", "dataset", "dataset_order",
-})
+}) | FEATURE_FIELDS
 #: Fields of a token-length distribution (as the payload ``size`` grammar).
 TOKEN_SIZE_FIELDS = frozenset({"dist", "value", "min", "max", "median", "sigma", "file"})
 
@@ -104,6 +106,7 @@ def openai_class_fields(data: dict, fail: Fail | None = None, *, at: tuple = (),
         kwargs["prompt_tokens"] = token_size(data["prompt_tokens"], fail, at + ("prompt_tokens",), base_dir)
     if "output_tokens" in data:
         kwargs["output_tokens"] = token_size(data["output_tokens"], fail, at + ("output_tokens",), base_dir)
+    kwargs.update(feature_fields(data, api, fail, at))
     try:
         spec = LLMSpec(**kwargs)
     except SpecError as exc:

@@ -8,7 +8,8 @@ one request of an :class:`~.spec.LLMSpec` class:
 - ``openai-completions``: the same with ``"prompt"`` (a text) for ``messages``;
 - ``openai-embeddings``: ``{"model", "input"}``;
 
-then ``extra_body`` merged key by key (it wins). ``ignore_eos`` is left out
+then the chat options of :mod:`.llm_features` (``reasoning_effort``,
+``tools``, ``tool_choice``), then ``extra_body`` merged key by key (it wins). ``ignore_eos`` is left out
 when the class sets it false; ``stream_options`` only goes with ``stream: true``.
 
 Synthetic prompts are deterministic per seed (the mix's per-class generator):
@@ -45,6 +46,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from tailscope.loadgen.llm_features import feature_body
 from tailscope.loadgen.llm_tokens import TokenCounter, counter_for
 from tailscope.loadgen.payloads import SizeSampler
 from tailscope.loadgen.spec import DEFAULT_OUTPUT_TOKENS, LLMSpec
@@ -110,6 +112,7 @@ class LLMRequestMaker:
             self._prefix_text = random_words(prefix_rng, spec.shared_prefix_tokens)
             self._prefix_count = spec.shared_prefix_tokens
         self._dataset = _DatasetWalker(spec, rng, self.counter) if spec.dataset is not None else None
+        self._features = feature_body(spec.reasoning_effort, spec.tools, spec.tool_choice)
 
     def make(self) -> tuple[bytes, LLMRequestInfo]:
         """One request's JSON body and what the client knows of it."""
@@ -143,6 +146,7 @@ class LLMRequestMaker:
             body["stream"] = spec.stream
             if spec.stream:
                 body["stream_options"] = {"include_usage": True}
+        body.update(self._features)
         body.update(spec.extra_body)
         data = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
         return data, LLMRequestInfo(prompt_count, max_tokens, self.counter, turn)

@@ -26,7 +26,27 @@ Chunks. Text is read from each choice's ``delta`` (chat: ``content``,
 without text — the first chat chunk with only ``role``, the last one with
 only ``finish_reason``, the usage chunk (``choices: []`` with ``usage``) —
 is not a content chunk: it moves neither the first- nor the last-token time.
-``finish_reason`` is the last one a choice gave. An object with ``error``
+``finish_reason`` is the last one a choice gave.
+
+Kinds of output (issue 29). Each content chunk has one kind: *answer*
+(``content``, ``text``), *reasoning* (``reasoning_content`` as vLLM, SGLang
+and DeepSeek send it, or ``reasoning``) or *tool* (``tool_calls`` arguments); a
+chunk carrying both answer text and another kind is an answer chunk, one
+with reasoning and tool-call text a tool chunk. The reply keeps the first and
+last arrival of each kind (a mixed chunk also moves the reasoning times when
+it has reasoning text), and assembles the tool calls by their ``index``
+(``id`` and ``function.name`` from the chunk that has them, ``arguments``
+concatenated in arrival order; a non-streamed reply's ``message.tool_calls``
+whole); a call is complete at the arrival of its last piece of arguments.
+Per-kind token counts: ``reasoning_tokens`` is
+``usage.completion_tokens_details.reasoning_tokens`` when the server gives it
+(then, unless every chunk carried usage, the reasoning chunks share it and the
+other chunks share the rest), else the reasoning chunks' tokens; the answer
+and tool-call counts are their chunks' tokens. The three add up to
+``output_tokens`` (a server that counts reasoning it does not stream leaves
+its share out of the chunks: then answer = output − reasoning − tool).
+
+An object with ``error``
 (OpenAI: ``{"error": {...}}``; TGI: ``{"error": "..."}``) or ``"object":
 "error"`` (vLLM) is an error, in the stream or as the body; its first
 :data:`ERROR_BODY_BYTES` bytes are kept.
@@ -91,6 +111,8 @@ SHAPE_LEARNS = 4
 _TEXT_KEY = re.compile(rb'"(?:content|text)"[ \t\r\n]*:[ \t\r\n]*"')
 #: Bytes that keep a JSON string's raw bytes from being its value: a quote, a backslash, a control character.
 _NOT_VERBATIM = re.compile(rb'["\\\x00-\x1f]')
+#: Kinds of a content chunk (see "Kinds of output" in the module docstring).
+ANSWER, REASONING, TOOL = 0, 1, 2
 
 
 class OpenAIReply:
@@ -135,6 +157,15 @@ class OpenAIReply:
         self._shape_learns = 0
         self._event_head: bytes = b""  # the shape as a whole one-line SSE event: b"data: " + before ...
         self._event_tail: bytes | None = None  # ... and after + b"\n\n" (None: no shape yet)
+        # Kinds of output (module docstring); valid after finish except the times.
+        self.first_reasoning_ns: int | None = None  # epoch ns of the first / last chunk with reasoning text
+        self.last_reasoning_ns: int | None = None
+        self.reasoning_tokens: int | None = None
+        self.answer_tokens: int | None = None
+        self.tool_call_tokens: int | None = None
+        self.tool_calls: list[ToolCall] = []  # assembled, in index order
+        self._kinds: list[int] | None = None  # kind of every content chunk; None: all answer so far
+        self._calls: dict[int, ToolCall] = {}
 
     # -- input ---------------------------------------------------------------------
     def feed(self, data: bytes, t_ns: int) -> None:
@@ -327,11 +358,17 @@ class OpenAIReply:
         if isinstance(usage, dict):
             self.usage = usage
             completion = _int_or_none(usage.get("completion_tokens"))
-        text, finish = chunk_text(obj.get("choices"))
+        text, finish, kind, reasoning, calls = chunk_parts(obj.get("choices"))
         if finish is not None:
             self.finish_reason = finish
+        if reasoning and self.generates:
+            if self.first_reasoning_ns is None:
+                self.first_reasoning_ns = t_ns
+            self.last_reasoning_ns = t_ns
+        if calls:
+            self._tool_pieces(calls, t_ns)
         if text and self.generates:
-            self._content(text, completion, t_ns)
+            self._content(text, completion, t_ns, kind)
             if finish is None and usage is None and self._shape_learns < SHAPE_LEARNS:
                 shape = shape_of(raw, text)
                 if shape is not None:
@@ -341,8 +378,12 @@ class OpenAIReply:
         if completion is not None:
             self._last_completion = completion
 
-    def _content(self, text: str, completion: int | None, t_ns: int) -> None:
-        """A content chunk with ``text``, arrived at ``t_ns``; ``completion``: its usage's count, if any."""
+    def _content(self, text: str, completion: int | None, t_ns: int, kind: int = ANSWER) -> None:
+        """A content chunk with ``text`` of ``kind``, arrived at ``t_ns``; ``completion``: its usage's count, if any."""
+        if kind != ANSWER and self._kinds is None:
+            self._kinds = [ANSWER] * len(self.times)
+        if self._kinds is not None:
+            self._kinds.append(kind)
         self.times.append(t_ns)
         if self.counter is not None:
             self._weights.append(self.counter.count(text))
@@ -350,6 +391,59 @@ class OpenAIReply:
         else:
             self._weights.append(len(text))
         self._deltas.append(completion - self._last_completion if completion is not None else None)
+
+    def _tool_pieces(self, calls: list, t_ns: int) -> None:
+        """Add the ``tool_calls`` items of one chunk (or a whole message) to the assembled calls."""
+        for position, item in enumerate(calls):
+            if not isinstance(item, dict):
+                continue
+            index = item.get("index")
+            index = index if isinstance(index, int) and not isinstance(index, bool) else position
+            call = self._calls.get(index)
+            if call is None:
+                call = self._calls[index] = ToolCall(index)
+            if isinstance(item.get("id"), str) and item["id"]:
+                call.id = item["id"]
+            function = item.get("function")
+            if isinstance(function, dict):
+                if isinstance(function.get("name"), str) and function["name"]:
+                    call.name = function["name"]
+                arguments = function.get("arguments")
+                if isinstance(arguments, str) and arguments:
+                    call.pieces.append(arguments)
+                    call.complete_ns = t_ns
+                elif isinstance(arguments, dict):  # a server that sends the arguments as an object
+                    call.pieces.append(json.dumps(arguments))
+                    call.complete_ns = t_ns
+            if call.complete_ns is None:
+                call.complete_ns = t_ns
+
+    def kinds(self) -> tuple:
+        """The record's output-kind columns after :meth:`finish` (``REQUESTS_SCHEMA`` order):
+        ``(reasoning_tokens, answer_tokens, first_reasoning_ns, last_reasoning_ns,
+        first_answer_ns, last_answer_ns, tool_calls, tool_call_ns)``."""
+        return (self.reasoning_tokens, self.answer_tokens, self.first_reasoning_ns, self.last_reasoning_ns,
+                self.first_answer_ns, self.last_answer_ns, len(self.tool_calls), self.tool_call_ns)
+
+    @property
+    def tool_call_ns(self) -> int | None:
+        """When the last tool call became complete (its last piece of arguments arrived), epoch ns; None without."""
+        done = [call.complete_ns for call in self._calls.values() if call.complete_ns is not None]
+        return max(done) if done else None
+
+    @property
+    def first_answer_ns(self) -> int | None:
+        """Arrival of the first answer chunk (``content``/``text``), epoch ns; None without."""
+        if self._kinds is None:
+            return self.first_token_ns
+        return next((t for t, k in zip(self.times, self._kinds) if k == ANSWER), None)
+
+    @property
+    def last_answer_ns(self) -> int | None:
+        """Arrival of the last answer chunk, epoch ns; None without."""
+        if self._kinds is None:
+            return self.last_token_ns
+        return next((t for t, k in zip(reversed(self.times), reversed(self._kinds)) if k == ANSWER), None)
 
     def _set_error(self, raw: bytes, message: str) -> None:
         self.error_message = message
@@ -364,12 +458,14 @@ class OpenAIReply:
             return
         n = len(self.times)
         completion = _int_or_none(usage.get("completion_tokens"))
+        exact = False  # each chunk's count is its own usage increase
         if completion is not None:
             self.token_count_source = "usage"
             self.output_tokens = completion
             deltas = self._deltas
             if n and all(d is not None and d >= 0 for d in deltas) and sum(deltas) == completion:
                 self.tokens = list(deltas)
+                exact = True
             else:
                 self.tokens = apportion(completion, self._weights)
         elif self.counter is not None:
@@ -381,6 +477,37 @@ class OpenAIReply:
             self.output_tokens = n
             self.tokens = [1] * n
         self._texts = []
+        self._count_kinds(usage, completion, exact)
+
+    def _count_kinds(self, usage: dict, completion: int | None, exact: bool) -> None:
+        """Per-kind token counts and the assembled tool calls (module docstring)."""
+        self.tool_calls = [self._calls[i] for i in sorted(self._calls)]
+        for call in self.tool_calls:
+            call.arguments = "".join(call.pieces)
+            call.pieces = []
+        details = usage.get("completion_tokens_details")
+        reported = _int_or_none(details.get("reasoning_tokens")) if isinstance(details, dict) else None
+        output = self.output_tokens or 0
+        if reported is not None and reported > output:
+            reported = None  # not a part of the completion: not believed
+        kinds = self._kinds
+        if kinds is None:
+            self.reasoning_tokens = reported or 0
+            self.tool_call_tokens = 0
+            self.answer_tokens = output - self.reasoning_tokens
+            return
+        if reported is not None and completion is not None and REASONING in kinds and not exact:
+            split = {REASONING: apportion(reported, [w for w, k in zip(self._weights, kinds) if k == REASONING]),
+                     ANSWER: apportion(completion - reported,
+                                       [w for w, k in zip(self._weights, kinds) if k != REASONING])}
+            cursors = {REASONING: iter(split[REASONING]), ANSWER: iter(split[ANSWER])}
+            self.tokens = [next(cursors[REASONING if k == REASONING else ANSWER]) for k in kinds]
+        sums = [0, 0, 0]
+        for count, kind in zip(self.tokens, kinds):
+            sums[kind] += count
+        self.reasoning_tokens = reported if reported is not None else sums[REASONING]
+        self.tool_call_tokens = sums[TOOL]
+        self.answer_tokens = max(0, output - self.reasoning_tokens - self.tool_call_tokens)
 
 
 def shape_of(raw: bytes, text: str) -> tuple[bytes, bytes] | None:
@@ -433,10 +560,42 @@ def error_message_of(obj: dict) -> str | None:
     return None
 
 
+class ToolCall:
+    """One tool call of a reply, assembled from its pieces (``index`` as the server numbered it;
+    ``arguments`` valid after :meth:`OpenAIReply.finish`; ``complete_ns``: epoch ns of its last piece)."""
+
+    __slots__ = ("index", "id", "name", "arguments", "pieces", "complete_ns")
+
+    def __init__(self, index: int):
+        self.index = index
+        self.id: str | None = None
+        self.name: str | None = None
+        self.arguments = ""
+        self.pieces: list[str] = []
+        self.complete_ns: int | None = None
+
+    @property
+    def arguments_valid(self) -> bool:
+        """True when the assembled arguments are one JSON object (what a tool can be called with)."""
+        try:
+            return isinstance(json.loads(self.arguments), dict)
+        except ValueError:
+            return False
+
+
 def chunk_text(choices) -> tuple[str, str | None]:
     """(text of every choice, last finish_reason) of one chunk's ``choices``."""
+    text, finish, _, _, _ = chunk_parts(choices)
+    return text, finish
+
+
+def chunk_parts(choices) -> tuple[str, str | None, int, bool, list]:
+    """``(text, finish_reason, kind, has_reasoning, tool_call_items)`` of one chunk's ``choices``:
+    the text of every choice (reasoning, answer and tool-call arguments, in that order), the last
+    finish reason, the chunk's kind (:data:`ANSWER`, :data:`REASONING` or :data:`TOOL`: module
+    docstring), whether any choice carried reasoning text, and the ``tool_calls`` items."""
     if not isinstance(choices, list) or not choices:
-        return "", None
+        return "", None, ANSWER, False, []
     if len(choices) == 1:  # the common case: one choice, a delta with content only
         choice = choices[0]
         delta = choice.get("delta") if isinstance(choice, dict) else None
@@ -444,9 +603,11 @@ def chunk_text(choices) -> tuple[str, str | None]:
             content = delta.get("content")
             reason = choice.get("finish_reason")
             if isinstance(content, str):
-                return content, reason if isinstance(reason, str) and reason else None
+                return content, reason if isinstance(reason, str) and reason else None, ANSWER, False, []
     parts: list[str] = []
+    calls: list = []
     finish = None
+    has = [False, False, False]
     for choice in choices:
         if not isinstance(choice, dict):
             continue
@@ -456,25 +617,32 @@ def chunk_text(choices) -> tuple[str, str | None]:
         text = choice.get("text")
         if isinstance(text, str) and text:
             parts.append(text)
+            has[ANSWER] = True
         for key in ("delta", "message"):
             delta = choice.get(key)
             if isinstance(delta, dict):
-                _delta_text(delta, parts)
-    return "".join(parts), finish
+                _delta_text(delta, parts, has, calls)
+    kind = ANSWER if has[ANSWER] else TOOL if has[TOOL] else REASONING if has[REASONING] else ANSWER
+    return "".join(parts), finish, kind, has[REASONING], calls
 
 
-def _delta_text(delta: dict, parts: list[str]) -> None:
-    for key in ("reasoning_content", "reasoning", "content"):
+def _delta_text(delta: dict, parts: list[str], has: list[bool], calls: list) -> None:
+    for key, kind in (("reasoning_content", REASONING), ("reasoning", REASONING), ("content", ANSWER)):
         value = delta.get(key)
         if isinstance(value, str) and value:
             parts.append(value)
-    calls = delta.get("tool_calls")
-    if isinstance(calls, list):
-        for call in calls:
+            has[kind] = True
+    items = delta.get("tool_calls")
+    if isinstance(items, list):
+        calls.extend(items)
+        for call in items:
             function = call.get("function") if isinstance(call, dict) else None
             arguments = function.get("arguments") if isinstance(function, dict) else None
+            if isinstance(arguments, dict):
+                arguments = json.dumps(arguments)
             if isinstance(arguments, str) and arguments:
                 parts.append(arguments)
+                has[TOOL] = True
 
 
 def apportion(total: int, weights: list[int]) -> list[int]:

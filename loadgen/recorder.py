@@ -156,7 +156,7 @@ def _percentile_ms(histogram: np.ndarray, q: float) -> float | None:
 
 @dataclass
 class TokenRecord:
-    """The token facts of one OpenAI-API request (``REQUESTS_SCHEMA``'s last six columns).
+    """The token facts of one OpenAI-API request (``REQUESTS_SCHEMA``'s columns from ``prompt_tokens`` on).
 
     Counts in tokens; ``last_token_ns`` epoch ns; ``error_body`` at most 256 bytes of text."""
 
@@ -166,6 +166,9 @@ class TokenRecord:
     finish_reason: str | None = None
     last_token_ns: int | None = None
     error_body: str | None = None
+    #: Kinds of output (format 1.3; ``REQUESTS_SCHEMA`` order): token counts, epoch ns, tool-call count.
+    kinds: tuple | None = None  # (reasoning_tokens, answer_tokens, first_reasoning_ns, last_reasoning_ns,
+    #                              first_answer_ns, last_answer_ns, tool_calls, tool_call_ns)
 
 
 class Recorder:
@@ -215,7 +218,7 @@ class Recorder:
                 scheduled_ns, sent_ns, end_ns, first_byte_ns, cls, status, bytes_out, bytes_in,
                 trace_id, error_kind, error, chunks, max_gap_ns, self.worker,
                 tokens.prompt_tokens, tokens.output_tokens, tokens.source, tokens.finish_reason,
-                tokens.last_token_ns, tokens.error_body,
+                tokens.last_token_ns, tokens.error_body, *(tokens.kinds or ()),
             )
         self.recorded += 1
         is_error = error_kind is not None

@@ -387,6 +387,11 @@ class LLMSpec:
     shared_prefix_tokens: int = 0
     tokenizer: str | None = None
     dataset: LLMDataset | None = None
+    #: Chat options (``tailscope.loadgen.llm_features``): ``reasoning_effort`` sent as is; ``tools``
+    #: (OpenAI function tools, JSON values) and ``tool_choice`` (auto | required | none | a tool's name).
+    reasoning_effort: str | None = None
+    tools: tuple = ()
+    tool_choice: str | None = None
 
     def __post_init__(self):
         if self.api not in LLM_APIS:
@@ -433,6 +438,11 @@ class LLMSpec:
             out["tokenizer"] = self.tokenizer
         if self.extra_body:
             out["extra_body"] = sorted(self.extra_body)
+        if self.reasoning_effort is not None:
+            out["reasoning_effort"] = self.reasoning_effort
+        if self.tools:
+            out["tools"] = [tool["function"]["name"] for tool in self.tools]
+            out["tool_choice"] = self.tool_choice or "auto"
         return out
 
 

@@ -14,7 +14,7 @@ import pyarrow as pa
 
 #: Bumped when a file or column changes meaning. Readers accept runs whose
 #: major version they know and reject newer majors with a clear message.
-FORMAT_VERSION = "1.2"  # 1.1: spans.events; 1.2: requests' token columns, chunks.tokens
+FORMAT_VERSION = "1.3"  # 1.1: spans.events; 1.2: requests' token columns, chunks.tokens; 1.3: output kinds
 FORMAT_MAJOR = 1
 
 MANIFEST = "manifest.json"
@@ -54,6 +54,16 @@ REQUESTS_SCHEMA = pa.schema(
         ("finish_reason", pa.string()),  # the server's last finish_reason (stop, length, ...); null if none
         ("last_token_ns", pa.int64()),  # last content chunk (the usage chunk and [DONE] do not count)
         ("error_body", pa.string()),  # first 256 bytes: an OpenAI-API class's error JSON; any unstreamed HTTP error's body
+        # Kinds of output of generating OpenAI-API classes (1.3; null otherwise and before 1.3):
+        # reasoning (reasoning_content / reasoning deltas), answer (content / text), tool calls.
+        ("reasoning_tokens", pa.int32()),  # usage.completion_tokens_details.reasoning_tokens, else its chunks' tokens
+        ("answer_tokens", pa.int32()),  # tokens of the answer chunks (output - reasoning - tool-call tokens)
+        ("first_reasoning_ns", pa.int64()),  # first / last chunk with reasoning text; null: none
+        ("last_reasoning_ns", pa.int64()),
+        ("first_answer_ns", pa.int64()),  # first / last answer chunk; null: none
+        ("last_answer_ns", pa.int64()),
+        ("tool_calls", pa.int32()),  # tool calls in the reply (assembled by index)
+        ("tool_call_ns", pa.int64()),  # the last tool call complete (its last piece of arguments); null: none
     ]
 )
 #: Where a request's token counts came from: the response's ``usage``; the

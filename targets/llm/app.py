@@ -42,10 +42,13 @@ from tailscope.targets.llm.engine import Engine, EngineStoppedError, QueueFullEr
 from tailscope.targets.llm.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from tailscope.targets.llm.metrics import LlmMetrics
 from tailscope.targets.llm.openai_api import (
+    ARGUMENTS_CLOSE,
+    ARGUMENTS_OPEN,
     CHAT,
     COMPLETION,
     GenerationRequest,
     OpenAIError,
+    chat_delta_chunk,
     embedding_response,
     error_body,
     full_response,
@@ -53,6 +56,7 @@ from tailscope.targets.llm.openai_api import (
     parse_embedding,
     parse_generation,
     stream_chunk,
+    tool_call_delta,
     usage_chunk,
 )
 from tailscope.targets.llm.sequence import Sequence
@@ -166,7 +170,7 @@ class LlmApp:
         response_id = f"chatcmpl-{base_id}" if kind == CHAT else f"cmpl-{base_id}"
         seq = self._sequence(response_id if kind == CHAT else f"{response_id}-0", request.prompt_ids, scope,
                              arrival_ns, max_tokens=request.max_tokens, ignore_eos=request.ignore_eos,
-                             params=request.params)
+                             params=request.params, reasoning_tokens=request.reasoning_tokens)
         self._submit(seq)
         echo = [(b"x-request-id", base_id.encode("latin-1"))]
         watcher = asyncio.get_running_loop().create_task(cancel_on_disconnect(receive, seq))
@@ -191,8 +195,12 @@ class LlmApp:
                 tokens.extend(new)
         except EngineStoppedError as exc:
             raise OpenAIError(503, str(exc)) from exc
+        split = min(request.reasoning_tokens, len(tokens))
+        finish = "tool_calls" if request.tool_name is not None and len(tokens) > split else seq.finish_reason
         body = json_bytes(full_response(kind, response_id, seq.arrival_ns // 1_000_000_000, self._config.served_model_name,
-                                        detokenize(tokens), seq.finish_reason, len(seq.prompt_ids), len(tokens)))
+                                        detokenize(tokens[split:]), finish, len(seq.prompt_ids), len(tokens),
+                                        reasoning=detokenize(tokens[:split]), reasoning_tokens=split,
+                                        tool_name=request.tool_name if len(tokens) > split else None))
         await send({"type": "http.response.start", "status": 200, "headers": [
             (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()), *echo]})
         await send({"type": "http.response.body", "body": body})
@@ -210,6 +218,7 @@ class LlmApp:
         pending: list[int] = []
         sent = 0
         finished = False
+        reasoning, tool = request.reasoning_tokens, request.tool_name
         try:
             while not finished:
                 new, finished = await seq.take()
@@ -218,14 +227,29 @@ class LlmApp:
                     continue
                 if kind == CHAT and sent == 0 and (pending or finished):
                     await event(stream_chunk(kind, response_id, created, model, role=True, include_usage=with_usage))
-                if pending or finished:
-                    await event(stream_chunk(kind, response_id, created, model, text=detokenize(pending),
+                thinking = pending[: max(0, reasoning - sent)]
+                answer = pending[len(thinking):]
+                if thinking:  # reasoning tokens go first, in a chunk of their own
+                    await event(chat_delta_chunk(response_id, created, model,
+                                                 {"reasoning_content": detokenize(thinking)},
+                                                 include_usage=with_usage))
+                if tool is not None and (answer or (finished and sent + len(pending) > reasoning)):
+                    first = sent + len(thinking) == reasoning and bool(answer)
+                    piece = (ARGUMENTS_OPEN if first else "") + detokenize(answer) + (ARGUMENTS_CLOSE if finished else "")
+                    await event(chat_delta_chunk(response_id, created, model,
+                                                 tool_call_delta(response_id, tool, piece, first),
+                                                 "tool_calls" if finished else None, with_usage))
+                elif answer or (finished and not thinking):
+                    await event(stream_chunk(kind, response_id, created, model, text=detokenize(answer),
                                              finish_reason=seq.finish_reason if finished else None,
                                              include_usage=with_usage))
+                elif finished:  # the reasoning took every token: a finish chunk without text
+                    await event(chat_delta_chunk(response_id, created, model, {}, seq.finish_reason, with_usage))
                 sent += len(pending)
                 pending = []
             if with_usage:
-                await event(usage_chunk(kind, response_id, created, model, len(seq.prompt_ids), sent))
+                await event(usage_chunk(kind, response_id, created, model, len(seq.prompt_ids), sent,
+                                        min(reasoning, sent)))
         except EngineStoppedError as exc:
             await event(error_body(OpenAIError(503, str(exc))))
         await send({"type": "http.response.body", "body": SSE_DONE, "more_body": True})

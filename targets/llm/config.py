@@ -46,6 +46,10 @@ class LlmServerConfig:
     step_extra_delay_ms: float = knob(
         0.0, "time added to every engine step without holding the GIL, like an accelerator (ms)"
     )
+    reasoning_share: float = knob(
+        0.0, "share of a chat request's max_tokens streamed as reasoning_content before the answer when the "
+        "request gives no reasoning_effort (low 0.25, medium 0.5, high 0.75 of max_tokens)"
+    )
     tokens_per_chunk: int = knob(
         1, "tokens gathered into one streamed SSE chunk (more go out together when the writer is behind)"
     )
@@ -67,6 +71,7 @@ class LlmServerConfig:
                      "max_waiting", "default_max_tokens", "model_dim", "tokens_per_chunk", "max_body_bytes"):
             require(getattr(self, name) >= 1, f"{name} must be >= 1, got {getattr(self, name)}")
         require(0.0 <= self.eos_probability < 1.0, f"eos_probability must be in [0, 1), got {self.eos_probability}")
+        require(0.0 <= self.reasoning_share < 1.0, f"reasoning_share must be in [0, 1), got {self.reasoning_share}")
         require(self.step_extra_delay_ms >= 0, f"step_extra_delay_ms must be >= 0, got {self.step_extra_delay_ms}")
         require(self.gc_min_pause_ms >= 0, f"gc_min_pause_ms must be >= 0, got {self.gc_min_pause_ms}")
         require(self.graceful_shutdown_s >= 0, f"graceful_shutdown_s must be >= 0, got {self.graceful_shutdown_s}")

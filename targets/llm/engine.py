@@ -213,6 +213,8 @@ class Engine:
         elif metrics is not None and seq.last_token_ns is not None:
             metrics.itl.observe(max(0, end_ns - seq.last_token_ns) / 1e9)
         seq.last_token_ns = end_ns
+        if len(seq.output_ids) == seq.reasoning_tokens + 1:
+            seq.answer_token_ns = end_ns
         if metrics is not None:
             metrics.generation_tokens.inc()
         finished = len(seq.output_ids) >= seq.max_tokens

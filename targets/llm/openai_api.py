@@ -7,7 +7,17 @@ What is honoured: ``model`` (must be the served name when given; else 404),
 ``max_tokens`` (``max_completion_tokens`` for chat), ``ignore_eos``,
 ``stream``, ``stream_options.include_usage``; ``temperature``, ``top_p`` and
 ``n`` are validated and recorded on the span but do not change sampling (``n``
-must be 1). Prompts: ``prompt`` is a string (or a one-element list of one);
+must be 1). Chat only: ``reasoning_effort`` (``low``, ``medium``, ``high``: a
+quarter, half or three quarters of ``max_tokens``, else the server's
+``reasoning_share``) makes the first output tokens reasoning, streamed as
+``reasoning_content`` (usage: ``completion_tokens_details.reasoning_tokens``);
+``tools`` (a list of ``{"type": "function", "function": {"name", ...}}``) with
+``tool_choice`` ``auto`` (the default with tools), ``required`` or a named
+function makes the answer one call of that function (``auto``/``required``:
+the first tool) whose arguments are ``{"text": <the generated words>}``,
+streamed piece by piece as vLLM does (``tool_calls[0].function.arguments``;
+finish reason ``tool_calls``); ``tool_choice: none`` answers in text.
+Prompts: ``prompt`` is a string (or a one-element list of one);
 chat ``messages`` contribute every content text (a string, or ``text`` parts)
 joined in order. Token counts are words (:mod:`.tokens`).
 
@@ -30,6 +40,9 @@ from tailscope.targets.llm.tokens import VOCAB_SIZE, tokenize, tokenize_texts
 
 CHAT = "chat"
 COMPLETION = "completion"
+
+#: Share of max_tokens streamed as reasoning per ``reasoning_effort``.
+REASONING_EFFORTS = {"low": 0.25, "medium": 0.5, "high": 0.75}
 
 _ERROR_TYPES = {400: "BadRequestError", 404: "NotFoundError", 405: "MethodNotAllowedError",
                 413: "RequestTooLargeError", 429: "RateLimitError", 499: "ClientClosedRequest",
@@ -64,6 +77,10 @@ class GenerationRequest:
     include_usage: bool
     #: Request parameters as given (None when absent), recorded on the span.
     params: dict[str, Any] = field(default_factory=dict)
+    #: Output tokens streamed as reasoning before the answer (chat).
+    reasoning_tokens: int = 0
+    #: The function the answer calls (chat with ``tools``), else None: the answer is text.
+    tool_name: str | None = None
 
 
 @dataclass
@@ -156,7 +173,52 @@ def parse_generation(kind: str, document: Any, config: LlmServerConfig) -> Gener
         "n": n,
     }
     ignore_eos = _optional(document, "ignore_eos", (bool,), "a boolean") or False
-    return GenerationRequest(kind, prompt_ids, max_tokens, ignore_eos, stream, include_usage, params)
+    reasoning, tool = (_reasoning_tokens(document, config, max_tokens), _tool_name(document)) if kind == CHAT \
+        else (0, None)
+    return GenerationRequest(kind, prompt_ids, max_tokens, ignore_eos, stream, include_usage, params,
+                             reasoning, tool)
+
+
+def _reasoning_tokens(document: Mapping[str, Any], config: LlmServerConfig, max_tokens: int) -> int:
+    effort = document.get("reasoning_effort")
+    if effort is None:
+        share = config.reasoning_share
+    elif effort in REASONING_EFFORTS:
+        share = REASONING_EFFORTS[effort]
+    else:
+        raise _bad(f"reasoning_effort must be one of {', '.join(REASONING_EFFORTS)}, got {effort!r}",
+                   "reasoning_effort")
+    return int(share * max_tokens)
+
+
+def _tool_name(document: Mapping[str, Any]) -> str | None:
+    """The function a chat request's answer calls (module docstring), or None."""
+    tools = document.get("tools")
+    choice = document.get("tool_choice")
+    if tools is None:
+        if choice not in (None, "none"):
+            raise _bad("tool_choice needs tools", "tool_choice")
+        return None
+    names = []
+    if not isinstance(tools, list) or not tools:
+        raise _bad("tools must be a non-empty list", "tools")
+    for index, tool in enumerate(tools):
+        function = tool.get("function") if isinstance(tool, dict) else None
+        if not (isinstance(tool, dict) and tool.get("type") == "function" and isinstance(function, dict)
+                and isinstance(function.get("name"), str) and function["name"]):
+            raise _bad(f"tools[{index}] must be {{\"type\": \"function\", \"function\": {{\"name\": ...}}}}",
+                       "tools")
+        names.append(function["name"])
+    if choice in (None, "auto", "required"):
+        return names[0]
+    if choice == "none":
+        return None
+    function = choice.get("function") if isinstance(choice, dict) else None
+    name = function.get("name") if isinstance(function, dict) else None
+    if not isinstance(name, str) or name not in names:
+        raise _bad(f"tool_choice must be none, auto, required or a function of tools, got {choice!r}",
+                   "tool_choice")
+    return name
 
 
 def parse_embedding(document: Any, config: LlmServerConfig) -> EmbeddingRequest:
@@ -193,9 +255,41 @@ def _is_token(value: Any) -> bool:
 # --------------------------------------------------------------------------- responses
 
 
-def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
-    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens}
+def usage(prompt_tokens: int, completion_tokens: int, reasoning_tokens: int = 0) -> dict[str, Any]:
+    """OpenAI usage; ``completion_tokens_details.reasoning_tokens`` only when there was reasoning."""
+    out: dict[str, Any] = {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                           "total_tokens": prompt_tokens + completion_tokens}
+    if reasoning_tokens:
+        out["completion_tokens_details"] = {"reasoning_tokens": reasoning_tokens}
+    return out
+
+
+#: The tool call's arguments: this before the generated words, :data:`ARGUMENTS_CLOSE` after.
+ARGUMENTS_OPEN = '{"text": "'
+ARGUMENTS_CLOSE = '"}'
+
+
+def tool_call_id(response_id: str) -> str:
+    return f"chatcmpl-tool-{response_id.removeprefix('chatcmpl-')}"
+
+
+def chat_delta_chunk(response_id: str, created: int, model: str, delta: dict[str, Any],
+                     finish_reason: str | None = None, include_usage: bool = False) -> dict[str, Any]:
+    """A streamed chat chunk with one choice whose ``delta`` is given (reasoning, tool-call pieces)."""
+    chunk = {"id": response_id, "object": "chat.completion.chunk", "created": created, "model": model,
+             "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}]}
+    if include_usage:
+        chunk["usage"] = None
+    return chunk
+
+
+def tool_call_delta(response_id: str, name: str, arguments: str, first: bool) -> dict[str, Any]:
+    """A ``delta`` with one piece of the tool call's arguments (the first piece also carries id and name)."""
+    call: dict[str, Any] = {"index": 0, "function": {"arguments": arguments}}
+    if first:
+        call = {"index": 0, "id": tool_call_id(response_id), "type": "function",
+                "function": {"name": name, "arguments": arguments}}
+    return {"tool_calls": [call]}
 
 
 def stream_chunk(kind: str, response_id: str, created: int, model: str, *, text: str | None = None,
@@ -218,24 +312,33 @@ def stream_chunk(kind: str, response_id: str, created: int, model: str, *, text:
 
 
 def usage_chunk(kind: str, response_id: str, created: int, model: str, prompt_tokens: int,
-                completion_tokens: int) -> dict[str, Any]:
+                completion_tokens: int, reasoning_tokens: int = 0) -> dict[str, Any]:
     """The last chunk of a stream with ``stream_options.include_usage``: no choices, the usage."""
     return {"id": response_id, "object": "chat.completion.chunk" if kind == CHAT else "text_completion",
-            "created": created, "model": model, "choices": [], "usage": usage(prompt_tokens, completion_tokens)}
+            "created": created, "model": model, "choices": [],
+            "usage": usage(prompt_tokens, completion_tokens, reasoning_tokens)}
 
 
 def full_response(kind: str, response_id: str, created: int, model: str, text: str, finish_reason: str | None,
-                  prompt_tokens: int, completion_tokens: int) -> dict[str, Any]:
-    """A non-streamed chat or completions response with its usage."""
+                  prompt_tokens: int, completion_tokens: int, reasoning: str = "", reasoning_tokens: int = 0,
+                  tool_name: str | None = None) -> dict[str, Any]:
+    """A non-streamed chat or completions response with its usage (chat: ``reasoning_content`` when
+    ``reasoning``; with ``tool_name`` the answer ``text`` is that call's arguments' ``text``)."""
     if kind == CHAT:
-        choice: dict[str, Any] = {"index": 0, "message": {"role": "assistant", "content": text},
-                                  "logprobs": None, "finish_reason": finish_reason}
+        message: dict[str, Any] = {"role": "assistant", "content": text}
+        if reasoning:
+            message["reasoning_content"] = reasoning
+        if tool_name is not None:
+            message["content"] = None
+            message["tool_calls"] = [{"id": tool_call_id(response_id), "type": "function", "function": {
+                "name": tool_name, "arguments": ARGUMENTS_OPEN + text + ARGUMENTS_CLOSE}}]
+        choice: dict[str, Any] = {"index": 0, "message": message, "logprobs": None, "finish_reason": finish_reason}
         obj = "chat.completion"
     else:
         choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason}
         obj = "text_completion"
     return {"id": response_id, "object": obj, "created": created, "model": model, "choices": [choice],
-            "usage": usage(prompt_tokens, completion_tokens)}
+            "usage": usage(prompt_tokens, completion_tokens, reasoning_tokens)}
 
 
 def embedding_response(model: str, embeddings: list[list[float]], encoding: str,

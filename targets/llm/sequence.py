@@ -16,7 +16,10 @@ event happened:
   preemption do not move it, as in vLLM's ``scheduled_ts``);
 * ``first_token_ns`` / ``last_token_ns`` — end of the step that produced the
   first / last streamed token;
-* ``finished_ns`` — end of the step that finished the request (the span's end).
+* ``finished_ns`` — end of the step that finished the request (the span's end);
+* ``answer_token_ns`` — end of the step that produced output token number
+  ``reasoning_tokens`` (0-based), the first one streamed as the answer (or the
+  tool call) after the reasoning tokens.
 """
 
 from __future__ import annotations
@@ -58,6 +61,8 @@ class Sequence:
     params: dict[str, Any] = field(default_factory=dict)
     trace_context: Any = None
     seq_no: int = field(default_factory=lambda: next(_ids))
+    #: Output tokens streamed as reasoning (``reasoning_content``) before the answer or tool call.
+    reasoning_tokens: int = 0
 
     # engine side
     output_ids: list[int] = field(default_factory=list)
@@ -67,6 +72,7 @@ class Sequence:
     scheduled_ns: int | None = None
     first_token_ns: int | None = None
     last_token_ns: int | None = None
+    answer_token_ns: int | None = None
     finished_ns: int | None = None
     finish_reason: str | None = None
     embedding: Any = None

@@ -108,6 +108,8 @@ class RequestRecorder:
             "scheduled_ns": seq.scheduled_ns,
             "first_token_ns": seq.first_token_ns,
             "last_token_ns": seq.last_token_ns,
+            "reasoning_tokens": min(seq.reasoning_tokens, len(seq.output_ids)),
+            "answer_token_ns": seq.answer_token_ns,
             "finished_ns": seq.finished_ns,
             "finish_reason": seq.finish_reason,
             "num_preemptions": seq.num_preemptions,

@@ -1,0 +1,110 @@
+"""Chat-class options of issue 29: asking for reasoning, offering tools.
+
+No Locust or gevent import. :func:`feature_fields` reads a class mapping's
+fields (scenario errors through the parser's ``fail(path, message)``, as
+:mod:`.llm_fields`) into :class:`~.spec.LLMSpec` keyword arguments;
+:func:`feature_body` gives the JSON fields they add to each request body
+(``extra_body`` is merged after them and wins)::
+
+    classes:
+      - name: agent
+        api: openai-chat
+        model: qwen3-8b
+        reasoning_effort: medium           # low | medium | high: sent as `reasoning_effort`
+        tools:                             # OpenAI function tools, sent as given
+          - {type: function, function: {name: get_weather, parameters: {type: object}}}
+        tool_choice: auto                  # auto | required | none | the name of one of the tools
+
+Reasoning and tool-call streams are parsed whatever the class asks for
+(``tailscope.loadgen.openai_stream``): a server that reasons by itself (vLLM
+with ``--reasoning-parser``) needs no option here; one that needs another
+switch (``chat_template_kwargs: {enable_thinking: true}``) takes it through
+``extra_body``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+#: Values of ``reasoning_effort`` (OpenAI's; vLLM and SGLang pass them to the chat template).
+REASONING_EFFORTS = ("low", "medium", "high")
+#: ``tool_choice`` words; any other string names one of the class's tools.
+TOOL_CHOICES = ("auto", "required", "none")
+#: Class fields this module reads (chat classes only).
+FEATURE_FIELDS = frozenset({"reasoning_effort", "tools", "tool_choice"})
+
+Fail = Callable[[tuple, str], BaseException]
+
+
+def feature_fields(data: dict, api: str, fail: Fail, at: tuple) -> dict[str, Any]:
+    """``LLMSpec`` keyword arguments (``reasoning_effort``, ``tools``, ``tool_choice``) of one class
+    mapping; raises what ``fail`` makes for a bad value (a field of a non-chat class included)."""
+    out: dict[str, Any] = {}
+    for key in sorted(FEATURE_FIELDS & set(data)):
+        if api != "openai-chat":
+            _raise(fail, at + (key,), "only for api: openai-chat classes")
+    effort = data.get("reasoning_effort")
+    if effort is not None:
+        if effort not in REASONING_EFFORTS:
+            _raise(fail, at + ("reasoning_effort",), f"expected one of {', '.join(REASONING_EFFORTS)}, got {effort!r}")
+        out["reasoning_effort"] = effort
+    tools = data.get("tools")
+    names: list[str] = []
+    if tools is not None:
+        if not isinstance(tools, list) or not tools:
+            _raise(fail, at + ("tools",), "expected a non-empty list of tools such as "
+                                          "{type: function, function: {name: get_weather}}")
+        for index, tool in enumerate(tools):
+            names.append(_tool_name(tool, fail, at + ("tools", index)))
+        if len(set(names)) != len(names):
+            _raise(fail, at + ("tools",), f"tool names must differ, got {names}")
+        out["tools"] = tuple(json.loads(json.dumps(tool)) for tool in tools)
+    choice = data.get("tool_choice")
+    if choice is not None:
+        if tools is None:
+            _raise(fail, at + ("tool_choice",), "only with `tools`")
+        if not isinstance(choice, str) or (choice not in TOOL_CHOICES and choice not in names):
+            _raise(fail, at + ("tool_choice",), f"expected {', '.join(TOOL_CHOICES)} or one of the tools' names "
+                                                f"({', '.join(names)}), got {choice!r}")
+        out["tool_choice"] = choice
+    return out
+
+
+def _tool_name(tool: Any, fail: Fail, at: tuple) -> str:
+    if not isinstance(tool, dict) or tool.get("type") != "function":
+        _raise(fail, at + ("type",), "expected a function tool: {type: function, function: {name: ...}}")
+    function = tool.get("function")
+    if not isinstance(function, dict):
+        _raise(fail, at + ("function",), "expected a mapping with a name (and optional description, parameters)")
+    name = function.get("name")
+    if not isinstance(name, str) or not name:
+        _raise(fail, at + ("function", "name"), f"expected the function's name (a string), got {name!r}")
+    if "parameters" in function and not isinstance(function["parameters"], dict):
+        _raise(fail, at + ("function", "parameters"), "expected a JSON Schema mapping")
+    try:
+        json.dumps(tool)
+    except (TypeError, ValueError) as exc:
+        _raise(fail, at, f"not JSON: {exc}")
+    return name
+
+
+def feature_body(reasoning_effort: str | None, tools: tuple, tool_choice: str | None) -> dict[str, Any]:
+    """The JSON fields a chat request carries for these options (``{}`` without any)."""
+    body: dict[str, Any] = {}
+    if reasoning_effort is not None:
+        body["reasoning_effort"] = reasoning_effort
+    if tools:
+        body["tools"] = list(tools)
+        if tool_choice is not None:
+            body["tool_choice"] = (tool_choice if tool_choice in TOOL_CHOICES
+                                   else {"type": "function", "function": {"name": tool_choice}})
+    return body
+
+
+def _raise(fail: Fail, path: tuple, message: str):
+    exc = fail(path, message)
+    if isinstance(exc, BaseException):
+        raise exc
+    raise ValueError(f"{'.'.join(str(p) for p in path)}: {message}")

@@ -1,0 +1,215 @@
+"""Reasoning streams and tool calls (issue 29 items 4 and 5), from the stream parser to the report.
+
+- vLLM-shaped bodies (tests/fixtures/llm: ``vllm_reasoning_details.sse``,
+  ``vllm_tool_calls.sse``) fed in arbitrary read splits: per-kind token counts
+  equal usage, the tool calls are assembled by index, and every kind's first
+  and last time is the read that completed that chunk;
+- the scenario fields (``reasoning_effort``, ``tools``, ``tool_choice``) and
+  their errors;
+- the real load generator against the LLM reference server: the records'
+  reasoning and tool-call columns equal the server's own counts, and the
+  first-answer time and per-kind TPOT agree with the server's timings (median
+  error within 1 ms); the analysis, the report and ``compare`` carry them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from test_llm_loopback import MS, _run
+from test_llm_reference_client import _Server
+
+from tailscope.loadgen.llm_fields import openai_class_fields
+from tailscope.loadgen.llm_requests import LLMRequestMaker
+from tailscope.loadgen.openai_stream import OpenAIReply
+from tailscope.loadgen.spec import SpecError
+from tailscope.rundir import read_stream, schema
+
+FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures", "llm")
+with open(os.path.join(FIXTURES, "expected.json"), encoding="utf-8") as _fh:
+    EXPECTED = {k: v for k, v in json.load(_fh).items() if isinstance(v, dict) and "kinds" in v}
+
+
+def _body(name: str) -> bytes:
+    with open(os.path.join(FIXTURES, name), "rb") as fh:
+        return fh.read()
+
+
+def _feed(body: bytes, cuts: list[int]) -> tuple[OpenAIReply, list[int]]:
+    bounds = [0, *sorted(set(c for c in cuts if 0 < c < len(body))), len(body)]
+    reply = OpenAIReply("text/event-stream")
+    for i, (a, b) in enumerate(zip(bounds, bounds[1:])):
+        reply.feed(body[a:b], i)
+    reply.finish(len(bounds) - 1)
+    return reply, bounds
+
+
+def _event_ends(body: bytes) -> list[tuple[int, str]]:
+    """(offset of the blank line ending each content event, its kind letter), from the body itself."""
+    out, start = [], 0
+    while True:
+        end = body.find(b"\n\n", start)
+        if end < 0:
+            return out
+        payload = body[start + 6:end]
+        start = end + 2
+        if payload == b"[DONE]":
+            continue
+        choices = json.loads(payload)["choices"]
+        delta = choices[0]["delta"] if choices else {}
+        args = "".join(c.get("function", {}).get("arguments", "") for c in delta.get("tool_calls") or [])
+        kind = "A" if delta.get("content") else "T" if args else "R" if delta.get("reasoning_content") else None
+        if kind:
+            out.append((end + 1, kind))  # the second LF completes the event
+
+
+@settings(max_examples=80, deadline=None)
+@given(data=st.data())
+def test_reasoning_and_tool_streams_in_arbitrary_read_splits(data):
+    name = data.draw(st.sampled_from(sorted(EXPECTED)))
+    expected, body = EXPECTED[name], _body(name)
+    cuts = data.draw(st.lists(st.integers(min_value=1, max_value=len(body) - 1), max_size=60))
+    reply, bounds = _feed(body, cuts)
+    assert reply.tokens == expected["tokens"] and sum(reply.tokens) == reply.output_tokens == expected["output_tokens"]
+    assert reply.reasoning_tokens == expected["reasoning_tokens"]
+    assert reply.answer_tokens == expected["answer_tokens"]
+    kinds = expected["kinds"]
+    tool_tokens = sum(t for t, k in zip(reply.tokens, kinds) if k == "T")
+    assert reply.reasoning_tokens + reply.answer_tokens + reply.tool_call_tokens == reply.output_tokens
+    assert reply.tool_call_tokens == tool_tokens
+    assert [{"index": c.index, "id": c.id, "name": c.name, "arguments": c.arguments} for c in reply.tool_calls] \
+        == expected["tool_calls"]
+    assert all(c.arguments_valid for c in reply.tool_calls)
+
+    def read_of(offset: int) -> int:
+        return next(i for i, (a, b) in enumerate(zip(bounds, bounds[1:])) if a <= offset < b)
+
+    ends = _event_ends(body)
+    assert "".join(k for _, k in ends) == kinds
+    times = {k: [read_of(offset) for offset, kind in ends if kind == k] for k in "RAT"}
+    assert reply.times == [read_of(offset) for offset, _ in ends]
+    assert (reply.first_reasoning_ns, reply.last_reasoning_ns) == (times["R"][0], times["R"][-1])
+    assert (reply.first_answer_ns, reply.last_answer_ns) == ((times["A"][0], times["A"][-1]) if times["A"]
+                                                             else (None, None))
+    assert reply.tool_call_ns == (times["T"][-1] if times["T"] else None)
+    columns = dict(zip(("reasoning_tokens", "answer_tokens", "first_reasoning_ns", "last_reasoning_ns",
+                        "first_answer_ns", "last_answer_ns", "tool_calls", "tool_call_ns"), reply.kinds()))
+    assert columns["tool_calls"] == len(expected["tool_calls"])
+    assert list(schema.REQUESTS_SCHEMA.names[-8:]) == list(columns)
+
+
+def test_hidden_reasoning_and_a_non_streamed_tool_call():
+    """A server that counts reasoning it does not stream (usage only), and a whole JSON reply with a tool call."""
+    usage = {"prompt_tokens": 5, "completion_tokens": 30, "completion_tokens_details": {"reasoning_tokens": 20}}
+    body = (b'data: {"choices":[{"index":0,"delta":{"content":"The answer is 4."}}]}\n\n'
+            b'data: {"choices":[],"usage":' + json.dumps(usage).encode() + b'}\n\ndata: [DONE]\n\n')
+    reply, _ = _feed(body, [])
+    assert (reply.reasoning_tokens, reply.answer_tokens, reply.tool_call_tokens) == (20, 10, 0)
+    assert reply.first_reasoning_ns is None and reply.first_answer_ns == 0 and reply.tokens == [30]
+    whole = json.dumps({"choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
+        "role": "assistant", "content": None, "reasoning_content": "think",
+        "tool_calls": [{"id": "t1", "type": "function", "function": {"name": "f", "arguments": "{\"a\": 1}"}}]}}],
+        "usage": {"prompt_tokens": 3, "completion_tokens": 9}}).encode()
+    reply = OpenAIReply("application/json")
+    reply.feed(whole, 7)
+    reply.finish(8)
+    assert reply.tool_call_ns == 8 and len(reply.tool_calls) == 1 and reply.tool_calls[0].arguments == '{"a": 1}'
+    assert reply.first_reasoning_ns == 8 and reply.output_tokens == 9 and reply.finish_reason == "tool_calls"
+
+
+def _fail(path, message):
+    return SpecError(".".join(str(p) for p in path), message)
+
+
+TOOLS = [{"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}},
+         {"type": "function", "function": {"name": "search"}}]
+
+
+def test_scenario_fields_go_into_the_body_and_bad_values_name_the_field():
+    fields = {"api": "openai-chat", "model": "m", "reasoning_effort": "high", "tools": TOOLS, "tool_choice": "search",
+              "extra_body": {"temperature": 0}}
+    spec = openai_class_fields(fields, _fail, at=("classes", 0))["llm"]
+    assert spec.describe()["tools"] == ["lookup", "search"] and spec.describe()["reasoning_effort"] == "high"
+    body = json.loads(LLMRequestMaker("agent", spec, np.random.default_rng(1)).make()[0])
+    assert body["reasoning_effort"] == "high" and body["tools"] == TOOLS
+    assert body["tool_choice"] == {"type": "function", "function": {"name": "search"}} and body["temperature"] == 0
+    for bad, field, words in [
+        ({"reasoning_effort": "max"}, "classes.0.reasoning_effort", "low, medium, high"),
+        ({"tools": []}, "classes.0.tools", "non-empty list"),
+        ({"tools": [{"type": "function", "function": {}}]}, "classes.0.tools.0.function.name", "name"),
+        ({"tools": [{"type": "code"}]}, "classes.0.tools.0.type", "function tool"),
+        ({"tools": TOOLS, "tool_choice": "other"}, "classes.0.tool_choice", "lookup, search"),
+        ({"tool_choice": "auto"}, "classes.0.tool_choice", "only with `tools`"),
+    ]:
+        with pytest.raises(SpecError) as caught:
+            openai_class_fields({"api": "openai-chat", "model": "m", **bad}, _fail, at=("classes", 0))
+        assert caught.value.field == field and words in caught.value.message, (bad, caught.value)
+    with pytest.raises(SpecError) as caught:
+        openai_class_fields({"api": "openai-completions", "model": "m", "tools": TOOLS}, _fail, at=("classes", 1))
+    assert caught.value.field == "classes.1.tools" and "openai-chat" in caught.value.message
+
+
+STEP_MS = 3
+
+
+@pytest.fixture
+def kinds_server():
+    server = _Server(["--tokens-per-chunk", "1", "--step-extra-delay-ms", str(STEP_MS), "--max-num-seqs", "32"])
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+def test_reference_server_reasoning_and_tool_calls_end_to_end(kinds_server, tmp_path):
+    model = "tailscope-llm"
+    classes = [
+        {"name": "think", "api": "openai-chat", "model": model, "prompt_tokens": 12, "reasoning_effort": "medium",
+         "output_tokens": {"dist": "uniform", "min": 16, "max": 40}},
+        {"name": "agent", "api": "openai-chat", "model": model, "prompt_tokens": 20, "reasoning_effort": "low",
+         "output_tokens": 24, "tools": TOOLS, "tool_choice": "auto"},
+        {"name": "agent_whole", "api": "openai-chat", "model": model, "prompt_tokens": 8, "stream": False,
+         "output_tokens": 12, "tools": TOOLS, "tool_choice": "search"},
+    ]
+    _run(tmp_path, kinds_server, classes, rate=10, duration_s=3.0)
+    server = kinds_server.timings()
+    rows = read_stream(tmp_path / schema.REQUESTS, schema.REQUESTS_SCHEMA).table.to_pylist()
+    assert len(rows) == 30 and not [r for r in rows if r["error_kind"]]
+    answer_error, reasoning_tpot_error, answer_tpot_error = [], [], []
+    for row in rows:
+        truth = server["chatcmpl-" + row["trace_id"]]
+        n = truth["attributes"]["gen_ai.usage.completion_tokens"]
+        reasoning = truth["reasoning_tokens"]
+        assert row["output_tokens"] == n and row["reasoning_tokens"] == reasoning
+        assert reasoning == {"think": n // 2, "agent": n // 4, "agent_whole": 0}[row["cls"]]
+        if row["cls"] == "think":
+            assert row["answer_tokens"] == n - reasoning and row["tool_calls"] == 0 and row["tool_call_ns"] is None
+            answer_tpot_error.append((row["last_answer_ns"] - row["first_answer_ns"]) / (n - reasoning - 1)
+                                     - (truth["last_token_ns"] - truth["answer_token_ns"]) / (n - reasoning - 1))
+        else:
+            assert row["answer_tokens"] == 0 and row["tool_calls"] == 1 and row["finish_reason"] == "tool_calls"
+            assert row["first_answer_ns"] is None
+            if row["cls"] == "agent_whole":
+                # a whole reply: complete when its body was read
+                assert row["first_byte_ns"] <= row["tool_call_ns"] <= row["end_ns"]
+                continue
+            # the call is complete with its last piece: the last token's chunk
+            assert 0 <= row["tool_call_ns"] - truth["last_token_ns"] < 50 * MS
+        # the first reasoning token is TTFT; the first answer (or tool) token follows the reasoning
+        assert row["first_reasoning_ns"] == row["first_byte_ns"]
+        answer_ns = row["first_answer_ns"] if row["cls"] == "think" else row["last_reasoning_ns"]
+        if row["cls"] == "think":
+            answer_error.append(answer_ns - truth["answer_token_ns"])
+        reasoning_tpot_error.append((row["last_reasoning_ns"] - row["first_reasoning_ns"]) / (reasoning - 1)
+                                    - (truth["answer_token_ns"] - truth["first_token_ns"]) / reasoning)
+    medians = {name: float(np.median(values)) / MS for name, values in
+               (("first answer", answer_error), ("reasoning TPOT", reasoning_tpot_error),
+                ("answer TPOT", answer_tpot_error))}
+    print("client - server medians (ms):", {k: round(v, 3) for k, v in medians.items()})
+    assert 0 <= medians["first answer"] < 1.0, medians
+    assert abs(medians["reasoning TPOT"]) < 1.0 and abs(medians["answer TPOT"]) < 1.0, medians
