@@ -7,7 +7,11 @@ are two or more), one scenario against it with the
 experiment's fault (if any) injected by the fault agent, then analyses and
 reports the run exactly as ``tailscope report`` does. The lab
 (:mod:`tailscope.lab.suite`) starts one such process per experiment, so every
-experiment gets a fresh Locust, target and receiver.
+experiment gets a fresh Locust, target and receiver. Against the real vLLM
+(``target`` ``vllm``) the lab has started the server already and passes it in
+(``--target-url``, ``--target-pid``, ``--receiver-grpc-port``: the port its spans
+go to, where this run's receiver listens); the run then loads it like
+``tailscope run --target``, waiting for its late spans.
 
 Last line on stdout: ``RUN_DIR <path>`` (exit 0), or ``ERROR <reason>``
 (exit 2) when the experiment could not start.
@@ -31,6 +35,7 @@ from tailscope.conductor.reference_service import reference_target_env
 from tailscope.faults.injector import FaultError, FaultSetupError
 from tailscope.faults.own_cgroup import create_own_cgroups, remove_own_cgroups
 from tailscope.lab.plan import LLM, Experiment
+from tailscope.lab.vllm_target import RunningTarget
 from tailscope.scenario_model.scenario import ScenarioError, load_scenario
 from tailscope.support.python_child import python_module
 
@@ -69,19 +74,23 @@ def lab_target_launcher(target_args: tuple[str, ...], cgroup_dirs: list[str], cp
     return launch
 
 
-def run_experiment(experiment: Experiment, scenario_path: str, out_dir: str) -> str:
-    """Run and report one experiment; return its run directory. Raises SetupError, ChildError, FaultError."""
+def run_experiment(experiment: Experiment, scenario_path: str, out_dir: str,
+                   running: RunningTarget | None = None) -> str:
+    """Run and report one experiment; return its run directory. Raises SetupError, ChildError, FaultError.
+
+    With ``running`` the experiment loads that server instead of starting its target."""
     from rich.console import Console
 
     from tailscope.conductor.reporting import ReportWriteError, analyse_and_write
     from tailscope.conductor.terminal import print_summary
 
     scenario = load_scenario(scenario_path, require_target=False)
-    try:
-        cgroups = create_own_cgroups(f"tailscope-lab-{os.getpid()}")
-        placement_note = None
-    except FaultSetupError as exc:
-        cgroups, placement_note = [], str(exc)
+    cgroups, placement_note = [], "the lab started the server before the experiment" if running else None
+    if running is None:
+        try:
+            cgroups = create_own_cgroups(f"tailscope-lab-{os.getpid()}")
+        except FaultSetupError as exc:
+            placement_note = str(exc)
     try:
         options = RunOptions(
             out_dir=out_dir, receiver_port=0,
@@ -89,10 +98,15 @@ def run_experiment(experiment: Experiment, scenario_path: str, out_dir: str) -> 
             extra_manifest={"lab": {**experiment.as_dict(),
                                     "target_cgroups": [c.path for c in cgroups],
                                     "target_cgroup_note": placement_note,
-                                    "target_cpus": target_cpus()}},
+                                    "target_cpus": None if running else target_cpus()}},
         )
-        launcher = lab_target_launcher(experiment.target_args, [c.path for c in cgroups], target_cpus(),
-                                       experiment.target)
+        if running is None:
+            launcher = lab_target_launcher(experiment.target_args, [c.path for c in cgroups], target_cpus(),
+                                           experiment.target)
+        else:
+            launcher = None
+            options.target, options.target_pid, options.receiver_grpc_port = (running.url, running.pid,
+                                                                              running.grpc_port)
         outcome = execute_run(scenario, options, launch_target=launcher)
     finally:
         remove_own_cgroups(cgroups)
@@ -112,10 +126,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--experiment", required=True, help="JSON of a tailscope.lab.plan.Experiment")
     parser.add_argument("--scenario", required=True, help="the experiment's scenario file")
     parser.add_argument("--out", required=True, help="parent folder of the run directory")
+    parser.add_argument("--target-url", default=None, help="a server the lab started (then also --target-pid "
+                                                           "and --receiver-grpc-port)")
+    parser.add_argument("--target-pid", type=int, default=None, help="that server's PID")
+    parser.add_argument("--receiver-grpc-port", type=int, default=None, help="the port that server sends its "
+                                                                             "spans to over OTLP/gRPC")
     args = parser.parse_args(argv)
     experiment = Experiment.from_dict(json.loads(args.experiment))
+    running = None
+    if args.target_url:
+        if args.target_pid is None or args.receiver_grpc_port is None:
+            parser.error("--target-url needs --target-pid and --receiver-grpc-port")
+        running = RunningTarget(args.target_url, args.target_pid, args.receiver_grpc_port)
     try:
-        run_dir = run_experiment(experiment, args.scenario, args.out)
+        run_dir = run_experiment(experiment, args.scenario, args.out, running)
     except (SetupError, ChildError, FaultError, ScenarioError) as exc:
         print(f"ERROR {exc}", flush=True)
         return EXIT_SETUP

@@ -20,6 +20,12 @@ The *LLM suite* (``build_suite(..., llm=True)``, ``tailscope lab --llm``) runs
 the ``vllm`` stage preset and the server's ``/metrics`` scraped. The classic
 suite runs the fault kinds that need no LLM server (an injector's
 ``target_kind``).
+
+The *vLLM suite* (``build_suite(..., target=VLLM)``, ``tailscope lab --target vllm``) runs
+:data:`VLLM_KINDS` and control runs against the real vLLM CPU build serving a tiny local Llama
+(:mod:`.vllm_target`), started once with :data:`VLLM_TARGET_ARGS` and shared by the experiments
+(their faults are traffic), under the :data:`VLLM_SCENARIOS` chat workload at 2–8 requests/s with
+prompts sized by the model's own tokenizer; ``quick``: 60 s runs, one seed; full: 90 s runs.
 """
 
 from __future__ import annotations
@@ -39,10 +45,18 @@ FAULT_LENGTH_FRACTION = 0.25
 LOAD_LEVELS = (1.0, 0.75, 1.25)
 #: The LLM suite's load multipliers (an LLM server's capacity is a few requests/s: a narrower spread).
 LLM_LOAD_LEVELS = (1.0, 0.8, 1.2)
+#: The vLLM suite's load multipliers: 2, 4 and 8 requests/s, the rates a person runs a small model at.
+VLLM_LOAD_LEVELS = (1.0, 0.5, 2.0)
+#: The vLLM suite's run lengths (s): a spike test needs tens of requests in and around the fault at 2/s.
+VLLM_QUICK_DURATION_S = 60.0
+VLLM_FULL_DURATION_S = 90.0
 CONTROL = "control"
-#: The targets an experiment may run against: the classic reference target, or the LLM reference server.
-REFERENCE, LLM = "reference", "llm"
-TARGETS = (REFERENCE, LLM)
+#: The targets an experiment may run against: the classic reference target, the LLM reference server,
+#: or the real vLLM CPU build (started by the lab, :mod:`.vllm_target`).
+REFERENCE, LLM, VLLM = "reference", "llm", "vllm"
+TARGETS = (REFERENCE, LLM, VLLM)
+#: The targets that serve the OpenAI chat API (the LLM fault kinds and chat scenarios).
+LLM_TARGETS = (LLM, VLLM)
 
 #: The reference target as the lab runs it: a resident working set that swapping hurts,
 #: an accelerator-like 20 ms per batch (GIL released) so the model, not the event loop,
@@ -83,6 +97,25 @@ LLM_PARAMS: dict[str, dict] = {
     "llm_prompt_storm": {"rate": 8.0, "prompt_tokens": 3000, "max_tokens": 2},
     "llm_overload": {"rate": 50.0, "prompt_tokens": 64, "max_tokens": 64},
     "cpu_throttle": {"cpus": 0.2},
+}
+
+
+#: The real vLLM as the vLLM lab runs it, beyond :class:`~.vllm_target.VllmServer`'s own flags
+#: (``--max-model-len 1024``, bfloat16): at most 8 running sequences, and a KV cache of 64 blocks of
+#: 32 tokens (2,048 tokens: twice a longest request; the chat load holds a few percent of it), so
+#: long generations fill it while the chat load never does. Chunked prefill and prefix caching are
+#: vLLM's defaults (on).
+VLLM_TARGET_ARGS = ("--max-num-seqs", "8", "--block-size", "32", "--num-gpu-blocks-override", "64")
+
+#: The vLLM suite's fault kinds: each is another client's traffic, so one server serves them all.
+VLLM_KINDS = ("llm_long_generations", "llm_prompt_storm", "llm_overload")
+
+#: Fault parameters of the vLLM suite (sized for :data:`VLLM_TARGET_ARGS`; a request's prompt and
+#: output must fit the 1,024-token context).
+VLLM_PARAMS: dict[str, dict] = {
+    "llm_long_generations": {"streams": 4, "prompt_tokens": 400, "max_tokens": 600},
+    "llm_prompt_storm": {"rate": 8.0, "prompt_tokens": 900, "max_tokens": 2},
+    "llm_overload": {"rate": 50.0, "prompt_tokens": 64, "max_tokens": 64},
 }
 
 
@@ -164,9 +197,23 @@ LLM_SCENARIOS: dict[str, dict] = {
 }
 
 
+#: The vLLM suite's scenario: streamed chat completions of the tiny Llama, prompts sized with its own
+#: tokenizer (the experiment's ``tokenizer``), 4 requests/s before :data:`VLLM_LOAD_LEVELS`.
+VLLM_SCENARIOS: dict[str, dict] = {
+    "chat": {
+        "rate": 4.0,
+        "classes": [
+            {"name": "chat", "weight": 1, "api": "openai-chat", "model": "tiny-llama",
+             "prompt_tokens": {"dist": "lognormal", "median": 120, "sigma": 0.5, "min": 16, "max": 600},
+             "output_tokens": {"dist": "uniform", "min": 16, "max": 48}},
+        ],
+    },
+}
+
+
 def scenarios_of(target: str) -> dict[str, dict]:
     """The lab's scenarios for a target (:data:`TARGETS`)."""
-    return LLM_SCENARIOS if target == LLM else SCENARIOS
+    return {LLM: LLM_SCENARIOS, VLLM: VLLM_SCENARIOS}.get(target, SCENARIOS)
 
 
 @dataclass(frozen=True)
@@ -184,9 +231,11 @@ class Experiment:
     #: case's name (its lab kind) when there are any.
     distractions: tuple[FaultSpec, ...] = ()
     case: str = ""
-    #: What the experiment runs against: :data:`REFERENCE` or :data:`LLM` (then ``target_args`` are
-    #: the LLM server's flags).
+    #: What the experiment runs against: :data:`REFERENCE`, :data:`LLM` (then ``target_args`` are
+    #: the LLM server's flags) or :data:`VLLM` (vLLM's flags: experiments with the same ones share a server).
     target: str = REFERENCE
+    #: A local ``tokenizer.json`` the scenario's chat classes size their prompts with (the vLLM model's).
+    tokenizer: str = ""
 
     def __post_init__(self) -> None:
         if self.target not in TARGETS:
@@ -217,23 +266,27 @@ class Experiment:
         return cls(name=data["name"], scenario=data["scenario"], seed=int(data["seed"]), rate=float(data["rate"]),
                    duration_s=float(data["duration_s"]), fault=fault, target_args=tuple(data["target_args"]),
                    distractions=tuple(FaultSpec.from_dict(d) for d in data.get("distractions") or ()),
-                   case=str(data.get("case") or ""), target=str(data.get("target") or REFERENCE))
+                   case=str(data.get("case") or ""), target=str(data.get("target") or REFERENCE),
+                   tokenizer=str(data.get("tokenizer") or ""))
 
     def scenario_yaml(self) -> str:
-        """The scenario file of this experiment (no target: the lab starts one). Against the LLM
-        server: the ``vllm`` stage preset, its ``/metrics`` scraped, a whole generation's timeout."""
+        """The scenario file of this experiment (no target: the lab starts one). Against an LLM
+        server: the ``vllm`` stage preset, its ``/metrics`` scraped, a whole generation's timeout,
+        the experiment's ``tokenizer`` in each class."""
         base = scenarios_of(self.target)[self.scenario]
+        llm = self.target in LLM_TARGETS
+        classes = [{**c, "tokenizer": self.tokenizer} if self.tokenizer else c for c in base["classes"]]
         document = {
             "name": f"lab-{self.name}",
             "description": f"tailscope lab: {self.kind} on scenario {self.scenario}",
             "duration": f"{self.duration_s:g}s",
             "seed": self.seed,
-            "timeout": "30s" if self.target == LLM else "5s",
+            "timeout": "30s" if llm else "5s",
             "arrival": {"process": "poisson", "rate": round(self.rate, 3)},
-            "classes": base["classes"],
-            "signals": {"rate": 10, "prometheus": "/metrics"} if self.target == LLM else {"rate": 10},
+            "classes": classes,
+            "signals": {"rate": 10, "prometheus": "/metrics"} if llm else {"rate": 10},
         }
-        if self.target == LLM:
+        if llm:
             document["stages"] = {"preset": "vllm"}
         return yaml.safe_dump(document, sort_keys=False)
 
@@ -243,54 +296,83 @@ def fault_window(duration_s: float) -> tuple[float, float]:
     return round(duration_s * FAULT_START_FRACTION, 3), round(duration_s * FAULT_LENGTH_FRACTION, 3)
 
 
-def suite_kinds(llm: bool = False) -> list[str]:
+def suite_kinds(llm: bool = False, target: str | None = None) -> list[str]:
     """Every lab kind of a suite, in the order it runs them: the classic suite's fault kinds that need
-    no LLM server, its confounded cases and control; or the LLM suite's :data:`LLM_KINDS` and control."""
-    if llm:
+    no LLM server, its confounded cases and control; the LLM suite's :data:`LLM_KINDS` and control
+    (``llm``, or ``target`` :data:`LLM`); the vLLM suite's :data:`VLLM_KINDS` and control."""
+    target = target or (LLM if llm else REFERENCE)
+    if target == LLM:
         return [*LLM_KINDS, CONTROL]
+    if target == VLLM:
+        return [*VLLM_KINDS, CONTROL]
     return [*(kind for kind, injector in INJECTORS.items() if injector.target_kind is None), *CONFOUNDED_CASES,
             CONTROL]
 
 
+#: Each target's suite as the messages name it, and how to ask for it.
+SUITE_NAMES = {REFERENCE: "classic", LLM: "LLM", VLLM: "vLLM"}
+
+
+def _suite_hint(target: str, unknown: list[str]) -> str:
+    """Where the first other suite that has some of ``unknown`` kinds is, and how to run it ('' if none)."""
+    for other in TARGETS:
+        found = sorted(set(unknown) & set(suite_kinds(target=other))) if other != target else []
+        if found:
+            action = {REFERENCE: "drop --llm" if target == LLM else f"drop --target {target}",
+                      LLM: "add --llm", VLLM: "use --target vllm"}[other]
+            return (f" ({', '.join(found)} {'is' if len(found) == 1 else 'are'} of the {SUITE_NAMES[other]} "
+                    f"suite: {action})")
+    return ""
+
+
 def build_suite(*, quick: bool, seeds: int | None = None, only: list[str] | None = None,
-                duration_s: float | None = None, llm: bool = False) -> list[Experiment]:
+                duration_s: float | None = None, llm: bool = False, target: str | None = None,
+                tokenizer: str = "") -> list[Experiment]:
     """The experiments of a suite, faults first, controls last.
 
     ``only`` restricts to some fault kinds (``control`` names the control
-    runs, a :data:`CONFOUNDED_CASES` name a confounded case). ``llm``: the
-    LLM suite (:func:`suite_kinds`) against the LLM reference server. Raises
-    ValueError for an unknown kind (one of the other suite's is named so) or a bad count.
+    runs, a :data:`CONFOUNDED_CASES` name a confounded case). ``target``
+    (:data:`TARGETS`; ``llm`` is ``target=LLM``): the suite of that target
+    (:func:`suite_kinds`); ``tokenizer``: the ``tokenizer.json`` the vLLM suite's
+    scenario sizes prompts with. Raises ValueError for an unknown kind (one of
+    another suite's is named so) or a bad count.
     """
-    kinds = suite_kinds(llm)
+    target = target or (LLM if llm else REFERENCE)
+    if target not in TARGETS:
+        raise ValueError(f"unknown lab target {target!r}; known: {', '.join(TARGETS)}")
+    kinds = suite_kinds(target=target)
     chosen = only or kinds
     unknown = sorted(set(chosen) - set(kinds))
     if unknown:
-        other = sorted(set(unknown) & set(suite_kinds(not llm)))
-        hint = (f" ({', '.join(other)} {'is' if len(other) == 1 else 'are'} of the "
-                f"{'classic' if llm else 'LLM'} suite: {'drop' if llm else 'add'} --llm)") if other else ""
-        raise ValueError(f"unknown lab kind(s) {', '.join(unknown)} for the {'LLM' if llm else 'classic'} suite"
-                         f"{hint}; known: {', '.join(kinds)}")
+        raise ValueError(f"unknown lab kind(s) {', '.join(unknown)} for the {SUITE_NAMES[target]} suite"
+                         f"{_suite_hint(target, unknown)}; known: {', '.join(kinds)}")
     count = seeds if seeds is not None else (1 if quick else 3)
     if count < 1:
         raise ValueError(f"--seeds must be >= 1, got {count}")
-    length = duration_s or (QUICK_DURATION_S if quick else FULL_DURATION_S)
+    if target == VLLM:
+        default_length = VLLM_QUICK_DURATION_S if quick else VLLM_FULL_DURATION_S
+    else:
+        default_length = QUICK_DURATION_S if quick else FULL_DURATION_S
+    length = duration_s or default_length
     if length < 8:
         raise ValueError(f"experiments need at least 8 s to have a fault window and clean stretches, got {length:g}")
     at_s, window_s = fault_window(length)
-    target = LLM if llm else REFERENCE
     scenarios = scenarios_of(target)
     scenario_names = list(scenarios)
-    levels = LLM_LOAD_LEVELS if llm else LOAD_LEVELS
+    levels = {LLM: LLM_LOAD_LEVELS, VLLM: VLLM_LOAD_LEVELS}.get(target, LOAD_LEVELS)
+    params = {LLM: LLM_PARAMS, VLLM: VLLM_PARAMS}.get(target, LAB_PARAMS)
+    target_args = {LLM: LLM_TARGET_ARGS, VLLM: VLLM_TARGET_ARGS}.get(target, TARGET_ARGS)
     suite = []
     for kind in [k for k in kinds if k in chosen]:
         for index in range(count):
             seed = index + 1
             scenario = scenario_names[index % len(scenario_names)]
             rate = scenarios[scenario]["rate"] * levels[index % len(levels)]
-            fault, distractions, case = _faults_of(kind, at_s, window_s, LLM_PARAMS if llm else LAB_PARAMS)
+            fault, distractions, case = _faults_of(kind, at_s, window_s, params)
             suite.append(Experiment(name=f"{kind}-{scenario}-s{seed}", scenario=scenario, seed=seed, rate=rate,
                                     duration_s=length, fault=fault, distractions=distractions, case=case,
-                                    target=target, target_args=LLM_TARGET_ARGS if llm else TARGET_ARGS))
+                                    target=target, target_args=target_args,
+                                    tokenizer=tokenizer if target == VLLM else ""))
     return suite
 
 

@@ -11,10 +11,18 @@ written after every experiment (``lab.json``, atomically), so an
 interrupted lab keeps what it measured; at the end ``lab.html`` and the
 score table follow (:mod:`tailscope.lab.outputs`).
 
+Experiments against the real vLLM (``target`` ``vllm``) share one server: the
+lab starts it (:class:`~.vllm_target.VllmServer`, from ``vllm=`` the install
+:func:`~.vllm_target.find_vllm` found) before the first of them, keeps it for
+the next ones with the same server flags (``target_args``; their faults are
+traffic), and restarts it only when the flags change or it stopped answering
+``/health``; it is stopped at the end. ``lab.json`` lists each server start
+under ``servers`` (flags, PID, seconds to ready, log).
+
 Layout of ``--out``::
 
     lab.json  lab.html  scores.md
-    scenarios/<experiment>.yaml   runs/<run dir>/...   logs/<experiment>.log
+    scenarios/<experiment>.yaml   runs/<run dir>/...   logs/<experiment>.log   logs/vllm-<n>.log
 """
 
 from __future__ import annotations
@@ -22,17 +30,19 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from tailscope.analyzers.analysis import analyze_run
 from tailscope.faults.injector import FaultCleanupError
 from tailscope.faults.own_cgroup import remove_leftover_cgroups
 from tailscope.faults.processes import stop_process
 from tailscope.lab.outputs import lab_page_data, markdown_table
-from tailscope.lab.plan import CONTROL, Experiment
+from tailscope.lab.plan import CONTROL, VLLM, Experiment
 from tailscope.lab.scoring import aggregate, score_control_run, score_fault_run
+from tailscope.lab.vllm_target import RunningTarget, VllmInstall, VllmServer
 from tailscope.reports.lab_page import render_lab_page
 from tailscope.rundir import read_json, write_json_atomic
 from tailscope.support.python_child import python_module
@@ -65,20 +75,70 @@ class LabPaths:
             os.makedirs(path, exist_ok=True)
 
 
-def run_lab(suite: list[Experiment], out_dir: str, suite_name: str, on_result=None) -> dict:
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@dataclass
+class SharedVllm:
+    """The vLLM server the lab's vLLM experiments share (see the module docstring)."""
+
+    install: VllmInstall
+    logs_dir: str
+    server: VllmServer | None = None
+    #: One entry per start: ``target_args``, ``pid``, ``ready_s``, ``log``, ``error``.
+    starts: list[dict] = field(default_factory=list)
+
+    def serving(self, target_args: tuple[str, ...]) -> RunningTarget:
+        """A ready server with ``target_args``: the running one, or a fresh one (the old one stopped).
+        Raises RuntimeError (with the server's log tail) when it cannot start."""
+        if self.server is not None and (self.server.extra_args != target_args or not self.server.healthy()):
+            self.stop()
+        if self.server is None:
+            log = os.path.join(self.logs_dir, f"vllm-{len(self.starts) + 1}.log")
+            entry = {"target_args": list(target_args), "pid": None, "ready_s": None, "log": log, "error": None}
+            self.starts.append(entry)
+            server = VllmServer(self.install.python, self.install.model_dir, _free_port(), _free_port(), log,
+                                extra_args=target_args)
+            try:
+                server.start()
+            except RuntimeError as exc:
+                entry["error"] = str(exc).splitlines()[0]
+                raise
+            self.server = server
+            entry.update(pid=server.pid, ready_s=round(server.ready_s or 0.0, 1))
+        return self.server.running()
+
+    def stop(self) -> None:
+        if self.server is not None:
+            self.server.stop()
+            self.server = None
+
+
+def run_lab(suite: list[Experiment], out_dir: str, suite_name: str, on_result=None,
+            vllm: VllmInstall | None = None) -> dict:
     """Run every experiment, score, write lab.json / lab.html / scores.md; return the lab dict.
 
     ``on_result(result)`` is called after each experiment. Ctrl-C stops the
     running experiment (it cleans up) and ends the lab with status
-    ``interrupted``; what was measured is scored and written.
+    ``interrupted``; what was measured is scored and written. ``vllm``: the
+    install the ``vllm`` experiments' shared server runs (required when there are any;
+    ValueError otherwise).
     """
+    if vllm is None and any(e.target == VLLM for e in suite):
+        raise ValueError("the suite has vLLM experiments but no vLLM install was given")
     paths = LabPaths(out_dir)
     paths.create()
+    shared = SharedVllm(vllm, paths.logs) if vllm is not None else None
     lab = {"format_version": LAB_FORMAT_VERSION, "suite": suite_name, "created_ns": time.time_ns(),
            "status": "running", "experiments": [], "scores": aggregate([])}
+    if shared is not None:
+        lab["servers"] = shared.starts
     try:
         for experiment in suite:
-            result = run_one(experiment, paths)
+            result = run_one(experiment, paths, shared)
             lab["experiments"].append(result)
             lab["scores"] = aggregate(lab["experiments"])
             write_json_atomic(os.path.join(out_dir, "lab.json"), lab)
@@ -88,6 +148,8 @@ def run_lab(suite: list[Experiment], out_dir: str, suite_name: str, on_result=No
     except KeyboardInterrupt:
         lab["status"] = "interrupted"
     finally:
+        if shared is not None:
+            shared.stop()
         lab["scores"] = aggregate(lab["experiments"])
         lab["finished_ns"] = time.time_ns()
         write_outputs(lab, out_dir)
@@ -102,8 +164,9 @@ def write_outputs(lab: dict, out_dir: str) -> None:
         fh.write(markdown_table(lab["scores"]))
 
 
-def run_one(experiment: Experiment, paths: LabPaths) -> dict:
-    """Run one experiment in its own process and score its analysis."""
+def run_one(experiment: Experiment, paths: LabPaths, shared: SharedVllm | None = None) -> dict:
+    """Run one experiment in its own process and score its analysis (a ``vllm`` one against
+    ``shared``'s server; a server that cannot start makes the experiment's error)."""
     scenario_path = os.path.join(paths.scenarios, f"{experiment.name}.yaml")
     with open(scenario_path, "w", encoding="utf-8") as fh:
         fh.write(experiment.scenario_yaml())
@@ -115,7 +178,14 @@ def run_one(experiment: Experiment, paths: LabPaths) -> dict:
               "distractions": [spec.as_dict() for spec in experiment.distractions],
               "status": "error", "error": None, "run_dir": None, "log": log_path, "score": None}
     started = time.monotonic()
-    outcome, interrupted = _run_process(experiment, scenario_path, paths.runs, log_path)
+    running = None
+    if experiment.target == VLLM:
+        try:
+            running = shared.serving(experiment.target_args)
+        except RuntimeError as exc:
+            result.update(wall_s=round(time.monotonic() - started, 1), error=f"vLLM did not start: {exc}")
+            return result
+    outcome, interrupted = _run_process(experiment, scenario_path, paths.runs, log_path, running)
     result["wall_s"] = round(time.monotonic() - started, 1)
     result.update(outcome)
     if result["run_dir"]:
@@ -125,9 +195,13 @@ def run_one(experiment: Experiment, paths: LabPaths) -> dict:
     return result
 
 
-def _run_process(experiment: Experiment, scenario_path: str, runs_dir: str, log_path: str) -> tuple[dict, bool]:
+def _run_process(experiment: Experiment, scenario_path: str, runs_dir: str, log_path: str,
+                 running: RunningTarget | None = None) -> tuple[dict, bool]:
     argv = python_module("tailscope.lab.experiment", "--experiment", json.dumps(experiment.as_dict()),
                          "--scenario", scenario_path, "--out", runs_dir)
+    if running is not None:
+        argv += ["--target-url", running.url, "--target-pid", str(running.pid),
+                 "--receiver-grpc-port", str(running.grpc_port)]
     interrupted = False
     with open(log_path, "wb") as log:
         process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)

@@ -83,7 +83,7 @@ def vllm(tmp_path_factory):
         pytest.skip(str(exc))
     prepared_s = time.monotonic() - started
     tmp = tmp_path_factory.mktemp("vllm")
-    server = VllmServer(venv, model_dir, free_port(), free_port(), str(tmp / "vllm.log"))
+    server = VllmServer(venv.python, model_dir, free_port(), free_port(), str(tmp / "vllm.log"))
     server.startup_dir = str(tmp / "startup")
     os.makedirs(server.startup_dir)
     try:
@@ -142,7 +142,7 @@ def test_every_span_attribute_and_metric_the_vllm_preset_reads_exists_on_the_ser
         newest = preset.metrics.get(role).names[0]  # the current name must be there, not only a fallback
         metric, labels = split_selector(newest)
         assert any(split_selector(series)[0] == metric and set(labels) <= set(split_selector(series)[1])
-                   for series in exposed), f"{role}: {newest} is not on vLLM {vllm.venv.path}'s /metrics"
+                   for series in exposed), f"{role}: {newest} is not on vLLM {vllm.python}'s /metrics"
     server_metrics = load_analysis(chat_run)["stages"]["server_metrics"]
     assert server_metrics["missing"] == []
     assert {role: entry["metric"] for role, entry in server_metrics["roles"].items()} == {

@@ -21,7 +21,10 @@ import sys
 import time
 from dataclasses import dataclass
 
-CACHE_ENV = "TAILSCOPE_REAL_SERVERS_CACHE"
+from tailscope.lab.vllm_target import CACHE_ENV, real_servers_cache
+
+__all__ = ["CACHE_ENV", "InstallFailed", "Venv", "cache_root", "cached_venv"]
+
 #: Seconds one install may take (vLLM's CPU build pulls torch: minutes on a cold cache).
 INSTALL_TIMEOUT_S = 1500
 #: Lines of pip's output quoted in an InstallFailed message.
@@ -47,7 +50,8 @@ class Venv:
 
 
 def cache_root() -> str:
-    return os.environ.get(CACHE_ENV) or os.path.join(os.path.expanduser("~"), ".cache", "tailscope", "real-servers")
+    """The cache folder (``tailscope lab --target vllm`` looks there too)."""
+    return real_servers_cache()
 
 
 def cached_venv(name: str, steps: list[list[str]], python: str = sys.executable) -> Venv:

@@ -1,0 +1,118 @@
+"""AC@1 per fault kind and false alarms on controls: the real vLLM CPU build, and the LLM reference
+server at chosen request rates.
+
+Each invocation runs a slice of the measurement with the lab itself (``tailscope.lab.suite.run_lab``,
+the experiments of ``tailscope.lab.plan.build_suite``) into a folder of its own under ``--root``, so a
+slice fits a few minutes on a shared machine; ``table`` then scores every slice found there together:
+
+    python benchmarks/lab_vllm.py run --target vllm --only llm_overload --seeds 1,2,3 --duration 60
+    python benchmarks/lab_vllm.py run --target llm --only llm_prompt_storm --rates 1,3,10 --duration 60
+    python benchmarks/lab_vllm.py table
+
+``--seeds 1,2,3`` runs those seeds of the suite (the vLLM suite's load levels: 4, 2 and 8 requests/s
+for seeds 1, 2, 3); ``--rates`` gives every experiment of the slice that rate instead (seed 1, 2, 3, …
+in turn). ``table`` prints, per target and rate, each kind's scored runs, detection, AC@1, AC@3,
+BARO's AC@1 and mean P99 impact, and the control runs' false-alarm rate, plus each miss's top causes.
+Nothing is asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import glob
+import json
+import os
+import sys
+import time
+
+from tailscope.lab.outputs import control_line, markdown_table
+from tailscope.lab.plan import LLM, VLLM, build_suite
+from tailscope.lab.scoring import aggregate
+from tailscope.lab.suite import run_lab
+from tailscope.lab.vllm_target import find_vllm
+
+DEFAULT_ROOT = "runs/bench-lab-vllm"
+
+
+def _numbers(text: str | None, kind=int) -> list:
+    return [kind(part) for part in text.split(",") if part.strip()] if text else []
+
+
+def run_slice(args) -> None:
+    vllm = find_vllm() if args.target == VLLM else None
+    seeds = _numbers(args.seeds) or [1]
+    rates = _numbers(args.rates, float)
+    only = args.only.split(",")
+    full = build_suite(quick=False, seeds=max(seeds), only=only, duration_s=args.duration, target=args.target,
+                       tokenizer=vllm.tokenizer if vllm else "")
+    suite = [e for e in full if e.seed in seeds]
+    if rates:
+        base = [e for e in full if e.seed == 1]
+        suite = [dataclasses.replace(e, seed=index + 1, rate=rate, name=f"{e.kind}-{e.scenario}-r{rate:g}")
+                 for e in base for index, rate in enumerate(rates)]
+    name = f"{args.target}-{'-'.join(only)}-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"
+    out = os.path.join(args.root, name)
+    started = time.monotonic()
+    lab = run_lab(suite, out, f"bench-{args.target}", vllm=vllm,
+                  on_result=lambda r: print(f"  {r['name']} ({r['rate']:g}/s): {r['status']} {r['wall_s']:.0f} s "
+                                            f"{r.get('error') or (r.get('score') or {}).get('top_causes') or ''}",
+                                            flush=True))
+    print(markdown_table(lab["scores"]))
+    print(f"{len(suite)} experiments of {args.duration:g} s in {time.monotonic() - started:.0f} s → {out}")
+
+
+def _results(root: str) -> list[dict]:
+    results = []
+    for path in sorted(glob.glob(os.path.join(root, "*", "lab.json"))):
+        with open(path, encoding="utf-8") as fh:
+            lab = json.load(fh)
+        results += [dict(r, target=r.get("target") or "reference") for r in lab["experiments"]]
+    return results
+
+
+def table(args) -> None:
+    results = _results(args.root)
+    groups: dict[tuple, list[dict]] = {}
+    for r in results:
+        key = (r["target"], "suite levels" if r["target"] == VLLM else f"{r['rate']:g}/s")
+        groups.setdefault(key, []).append(r)
+    for (target, rate), group in sorted(groups.items()):
+        print(f"\n### {target}, {rate}, {group[0]['duration_s']:g}-s runs\n")
+        print(markdown_table(aggregate(group)).rstrip())
+        for r in group:
+            score = r.get("score") or {}
+            if r["status"] != "ok":
+                print(f"- not scored: {r['name']}: {r.get('error')}")
+            elif r["kind"] != "control" and not score.get("ac1"):
+                print(f"- miss: {r['name']} ({r['rate']:g}/s): detected {score.get('detected')}, top causes "
+                      f"{score.get('top_causes')}, impact {score.get('impact')}")
+            elif r["kind"] == "control" and score.get("false_alarms"):
+                print(f"- false alarm: {r['name']} ({r['rate']:g}/s): {score.get('false_alarm_causes')}")
+    if not groups:
+        print(f"no lab.json under {args.root}")
+    else:
+        print("\n" + control_line(aggregate(results)))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--root", default=DEFAULT_ROOT, help=f"folder of the slices (default {DEFAULT_ROOT})")
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="run one slice")
+    run.add_argument("--target", choices=(VLLM, LLM), default=VLLM)
+    run.add_argument("--only", required=True, help="comma-separated lab kinds ('control' too)")
+    run.add_argument("--seeds", default=None, help="comma-separated seeds of the suite (default 1)")
+    run.add_argument("--rates", default=None, help="comma-separated request rates (/s), one experiment each")
+    run.add_argument("--duration", type=float, default=60.0, help="seconds per experiment (default 60)")
+    sub.add_parser("table", help="score every slice under --root")
+    args = parser.parse_args(argv)
+    if args.command == "run":
+        run_slice(args)
+    else:
+        table(args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
