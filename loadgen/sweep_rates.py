@@ -11,12 +11,69 @@ No Locust import. ``tailscope sweep`` runs one full run per step
   lower bound (it must pass), then the upper bound (if it passes, it is the
   answer), then bisect until the bracket is narrower than ``tolerance_rps``
   or ``max_steps`` runs were spent. The answer is the highest rate that passed.
+- When a list of levels stops early: :data:`STOP_AFTER_FAILED_STEPS` steps in a row
+  failed their SLOs (:func:`early_stop_note`), or the service saturated (the scenario's
+  ``sweep`` section, :class:`SweepPolicy`; the rule itself is
+  ``analyzers/patterns/load_sweep.saturation_stop``).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 #: Most steps a rate list may have (each step is a full run).
 MAX_STEPS = 200
+#: In a list of levels, stop after this many consecutive steps failed their SLOs
+#: (the target is past its limit; more load only hurts it). ``--keep-going`` disables it.
+STOP_AFTER_FAILED_STEPS = 2
+#: Steps run past the saturation knee before a sweep stops (scenario ``sweep.steps_past_knee``).
+DEFAULT_STEPS_PAST_KNEE = 2
+
+
+@dataclass(frozen=True)
+class SweepPolicy:
+    """The scenario's ``sweep`` section: whether a list of rates or concurrencies stops at
+    saturation (throughput stopped growing while latency kept rising) and how many steps
+    past the knee it runs first (>= 1: the steps that show the knee is one)."""
+
+    stop_at_saturation: bool = True
+    steps_past_knee: int = DEFAULT_STEPS_PAST_KNEE
+
+
+#: The ``sweep`` section's fields and their defaults.
+SWEEP_SECTION_FIELDS = ("stop_at_saturation", "steps_past_knee")
+
+
+def parse_sweep_section(value, path: tuple, reader) -> SweepPolicy:
+    """Scenario section parser for ``sweep`` (tailscope.scenario_model.sections), e.g.
+    ``sweep: {stop_at_saturation: true, steps_past_knee: 2}``; errors name the file, line and
+    field through ``reader.fail``."""
+    if not isinstance(value, dict):
+        raise reader.fail(path, f"expected a mapping like {{stop_at_saturation: true, steps_past_knee: 2}}, "
+                                f"got {value!r}")
+    for key in value:
+        if key not in SWEEP_SECTION_FIELDS:
+            raise reader.fail(path + (key,), f"unknown field {key!r}; expected one of "
+                              f"{', '.join(SWEEP_SECTION_FIELDS)}")
+    stop = value.get("stop_at_saturation", True)
+    if not isinstance(stop, bool):
+        raise reader.fail(path + ("stop_at_saturation",), f"expected true or false, got {stop!r}")
+    steps = value.get("steps_past_knee", DEFAULT_STEPS_PAST_KNEE)
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise reader.fail(path + ("steps_past_knee",), f"expected a whole number >= 1, got {steps!r}")
+    return SweepPolicy(stop_at_saturation=stop, steps_past_knee=steps)
+
+
+def early_stop_note(failed_in_a_row: int, rates_left: int, keep_going: bool, what: str = "rate") -> str | None:
+    """The line that says the sweep stops early, or None: a sweep stops after
+    STOP_AFTER_FAILED_STEPS consecutive failing steps (unless ``keep_going``), and only
+    says so when rates were left to run — after its last step there is nothing to stop.
+    ``what``: the word for a step's level ("rate", "concurrency level")."""
+    if keep_going or failed_in_a_row < STOP_AFTER_FAILED_STEPS or rates_left <= 0:
+        return None
+    skipped = f"{rates_left} remaining {what}{'s' if rates_left != 1 else ''}"
+    return (f"{failed_in_a_row} steps in a row failed their SLOs: stopping the sweep, {skipped} not run "
+            f"(--keep-going runs every {what})")
 
 
 def parse_rates(text: str) -> list[float]:

@@ -149,6 +149,15 @@ def search_text(search: dict | None) -> str | None:
             f"{search['max_steps']} steps; {bracket}.")
 
 
+def stopped_text(stopped: dict | None) -> dict | None:
+    """Why a list of levels stopped before its end (``{"reason", "message"}`` in words), None when it
+    ran them all (and in sweeps before format 1.2)."""
+    if not stopped:
+        return None
+    reason = {"saturation": "saturation", "slo_failures": "SLO failures"}.get(stopped["reason"], stopped["reason"])
+    return {"reason": reason, "message": stopped["message"]}
+
+
 def sweep_report_data(sweep: dict) -> dict:
     concurrency = sweep.get("variable") == "concurrency"
     best = sweep.get("max_concurrency_under_slo") if concurrency else sweep.get("max_rate_under_slo")
@@ -172,6 +181,7 @@ def sweep_report_data(sweep: dict) -> dict:
         "saturation": "—" if sat is None else f"{fmt_rate(sat['rate'])} offered, {fmt_rate(sat['achieved_rps'])} achieved",
         "mode": sweep["mode"], "slos": list(sweep["slos"]),
         "search": search_text(sweep.get("search")),
+        "stopped": stopped_text(sweep.get("stopped")),
         "warnings": [{"code": w["code"], "message": w["message"]} for w in sweep["warnings"]],
         "rows": step_rows(sweep),
         "charts": chart_data(sweep),

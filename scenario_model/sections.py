@@ -21,6 +21,7 @@ from tailscope.analyzers.health.outcome import parse_verdict_section
 from tailscope.analyzers.stages.rules import parse_stages_section
 from tailscope.faults.section import parse_faults_section
 from tailscope.loadgen.retention_section import parse_retention
+from tailscope.loadgen.sweep_rates import parse_sweep_section
 from tailscope.scenario_model.abort_rules import parse_abort_section
 from tailscope.support.registry import Registry
 
@@ -46,3 +47,7 @@ SECTION_PARSERS.register(parse_abort_section, name="abort_on")
 #: The outcome policy: what an SLO whose percentile is not claimed makes of the run
 #: (analyzers/health/outcome.py; docs/scenario-format.md "verdict").
 SECTION_PARSERS.register(parse_verdict_section, name="verdict")
+
+#: Load sweeps: stop a list of rates or concurrencies at saturation, and how many steps past the
+#: knee first (loadgen/sweep_rates.py; docs/sweep.md "Stopping at saturation").
+SECTION_PARSERS.register(parse_sweep_section, name="sweep")

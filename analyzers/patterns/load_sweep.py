@@ -29,19 +29,28 @@ step's ``concurrency``, its ``rate`` null).
   P99, one of them strictly. The *best point under the SLOs* is the step
   with the highest output tokens/s among those that met every SLO (ties:
   the lower TPOT P99); None without SLOs or when none passed.
+- **Saturation stop** (:func:`saturation_stop`, judged after each step of a list of rates or
+  concurrencies): the last ``steps_past_knee`` steps each gained less throughput over the
+  knee step (output tokens/s for LLM steps, else achieved req/s) than
+  ``MIN_THROUGHPUT_SCALING`` of their level's relative increase over it, while latency
+  (P99, else P50) rose at each of them: the service saturated at the knee, more load only
+  queues. The sweep then stops stepping and ``sweep.json``'s ``stopped`` says why.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-SWEEP_FORMAT_VERSION = "1.1"
+SWEEP_FORMAT_VERSION = "1.2"
 #: What a sweep varies from step to step.
 SWEEP_VARIABLES = ("rate", "concurrency")
 #: A step is saturated when achieved < this share of offered.
 SATURATION_SHARE = 0.9
 #: Smallest normalised distance below the chord that counts as a knee.
 MIN_KNEE_DISTANCE = 0.05
+#: Past the saturation knee a step's throughput grew by less than this share of its level's
+#: relative increase over the knee step (a service with room grows ~1:1 with its load).
+MIN_THROUGHPUT_SCALING = 0.5
 
 
 def _percentile(entry: dict) -> dict:
@@ -143,6 +152,58 @@ def saturation(steps: list[dict]) -> dict | None:
     return None
 
 
+def _throughput(step: dict) -> tuple[float | None, str]:
+    """A step's throughput and its unit: output tokens/s for a step with ``llm`` figures, else
+    achieved req/s."""
+    llm = step.get("llm")
+    if llm and llm.get("output_tokens_per_s") is not None:
+        return llm["output_tokens_per_s"], "output tokens/s"
+    return step["achieved_rps"], "req/s"
+
+
+def _latency_ms(step: dict) -> float | None:
+    """A step's latency for the saturation rule: P99 (ms), else P50 when P99 has no value."""
+    for p in ("p99", "p50"):
+        if step[p]["value_ms"] is not None:
+            return step[p]["value_ms"]
+    return None
+
+
+def saturation_stop(steps: list[dict], steps_past_knee: int) -> dict | None:
+    """Whether a sweep has stepped past saturation, judged on ``steps`` in the order they ran
+    (rising levels): the step ``steps_past_knee`` before the last is the knee when each step
+    after it gained less throughput than ``MIN_THROUGHPUT_SCALING`` of its level's relative
+    increase over the knee, and latency rose at each of them (module docstring).
+
+    Returns ``{"knee": {index, level, throughput, latency_ms}, "unit", "steps_past_knee",
+    "after": [{index, level, throughput, latency_ms, throughput_gain, level_gain}]}``
+    (gains are relative to the knee step: 0.05 = 5%), or None when the sweep has not saturated."""
+    if steps_past_knee < 1:
+        raise ValueError(f"steps_past_knee must be >= 1, got {steps_past_knee}")
+    if len(steps) < steps_past_knee + 1:
+        return None
+    knee, after = steps[-(steps_past_knee + 1)], steps[-steps_past_knee:]
+    knee_throughput, unit = _throughput(knee)
+    if not knee_throughput or _latency_ms(knee) is None:
+        return None
+    previous, evidence = knee, []
+    for step in after:
+        throughput, _ = _throughput(step)
+        latency, level = _latency_ms(step), level_of(step)
+        level_gain = level / level_of(knee) - 1.0
+        if throughput is None or latency is None or level_gain <= 0:
+            return None
+        gain = throughput / knee_throughput - 1.0
+        if gain >= MIN_THROUGHPUT_SCALING * level_gain or latency <= _latency_ms(previous):
+            return None
+        evidence.append({"index": step["index"], "level": level, "throughput": throughput, "latency_ms": latency,
+                         "throughput_gain": gain, "level_gain": level_gain})
+        previous = step
+    return {"knee": {"index": knee["index"], "level": level_of(knee), "throughput": knee_throughput,
+                     "latency_ms": _latency_ms(knee)},
+            "unit": unit, "steps_past_knee": steps_past_knee, "after": evidence}
+
+
 def sweep_warnings(steps: list[dict], best_rate: float | None, has_slos: bool) -> list[dict]:
     """The sweep's warnings (``code``, ``message``), worded for what the steps varied:
     offered rates, or concurrency levels (requests kept in flight)."""
@@ -206,8 +267,10 @@ def frontier(steps: list[dict], has_slos: bool) -> dict | None:
 
 
 def summarize_sweep(name: str, mode: str, slos: list[str], steps: list[dict],
-                    search: dict | None = None, variable: str = "rate") -> dict:
-    """The ``sweep.json`` dict; ``variable``: what the steps varied (:data:`SWEEP_VARIABLES`)."""
+                    search: dict | None = None, variable: str = "rate", stopped: dict | None = None) -> dict:
+    """The ``sweep.json`` dict; ``variable``: what the steps varied (:data:`SWEEP_VARIABLES`);
+    ``stopped``: why a list of levels stopped before its end (``{"reason": "saturation" |
+    "slo_failures", "message", "levels_not_run", "saturation"}``), None when it ran them all."""
     if variable not in SWEEP_VARIABLES:
         raise ValueError(f"unknown sweep variable {variable!r}; expected one of {', '.join(SWEEP_VARIABLES)}")
     best_level, best_index = max_rate_under_slo(steps)
@@ -225,6 +288,7 @@ def summarize_sweep(name: str, mode: str, slos: list[str], steps: list[dict],
         "saturation": saturation(steps),
         "frontier": frontier(steps, bool(slos)),
         "search": search,
+        "stopped": stopped,
         "passed": best_level is not None if slos else None,
         "warnings": sweep_warnings(steps, best_level, bool(slos)),
     }
