@@ -14,7 +14,8 @@ Processes (see :class:`tailscope.loadgen.spec.ArrivalSpec`):
   after one gap (a stationary process observed from time 0).
 - ``gamma``: gaps ~ Gamma(shape=burstiness, scale=1/(rate*burstiness)); mean gap
   ``1/rate``, coefficient of variation ``1/sqrt(burstiness)``.
-- ``replay``: the offsets of a recorded arrival log divided by ``speed``;
+- ``replay``: the offsets of a recorded arrival log (or LLM trace) divided by
+  ``speed``, spaced at least ``1/max_rate`` s apart when ``max_rate`` is set;
   with ``loop`` the log starts again one mean gap after its last arrival.
 
 **Rate profiles** (steps, ramp, periodic; :class:`~.spec.RateProfile`) use
@@ -76,9 +77,23 @@ def schedule_offsets_ns(
     yield from _bounded(ARRIVALS[spec.process].chunks(spec, seed, end_ns), end_ns, max_requests)
 
 
-def _replay_chunks(log_offsets_ns: np.ndarray, speed: float, loop: bool) -> Iterator[np.ndarray]:
-    """A recorded log's offsets, sped up, repeated when ``loop`` (one mean gap between rounds)."""
+def replayed_offsets_ns(log_offsets_ns: np.ndarray, speed: float, max_rate: float | None = None) -> np.ndarray:
+    """One round of a replayed log: its offsets divided by ``speed`` (rounded to the ns), then,
+    with ``max_rate`` (requests/s), each at least ``round(1e9 / max_rate)`` ns after the one
+    before (``t'_i = max(t_i, t'_{i-1} + gap)``, exact in integers)."""
     scaled = np.rint(log_offsets_ns / speed).astype(np.int64)
+    if max_rate is not None and len(scaled) > 1:
+        gap = int(round(NS_PER_S / max_rate))
+        steps = np.arange(len(scaled), dtype=np.int64) * gap
+        scaled = np.maximum.accumulate(scaled - steps) + steps
+    return scaled
+
+
+def _replay_chunks(log_offsets_ns: np.ndarray, speed: float, loop: bool,
+                   max_rate: float | None = None) -> Iterator[np.ndarray]:
+    """A recorded log's offsets, sped up (and spaced by ``max_rate``), repeated when ``loop``
+    (one mean gap between rounds)."""
+    scaled = replayed_offsets_ns(log_offsets_ns, speed, max_rate)
     span = int(scaled[-1])
     period = span + (span // max(len(scaled) - 1, 1) if len(scaled) > 1 else NS_PER_S)
     round_start = 0
@@ -271,7 +286,7 @@ def _expected_at_rate(spec: ArrivalSpec, t_s: float) -> float:
 
 def _expected_replayed(spec: ArrivalSpec, t_s: float) -> float:
     """How many of the replayed log's arrivals (sped up, looped) fall before ``t_s``."""
-    scaled_ns = spec.log.offsets_ns / spec.speed
+    scaled_ns = replayed_offsets_ns(spec.log.offsets_ns, spec.speed, spec.max_rate).astype(np.float64)
     count = float(np.searchsorted(scaled_ns, t_s * NS_PER_S, side="left"))
     if spec.loop and len(scaled_ns) > 1:
         span = float(scaled_ns[-1]) + float(scaled_ns[-1]) / (len(scaled_ns) - 1)
@@ -312,7 +327,7 @@ def _renewal(gaps: Callable[[float, float, np.random.Generator], GapDraw]):
 
 def _replay(spec: ArrivalSpec, seed: int, end_ns: int) -> Iterator[np.ndarray]:
     """The recorded log's offsets, sped up, looped when asked."""
-    return _replay_chunks(spec.log.offsets_ns, spec.speed, spec.loop)
+    return _replay_chunks(spec.log.offsets_ns, spec.speed, spec.loop, spec.max_rate)
 
 
 #: Every open-loop arrival process, by name, in the order scenario errors list them.

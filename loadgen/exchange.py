@@ -195,9 +195,11 @@ class Exchanger:
                                            headers=request.headers, chunked=False)
         return head.encode("latin-1") + request.body
 
-    def exchange(self, request: PreparedRequest, scheduled_ns: int | None) -> None:
+    def exchange(self, request: PreparedRequest, scheduled_ns: int | None) -> str | None:
         """Send ``request`` now and record it. ``scheduled_ns`` (epoch ns) is the
-        intended send time; None means "now" (closed loop: scheduled = sent)."""
+        intended send time; None means "now" (closed loop: scheduled = sent).
+        Returns the answer text of a session's turn (``request.llm.session``) that
+        ended without error, for the session's history; None otherwise."""
         clock = self._clock
         cls = request.cls
         sent_ns = clock.now_ns()
@@ -224,6 +226,8 @@ class Exchanger:
             status = response.status_code
             if request.llm is not None:
                 reply = OpenAIReply(response.get("content-type"), request.llm.counter, cls.llm.generates)
+                if request.llm.session is not None:
+                    reply.answer_parts = []  # the session's next turn sends this answer back
                 read_stream(response, reply, clock, self._stream_reader)
                 bytes_in = reply.bytes
                 if reply.times:
@@ -279,6 +283,9 @@ class Exchanger:
         )
         if isinstance(failure, gevent.GreenletExit):
             raise failure
+        if error_kind is None and reply is not None and reply.answer_parts is not None:
+            return "".join(reply.answer_parts)
+        return None
 
     def _record_llm(self, request: PreparedRequest, reply: OpenAIReply | None, scheduled_ns: int, sent_ns: int,
                     end_ns: int, first_byte_ns: int | None, status: int, error_kind: str | None,
@@ -300,6 +307,9 @@ class Exchanger:
                 kinds=reply.kinds() if cls.llm.generates else None)
             if cls.stream:
                 chunk_count, max_gap_ns = len(reply.times), reply.max_gap_ns
+        if info.session is not None:
+            tokens.session_id, tokens.turn, tokens.session_turns = (info.session.session_id, info.session.turn,
+                                                                    info.session.turns)
         self._recorder.record(scheduled_ns, sent_ns, end_ns, first_byte_ns, cls.name, status, len(request.body),
                               bytes_in, request.trace_id, error_kind, error, chunk_count, max_gap_ns, tokens=tokens)
         if reply is not None and cls.stream:

@@ -13,7 +13,7 @@ and merges what it returns into the ``RequestClass`` arguments::
         output_tokens: 128                # sets max_tokens (an integer is `fixed`)
         ignore_eos: true                  # default; false leaves the field out
         stream: true                      # default for chat and completions
-        shared_prefix_tokens: 256
+        shared_prefix_tokens: 256         # or a pool: {prompts: 8, tokens: 512, choice: zipf}
         tokenizer: tokenizer.json         # exact prompt lengths, chunk token counts
         dataset: conversations.jsonl      # replay instead of synthetic prompts
         dataset_order: sequential         # or random
@@ -40,6 +40,7 @@ from tailscope.loadgen.spec import (
     REPLAY_ORDERS,
     LLMDataset,
     LLMSpec,
+    PrefixPool,
     SizeSpec,
     SpecError,
 )
@@ -49,6 +50,8 @@ LLM_CLASS_FIELDS = frozenset({
     "api", "model", "prompt_tokens", "output_tokens", "ignore_eos", "extra_body",
     "shared_prefix_tokens", "tokenizer", "dataset", "dataset_order",
 }) | FEATURE_FIELDS
+#: Fields of a ``shared_prefix_tokens`` pool.
+PREFIX_POOL_FIELDS = frozenset({"prompts", "tokens", "choice", "zipf_s"})
 #: Fields of a token-length distribution (as the payload ``size`` grammar).
 TOKEN_SIZE_FIELDS = frozenset({"dist", "value", "min", "max", "median", "sigma", "file"})
 
@@ -96,12 +99,17 @@ def openai_class_fields(data: dict, fail: Fail | None = None, *, at: tuple = (),
     except (TypeError, ValueError) as exc:
         _raise(fail, at + ("extra_body",), f"not JSON: {exc}")
     prefix = data.get("shared_prefix_tokens", 0)
-    if isinstance(prefix, bool) or not isinstance(prefix, int) or prefix < 0:
-        _raise(fail, at + ("shared_prefix_tokens",), f"expected an integer >= 0 (tokens), got {prefix!r}")
+    pool = None
+    if isinstance(prefix, dict):
+        pool, prefix = prefix_pool(prefix, fail, at + ("shared_prefix_tokens",), base_dir), 0
+    elif isinstance(prefix, bool) or not isinstance(prefix, int) or prefix < 0:
+        _raise(fail, at + ("shared_prefix_tokens",), f"expected an integer >= 0 (tokens) or a pool such as "
+                                                     f"{{prompts: 8, tokens: 512}}, got {prefix!r}")
     kwargs: dict[str, Any] = dict(
         api=api, model=model, stream=stream, extra_body=dict(extra_body), shared_prefix_tokens=prefix,
         tokenizer=tokenizer, dataset=dataset, ignore_eos=_boolean(data, "ignore_eos", True, fail, at),
     )
+    kwargs["prefix_pool"] = pool
     if "prompt_tokens" in data:
         kwargs["prompt_tokens"] = token_size(data["prompt_tokens"], fail, at + ("prompt_tokens",), base_dir)
     if "output_tokens" in data:
@@ -155,6 +163,31 @@ def token_size(value: Any, fail: Fail | None = None, at: tuple = (), base_dir: s
     elif "file" in value:
         _raise(fail, at + ("file",), "only for `dist: empirical`")
     return _build_size(fail, at, **kwargs)
+
+
+def prefix_pool(value: dict, fail: Fail, at: tuple, base_dir: str = "") -> PrefixPool:
+    """``shared_prefix_tokens: {prompts: K, tokens: <token length>, choice: uniform | zipf, zipf_s: 1}``:
+    K shared system prompts, their lengths from ``tokens`` (an integer or a distribution), one
+    chosen per request (:class:`~.spec.PrefixPool`)."""
+    for key in value:
+        if key not in PREFIX_POOL_FIELDS:
+            _raise(fail, at + (key,), f"unknown field {key!r}; expected one of {', '.join(sorted(PREFIX_POOL_FIELDS))}")
+    for key in ("prompts", "tokens"):
+        if key not in value:
+            _raise(fail, at + (key,), "missing: a prefix pool needs `prompts` (how many) and `tokens` (their length)")
+    prompts = value["prompts"]
+    if isinstance(prompts, bool) or not isinstance(prompts, int):
+        _raise(fail, at + ("prompts",), f"expected an integer, got {prompts!r}")
+    tokens = token_size(value["tokens"], fail, at + ("tokens",), base_dir)
+    zipf_s = value.get("zipf_s", 1.0)
+    if isinstance(zipf_s, bool) or not isinstance(zipf_s, (int, float)):
+        _raise(fail, at + ("zipf_s",), f"expected a number, got {zipf_s!r}")
+    if "zipf_s" in value and value.get("choice") != "zipf":
+        _raise(fail, at + ("zipf_s",), "only with `choice: zipf`")
+    try:
+        return PrefixPool(prompts=prompts, tokens=tokens, choice=value.get("choice", "uniform"), zipf_s=float(zipf_s))
+    except SpecError as exc:
+        _raise(fail, at + (exc.field,), exc.message)
 
 
 def _build_size(fail: Fail, at: tuple, **kwargs) -> SizeSpec:

@@ -31,6 +31,13 @@ Synthetic prompts are deterministic per seed (the mix's per-class generator):
 
 The shared prefix (``shared_prefix_tokens``) is made from a generator seeded
 by the class name alone, so it is the same in every worker and every run.
+A prefix pool (``shared_prefix_tokens: {prompts: K, ...}``) is K such
+prefixes, their lengths drawn from the pool's distribution by that generator;
+each request (each session) takes one, drawn with the pool's weights.
+
+A replayed LLM trace (``LLMSpec.trace``) gives each request's prompt length
+and ``max_tokens`` from its row, and Mooncake's hash ids the same blocks for
+equal ids (:mod:`.trace_prompts`).
 
 Replayed conversations (``dataset``): each request is the next user turn,
 sent with the conversation's history before it; for completions the history's
@@ -50,6 +57,7 @@ from tailscope.loadgen.llm_features import feature_body
 from tailscope.loadgen.llm_tokens import TokenCounter, counter_for
 from tailscope.loadgen.payloads import SizeSampler
 from tailscope.loadgen.spec import DEFAULT_OUTPUT_TOKENS, LLMSpec
+from tailscope.loadgen.trace_prompts import TracePrompts
 
 #: Words in the pool synthetic prompts are cut from (about 5 bytes each).
 POOL_WORDS = 1 << 16
@@ -74,6 +82,36 @@ class LLMRequestInfo:
     max_tokens: int | None  # the output length asked for; None for embeddings
     counter: TokenCounter = field(compare=False)  # counts a streamed chunk's text (tokenizer or words)
     turn: tuple[int, int] | None = None  # dataset replay: (conversation, user turn), from 0
+    #: A session's turn (:meth:`LLMRequestMaker.make_turn`): the conversation it belongs to; None otherwise.
+    session: Conversation | None = None
+
+
+@dataclass(eq=False)
+class Conversation:
+    """One multi-turn session's state (:class:`~.spec.SessionSpec`): the messages sent so far
+    and the answers received, counted with the class's counter.
+
+    ``turn`` is the number of turns made (the last one's index, 1-based); ``turns`` the
+    session's planned turn count; ``session_id`` a random positive int64 (unique per run
+    with overwhelming probability, also across distributed workers)."""
+
+    session_id: int
+    turns: int
+    messages: list[dict]
+    prompt_tokens: int  # the client's count of ``messages``
+    turn: int = 0
+    #: A dataset conversation's user turns: (text, its count, the recorded reply's count or None).
+    script: list[tuple[str, int, int | None]] | None = None
+
+    @property
+    def finished(self) -> bool:
+        """True once every planned turn was made."""
+        return self.turn >= self.turns
+
+    def answer(self, text: str, tokens: int) -> None:
+        """Append the model's actual answer to the last turn (``tokens``: its client count) to the history."""
+        self.messages.append({"role": "assistant", "content": text})
+        self.prompt_tokens += tokens
 
 
 class LLMRequestMaker:
@@ -83,7 +121,7 @@ class LLMRequestMaker:
 
     content_type = CONTENT_TYPE
 
-    def __init__(self, name: str, spec: LLMSpec, rng: np.random.Generator):
+    def __init__(self, name: str, spec: LLMSpec, rng: np.random.Generator, share: tuple[int, int] = (0, 1)):
         self.spec = spec
         self._rng = rng
         self.counter = counter_for(spec.tokenizer)
@@ -99,6 +137,7 @@ class LLMRequestMaker:
             self._id_pool = rng.choice(ordinary, size=POOL_TOKEN_IDS).tolist()
             units = one_token_words(self.counter, np.random.default_rng(0).choice(
                 ordinary, size=min(UNIT_CANDIDATES, len(ordinary)), replace=False).tolist())
+            self._ordinary, self._unit_words = ordinary, units
             if len(units) >= MIN_UNITS:
                 self._units = [units[i] for i in rng.integers(0, len(units), size=POOL_TOKEN_IDS).tolist()]
                 prefix = "".join(units[i] for i in prefix_rng.integers(0, len(units),
@@ -111,14 +150,21 @@ class LLMRequestMaker:
             self._pool, self._starts = word_pool(rng, POOL_WORDS)
             self._prefix_text = random_words(prefix_rng, spec.shared_prefix_tokens)
             self._prefix_count = spec.shared_prefix_tokens
+        self._prefix_pool = self._prefixes(name, spec.prefix_pool) if spec.prefix_pool is not None else None
+        self._trace = self._trace_prompts(name, spec.trace, share) if spec.trace is not None else None
         self._dataset = _DatasetWalker(spec, rng, self.counter) if spec.dataset is not None else None
         self._features = feature_body(spec.reasoning_effort, spec.tools, spec.tool_choice)
 
     def make(self) -> tuple[bytes, LLMRequestInfo]:
         """One request's JSON body and what the client knows of it."""
-        spec = self.spec
         turn = None
-        if self._dataset is not None:
+        if self._prefix_pool is not None:
+            self._choose_prefix()
+        if self._trace is not None:
+            text, prompt_count, reply_count = self._trace.next()
+            text, prompt_count = self._exact(text, prompt_count) if self.counter.exact else (text, prompt_count)
+            messages = [{"role": "user", "content": text}]
+        elif self._dataset is not None:
             turn, messages, prompt_count, reply_count = self._dataset.next()
             if self._prefix_text:
                 messages = [{"role": "system", "content": self._prefix_text}, *messages]
@@ -127,6 +173,53 @@ class LLMRequestMaker:
             text, prompt_count = self.synthetic_prompt(self._prompt_sizes.draw())
             messages = [{"role": "user", "content": text}]
             reply_count = None
+        return self._request(messages, prompt_count, reply_count, turn)
+
+    def start_session(self, session_id: int, turns: int | None) -> Conversation:
+        """A new session of ``turns`` turns (None: a dataset class's next conversation, all its
+        user turns), its history opened with the shared prefix as a system message when set."""
+        if self._prefix_pool is not None:
+            self._choose_prefix()
+        messages = [{"role": "system", "content": self._prefix_text}] if self._prefix_text else []
+        script = None
+        if turns is None:
+            if self._dataset is None:
+                raise ValueError("a session without a turn count needs a dataset class")
+            script = self._dataset.conversation_script()
+            turns = len(script)
+        return Conversation(session_id, turns, messages, self._prefix_count if self._prefix_text else 0,
+                            script=script)
+
+    def make_turn(self, conversation: Conversation) -> tuple[bytes, LLMRequestInfo]:
+        """The next turn of ``conversation``: its history (every earlier user message and actual
+        answer) and a new user message (the dataset's next, else ``prompt_tokens`` drawn tokens),
+        which joins the history. The body and what the client knows of it (``info.session``)."""
+        if conversation.finished:
+            raise ValueError(f"session {conversation.session_id} has made its {conversation.turns} turns")
+        reply_count = None
+        if conversation.script is not None:
+            text, count, reply_count = conversation.script[conversation.turn]
+        else:
+            text, count = self.user_text(self._prompt_sizes.draw())
+        conversation.messages.append({"role": "user", "content": text})
+        conversation.prompt_tokens += count
+        conversation.turn += 1
+        body, info = self._request(conversation.messages, conversation.prompt_tokens, reply_count, None)
+        info.session = conversation
+        return body, info
+
+    def user_text(self, n: int) -> tuple[str, int]:
+        """A user message of ``n`` drawn tokens, without the shared prefix: (text, its token count)."""
+        if self.counter.exact:
+            if self._units is not None:
+                return self._exact("".join(self._circular(self._units, n)), n)
+            return self._exact(self.counter.decode(self._circular(self._id_pool, n)), n)
+        return self._words(n), n
+
+    def _request(self, messages: list[dict], prompt_count: int, reply_count: int | None,
+                 turn: tuple[int, int] | None) -> tuple[bytes, LLMRequestInfo]:
+        """The JSON body of ``messages`` (chat; joined for completions; the last for embeddings)."""
+        spec = self.spec
         body: dict = {"model": spec.model}
         max_tokens = None
         if spec.api == "openai-chat":
@@ -162,6 +255,43 @@ class LLMRequestMaker:
         if self._prefix_text and words:
             return self._prefix_text + " " + words, total
         return self._prefix_text or words, total
+
+    def _prefixes(self, name: str, pool) -> tuple[list[tuple[str, int]], np.ndarray]:
+        """The prefix pool's prompts ``(text, tokens)``, lengths and texts from a generator seeded
+        by the class name (the same in every worker and run), and their cumulative weights."""
+        pool_rng = np.random.default_rng([zlib.crc32(name.encode("utf-8")), pool.prompts])
+        lengths = SizeSampler(pool.tokens, pool_rng)
+        prompts = []
+        for _ in range(pool.prompts):
+            n = int(lengths.draw())
+            if not self.counter.exact:
+                prompts.append((random_words(pool_rng, n), n))
+            elif self._units is not None:
+                words = self._unit_words
+                prompts.append(self._exact("".join(words[i] for i in pool_rng.integers(0, len(words), size=n)
+                                                   .tolist()), n))
+            else:
+                prompts.append(self._exact(self.counter.decode(pool_rng.choice(self._ordinary, size=n).tolist()), n))
+        return prompts, np.cumsum(pool.weights())
+
+    def _choose_prefix(self) -> int:
+        """Draw this request's prefix from the pool (it becomes the shared prefix); its index."""
+        prompts, cumulative = self._prefix_pool
+        index = min(int(np.searchsorted(cumulative, self._fraction() * cumulative[-1], side="right")),
+                    len(prompts) - 1)
+        self._prefix_text, self._prefix_count = prompts[index]
+        return index
+
+    def _trace_prompts(self, name: str, trace, share: tuple[int, int]) -> TracePrompts:
+        """The prompts of a replayed trace's rows (Mooncake blocks from a pool seeded by the class name)."""
+        block_rng = np.random.default_rng([zlib.crc32(name.encode("utf-8")), 0x7ACE])
+        if not self.counter.exact:
+            return TracePrompts(trace, self.synthetic_prompt, words=word_pool(block_rng, POOL_WORDS), share=share)
+        if self._units is None:
+            raise ValueError(f"{self.spec.tokenizer}: too few one-token words to build a trace's shared blocks")
+        words = self._unit_words
+        block_units = [words[i] for i in block_rng.integers(0, len(words), size=POOL_TOKEN_IDS).tolist()]
+        return TracePrompts(trace, self.synthetic_prompt, units=words, block_units=block_units, share=share)
 
     def _max_tokens(self, reply_count: int | None) -> int:
         if self._output_sizes is not None:
@@ -249,6 +379,20 @@ class _DatasetWalker:
                      if at + 1 < len(conversation) and conversation[at + 1][0] == "assistant" else None)
             counts = self._counts[key] = (prompt, reply or None)
         return key, messages, counts[0], counts[1]
+
+    def conversation_script(self) -> list[tuple[str, int, int | None]]:
+        """The next conversation's user turns for a session: (text, its count, the recorded
+        reply's count or None), in order; the recorded replies themselves are not used."""
+        self._start_next_conversation()
+        conversation = self._conversations[self._conversation]
+        script = []
+        for at in self._turns:
+            role, content = conversation[at]
+            reply = (self._counter.count(conversation[at + 1][1])
+                     if at + 1 < len(conversation) and conversation[at + 1][0] == "assistant" else None)
+            script.append((content, self._counter.count(content), reply or None))
+        self._turns = []  # the sequential walk moves on to the next conversation
+        return script
 
     def _start_next_conversation(self) -> None:
         count = len(self._conversations)

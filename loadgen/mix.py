@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tailscope.loadgen.llm_requests import LLMRequestInfo, LLMRequestMaker
+from tailscope.loadgen.llm_requests import Conversation, LLMRequestInfo, LLMRequestMaker
 from tailscope.loadgen.payloads import PayloadMaker
 from tailscope.loadgen.spec import RequestClass
 from tailscope.loadgen.tracecontext import TRACEPARENT_HEADER, new_traceparent
@@ -47,17 +47,20 @@ class PreparedRequest:
 class RequestMix:
     """Draws request classes by weight and prepares their requests.
 
-    Not thread-safe: one mix per event loop.
+    Not thread-safe: one mix per event loop. ``share`` ``(index, count)``: this mix prepares
+    a distributed worker's share of the schedule (arrivals ``index``, ``index + count``, …),
+    which a replayed LLM trace's rows follow.
     """
 
     def __init__(self, classes: tuple[RequestClass, ...], seed: int,
-                 trace_rng: random.Random | None = None, trace_sample_rate: float = 1.0):
+                 trace_rng: random.Random | None = None, trace_sample_rate: float = 1.0,
+                 share: tuple[int, int] = (0, 1)):
         if not classes:
             raise ValueError("a request mix needs at least one class")
         self.classes = classes
         streams = np.random.SeedSequence(seed).spawn(len(classes) + 1)
         self._choice_rng = random.Random(int(streams[0].generate_state(1)[0]))
-        self._makers = [LLMRequestMaker(c.name, c.llm, np.random.default_rng(s)) if c.llm is not None
+        self._makers = [LLMRequestMaker(c.name, c.llm, np.random.default_rng(s), share) if c.llm is not None
                         else PayloadMaker(c.payload, np.random.default_rng(s))
                         for c, s in zip(classes, streams[1:])]
         self._cumulative = list(itertools.accumulate(c.weight for c in classes))
@@ -84,6 +87,24 @@ class RequestMix:
                 headers[REQUEST_ID_HEADER] = trace_id
             return PreparedRequest(self.classes[index], body, headers, trace_id, llm=info)
         return PreparedRequest(self.classes[index], maker.make(), headers, trace_id)
+
+    def start_session(self, index: int, turns: int | None) -> Conversation:
+        """A new multi-turn session of OpenAI-API class ``index`` (``turns``: its turn count; None:
+        a dataset conversation's), with a random session id from the trace-id generator."""
+        maker = self._makers[index]
+        if not isinstance(maker, LLMRequestMaker):
+            raise ValueError(f"class {self.classes[index].name!r} is not an OpenAI-API class: no sessions")
+        return maker.start_session(self._trace_rng.getrandbits(63) or 1, turns)
+
+    def prepare_turn(self, index: int, conversation: Conversation) -> PreparedRequest:
+        """The next turn of ``conversation`` (of class ``index``) ready to send, as :meth:`prepare`."""
+        traceparent, trace_id = new_traceparent(self._trace_rng, self._trace_sample_rate)
+        headers = dict(self._base_headers[index])
+        headers[TRACEPARENT_HEADER] = traceparent
+        body, info = self._makers[index].make_turn(conversation)
+        if self._request_id[index]:
+            headers[REQUEST_ID_HEADER] = trace_id
+        return PreparedRequest(self.classes[index], body, headers, trace_id, llm=info)
 
 
 def _base_headers(cls: RequestClass, maker: PayloadMaker | LLMRequestMaker) -> dict[str, str]:

@@ -166,6 +166,9 @@ class OpenAIReply:
         self.tool_calls: list[ToolCall] = []  # assembled, in index order
         self._kinds: list[int] | None = None  # kind of every content chunk; None: all answer so far
         self._calls: dict[int, ToolCall] = {}
+        #: The answer chunks' text, kept only when set to a list (a multi-turn session's turn: its
+        #: history needs the actual answer); reasoning and tool-call text are not part of it.
+        self.answer_parts: list[str] | None = None
 
     # -- input ---------------------------------------------------------------------
     def feed(self, data: bytes, t_ns: int) -> None:
@@ -384,6 +387,8 @@ class OpenAIReply:
             self._kinds = [ANSWER] * len(self.times)
         if self._kinds is not None:
             self._kinds.append(kind)
+        if self.answer_parts is not None and kind == ANSWER:
+            self.answer_parts.append(text)
         self.times.append(t_ns)
         if self.counter is not None:
             self._weights.append(self.counter.count(text))

@@ -121,7 +121,7 @@ class ProcessLoad:
         self._monitor_sinks = (events, signals)
         self._monitor_label = share.index if share is not None else None
         mix = RequestMix(plan.classes, share_seed(plan.seed, index, count),
-                         trace_sample_rate=plan.trace_sample_rate)
+                         trace_sample_rate=plan.trace_sample_rate, share=(index, count))
         self.session = SharedLoadSession(plan, self.recorder, mix, share)
         if closed:
             self.session.max_requests = cap_share(plan.max_requests, index, count)

@@ -166,6 +166,10 @@ class TokenRecord:
     finish_reason: str | None = None
     last_token_ns: int | None = None
     error_body: str | None = None
+    #: A multi-turn session's turn (``arrival.sessions``): its session, its index (1 = first), the session's turns.
+    session_id: int | None = None
+    turn: int | None = None
+    session_turns: int | None = None
     #: Kinds of output (format 1.3; ``REQUESTS_SCHEMA`` order): token counts, epoch ns, tool-call count.
     kinds: tuple | None = None  # (reasoning_tokens, answer_tokens, first_reasoning_ns, last_reasoning_ns,
     #                              first_answer_ns, last_answer_ns, tool_calls, tool_call_ns)
@@ -218,7 +222,8 @@ class Recorder:
                 scheduled_ns, sent_ns, end_ns, first_byte_ns, cls, status, bytes_out, bytes_in,
                 trace_id, error_kind, error, chunks, max_gap_ns, self.worker,
                 tokens.prompt_tokens, tokens.output_tokens, tokens.source, tokens.finish_reason,
-                tokens.last_token_ns, tokens.error_body, *(tokens.kinds or ()),
+                tokens.last_token_ns, tokens.error_body, tokens.session_id, tokens.turn, tokens.session_turns,
+                *(tokens.kinds or ()),
             )
         self.recorded += 1
         is_error = error_kind is not None

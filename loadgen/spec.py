@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from tailscope.loadgen.arrivals import ARRIVALS
+from tailscope.loadgen.trace_files import TRACE_FORMATS, TraceRequests
 
 
 class SpecError(ValueError):
@@ -33,7 +34,8 @@ class SpecError(ValueError):
 #: :data:`tailscope.loadgen.arrivals.ARRIVALS`, then the closed loop.
 ARRIVAL_PROCESSES = (*ARRIVALS, "closed")
 RATE_PROFILES = ("steps", "ramp", "periodic")
-ARRIVAL_LOG_FORMATS = ("timestamps", "gaps")
+#: Arrival log formats: plain logs (one number a line), then the LLM trace formats (:mod:`.trace_files`).
+ARRIVAL_LOG_FORMATS = ("timestamps", "gaps", *TRACE_FORMATS)
 
 
 @dataclass(frozen=True)
@@ -122,11 +124,17 @@ class RateProfile:
 @dataclass(frozen=True, eq=False)
 class ArrivalLog:
     """A recorded arrival log to replay: send offsets in ns from the log's first
-    arrival (int64, non-decreasing), read from ``path``."""
+    arrival (int64, non-decreasing), read from ``path``.
+
+    An LLM trace (``format`` mooncake, azure, burstgpt) also gives each arrival's
+    request (``requests``, row ``i`` for arrival ``i``); ``slice_s`` is the part of
+    the trace kept, ``(from_s, to_s)`` in trace seconds (``to_s`` None: to the end)."""
 
     path: str
     offsets_ns: np.ndarray
-    format: str = "timestamps"  # how the file gave them: timestamps | gaps
+    format: str = "timestamps"  # how the file gave them: timestamps | gaps | a trace format
+    requests: TraceRequests | None = None  # an LLM trace's per-arrival requests
+    slice_s: tuple[float, float | None] | None = None  # the trace seconds kept
 
     def __post_init__(self):
         if self.format not in ARRIVAL_LOG_FORMATS:
@@ -134,6 +142,43 @@ class ArrivalLog:
                             f"{', '.join(ARRIVAL_LOG_FORMATS)}")
         if len(self.offsets_ns) == 0:
             raise SpecError("file", f"{self.path}: the arrival log has no arrivals")
+        if self.requests is not None and len(self.requests) != len(self.offsets_ns):
+            raise SpecError("file", f"{self.path}: {len(self.requests)} trace rows for "
+                            f"{len(self.offsets_ns)} arrivals")
+
+
+#: Most turns one session may have (a bound on the history a session carries).
+MAX_SESSION_TURNS = 1000
+
+
+@dataclass(frozen=True)
+class SessionSpec:
+    """Multi-turn sessions (conversations) as the load: ``arrival.sessions``.
+
+    A session draws one request class (by weight; every class ``openai-chat``)
+    and its number of turns from ``turns`` (a count distribution; None: each
+    session is one conversation of a dataset class, its user turns in order).
+    Turn 1 goes at the session's start; turn k+1 is sent a think time (drawn
+    from ``think_time_ms``, milliseconds) after turn k's reply ended, with the
+    history: every earlier user message and the model's *actual* answer to it
+    (the text streamed back, not a recorded one). A failed turn ends its
+    session; a turn due after the run's duration is not sent.
+    """
+
+    turns: SizeSpec | None = None
+    think_time_ms: SizeSpec = field(default_factory=lambda: SizeSpec(dist="fixed", value=0))
+
+    def __post_init__(self):
+        if self.turns is not None:
+            if _size_lower(self.turns) < 1:
+                raise SpecError("turns", "a session has at least 1 turn")
+            if _size_upper(self.turns) > MAX_SESSION_TURNS:
+                raise SpecError("turns", f"at most {MAX_SESSION_TURNS} turns a session")
+
+    def describe(self) -> dict:
+        """The session settings as plain JSON values (for the manifest and the report)."""
+        return {"turns": _describe_size(self.turns) if self.turns is not None else "dataset",
+                "think_time_ms": _describe_size(self.think_time_ms)}
 
 
 @dataclass(frozen=True)
@@ -145,7 +190,9 @@ class ArrivalSpec:
     - ``gamma``: gaps ~ Gamma(shape=burstiness, scale=1/(rate*burstiness));
       burstiness 1 is Poisson, < 1 burstier, > 1 smoother.
     - ``replay``: the arrivals of a recorded log (``log``), played ``speed``
-      times as fast, from the start again when ``loop`` and the log ends first.
+      times as fast, from the start again when ``loop`` and the log ends first;
+      ``max_rate`` (requests/s) spaces arrivals at least ``1/max_rate`` s apart
+      (a burst above it is spread out, later arrivals shift with it).
     - ``closed``: ``users`` concurrent users, each sending its next request
       ``think_time_s`` after the previous reply (subject to coordinated omission).
       With no think time this is *concurrency mode* (perf_analyzer's and
@@ -158,6 +205,11 @@ class ArrivalSpec:
     comes while ``max_concurrency`` are in flight waits for a slot, and the
     wait is its lateness (part of its latency: no coordinated omission). The
     load plan's in-flight cap is lowered to it (:class:`LoadPlan`).
+
+    ``sessions`` (:class:`SessionSpec`) makes the unit of arrival a multi-turn
+    session: ``closed`` then keeps ``users`` sessions going (a new one as soon
+    as one ends), an open-loop process starts sessions at ``rate`` sessions/s;
+    the in-flight cap counts the sessions under way.
     """
 
     process: str = "poisson"
@@ -170,6 +222,8 @@ class ArrivalSpec:
     speed: float = 1.0  # replay: 2 plays the log twice as fast
     loop: bool = False  # replay: start the log again when it ends before the run
     max_concurrency: int | None = None  # open loop: at most this many requests in flight
+    max_rate: float | None = None  # replay: arrivals at least 1/max_rate s apart
+    sessions: SessionSpec | None = None  # multi-turn sessions are the unit of arrival
 
     def __post_init__(self):
         if self.process not in ARRIVAL_PROCESSES:
@@ -192,6 +246,11 @@ class ArrivalSpec:
             raise SpecError("file", "the replay process needs an arrival log file")
         if not self.speed > 0:
             raise SpecError("speed", f"must be > 0, got {self.speed!r}")
+        if self.max_rate is not None:
+            if self.process != "replay":
+                raise SpecError("max_rate", "only for `process: replay`")
+            if not (self.max_rate > 0) or self.max_rate > 1_000_000:
+                raise SpecError("max_rate", f"must be a rate in (0, 1000000] requests/s, got {self.max_rate!r}")
         if self.max_concurrency is not None:
             if self.process == "closed":
                 raise SpecError("max_concurrency", "a closed loop's concurrency is its number of users; "
@@ -199,6 +258,11 @@ class ArrivalSpec:
             if isinstance(self.max_concurrency, bool) or not isinstance(self.max_concurrency, int) \
                     or self.max_concurrency < 1:
                 raise SpecError("max_concurrency", f"must be an integer >= 1, got {self.max_concurrency!r}")
+        if self.sessions is not None:
+            if self.process == "replay":
+                raise SpecError("sessions", "sessions start on a closed loop or an open-loop rate, not a replay")
+            if self.think_time_s:
+                raise SpecError("think_time", "a session's think time is sessions.think_time")
 
     @property
     def open_loop(self) -> bool:
@@ -208,12 +272,20 @@ class ArrivalSpec:
     def describe(self) -> dict:
         """The arrival process as plain JSON values, for the manifest and the report."""
         if self.process == "closed":
-            return {"loop": "closed", "process": "closed", "users": self.users,
-                    "think_time_s": self.think_time_s}
+            out = {"loop": "closed", "process": "closed", "users": self.users, "think_time_s": self.think_time_s}
+            if self.sessions is not None:
+                out["sessions"] = self.sessions.describe()
+            return out
         out: dict[str, Any] = {"loop": "open", "process": self.process}
         if self.process == "replay":
             out.update(file=self.log.path, format=self.log.format, arrivals=int(len(self.log.offsets_ns)),
                        speed=self.speed, loop_log=self.loop)
+            if self.max_rate is not None:
+                out["max_rate"] = self.max_rate
+            if self.log.slice_s is not None:
+                out["slice_s"] = list(self.log.slice_s)
+            if self.log.requests is not None:
+                out["trace"] = self.log.requests.describe()
             return out
         out["rate"] = self.rate
         if self.process == "gamma":
@@ -222,6 +294,8 @@ class ArrivalSpec:
             out["profile"] = self.profile.describe()
         if self.max_concurrency is not None:
             out["max_concurrency"] = self.max_concurrency
+        if self.sessions is not None:
+            out["sessions"] = self.sessions.describe()
         return out
 
 
@@ -355,6 +429,49 @@ class LLMDataset:
         return sum(1 for c in self.conversations for role, _ in c if role == "user")
 
 
+PREFIX_CHOICES = ("uniform", "zipf")
+#: Most system prompts a prefix pool may hold.
+MAX_PREFIX_PROMPTS = 4096
+
+
+@dataclass(frozen=True)
+class PrefixPool:
+    """``prompts`` shared system prompts (a pool of prefixes), their lengths drawn once from
+    ``tokens`` (a :class:`SizeSpec` in tokens) by a generator seeded by the class name, so the
+    pool is the same in every worker and run; each request takes one, chosen ``uniform``-ly or
+    by ``zipf`` (prompt ``k`` of 1..K with weight ``1 / k**zipf_s``: a few hot prefixes, a long
+    tail)."""
+
+    prompts: int
+    tokens: SizeSpec
+    choice: str = "uniform"
+    zipf_s: float = 1.0
+
+    def __post_init__(self):
+        if isinstance(self.prompts, bool) or not isinstance(self.prompts, int) \
+                or not 1 <= self.prompts <= MAX_PREFIX_PROMPTS:
+            raise SpecError("prompts", f"must be an integer between 1 and {MAX_PREFIX_PROMPTS}, got {self.prompts!r}")
+        if _size_upper(self.tokens) > MAX_TOKENS_LIMIT:
+            raise SpecError("tokens", f"at most {MAX_TOKENS_LIMIT} tokens")
+        if self.choice not in PREFIX_CHOICES:
+            raise SpecError("choice", f"expected one of {', '.join(PREFIX_CHOICES)}, got {self.choice!r}")
+        if not (self.zipf_s > 0):
+            raise SpecError("zipf_s", f"must be > 0, got {self.zipf_s!r}")
+
+    def weights(self) -> np.ndarray:
+        """Probability of each prompt (float64, sums to 1)."""
+        if self.choice == "uniform":
+            return np.full(self.prompts, 1.0 / self.prompts)
+        raw = 1.0 / np.arange(1, self.prompts + 1, dtype=np.float64) ** self.zipf_s
+        return raw / raw.sum()
+
+    def describe(self) -> dict:
+        out = {"prompts": self.prompts, "tokens": _describe_size(self.tokens), "choice": self.choice}
+        if self.choice == "zipf":
+            out["zipf_s"] = self.zipf_s
+        return out
+
+
 @dataclass(frozen=True)
 class LLMSpec:
     """A request class that speaks an OpenAI-compatible API (``api``).
@@ -375,6 +492,10 @@ class LLMSpec:
     true}``. ``extra_body`` is merged last, key by key, into the JSON body
     (so it can override any of the above). Embeddings generate nothing:
     ``output_tokens``, ``ignore_eos`` and ``stream`` do not apply.
+    ``prefix_pool`` replaces the one shared prefix with a pool of them
+    (:class:`PrefixPool`). ``trace`` (set from a replayed LLM trace's arrival
+    log, :class:`~.trace_files.TraceRequests`): each request's prompt and
+    output lengths (and Mooncake's shared blocks) come from its trace row.
     """
 
     api: str
@@ -392,6 +513,8 @@ class LLMSpec:
     reasoning_effort: str | None = None
     tools: tuple = ()
     tool_choice: str | None = None
+    prefix_pool: PrefixPool | None = None
+    trace: TraceRequests | None = field(default=None, compare=False)
 
     def __post_init__(self):
         if self.api not in LLM_APIS:
@@ -409,6 +532,13 @@ class LLMSpec:
                             f"got {self.shared_prefix_tokens!r}")
         if not isinstance(self.extra_body, dict):
             raise SpecError("extra_body", "expected a mapping of JSON fields")
+        if self.prefix_pool is not None and self.shared_prefix_tokens:
+            raise SpecError("shared_prefix_tokens", "either a number of tokens or a pool, not both")
+        if self.trace is not None:
+            if not self.generates or self.dataset is not None:
+                raise SpecError("api", "a replayed LLM trace needs a chat or completions class without a dataset")
+            if self.shared_prefix_tokens or self.prefix_pool is not None:
+                raise SpecError("shared_prefix_tokens", "not with a replayed LLM trace (its rows give whole prompts)")
         if self.api == "openai-embeddings":
             if self.output_tokens is not None:
                 raise SpecError("output_tokens", "embeddings generate no tokens; remove output_tokens")
@@ -426,14 +556,19 @@ class LLMSpec:
         if self.dataset is not None:
             out["dataset"] = {"file": self.dataset.path, "conversations": len(self.dataset.conversations),
                               "turns": self.dataset.turns, "order": self.dataset.order}
+        elif self.trace is not None:
+            out["prompt_tokens"] = "trace"
         else:
             out["prompt_tokens"] = _describe_size(self.prompt_tokens)
         if self.generates:
             out["output_tokens"] = (_describe_size(self.output_tokens) if self.output_tokens is not None
-                                    else ("dataset" if self.dataset is not None else DEFAULT_OUTPUT_TOKENS))
+                                    else ("dataset" if self.dataset is not None else
+                                          "trace" if self.trace is not None else DEFAULT_OUTPUT_TOKENS))
             out["ignore_eos"] = self.ignore_eos
         if self.shared_prefix_tokens:
             out["shared_prefix_tokens"] = self.shared_prefix_tokens
+        if self.prefix_pool is not None:
+            out["prefix_pool"] = self.prefix_pool.describe()
         if self.tokenizer:
             out["tokenizer"] = self.tokenizer
         if self.extra_body:

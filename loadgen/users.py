@@ -22,6 +22,13 @@ in the process that generates load.
 
 Both share one :class:`LoadSession` (bound with :func:`bind_user_class`),
 through which the runner halts them and learns when they are done.
+
+With ``arrival.sessions`` (:class:`~.spec.SessionSpec`) the unit each loop
+starts is a multi-turn session (:func:`run_session`): the open loop starts one
+at each scheduled offset (its greenlet holds an in-flight slot while the
+session lasts), a closed-loop user runs one session after another. A session's
+turn k+1 is scheduled at turn k's end plus a drawn think time, slept to like a
+schedule offset, and carries the model's actual answers in its history.
 """
 
 from __future__ import annotations
@@ -29,6 +36,8 @@ from __future__ import annotations
 import gevent
 import gevent.event
 import gevent.lock
+import gevent.pool
+import numpy as np
 from locust import FastHttpUser, task
 from locust.exception import StopUser
 from locust.user.wait_time import constant
@@ -37,6 +46,7 @@ from tailscope.loadgen.arrivals import schedule_offsets_ns
 from tailscope.loadgen.clock import RunClock
 from tailscope.loadgen.exchange import Exchanger
 from tailscope.loadgen.mix import RequestMix
+from tailscope.loadgen.payloads import SizeSampler
 from tailscope.loadgen.recorder import Recorder
 from tailscope.loadgen.senders import SenderPool
 from tailscope.loadgen.spec import LoadPlan
@@ -87,6 +97,9 @@ class LoadSession:
         self.dropped_at_cap = 0  # requests dropped because the cap was full (drop policy)
         self.next_send_elapsed_ns: int | None = None  # offset of the next scheduled send
         self._closed_users_finished = 0
+        #: Multi-turn sessions: turn counts and think times drawn for every session of this loop.
+        self.session_draws = SessionDraws(plan) if plan.arrival.sessions is not None else None
+        self.sessions_started = 0
 
     def begin(self) -> RunClock:
         """Fix the run origin (first call only) and return the run clock. Each user calls it once."""
@@ -213,6 +226,9 @@ def bind_user_class(session: LoadSession) -> type[_PlanUser]:
 
 def run_open_loop(session: LoadSession, exchanger: Exchanger) -> None:
     """Walk the schedule, then give in-flight requests until the timeout to end."""
+    if session.session_draws is not None:
+        run_open_sessions(session, exchanger)
+        return
     plan, clock, mix = session.plan, session.clock, session.mix
     slots = gevent.lock.BoundedSemaphore(plan.max_in_flight)
 
@@ -302,6 +318,11 @@ def _record_dropped(session: LoadSession, first_offset: int, later_offsets, firs
 def run_closed_loop(session: LoadSession, exchanger: Exchanger) -> None:
     """One closed-loop user: request, reply, think, until halted or out of requests."""
     plan, mix = session.plan, session.mix
+    if session.session_draws is not None:
+        while not session.halted.is_set() and session.scheduled < session.max_requests:
+            if run_session(session, exchanger, None) not in ("done", "failed"):
+                break  # halted, out of requests, or its next turn was due after the run: this user is done
+        return
     think_s = plan.arrival.think_time_s
     while not session.halted.is_set() and session.scheduled < session.max_requests:
         session.scheduled += 1
@@ -343,3 +364,114 @@ def _closed_user(session: LoadSession, exchanger: Exchanger) -> None:
     except Exception as exc:  # noqa: BLE001  (kept for the totals and the manifest)
         session.failure = exc
         session.halt("stopped")
+
+
+class SessionDraws:
+    """Per-session draws of a plan's :class:`~.spec.SessionSpec`: the turn count (None for a
+    dataset class: its conversation's turns) and think times, seconds. Seeded from the plan's
+    seed (a distributed worker's share draws its own sequence)."""
+
+    def __init__(self, plan: LoadPlan):
+        spec = plan.arrival.sessions
+        rng = np.random.default_rng([plan.seed, 0x5E5510])
+        self._turns = SizeSampler(spec.turns, rng) if spec.turns is not None else None
+        self._think_ms = SizeSampler(spec.think_time_ms, rng)
+        self._dataset = [c.llm is not None and c.llm.dataset is not None for c in plan.classes]
+
+    def turns(self, index: int) -> int | None:
+        """Turns of a new session of class ``index``; None: its dataset conversation's."""
+        if self._dataset[index] or self._turns is None:
+            return None
+        return max(1, int(self._turns.draw()))
+
+    def think_ns(self) -> int:
+        """One think time, ns."""
+        return int(self._think_ms.draw()) * 1_000_000
+
+
+def run_session(session: LoadSession, exchanger: Exchanger, start_ns: int | None) -> str:
+    """One multi-turn session: draw its class and turn count, then send its turns one after
+    another, each with the history and the actual answers before it. ``start_ns``: turn 1's
+    scheduled time (epoch ns; None: now, a closed loop). Turn k+1 is scheduled at turn k's
+    end plus a think time. Stops at a failed turn (no answer to go on with), a halt, the
+    session's ``max_requests``, or a turn due after the run's duration. Returns how it ended:
+    "done" (every turn), "failed", "halted", "max_requests" or "run_end"."""
+    plan, clock, mix, draws = session.plan, session.clock, session.mix, session.session_draws
+    index = mix.draw_class()
+    conversation = mix.start_session(index, draws.turns(index))
+    session.sessions_started += 1
+    end_of_run_ns = clock.start_ns + int(plan.duration_s * 1e9)
+    scheduled_ns = start_ns
+    while not conversation.finished:
+        if session.halted.is_set():
+            return "halted"
+        if session.scheduled >= session.max_requests:
+            return "max_requests"
+        if scheduled_ns is not None and scheduled_ns >= end_of_run_ns:
+            return "run_end"
+        request = mix.prepare_turn(index, conversation)
+        request.wire = exchanger.encode(request)  # built before its time: off the send path
+        if scheduled_ns is not None:
+            offset = scheduled_ns - clock.start_ns
+            wait_s = clock.seconds_until(offset)
+            if wait_s > 0 and not _sleep_until(clock, offset, wait_s, session.halted):
+                return "halted"
+        session.scheduled += 1
+        session.sent += 1
+        session.in_flight += 1
+        try:
+            answer = exchanger.exchange(request, scheduled_ns)
+        finally:
+            session.in_flight -= 1
+        if answer is None:
+            return "failed"  # no answer: the conversation cannot go on
+        conversation.answer(answer, request.llm.counter.count(answer))
+        scheduled_ns = clock.now_ns() + draws.think_ns()
+    return "done"
+
+
+def run_open_sessions(session: LoadSession, exchanger: Exchanger) -> None:
+    """The open loop over sessions: at each scheduled offset a session starts (:func:`run_session`,
+    turn 1 scheduled at the offset) in its own greenlet, holding one of ``max_in_flight`` slots
+    while it lasts; a start that finds every slot taken waits (the wait is turn 1's lateness) or,
+    with the drop policy, is recorded as one ``dropped`` request. After the schedule, sessions
+    go on until the run's duration; then in-flight turns get the client timeout (plus grace)."""
+    plan, clock, mix = session.plan, session.clock, session.mix
+    slots = gevent.lock.BoundedSemaphore(plan.max_in_flight)
+    greenlets = gevent.pool.Group()
+
+    def one(start_ns: int) -> None:
+        try:
+            run_session(session, exchanger, start_ns)
+        except Exception as exc:  # noqa: BLE001  (kept for the totals and the manifest)
+            session.failure = exc
+            session.halt("stopped")
+        finally:
+            slots.release()
+
+    offsets = session.schedule()
+    drop_when_full = plan.in_flight_policy == "drop"
+    exhausted_reason = None
+    for offset in offsets:
+        session.next_send_elapsed_ns = offset
+        wait_s = clock.seconds_until(offset)
+        if wait_s > 0 and not _sleep_until(clock, offset, wait_s, session.halted):
+            break
+        if session.scheduled >= session.max_requests:
+            exhausted_reason = "max_requests"
+            break
+        if drop_when_full and not session.halted.is_set() and not slots.acquire(blocking=False):
+            _record_dropped_at_cap(session, offset, mix.classes[mix.draw_class()].name)
+            continue
+        if session.halted.is_set() or (not drop_when_full and not _take_slot(slots, session)):
+            break
+        greenlets.spawn(one, clock.start_ns + offset)
+    else:
+        exhausted_reason = "duration"
+    session.next_send_elapsed_ns = None
+    greenlets.join(timeout=max(0.0, clock.seconds_until(int(plan.duration_s * 1e9))))
+    if session.scheduled >= session.max_requests:
+        exhausted_reason = "max_requests"
+    session.end_scheduling(exhausted_reason)
+    greenlets.join(timeout=plan.timeout_s + DRAIN_GRACE_S)
+    greenlets.kill(timeout=DRAIN_GRACE_S)

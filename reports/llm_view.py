@@ -29,6 +29,7 @@ from tailscope.reports.formatting import (
     fmt_tokens_per_s,
     percentile_cells,
 )
+from tailscope.reports.kinds_view import kinds_data, kinds_headline
 from tailscope.support.cause_words import cause_title
 
 #: The percentile-set metrics of the section, in display order: (key, label).
@@ -105,6 +106,7 @@ def llm_data(analysis: dict) -> dict | None:
                    for key, label in SERIES for s in (llm.get("spikes") or {}).get(key, [])],
         "detection": _detection_text(llm.get("spike_detection") or {}),
         "tpot_note": TPOT_NOTE,
+        "kinds": kinds_data(llm),
         "has_points": bool((llm.get("points") or {}).get("scheduled_ns")),
     }
 
@@ -125,6 +127,7 @@ def llm_headline(analysis: dict) -> list[dict] | None:
     goodput = llm["goodput"]
     out.append({"label": f"LLM goodput {fmt_share(goodput['share'])}",
                 "note": f"{fmt_count(goodput['good'])} of {fmt_count(goodput['total'])} requests"})
+    out.extend(kinds_headline(analysis))
     return out
 
 

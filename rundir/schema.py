@@ -14,7 +14,7 @@ import pyarrow as pa
 
 #: Bumped when a file or column changes meaning. Readers accept runs whose
 #: major version they know and reject newer majors with a clear message.
-FORMAT_VERSION = "1.3"  # 1.1: spans.events; 1.2: requests' token columns, chunks.tokens; 1.3: output kinds
+FORMAT_VERSION = "1.3"  # 1.1: spans.events; 1.2: requests' token columns, chunks.tokens; 1.3: output kinds, sessions
 FORMAT_MAJOR = 1
 
 MANIFEST = "manifest.json"
@@ -54,6 +54,10 @@ REQUESTS_SCHEMA = pa.schema(
         ("finish_reason", pa.string()),  # the server's last finish_reason (stop, length, ...); null if none
         ("last_token_ns", pa.int64()),  # last content chunk (the usage chunk and [DONE] do not count)
         ("error_body", pa.string()),  # first 256 bytes: an OpenAI-API class's error JSON; any unstreamed HTTP error's body
+        # Multi-turn sessions (arrival.sessions) only; null otherwise and in runs before 1.3.
+        ("session_id", pa.int64()),  # the session (conversation) the request is a turn of: random, > 0
+        ("turn", pa.int32()),  # the turn's index in its session, 1 = the first
+        ("session_turns", pa.int32()),  # turns the session was to have (complete when all ended without error)
         # Kinds of output of generating OpenAI-API classes (1.3; null otherwise and before 1.3):
         # reasoning (reasoning_content / reasoning deltas), answer (content / text), tool calls.
         ("reasoning_tokens", pa.int32()),  # usage.completion_tokens_details.reasoning_tokens, else its chunks' tokens

@@ -15,7 +15,7 @@ import os
 from typing import Any
 
 from tailscope.loadgen.datafiles import DataFileError, load_arrival_log, load_bodies, load_sizes
-from tailscope.loadgen.spec import ArrivalLog, RateProfile
+from tailscope.loadgen.spec import ArrivalLog, RateProfile, SessionSpec, SizeSpec
 
 PROFILE_FIELDS = {
     "steps": {"kind", "steps"},
@@ -24,6 +24,10 @@ PROFILE_FIELDS = {
 }
 STEP_FIELDS = {"rate", "for"}
 REPLAY_FIELDS = {"file", "format", "unit", "speed", "loop"}
+SESSION_FIELDS = {"concurrency", "rate", "turns", "think_time"}
+THINK_TIME_FIELDS = {"dist", "value", "min", "max", "median", "sigma"}
+#: Arrival fields a session load sets inside ``sessions`` instead.
+SESSION_EXCLUSIVE = ("concurrency", "users", "think_time", "rate", "max_concurrency")
 
 
 def data_path(reader, value: str) -> str:
@@ -85,9 +89,15 @@ def _steps(reader, value: Any, path: tuple) -> tuple[tuple[float, float], ...]:
 
 
 def parse_arrival_log(reader, data: dict, path: tuple) -> ArrivalLog:
-    """``arrival.file`` (+ ``format``, ``unit``): the recorded log, read now."""
+    """``arrival.file`` (+ ``format``, ``unit``): the recorded log, read now; an LLM trace
+    (``format: mooncake | azure | burstgpt``) through :mod:`.trace_fields`."""
+    from tailscope.scenario_model.trace_fields import TRACE_FORMATS, parse_trace, plain_log_fields
+
     file = _data_file_name(reader, data, path)
     fmt = reader.string(data, path, "format", "timestamps")
+    if fmt in TRACE_FORMATS:
+        return parse_trace(reader, data, path, file, fmt)
+    plain_log_fields(reader, data, path)
     unit = reader.string(data, path, "unit", "s")
     try:
         offsets = load_arrival_log(file, fmt, unit)
@@ -114,3 +124,55 @@ def replay_bodies(reader, data: dict, path: tuple):
         return file, load_bodies(file)
     except DataFileError as exc:
         raise reader.fail(path + ("file",), str(exc)) from None
+
+
+def parse_sessions(reader, value: Any, path: tuple, arrival: dict) -> tuple[int | None, float | None, SessionSpec]:
+    """``arrival.sessions``: ``(concurrency, rate, SessionSpec)``, exactly one of ``concurrency``
+    (sessions kept going) and ``rate`` (sessions started per second on the arrival's open-loop
+    process) set. ``turns`` is a count distribution (the payload ``size`` grammar); ``think_time``
+    a duration or a distribution of durations (``{dist: lognormal, median: 2s, sigma: 0.5, max: 30s}``)."""
+    data = reader.mapping(value, path, SESSION_FIELDS)
+    for key in SESSION_EXCLUSIVE:
+        if key in arrival:
+            raise reader.fail(path[:-1] + (key,), "not with sessions: set the session load inside `sessions` "
+                              "(concurrency: N sessions at a time, or rate: sessions/s)")
+    concurrency = reader.number(data, path, "concurrency", None, integer=True)
+    rate = reader.number(data, path, "rate", None)
+    if (concurrency is None) == (rate is None):
+        raise reader.fail(path, "give either concurrency (sessions at a time) or rate (sessions started per second)")
+    if concurrency is not None and concurrency < 1:
+        raise reader.fail(path + ("concurrency",), f"must be >= 1, got {concurrency}")
+    if concurrency is not None and arrival.get("process", "closed") != "closed":
+        raise reader.fail(path[:-1] + ("process",), "concurrent sessions are a closed loop; "
+                          "for an open-loop process give sessions.rate")
+    turns = reader.size(data["turns"], path + ("turns",)) if "turns" in data else None
+    think = _think_time(reader, data.get("think_time", 0), path + ("think_time",))
+    return concurrency, rate, reader.build(path, SessionSpec, turns=turns, think_time_ms=think)
+
+
+def _think_time(reader, value: Any, path: tuple) -> SizeSpec:
+    """A think-time distribution, as whole milliseconds."""
+    if not isinstance(value, dict):
+        return reader.build(path[:-1], SizeSpec, dist="fixed", value=_ms(reader, value, path))
+    data = reader.mapping(value, path, THINK_TIME_FIELDS)
+    kwargs: dict[str, Any] = {"dist": reader.string(data, path, "dist", "fixed")}
+    for key in ("value", "min", "max", "median"):
+        if key in data:
+            kwargs[key] = _ms(reader, data[key], path + (key,))
+    if "sigma" in data:
+        kwargs["sigma"] = float(reader.number(data, path, "sigma"))
+    if kwargs["dist"] == "empirical":
+        raise reader.fail(path + ("dist",), "expected fixed, uniform or lognormal")
+    return reader.build(path, SizeSpec, **kwargs)
+
+
+def _ms(reader, value: Any, path: tuple) -> int:
+    from tailscope.support.units import parse_duration_s
+
+    try:
+        seconds = parse_duration_s(value)
+    except ValueError as exc:
+        raise reader.fail(path, str(exc)) from None
+    if seconds < 0:
+        raise reader.fail(path, f"must be >= 0, got {value!r}")
+    return int(round(seconds * 1000))

@@ -45,12 +45,15 @@ TOP_LEVEL_FIELDS = {
     "in_flight_policy", "trace_sample_rate", "tracing",
 }
 ARRIVAL_FIELDS = {"process", "rate", "burstiness", "users", "think_time", "profile", "concurrency", "max_concurrency",
-                  "file", "format", "unit", "speed", "loop"}
+                  "file", "format", "unit", "speed", "loop", "sessions"}
 CLASS_FIELDS = {"name", "weight", "method", "path", "headers", "payload", "stream"} | LLM_CLASS_FIELDS
 PAYLOAD_FIELDS = {"kind", "body", "size", "field", "file", "order"}
 SIZE_FIELDS = {"dist", "value", "min", "max", "median", "sigma", "file"}
 SIGNALS_FIELDS = {"rate", "prometheus", "process_tree"}
 TRACING_FIELDS = {"late_span_wait", "export_interval"}
+#: A replayed LLM trace's arrival fields (trace_fields.TRACE_FIELDS; only with ``process: replay``).
+REPLAY_ONLY_FIELDS = frozenset({"slice", "max_rate", "block_tokens"})
+ARRIVAL_FIELDS |= REPLAY_ONLY_FIELDS
 
 @dataclass
 class Scenario:
@@ -202,6 +205,11 @@ class FieldReader:
         timeout_s = self.duration(top, (), "timeout", 10.0)
         arrival = self.arrival(top.get("arrival"), ("arrival",), duration_s)
         classes = self.classes(top.get("classes"), ("classes",))
+        if arrival.log is not None and arrival.log.requests is not None:
+            from tailscope.scenario_model.trace_fields import trace_classes
+            classes = trace_classes(self, arrival, classes, top.get("classes"))
+        if arrival.sessions is not None:
+            self.session_classes(arrival, classes)
         slos = self.slos(top.get("slo", []), ("slo",))
         signals = self.mapping(top.get("signals", {}) or {}, ("signals",), SIGNALS_FIELDS)
         signal_rate = self.number(signals, ("signals",), "rate", 10.0)
@@ -289,16 +297,21 @@ class FieldReader:
         return value.rstrip("/")
 
     def arrival(self, value: Any, path: Path, duration_s: float | None = None) -> ArrivalSpec:
-        from tailscope.scenario_model.load_fields import REPLAY_FIELDS, parse_arrival_log, parse_profile
+        from tailscope.scenario_model.load_fields import REPLAY_FIELDS, parse_arrival_log, parse_profile, parse_sessions
 
         if value is None:
             raise self.fail((), "arrival: missing (e.g. arrival: {process: poisson, rate: 50})")
         data = self.mapping(value, path, ARRIVAL_FIELDS)
         process = self.string(data, path, "process", "poisson")
-        concurrency = self.concurrency_mode(data, path, process)
+        sessions = None
+        if data.get("sessions") is not None:
+            concurrency, rate, sessions = parse_sessions(self, data["sessions"], path + ("sessions",), data)
+            process = "closed" if concurrency is not None else process
+        else:
+            concurrency = self.concurrency_mode(data, path, process)
+            rate = self.number(data, path, "rate", None)
         if concurrency is not None:
             process = "closed"
-        rate = self.number(data, path, "rate", None)
         profile = (parse_profile(self, data["profile"], path + ("profile",), rate, duration_s)
                    if data.get("profile") is not None else None)
         if profile is not None and rate is None:
@@ -308,6 +321,8 @@ class FieldReader:
         if process != "replay":
             for key in sorted(REPLAY_FIELDS & set(data)):
                 raise self.fail(path + (key,), "only for `process: replay`")
+        for key in sorted(REPLAY_ONLY_FIELDS & set(data) if process != "replay" else ()):
+            raise self.fail(path + (key,), "only for `process: replay`")
         speed = self.number(data, path, "speed", 1.0)
         loop = data.get("loop", False)
         if not isinstance(loop, bool):
@@ -325,6 +340,8 @@ class FieldReader:
             speed=float(speed),
             loop=loop,
             max_concurrency=self.number(data, path, "max_concurrency", None, integer=True),
+            max_rate=self.number(data, path, "max_rate", None),
+            sessions=sessions,
         )
 
     def concurrency_mode(self, data: dict, path: Path, process: str) -> int | None:
@@ -344,6 +361,21 @@ class FieldReader:
         if concurrency < 1:
             raise self.fail(at, f"must be >= 1, got {concurrency}")
         return concurrency
+
+    def session_classes(self, arrival: ArrivalSpec, classes: tuple[RequestClass, ...]) -> None:
+        """Multi-turn sessions need chat classes (the history is messages) and a turn count
+        for every class without a dataset (a dataset conversation brings its own)."""
+        for index, cls in enumerate(classes):
+            if cls.api != "openai-chat":
+                raise self.fail(("classes", index, "api" if cls.llm is not None else "name"),
+                                "arrival.sessions needs openai-chat classes (a session's history is chat messages)")
+        synthetic = [i for i, cls in enumerate(classes) if cls.llm.dataset is None]
+        if synthetic and arrival.sessions.turns is None:
+            raise self.fail(("arrival", "sessions"), f"turns: missing (class {classes[synthetic[0]].name!r} "
+                            "has no dataset to take its turns from), e.g. turns: {dist: uniform, min: 2, max: 6}")
+        if not synthetic and arrival.sessions.turns is not None:
+            raise self.fail(("arrival", "sessions", "turns"), "not used: every class replays dataset "
+                            "conversations, each session one conversation with its own user turns")
 
     def classes(self, value: Any, path: Path) -> tuple[RequestClass, ...]:
         if value is None:

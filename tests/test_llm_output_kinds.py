@@ -213,3 +213,86 @@ def test_reference_server_reasoning_and_tool_calls_end_to_end(kinds_server, tmp_
     print("client - server medians (ms):", {k: round(v, 3) for k, v in medians.items()})
     assert 0 <= medians["first answer"] < 1.0, medians
     assert abs(medians["reasoning TPOT"]) < 1.0 and abs(medians["answer TPOT"]) < 1.0, medians
+
+
+SCENARIO = """\
+name: llm-kinds
+duration: 4s
+seed: 5
+timeout: 30s
+arrival: {{process: poisson, rate: 12}}
+classes:
+  - name: think
+    weight: 2
+    api: openai-chat
+    model: tailscope-llm
+    prompt_tokens: 20
+    output_tokens: 24
+    reasoning_effort: {effort}
+  - name: agent
+    api: openai-chat
+    model: tailscope-llm
+    prompt_tokens: 30
+    output_tokens: 16
+    reasoning_effort: low
+    tools:
+      - {{type: function, function: {{name: lookup, parameters: {{type: object}}}}}}
+    tool_choice: lookup
+"""
+
+
+def _cli_run(tmp, server: _Server, name: str, effort: str) -> str:
+    from cli_helpers import free_port, run_tailscope
+    scenario = tmp / f"{name}.yaml"
+    scenario.write_text(SCENARIO.format(effort=effort))
+    done = run_tailscope("run", str(scenario), "--target", f"http://127.0.0.1:{server.server_address[1]}", "--out",
+                         str(tmp / name), "--receiver-port", str(free_port()), "--receiver-grpc-port", "-1",
+                         timeout=240)
+    assert done.returncode in (0, 3), done.stdout[-3000:] + done.stderr[-3000:]
+    return next(str(p) for p in (tmp / name).iterdir() if p.is_dir())
+
+
+def test_analysis_report_and_compare_carry_reasoning_and_tool_calls(kinds_server, tmp_path):
+    """Two real `tailscope run`s: think with reasoning_effort low, then high (the answer waits for
+    three times the reasoning). The analysis has llm.reasoning and llm.tool_calls (schema-valid), the
+    report's block and headline answer with them, and compare finds the later first answer."""
+    import jsonschema
+    from cli_helpers import load_analysis
+
+    from tailscope.analyzers.comparison.baseline import compare_runs
+    from tailscope.reports.data import build_report_data
+
+    low, high = _cli_run(tmp_path, kinds_server, "low", "low"), _cli_run(tmp_path, kinds_server, "high", "high")
+    analysis = load_analysis(high)
+    with open(os.path.join(os.path.dirname(__file__), "..", "analyzers", "analysis.schema.json")) as fh:
+        jsonschema.validate(analysis, json.load(fh))
+    llm = analysis["llm"]
+    rows = read_stream(os.path.join(high, schema.REQUESTS), schema.REQUESTS_SCHEMA).table.to_pylist()
+    reasoned = [r for r in rows if r["error_kind"] is None and r["reasoning_tokens"]]
+    assert llm["reasoning"]["requests"] == len(reasoned) == llm["completed"]
+    assert llm["reasoning"]["reasoning_tokens"]["sum"] == sum(r["reasoning_tokens"] for r in reasoned)
+    think = llm["classes"]["think"]["reasoning"]
+    assert think["reasoning_tokens"]["p50"] == 18 and think["answer_tokens"]["p50"] == 6  # high: 0.75 x 24
+    assert think["ttfa_ms"]["p50"]["value_ms"] > think["ttfr_ms"]["p50"]["value_ms"]
+    tools = llm["classes"]["agent"]["tool_calls"]
+    assert tools["calls"]["p50"] == 1 and tools["requests"] == llm["classes"]["agent"]["completed"]
+    assert "tool_calls" not in llm["classes"]["think"]
+    assert tools["time_to_tool_call_ms"]["p50"]["value_ms"] >= llm["classes"]["agent"]["ttft_ms"]["p50"]["value_ms"]
+    data = build_report_data(analysis)
+    kinds = data["llm"]["kinds"]
+    assert [r["metric"] for r in kinds["rows"]] == ["time to first reasoning token", "time to first answer token",
+                                                    "TPOT, reasoning", "TPOT, answer", "time to complete tool call"]
+    labels = [h["label"] for h in data["llm_headline"]]
+    assert any(label.startswith("time to first answer token P99") for label in labels)
+    assert any(label.startswith("time to complete tool call P99") for label in labels)
+    with open(os.path.join(high, "report.html"), encoding="utf-8") as fh:
+        html = fh.read()
+    assert 'id="llm-kinds"' in html and "time to complete tool call" in html
+    comparison = compare_runs(high, low)
+    by_metric = {(r["metric"], r["percentile"]): r for r in comparison["llm"]["rows"]}
+    ttfa = by_metric[("ttfa_ms", "p50")]
+    # 18 reasoning tokens before the answer instead of 6: the first answer comes later
+    assert ttfa["current"] > ttfa["baseline"] * 1.5 and ttfa["change"] > 0, ttfa
+    assert ("time_to_tool_call_ms", "p99") in by_metric
+    names = {c["name"] for c in comparison["checks"]}
+    assert {"LLM time to first answer token P99", "LLM time to complete tool call P99"} <= names

@@ -11,6 +11,10 @@ runs, then time blocks within each run, with the side's replicate weights (:mod:
 - ``output_tokens_per_s``: the output tokens that arrived per second over the load periods (each
   run's 1-s windows; a replicate's rate is the tokens of its drawn blocks over their windows);
   claimable when both sides have at least ``MIN_RATE_WINDOWS`` windows. *Lower is worse.*
+- ``ttfa_ms`` (time to the first answer token of the requests that reasoned) and
+  ``time_to_tool_call_ms`` (to the complete tool call) at P50 and P99, from the scheduled send
+  (analyzers/stats/llm_kinds.py), resampled as TTFT, only when both sides have such requests;
+  *higher is worse*; judged as a family of their own (their P99 rows), apart from the four below.
 - ``goodput``: the share of LLM requests meeting every per-request SLO of each run's own scenario
   (analyzers/stats/goodput.py; a replicate's share is the good requests of its drawn blocks over
   their LLM requests); claimable when both sides have at least ``MIN_GOODPUT_REQUESTS`` LLM
@@ -25,7 +29,7 @@ change interval excludes 0 on that side **and** it is claimable; ``improved`` sy
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -34,6 +38,7 @@ from tailscope.analyzers.comparison.resampling import ratio_replicates
 from tailscope.analyzers.inputs.records import NS_PER_S
 from tailscope.analyzers.stats.goodput import good_requests
 from tailscope.analyzers.stats.llm import llm_arrays, series, window_columns
+from tailscope.analyzers.stats.llm_kinds import kind_series
 from tailscope.analyzers.stats.slo import parse_slo
 from tailscope.analyzers.stats.streaming import read_chunks, stream_times
 from tailscope.analyzers.stats.summary import load_period_ns
@@ -45,7 +50,10 @@ WINDOW_NS = NS_PER_S
 LLM_FAMILY = 4
 #: (metric, percentile name, quantile) of the per-request rows.
 PERCENTILE_ROWS = (("ttft_ms", "p50", 0.50), ("ttft_ms", "p99", 0.99), ("tpot_ms", "p50", 0.50), ("tpot_ms", "p99", 0.99))
-LABELS = {"ttft_ms": "TTFT", "tpot_ms": "TPOT", "output_tokens_per_s": "output tokens/s", "goodput": "goodput"}
+LABELS = {"ttft_ms": "TTFT", "tpot_ms": "TPOT", "output_tokens_per_s": "output tokens/s", "goodput": "goodput",
+          "ttfa_ms": "time to first answer token", "time_to_tool_call_ms": "time to complete tool call"}
+#: The output-kind rows (analyzers/stats/llm_kinds.py ``kind_series`` key, metric), when both sides have them.
+KIND_ROWS = (("ttfa", "ttfa_ms"), ("time_to_tool_call", "time_to_tool_call_ms"))
 
 
 @dataclass(frozen=True)
@@ -64,6 +72,8 @@ class LlmSide:
     request_blocks: np.ndarray
     blocks: int
     runs: int
+    #: Per :data:`KIND_ROWS` metric: (values ms, their time blocks); absent when no run had that kind.
+    kinds: dict = field(default_factory=dict)
 
     @property
     def requests(self) -> int:
@@ -84,7 +94,8 @@ def _scenario_slos(scenario: dict) -> list:
 def llm_side(side) -> LlmSide | None:
     """The LLM values of a comparison side (its runs' request arrays and time blocks); None when
     one of its runs has no OpenAI-API request."""
-    parts: dict[str, list] = {k: [] for k in ("ttft", "ttft_b", "tpot", "tpot_b", "tokens", "tokens_b", "good", "good_b")}
+    parts: dict[str, list] = {k: [] for k in ("ttft", "ttft_b", "tpot", "tpot_b", "tokens", "tokens_b", "good", "good_b",
+                                              *(key + tail for key, _ in KIND_ROWS for tail in ("", "_b")))}
     for index, one in enumerate(side.runs):
         run, req = one.run, one.req
         llm = llm_arrays(run.requests)
@@ -93,7 +104,8 @@ def llm_side(side) -> LlmSide | None:
         times = stream_times(req, run.requests, *read_chunks(run.path))
         values = series(req, llm, times)
         blocks = side.layout.block_ids(index, req.scheduled_ns)
-        for key in ("ttft", "tpot"):
+        values.update(kind_series(llm.kinds, req.scheduled_ns, ~np.isnan(values["ttft"])))
+        for key in ("ttft", "tpot", *(key for key in values if key in dict(KIND_ROWS))):
             keep = ~np.isnan(values[key])
             parts[key].append(values[key][keep])
             parts[key + "_b"].append(blocks[keep])
@@ -112,7 +124,9 @@ def llm_side(side) -> LlmSide | None:
         return np.concatenate(parts[key]).astype(dtype) if parts[key] else np.zeros(0, dtype)
     return LlmSide(joined("ttft", np.float64), joined("ttft_b", np.int64), joined("tpot", np.float64),
                    joined("tpot_b", np.int64), joined("tokens", np.float64), joined("tokens_b", np.int64),
-                   joined("good", bool), joined("good_b", np.int64), side.layout.total, len(side.runs))
+                   joined("good", bool), joined("good_b", np.int64), side.layout.total, len(side.runs),
+                   {metric: (joined(key, np.float64), joined(key + "_b", np.int64)) for key, metric in KIND_ROWS
+                    if parts[key] and sum(len(v) for v in parts[key])})
 
 
 def _runs(before: LlmSide, now: LlmSide, weights: tuple) -> tuple[int, int]:
@@ -173,11 +187,17 @@ def compare_llm(before, now, weights: tuple, rules: CompareRules) -> dict | None
         return None
     rng = np.random.default_rng(rules.seed + 1)
     rows = []
-    for metric, name, p in PERCENTILE_ROWS:
-        blocks = metric.replace("_ms", "_blocks")
-        judged = compare_percentiles(Figure(getattr(a, metric), getattr(a, blocks), weights[0]),
-                                     Figure(getattr(b, metric), getattr(b, blocks), weights[1]), ((name, p),), rules, rng,
-                                     family=LLM_FAMILY, runs=_runs(a, b, weights))
+    figures = {metric: ((getattr(a, metric), getattr(a, metric.replace("_ms", "_blocks"))),
+                        (getattr(b, metric), getattr(b, metric.replace("_ms", "_blocks"))))
+               for metric in ("ttft_ms", "tpot_ms")}
+    kinds = [metric for _, metric in KIND_ROWS if metric in a.kinds and metric in b.kinds]
+    figures.update({metric: (a.kinds[metric], b.kinds[metric]) for metric in kinds})
+    plan = [(metric, name, p, LLM_FAMILY) for metric, name, p in PERCENTILE_ROWS]
+    plan += [(metric, name, p, len(kinds)) for metric in kinds for name, p in (("p50", 0.50), ("p99", 0.99))]
+    for metric, name, p, family in plan:
+        (a_values, a_blocks), (b_values, b_blocks) = figures[metric]
+        judged = compare_percentiles(Figure(a_values, a_blocks, weights[0]), Figure(b_values, b_blocks, weights[1]),
+                                     ((name, p),), rules, rng, family=family, runs=_runs(a, b, weights))
         for _, row in judged:
             rows.append({"metric": metric, "percentile": name, "unit": "ms",
                          "baseline": row["baseline_ms"], "baseline_ci": row["baseline_ci_ms"],

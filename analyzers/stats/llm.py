@@ -37,6 +37,8 @@ percentiles: a slow stream is a *low* rate); ``token_counts_from`` counts the
 requests per ``token_count_source``; ``finish_reasons`` per reason; ``goodput``
 is DistServe's: the share of the scope's LLM requests without error that met
 every per-request SLO (:mod:`.goodput`: TTFT, TPOT, ITL, e2e and latency).
+``reasoning`` and ``tool_calls`` (only when some request reasoned or called a
+tool; format 1.3): the output kinds' figures of :mod:`.llm_kinds`.
 
 Over time (:func:`window_columns`): per display window, the P50/P99 of TTFT
 and TPOT of the LLM requests *scheduled* in it (only where claimed, as the
@@ -61,6 +63,7 @@ import pyarrow.compute as pc
 
 from tailscope.analyzers.inputs.records import NS_PER_MS, RequestArrays, int_column
 from tailscope.analyzers.stats.goodput import goodput_summary
+from tailscope.analyzers.stats.llm_kinds import KindArrays, kind_arrays, kinds_metrics
 from tailscope.analyzers.stats.llm_metrics import chunk_gaps_ns, output_tokens_per_s
 from tailscope.analyzers.stats.percentiles import nearest_rank, percentile_set
 from tailscope.analyzers.stats.slo import Slo
@@ -82,6 +85,7 @@ class LlmArrays:
     output_tokens: np.ndarray  # float64, NaN when null (embeddings, failures)
     source: np.ndarray  # object: token_count_source or None
     finish_reason: np.ndarray  # object: finish_reason or None
+    kinds: KindArrays | None = None  # reasoning and tool-call columns (format 1.3), when any row has them
 
 
 def llm_arrays(requests: pa.Table) -> LlmArrays | None:
@@ -102,6 +106,7 @@ def llm_arrays(requests: pa.Table) -> LlmArrays | None:
         output_tokens=counts("output_tokens"),
         source=requests.column("token_count_source").to_numpy(zero_copy_only=False),
         finish_reason=requests.column("finish_reason").to_numpy(zero_copy_only=False),
+        kinds=kind_arrays(requests),
     )
 
 
@@ -176,6 +181,7 @@ def scope_metrics(req: RequestArrays, llm: LlmArrays, times: StreamTimes, mask: 
         },
         "token_counts_from": _counts(llm.source[mask]),
         "finish_reasons": _counts(llm.finish_reason[ok]),
+        **kinds_metrics(llm.kinds, req.scheduled_ns, ok, streamed, llm.output_tokens, token_stats),
     }
 
 

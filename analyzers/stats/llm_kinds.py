@@ -1,0 +1,126 @@
+"""Kinds of LLM output: reasoning streams and tool calls (the ``reasoning`` and ``tool_calls`` of an ``llm`` scope).
+
+Pure numpy over the request table's output-kind columns (run format 1.3:
+``reasoning_tokens``, ``answer_tokens``, ``first_reasoning_ns``,
+``last_reasoning_ns``, ``first_answer_ns``, ``last_answer_ns``,
+``tool_calls``, ``tool_call_ns``; written by
+``tailscope.loadgen.openai_stream.OpenAIReply``). A scope gets
+
+- ``reasoning`` when any of its completed requests reasoned (reasoning
+  tokens > 0): over those requests, ``requests``; ``ttfr_ms`` (time to the
+  first reasoning token: first chunk with reasoning − scheduled send) and
+  ``ttfa_ms`` (time to the first answer token: first answer chunk −
+  scheduled send), streamed requests only; ``reasoning_tpot_ms`` and
+  ``answer_tpot_ms`` (last − first chunk of the kind ÷ (its tokens − 1),
+  requests with at least 2 tokens of the kind); ``reasoning_tokens`` and
+  ``answer_tokens`` (``{sum, mean, p50, p99}``); ``reasoning_share`` (the
+  scope's reasoning tokens ÷ its output tokens);
+- ``tool_calls`` when any completed request called a tool: over those
+  requests, ``requests``, ``calls`` (tool calls per request, ``{sum, mean,
+  p50, p99}``), ``time_to_tool_call_ms`` (when the last call was complete −
+  scheduled send, streamed requests; a non-streamed reply's calls are complete
+  at its end).
+
+Times are ms from the scheduled send, as TTFT; each a
+:func:`~.percentiles.percentile_set`. A run before format 1.3, or whose
+requests carry no reasoning and no tool call, adds neither key.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+
+from tailscope.analyzers.inputs.records import NS_PER_MS, int_column
+from tailscope.analyzers.stats.percentiles import percentile_set
+
+#: The request-table columns read (format 1.3), in ``REQUESTS_SCHEMA`` order.
+KIND_COLUMNS = ("reasoning_tokens", "answer_tokens", "first_reasoning_ns", "last_reasoning_ns",
+                "first_answer_ns", "last_answer_ns", "tool_calls", "tool_call_ns")
+
+
+@dataclass(frozen=True)
+class KindArrays:
+    """The output-kind columns, aligned with the request rows: ``values[name]`` int64 (nulls 0),
+    ``present[name]`` bool."""
+
+    values: dict[str, np.ndarray]
+    present: dict[str, np.ndarray]
+
+    def tokens(self, name: str) -> np.ndarray:
+        """A count column as float64 with NaN where null."""
+        return np.where(self.present[name], self.values[name].astype(np.float64), np.nan)
+
+
+def kind_arrays(requests: pa.Table) -> KindArrays | None:
+    """The output-kind columns, or None in a run before format 1.3 or when no row has reasoning or a tool call."""
+    if any(name not in requests.column_names for name in KIND_COLUMNS):
+        return None
+    values, present = {}, {}
+    for name in KIND_COLUMNS:
+        values[name], present[name] = int_column(requests, name)
+    if not (values["reasoning_tokens"] > 0).any() and not (values["tool_calls"] > 0).any():
+        return None
+    return KindArrays(values, present)
+
+
+def _since_ms(kinds: KindArrays, name: str, scheduled_ns: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    rows = rows & kinds.present[name]
+    return (kinds.values[name][rows] - scheduled_ns[rows]) / NS_PER_MS
+
+
+def _tpot_ms(kinds: KindArrays, first: str, last: str, count: str, rows: np.ndarray) -> np.ndarray:
+    tokens = kinds.values[count]
+    rows = rows & kinds.present[first] & kinds.present[last] & (tokens >= 2)
+    return (kinds.values[last][rows] - kinds.values[first][rows]) / (tokens[rows] - 1) / NS_PER_MS
+
+
+def kinds_metrics(kinds: KindArrays | None, scheduled_ns: np.ndarray, ok: np.ndarray, streamed: np.ndarray,
+                  output_tokens: np.ndarray, token_stats) -> dict:
+    """``{"reasoning": ..., "tool_calls": ...}`` of the completed requests ``ok`` (``streamed``: those
+    streamed), each key only when some request has that kind (module docstring). ``output_tokens``:
+    float64 per request (NaN: null); ``token_stats``: the ``llm`` section's ``{sum, mean, p50, p99}`` maker."""
+    if kinds is None:
+        return {}
+    out: dict = {}
+    reasoned = ok & (kinds.values["reasoning_tokens"] > 0)
+    if reasoned.any():
+        total_output = float(np.nansum(output_tokens[ok]))
+        reasoning_sum = float(kinds.values["reasoning_tokens"][ok].sum())
+        out["reasoning"] = {
+            "requests": int(reasoned.sum()),
+            "ttfr_ms": percentile_set(_since_ms(kinds, "first_reasoning_ns", scheduled_ns, reasoned & streamed)),
+            "ttfa_ms": percentile_set(_since_ms(kinds, "first_answer_ns", scheduled_ns, reasoned & streamed)),
+            "reasoning_tpot_ms": percentile_set(_tpot_ms(kinds, "first_reasoning_ns", "last_reasoning_ns",
+                                                         "reasoning_tokens", reasoned & streamed)),
+            "answer_tpot_ms": percentile_set(_tpot_ms(kinds, "first_answer_ns", "last_answer_ns", "answer_tokens",
+                                                      reasoned & streamed)),
+            "reasoning_tokens": token_stats(kinds.tokens("reasoning_tokens")[reasoned]),
+            "answer_tokens": token_stats(kinds.tokens("answer_tokens")[reasoned]),
+            "reasoning_share": reasoning_sum / total_output if total_output > 0 else None,
+        }
+    called = ok & (kinds.values["tool_calls"] > 0)
+    if called.any():
+        out["tool_calls"] = {
+            "requests": int(called.sum()),
+            "calls": token_stats(kinds.tokens("tool_calls")[called]),
+            "time_to_tool_call_ms": percentile_set(_since_ms(kinds, "tool_call_ns", scheduled_ns, called & streamed)),
+        }
+    return out
+
+
+def kind_series(kinds: KindArrays | None, scheduled_ns: np.ndarray, keep: np.ndarray) -> dict[str, np.ndarray]:
+    """Per request (NaN where it has none) of the rows ``keep`` selects: ``ttfa`` (ms to the first answer
+    token, reasoning requests) and ``time_to_tool_call`` (ms), for ``compare``; ``{}`` without kinds."""
+    if kinds is None:
+        return {}
+    out = {}
+    for key, column, has in (("ttfa", "first_answer_ns", kinds.values["reasoning_tokens"] > 0),
+                             ("time_to_tool_call", "tool_call_ns", kinds.values["tool_calls"] > 0)):
+        rows = keep & has & kinds.present[column]
+        values = np.full(len(scheduled_ns), np.nan)
+        values[rows] = (kinds.values[column][rows] - scheduled_ns[rows]) / NS_PER_MS
+        out[key] = values
+    return out

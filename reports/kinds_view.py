@@ -1,0 +1,70 @@
+"""The report's reasoning and tool-call block: time to the first reasoning and answer token, TPOT per
+kind, reasoning tokens, time to the complete tool call.
+
+Reads only the analysis's ``llm.reasoning`` and ``llm.tool_calls`` (docs/analysis-schema.md;
+analyzers/stats/llm_kinds.py); None for a run whose replies had neither. :func:`kinds_data` is the
+block's pre-formatted table data (every value a string), :func:`kinds_headline` the verdict's answers.
+"""
+
+from __future__ import annotations
+
+from tailscope.reports.formatting import fmt_count, fmt_ms, fmt_number, fmt_share, percentile_cells
+
+#: The percentile-set rows of the block: (section, key, label).
+ROWS = (("reasoning", "ttfr_ms", "time to first reasoning token"),
+        ("reasoning", "ttfa_ms", "time to first answer token"),
+        ("reasoning", "reasoning_tpot_ms", "TPOT, reasoning"),
+        ("reasoning", "answer_tpot_ms", "TPOT, answer"),
+        ("tool_calls", "time_to_tool_call_ms", "time to complete tool call"))
+
+
+def _row(label: str, entry: dict) -> dict:
+    p50, p99 = percentile_cells(entry["p50"]), percentile_cells(entry["p99"])
+    return {"metric": label, "p50": p50["value"], "p50_ci": p50["ci"], "p99": p99["value"], "p99_ci": p99["ci"],
+            "p99_claimed": p99["claimed"], "max": fmt_ms(entry["max"]["value_ms"]), "n": p50["n"]}
+
+
+def _tokens(label: str, stats: dict) -> dict:
+    return {"what": label, "sum": fmt_count(stats["sum"]), "mean": fmt_number(stats["mean"]),
+            "p50": fmt_number(stats["p50"]), "p99": fmt_number(stats["p99"])}
+
+
+def kinds_data(llm: dict) -> dict | None:
+    """The block's tables; None without ``llm.reasoning`` and ``llm.tool_calls``."""
+    reasoning, tools = llm.get("reasoning"), llm.get("tool_calls")
+    if not reasoning and not tools:
+        return None
+    figures = {"reasoning": reasoning, "tool_calls": tools}
+    tokens = []
+    if reasoning:
+        tokens += [_tokens("reasoning tokens", reasoning["reasoning_tokens"]),
+                   _tokens("answer tokens", reasoning["answer_tokens"])]
+    if tools:
+        tokens.append(_tokens("tool calls per request", tools["calls"]))
+    return {
+        "reasoning_requests": fmt_count(reasoning["requests"]) if reasoning else None,
+        "reasoning_share": fmt_share(reasoning["reasoning_share"]) if reasoning else None,
+        "tool_requests": fmt_count(tools["requests"]) if tools else None,
+        "rows": [_row(label, figures[section][key]) for section, key, label in ROWS if figures[section]],
+        "tokens": tokens,
+    }
+
+
+def kinds_headline(analysis: dict) -> list[dict]:
+    """The verdict's reasoning and tool-call figures (``{"label", "note"}``, strings): time to the
+    first answer token P99 of the reasoning requests, time to the complete tool call P99; ``[]`` without."""
+    llm = analysis.get("llm") or {}
+    out = []
+    reasoning, tools = llm.get("reasoning"), llm.get("tool_calls")
+    if reasoning and reasoning["ttfa_ms"]["p99"].get("n"):
+        cells = percentile_cells(reasoning["ttfa_ms"]["p99"])
+        out.append({"label": f"time to first answer token P99 {cells['value']}",
+                    "note": (f"{fmt_count(reasoning['requests'])} reasoning requests · "
+                             f"{fmt_share(reasoning['reasoning_share'])} of output tokens reasoning · "
+                             f"95% CI {cells['ci']} · {cells['claimed']}")})
+    if tools and tools["time_to_tool_call_ms"]["p99"].get("n"):
+        cells = percentile_cells(tools["time_to_tool_call_ms"]["p99"])
+        out.append({"label": f"time to complete tool call P99 {cells['value']}",
+                    "note": f"{fmt_count(tools['requests'])} requests called tools · 95% CI {cells['ci']} · "
+                            f"{cells['claimed']}"})
+    return out

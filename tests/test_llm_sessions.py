@@ -1,0 +1,329 @@
+"""Multi-turn sessions (``arrival.sessions``) through the real `tailscope` command against the real
+LLM reference server (``python -m tailscope.targets.llm``) on loopback.
+
+Between the harness and the server sits a byte relay on another loopback port (:class:`CaptureRelay`):
+it forwards every byte both ways untouched and keeps them, so the test reads exactly what the
+server was sent — turn k's ``messages`` — and exactly what it streamed back — turn k−1's answer —
+and checks that the history carries the model's actual answers, not recorded ones.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import textwrap
+import threading
+from collections import defaultdict
+
+import numpy as np
+import pytest
+from cli_helpers import load_analysis, only_run_dir, run_tailscope
+from test_llm_server import LlmServer
+
+from tailscope.loadgen.llm_requests import LLMRequestMaker
+from tailscope.loadgen.spec import LLMDataset, LLMSpec, SizeSpec
+from tailscope.rundir import read_stream, schema
+from tailscope.scenario_model.scenario import ScenarioError, parse_scenario
+
+
+class CaptureRelay:
+    """A TCP relay on a loopback port in front of ``upstream_port``: forwards bytes both ways
+    and keeps, per connection, what the client sent and what the server answered."""
+
+    def __init__(self, upstream_port: int):
+        self.upstream_port = upstream_port
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.connections: list[tuple[bytearray, bytearray]] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(("127.0.0.1", self.upstream_port))
+            record = (bytearray(), bytearray())
+            self.connections.append(record)
+            threading.Thread(target=self._pump, args=(client, upstream, record[0]), daemon=True).start()
+            threading.Thread(target=self._pump, args=(upstream, client, record[1]), daemon=True).start()
+
+    @staticmethod
+    def _pump(source: socket.socket, sink: socket.socket, keep: bytearray) -> None:
+        try:
+            while data := source.recv(65536):
+                keep += data
+                sink.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for sock in (sink, source):
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def close(self) -> None:
+        self.listener.close()
+
+    def exchanges(self) -> dict[str, tuple[dict, str]]:
+        """``{X-Request-Id: (request JSON, the answer text streamed back)}`` of every chat exchange."""
+        out = {}
+        for sent, answered in self.connections:
+            requests = _http_messages(bytes(sent))
+            responses = _http_messages(bytes(answered))
+            for (head, body), (_, reply) in zip(requests, responses):
+                request_id = head.get("x-request-id")
+                if request_id and body:
+                    out[request_id] = (json.loads(body), _answer_text(reply))
+        return out
+
+
+def _http_messages(data: bytes) -> list[tuple[dict, bytes]]:
+    """(lower-cased headers, body) of each HTTP/1.1 message in ``data`` (Content-Length or chunked)."""
+    out = []
+    while data:
+        end = data.find(b"\r\n\r\n")
+        if end < 0:
+            break
+        lines = data[:end].decode("latin-1").split("\r\n")[1:]
+        head = {k.strip().lower(): v.strip() for k, v in (line.split(":", 1) for line in lines if ":" in line)}
+        data = data[end + 4:]
+        if head.get("transfer-encoding", "").lower() == "chunked":
+            body = bytearray()
+            while True:
+                size_end = data.find(b"\r\n")
+                size = int(data[:size_end].split(b";")[0], 16)
+                body += data[size_end + 2: size_end + 2 + size]
+                data = data[size_end + 2 + size + 2:]
+                if size == 0:
+                    break
+            out.append((head, bytes(body)))
+        else:
+            length = int(head.get("content-length", len(data)))
+            out.append((head, data[:length]))
+            data = data[length:]
+    return out
+
+
+def _answer_text(body: bytes) -> str:
+    """The ``content`` deltas of an SSE chat stream, joined."""
+    parts = []
+    for line in body.decode("utf-8").splitlines():
+        if line.startswith("data: ") and line != "data: [DONE]":
+            for choice in json.loads(line[6:]).get("choices") or []:
+                parts.append((choice.get("delta") or {}).get("content") or "")
+    return "".join(parts)
+
+
+@pytest.fixture(scope="module")
+def llm_server():
+    server = LlmServer(["--max-num-seqs", "16", "--tokens-per-chunk", "2"])
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+def _requests(run_dir: str) -> list[dict]:
+    return read_stream(os.path.join(run_dir, schema.REQUESTS), schema.REQUESTS_SCHEMA).table.to_pylist()
+
+
+def _run(tmp_path, port: int, scenario: str) -> tuple[str, dict]:
+    path = tmp_path / "sessions.yaml"
+    path.write_text(textwrap.dedent(scenario))
+    out = tmp_path / "runs"
+    proc = run_tailscope("run", str(path), "--target", f"http://127.0.0.1:{port}", "--out", str(out),
+                         "--receiver-port", "0", timeout=180)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    run_dir = only_run_dir(out)
+    return run_dir, load_analysis(run_dir)
+
+
+def test_sessions_send_the_real_answers_back(tmp_path, llm_server):
+    """Concurrent sessions (3 at a time) of a synthetic class and a dataset class: every turn after
+    the first carries, in its history, the exact text the server streamed for each earlier turn
+    (and the dataset's user messages, never its recorded replies); turns are numbered 1..n per
+    session, at most 3 sessions overlap, and the analysis and report show the per-turn figures."""
+    conversations = tmp_path / "conversations.jsonl"
+    recorded = "RECORDED REPLY that must never be sent"
+    conversations.write_text("\n".join(json.dumps({"messages": [
+        {"role": "user", "content": f"question {i} one"}, {"role": "assistant", "content": recorded},
+        {"role": "user", "content": f"question {i} two"}, {"role": "assistant", "content": recorded},
+        {"role": "user", "content": f"question {i} three"}]}) for i in range(4)) + "\n")
+    relay = CaptureRelay(llm_server.port)
+    try:
+        run_dir, analysis = _run(tmp_path, relay.port, """\
+            name: sessions
+            duration: 3s
+            seed: 5
+            timeout: 20s
+            arrival:
+              sessions: {concurrency: 3, turns: {dist: uniform, min: 2, max: 4}, think_time: 50ms}
+            classes:
+              - name: chat
+                api: openai-chat
+                model: tailscope-llm
+                prompt_tokens: {dist: uniform, min: 5, max: 20}
+                output_tokens: 6
+              - name: replay
+                api: openai-chat
+                model: tailscope-llm
+                dataset: conversations.jsonl
+                output_tokens: 5
+            slo: ["error_rate < 5%"]
+            verdict: {unclaimed: inconclusive}
+            """)
+        exchanges = relay.exchanges()
+    finally:
+        relay.close()
+    rows = [r for r in _requests(run_dir) if r["error_kind"] is None]
+    assert rows and all(r["session_id"] is not None for r in rows)
+    sessions = defaultdict(list)
+    for row in rows:
+        sessions[row["session_id"]].append(row)
+    later_turns = 0
+    for turns in sessions.values():
+        turns.sort(key=lambda r: r["turn"])
+        assert [r["turn"] for r in turns] == list(range(1, len(turns) + 1))
+        assert len({r["session_turns"] for r in turns}) == 1 and len(turns) <= turns[0]["session_turns"]
+        answers = []
+        for row in turns:
+            body, answer = exchanges[row["trace_id"]]
+            history = body["messages"]
+            assert [m["role"] for m in history] == ["user", "assistant"] * (row["turn"] - 1) + ["user"]
+            assert [m["content"] for m in history[1::2]] == answers  # the actual answers, in order
+            assert recorded not in json.dumps(body)
+            if row["cls"] == "replay":
+                assert history[-1]["content"].startswith("question ")
+            assert answer
+            answers.append(answer)
+            later_turns += row["turn"] > 1
+    assert later_turns >= 5
+    assert {r["cls"] for r in rows} == {"chat", "replay"}
+    # the load shape: never more than 3 sessions under way at once
+    spans = sorted((min(r["sent_ns"] for r in t), max(r["end_ns"] for r in t)) for t in sessions.values())
+    events = sorted([(s, 1) for s, _ in spans] + [(e, -1) for _, e in spans], key=lambda x: (x[0], x[1]))
+    assert max(np.cumsum([d for _, d in events])) <= 3
+
+    figures = analysis["llm"]["sessions"]
+    assert figures["sessions"] == len(sessions)
+    assert figures["complete"] + figures["failed"] + figures["cut"] == len(sessions)
+    assert figures["failed"] == 0 and figures["complete"] >= len(sessions) - 3  # at most one cut per user
+    by_turn = {row["turn"]: row for row in figures["by_turn"]}
+    assert by_turn[1]["requests"] == sum(1 for r in rows if r["turn"] == 1)
+    assert by_turn[2]["prompt_tokens_mean"] > by_turn[1]["prompt_tokens_mean"]  # the history grows
+    complete = [t for t in sessions.values() if len(t) == t[0]["session_turns"]]
+    durations = sorted((t[-1]["end_ns"] - t[0]["scheduled_ns"]) / 1e6 for t in complete)
+    assert figures["duration_ms"]["max"]["value_ms"] == pytest.approx(durations[-1])
+    assert figures["turns"]["sum"] == sum(len(t) for t in complete)
+    assert figures["output_tokens"]["sum"] == sum(r["output_tokens"] for t in complete for r in t)
+    with open(os.path.join(run_dir, "report.html"), encoding="utf-8") as fh:
+        html = fh.read()
+    assert "Multi-turn sessions" in html and "TTFT by turn" in html
+
+
+def test_session_rate_starts_sessions_on_schedule(tmp_path, llm_server):
+    """``sessions: {rate: 5}`` on the constant process: a session starts every 200 ms (turn 1 is
+    scheduled at the offset), and each later turn is scheduled its think time after the previous
+    turn ended."""
+    run_dir, analysis = _run(tmp_path, llm_server.port, """\
+        name: session-rate
+        duration: 2s
+        seed: 3
+        timeout: 20s
+        arrival:
+          process: constant
+          sessions: {rate: 5, turns: 2, think_time: 30ms}
+        classes:
+          - name: chat
+            api: openai-chat
+            model: tailscope-llm
+            prompt_tokens: 8
+            output_tokens: 4
+        slo: ["error_rate < 5%"]
+        verdict: {unclaimed: inconclusive}
+        """)
+    rows = _requests(run_dir)
+    firsts = sorted(r["scheduled_ns"] for r in rows if r["turn"] == 1)
+    assert 5 <= len(firsts) <= 10  # 10 offsets in 2 s; a starved event loop may reach the halt before the last
+    assert np.allclose(np.diff(firsts), 200e6, atol=1e3)  # scheduled on the offsets, however late they left
+    by_session = defaultdict(dict)
+    for row in rows:
+        by_session[row["session_id"]][row["turn"]] = row
+    seconds = [t[2]["scheduled_ns"] - t[1]["end_ns"] for t in by_session.values() if 2 in t]
+    assert seconds and all(30e6 <= gap < 80e6 for gap in seconds)  # think time, plus the reply's last read
+    with open(os.path.join(run_dir, "manifest.json"), encoding="utf-8") as fh:
+        arrival = json.load(fh)["arrival"]
+    assert arrival["sessions"] == {"turns": {"dist": "fixed", "value": 2}, "think_time_ms": {"dist": "fixed", "value": 30}}
+    assert arrival["rate"] == 5 and analysis["llm"]["sessions"]["sessions"] == len(firsts)
+
+
+def test_make_turn_keeps_the_history():
+    """The request maker's turns: each adds a user message after the history it was given, counts
+    every message (answers included) in the prompt, and refuses a turn past the session's count."""
+    spec = LLMSpec(api="openai-chat", model="m", prompt_tokens=SizeSpec(dist="fixed", value=4),
+                   shared_prefix_tokens=3)
+    maker = LLMRequestMaker("chat", spec, np.random.default_rng(1))
+    conversation = maker.start_session(7, 2)
+    body, info = maker.make_turn(conversation)
+    first = json.loads(body)["messages"]
+    assert [m["role"] for m in first] == ["system", "user"] and info.prompt_tokens == 7
+    assert info.session is conversation and conversation.turn == 1
+    conversation.answer("one two three", 3)
+    body, info = maker.make_turn(conversation)
+    second = json.loads(body)["messages"]
+    assert second[:2] == first and second[2] == {"role": "assistant", "content": "one two three"}
+    assert info.prompt_tokens == 7 + 3 + 4 and conversation.finished
+    with pytest.raises(ValueError, match="made its 2 turns"):
+        maker.make_turn(conversation)
+    dataset = LLMDataset(path="d.jsonl", conversations=((("user", "a b"), ("assistant", "x y z"), ("user", "c")),))
+    maker = LLMRequestMaker("replay", LLMSpec(api="openai-chat", model="m", dataset=dataset),
+                            np.random.default_rng(1))
+    conversation = maker.start_session(8, None)
+    assert conversation.turns == 2
+    _, info = maker.make_turn(conversation)
+    assert info.max_tokens == 3  # the recorded reply's length sets max_tokens; its text is never sent
+
+
+@pytest.mark.parametrize(("arrival", "line", "field", "message"), [
+    ("{sessions: {turns: 2}}", 4, "arrival.sessions", "either concurrency"),
+    ("{sessions: {concurrency: 2, rate: 3, turns: 2}}", 4, "arrival.sessions", "either concurrency"),
+    ("{rate: 5, sessions: {rate: 2, turns: 2}}", 4, "arrival.rate", "not with sessions"),
+    ("{process: poisson, sessions: {concurrency: 2, turns: 2}}", 4, "arrival.process", "closed loop"),
+    ("{sessions: {concurrency: 2}}", 4, "arrival.sessions", "turns: missing"),
+    ("{sessions: {concurrency: 2, turns: 0}}", 4, "arrival.sessions.turns", "at least 1 turn"),
+    ("{sessions: {concurrency: 2, turns: 2, think_time: soon}}", 4, "arrival.sessions.think_time", "duration"),
+])
+def test_session_fields_errors_name_file_line_field(arrival, line, field, message):
+    text = textwrap.dedent(f"""\
+        name: s
+        duration: 2s
+        target: http://127.0.0.1:1
+        arrival: {arrival}
+        classes:
+          - {{name: chat, api: openai-chat, model: m}}
+        """)
+    with pytest.raises(ScenarioError) as caught:
+        parse_scenario(text, "s.yaml")
+    error = caught.value
+    assert (error.file, error.line, error.field) == ("s.yaml", line, field), str(error)
+    assert message in error.message
+
+
+def test_sessions_need_chat_classes():
+    text = textwrap.dedent("""\
+        name: s
+        duration: 2s
+        target: http://127.0.0.1:1
+        arrival: {sessions: {concurrency: 2, turns: 2}}
+        classes:
+          - {name: chat, api: openai-chat, model: m}
+          - {name: complete, api: openai-completions, model: m}
+        """)
+    with pytest.raises(ScenarioError) as caught:
+        parse_scenario(text, "s.yaml")
+    assert (caught.value.line, caught.value.field) == (7, "classes[1].api")
+    assert "openai-chat" in caught.value.message
