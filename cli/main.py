@@ -13,17 +13,18 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+import traceback
 
 from tailscope.cli.commands import COMMAND_MODULES
 from tailscope.cli.commands.common import EXIT_CODES_HELP, EXIT_INTERNAL, EXIT_USAGE
+from tailscope.cli.commands.compare import mark_sides_separator
+from tailscope.support.version import tailscope_version
 
 #: The first line printed when a handler raises (then the traceback).
 INTERNAL_ERROR = "tailscope: internal error (this is a bug in tailscope, please report it):"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from tailscope.support.version import tailscope_version
-
     parser = argparse.ArgumentParser(
         prog="tailscope",
         description="Load-test a model-inference service and explain its tail latency.",
@@ -43,8 +44,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from tailscope.cli.commands.compare import mark_sides_separator
-
     parser = build_parser()
     args = parser.parse_args(mark_sides_separator(sys.argv[1:] if argv is None else list(argv)))
     if not getattr(args, "handler", None):
@@ -55,8 +54,6 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         raise
     except Exception:  # noqa: BLE001  (any escape from a handler is a tailscope bug: exit 4)
-        import traceback
-
         print(INTERNAL_ERROR, file=sys.stderr)
         traceback.print_exc(file=sys.stderr)
         return EXIT_INTERNAL

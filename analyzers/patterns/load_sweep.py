@@ -33,7 +33,7 @@ step's ``concurrency``, its ``rate`` null).
   concurrencies): the last ``steps_past_knee`` steps each gained less throughput over the
   knee step (output tokens/s for LLM steps, else achieved req/s) than
   ``MIN_THROUGHPUT_SCALING`` of their level's relative increase over it, while latency
-  (P99, else P50) rose at each of them: the service saturated at the knee, more load only
+  (P50, else P99) rose at each of them: the service saturated at the knee, more load only
   queues. The sweep then stops stepping and ``sweep.json``'s ``stopped`` says why.
 """
 
@@ -162,8 +162,9 @@ def _throughput(step: dict) -> tuple[float | None, str]:
 
 
 def _latency_ms(step: dict) -> float | None:
-    """A step's latency for the saturation rule: P99 (ms), else P50 when P99 has no value."""
-    for p in ("p99", "p50"):
+    """A step's latency for the saturation rule: P50 (ms; steady in steps of a few seconds, where a
+    P99 rests on a handful of requests), else P99 when P50 has no value."""
+    for p in ("p50", "p99"):
         if step[p]["value_ms"] is not None:
             return step[p]["value_ms"]
     return None

@@ -10,7 +10,13 @@ See docs/signals.md and docs/receiver.md.
 
 from __future__ import annotations
 
+import http.client
+import signal
+import threading
+
 from tailscope.cli.commands.common import EXIT_OK, duration_arg, error, receiver_token_from
+from tailscope.support.cgroups import locate_cgroup_path
+from tailscope.support.procfs import read_text
 
 
 def register(sub) -> None:
@@ -45,12 +51,7 @@ def register(sub) -> None:
 
 
 def handle(args) -> int:
-    import http.client
-    import signal
-    import threading
-
-    from tailscope.support.cgroups import locate_cgroup_path
-    from tailscope.support.procfs import read_text
+    # the samplers import psutil, numpy and the OTLP client: only when the agent runs
     from tailscope.tracing.signals.discovery import TargetNotFound
     from tailscope.tracing.signals.launch import TargetChoice, find_target
     from tailscope.tracing.signals.remote_agent import run_agent

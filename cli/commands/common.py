@@ -1,10 +1,20 @@
-"""What the subcommands share: exit codes, error printing, run options, run → report."""
+"""What the subcommands share: exit codes, error printing, run options, run → report.
+
+Imports at the top are the quick ones; the conductor (it imports Locust, whose gevent
+monkey-patching must come before the other network modules), the run-directory reader and
+the fault registry are imported by the functions that use them, so that ``tailscope --help``
+and the argument parsing stay quick (docs/architecture.md).
+"""
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
+from tailscope.faults.injector import FaultSetupError, FaultSpecError
+from tailscope.faults.undo_journal import JOURNAL_NAME
+from tailscope.scenario_model.abort_rules import parse_rule
 from tailscope.support.exit_codes import (  # noqa: F401  (re-exported: the commands import them from here)
     EXIT_CODES_HELP,
     EXIT_INCONCLUSIVE,
@@ -19,6 +29,8 @@ from tailscope.support.exit_codes import (  # noqa: F401  (re-exported: the comm
     worse_exit_code,
     worst_exit_code,
 )
+from tailscope.support.receiver_token import TOKEN_ENV
+from tailscope.support.units import parse_duration_s
 
 
 def error(message: str) -> int:
@@ -29,8 +41,6 @@ def error(message: str) -> int:
 
 def duration_arg(text: str) -> float:
     """argparse type for durations such as 30s, 2m, 1.5h."""
-    from tailscope.support.units import parse_duration_s
-
     try:
         seconds = parse_duration_s(text)
     except ValueError as exc:
@@ -42,8 +52,7 @@ def duration_arg(text: str) -> float:
 
 def fault_arg(text: str):
     """argparse type for ``--fault KIND:at=10s,duration=5s,PARAM=VALUE``."""
-    from tailscope.faults.injector import FaultSpecError
-    from tailscope.faults.registry import parse_fault_option
+    from tailscope.faults.registry import parse_fault_option  # imports every fault kind: only when given
 
     try:
         return parse_fault_option(text)
@@ -67,8 +76,6 @@ def fault_companions(scenario, extra_specs) -> list:
 
 def abort_rule_arg(text: str):
     """argparse type for --abort-on rules (tailscope.scenario_model.abort_rules)."""
-    from tailscope.scenario_model.abort_rules import parse_rule
-
     try:
         return parse_rule(text)
     except ValueError as exc:
@@ -156,10 +163,6 @@ def run_options_from(args):
 
 def receiver_token_from(args, attribute: str = "receiver_token") -> str | None:
     """The receiver token: the option, else the environment variable TAILSCOPE_RECEIVER_TOKEN, else None."""
-    import os
-
-    from tailscope.support.receiver_token import TOKEN_ENV
-
     return getattr(args, attribute, None) or os.environ.get(TOKEN_ENV) or None
 
 
@@ -206,7 +209,6 @@ def run_and_report(scenario, options, launch_target=None, console=None,
     from tailscope.conductor.children import ChildError
     from tailscope.conductor.session import SetupError, execute_run
     from tailscope.conductor.terminal import ProgressDisplay
-    from tailscope.faults.injector import FaultSetupError
     from tailscope.loadgen.runner import LoadError
 
     console = console or Console()
@@ -222,9 +224,9 @@ def run_and_report(scenario, options, launch_target=None, console=None,
     if outcome.status == "interrupted":
         console.print("[yellow]interrupted: load stopped early; reporting what was collected[/]")
     if outcome.status == "aborted":
-        for reason in _manifest_abort_reasons(outcome.run_dir):
+        for reason in (str(r) for r in read_manifest(outcome.run_dir).get("abort_reasons") or []):
             console.print(f"[red]aborted: {escape_markup(reason)}; reporting what was collected[/]")
-    failure = outcome.status == "failed" and _manifest_failure(outcome.run_dir)
+    failure = outcome.status == "failed" and str(read_manifest(outcome.run_dir).get("failure") or "harness error")
     if failure:
         console.print(f"[red]run failed: {escape_markup(failure)}; reporting what was collected[/]")
     try:
@@ -246,30 +248,15 @@ def escape_markup(text: str) -> str:
     return escape(text)
 
 
-def _manifest_abort_reasons(run_dir: str) -> list[str]:
-    """The ``abort_reasons`` of an aborted run's manifest."""
-    import os
-
+def read_manifest(run_dir: str) -> dict:
+    """The run's manifest.json as a dict; {} when it is missing or unreadable (the report that
+    follows says what is wrong with the run directory)."""
     from tailscope.rundir import RunDirError, read_json
 
     try:
-        manifest = read_json(os.path.join(run_dir, "manifest.json"), {}) or {}
+        return read_json(os.path.join(run_dir, "manifest.json"), {}) or {}
     except RunDirError:
-        manifest = {}
-    return [str(r) for r in manifest.get("abort_reasons") or []]
-
-
-def _manifest_failure(run_dir: str) -> str:
-    """The ``failure`` line of a failed run's manifest ("harness error" when absent)."""
-    import os
-
-    from tailscope.rundir import RunDirError, read_json
-
-    try:
-        manifest = read_json(os.path.join(run_dir, "manifest.json"), {}) or {}
-    except RunDirError:
-        manifest = {}
-    return str(manifest.get("failure") or "harness error")
+        return {}
 
 
 def analyse_and_report(run_dir: str, console, window_s: float = 1.0, baseline: dict | None = None) -> int:
@@ -301,10 +288,6 @@ def analyse_and_report(run_dir: str, console, window_s: float = 1.0, baseline: d
 def warn_of_fault_leftovers(run_dir: str, console) -> None:
     """Say so when the run's fault agent was killed and what it changed on the host is not
     yet put back (its undo journal is still in the run directory; docs/lab.md, Cleanup)."""
-    import os
-
-    from tailscope.faults.undo_journal import JOURNAL_NAME
-
     if os.path.exists(os.path.join(run_dir, JOURNAL_NAME)):
         console.print(f"[yellow]the fault agent of this run was killed before it put back its changes to the host; "
                       f"put them back with: python -m tailscope.faults.leftovers {escape_markup(run_dir)}[/]")
@@ -313,8 +296,6 @@ def warn_of_fault_leftovers(run_dir: str, console) -> None:
 def damaged_line(report) -> str:
     """One line on a run whose data files are damaged: which file and batch, and where the
     report went (beside the earlier good one, which was kept)."""
-    import os
-
     first = report.damaged[0]["message"]
     more = f" (and {len(report.damaged) - 1} more damaged files)" if len(report.damaged) > 1 else ""
     html = os.path.basename(report.paths.get("html", ""))

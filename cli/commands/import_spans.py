@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tailscope.cli.commands.common import EXIT_OK, error
+from tailscope.cli.commands.common import EXIT_OK, analyse_and_report, error
 
 
 def register(sub) -> None:
@@ -43,8 +43,6 @@ def handle(args) -> int:
     for path in written:
         console.print(f"wrote {escape(path)}")
     if args.report:
-        from tailscope.cli.commands.common import analyse_and_report
-
         return analyse_and_report(args.run_dir, console)
     console.print(f"next: tailscope report {escape(args.run_dir)}")
     return EXIT_OK

@@ -3,6 +3,8 @@ reference server; with ``--target vllm``, the real vLLM CPU build), diagnosis sc
 
 from __future__ import annotations
 
+import time
+
 from tailscope.cli.commands.common import EXIT_CODES_HELP, EXIT_INCONCLUSIVE, EXIT_OK, duration_arg, error
 
 
@@ -53,8 +55,6 @@ def register(sub) -> None:
 
 
 def handle(args) -> int:
-    import time
-
     from rich.console import Console
 
     from tailscope.lab.outputs import control_line, score_table

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import argparse
+
 from tailscope.cli.commands.common import (
     EXIT_CODES_HELP,
     EXIT_INCONCLUSIVE,
@@ -16,6 +18,8 @@ from tailscope.cli.commands.common import (
     workers_problem,
     worst_exit_code,
 )
+from tailscope.cli.commands.compare import add_compare_options, compare_and_print
+from tailscope.faults.injector import FaultSetupError
 
 
 def register(sub) -> None:
@@ -35,15 +39,12 @@ def register(sub) -> None:
                         "(<out>/<name>-<stamp>-xN/run-1 … run-N, each with its report) for `tailscope compare`; "
                         "with --baseline the folder is compared once, after the last run; the exit code is "
                         "the worst of the runs'")
-    from tailscope.cli.commands.compare import add_compare_options
     add_compare_options(p)
     p.set_defaults(handler=handle)
 
 
 def repeat_arg(text: str) -> int:
     """argparse type: a count of runs, 1 to 100."""
-    import argparse
-
     try:
         value = int(text)
     except ValueError:
@@ -54,7 +55,7 @@ def repeat_arg(text: str) -> int:
 
 
 def handle(args) -> int:
-    from tailscope.faults.injector import FaultSetupError
+    # loading a scenario imports the analyzers (its sections' parsers): only when a command runs
     from tailscope.scenario_model.scenario import ScenarioError, load_scenario
 
     try:
@@ -93,7 +94,6 @@ def repeat(scenario, options, count: int, baseline: dict | None) -> int:
     run and one at the end; with a baseline, the folder compared with it once. The worst exit code."""
     from rich.console import Console
 
-    from tailscope.cli.commands.compare import compare_and_print
     from tailscope.conductor.repeat import run_repeated
 
     console = Console()

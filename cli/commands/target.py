@@ -8,12 +8,16 @@ runs, each with its own default; a flag of the other server is a usage error.
 from __future__ import annotations
 
 from tailscope.cli.commands.common import EXIT_OK, error
+from tailscope.targets.llm import command as llm_command
+from tailscope.targets.llm.command import add_arguments as add_llm_arguments
+from tailscope.targets.llm.config import knob_fields as llm_knobs
+from tailscope.targets.llm.server import run_llm_server
+from tailscope.targets.reference.command import add_arguments, run_from_args
+from tailscope.targets.reference.config import ConfigError
+from tailscope.targets.reference.config import knob_fields as reference_knobs
 
 
 def register(sub) -> None:
-    from tailscope.targets.llm.command import add_arguments as add_llm_arguments
-    from tailscope.targets.reference.command import add_arguments
-
     p = sub.add_parser(
         "target", help="start the reference inference service (or, with --llm, the LLM server) alone",
         conflict_handler="resolve",
@@ -31,12 +35,6 @@ def register(sub) -> None:
 
 
 def handle(args) -> int:
-    from tailscope.targets.llm import command as llm_command
-    from tailscope.targets.llm.config import knob_fields as llm_knobs
-    from tailscope.targets.reference.command import run_from_args
-    from tailscope.targets.reference.config import ConfigError
-    from tailscope.targets.reference.config import knob_fields as reference_knobs
-
     llm_names = {knob.name for knob in llm_knobs()}
     reference_names = {knob.name for knob in reference_knobs()} | {"config"}
     foreign = reference_names - llm_names if args.llm else llm_names - reference_names
@@ -51,7 +49,5 @@ def handle(args) -> int:
         config = llm_command.config_from_args(args)
     except ConfigError as exc:
         return error(str(exc))
-    from tailscope.targets.llm.server import run_llm_server
-
     run_llm_server(config)
     return EXIT_OK
