@@ -8,9 +8,12 @@ from collections import Counter
 
 import numpy as np
 import pytest
+from test_llm_server import LlmServer
 
 from tailscope.loadgen.mix import RequestMix
 from tailscope.scenario_model.scenario import ScenarioError, load_scenario
+from tailscope.targets.llm.kv_cache import BlockPool, block_hashes
+from tailscope.targets.llm.model import TinyDecoder
 
 
 def _scenario(tmp_path, prefix: str, extra: str = "") -> str:
@@ -77,3 +80,80 @@ def test_prefix_pool_errors_name_the_field(tmp_path, prefix, message):
     with pytest.raises(ScenarioError) as caught:
         load_scenario(_scenario(tmp_path, prefix))
     assert message in str(caught.value)
+
+
+# -- the LLM reference server's prefix cache ---------------------------------------------------------
+
+def test_the_block_pool_shares_cached_prefix_blocks_and_evicts_the_oldest_released():
+    pool = BlockPool(6, 4, prefix_caching=True)
+    prompt = list(range(100, 111))  # 11 tokens: 2 full blocks of 4
+    hashes = block_hashes(prompt, 4)
+    assert len(hashes) == 2 and block_hashes(prompt[:8] + [7, 7, 7], 4) == hashes
+    assert block_hashes([1, 2, 3, 4, 5, 6, 7, 8], 4)[1] != block_hashes([0, 2, 3, 4, 5, 6, 7, 8], 4)[1]  # chained
+    first = pool.grow("a", 11)
+    pool.register("a", hashes, 11)
+    assert pool.take_prefix("b", hashes) == 2 and pool.blocks_of("b") == first[:2]
+    pool.grow("b", 12)
+    assert pool.num_used == 4  # 3 of a (2 shared with b) + b's own third block
+    pool.free("a")
+    pool.free("b")
+    assert pool.num_free == 6 and pool.num_cached == 2  # cached blocks count as free
+    assert pool.take_prefix("c", hashes) == 2  # still cached after every owner left
+    pool.free("c")
+    pool.grow("d", 24)  # all six blocks: the two cached ones are evicted (their hashes forgotten)
+    assert pool.num_cached == 0 and pool.num_free == 0
+    pool.free("d")
+    assert pool.take_prefix("e", hashes) == 0
+
+
+def test_a_shared_prefix_block_holds_what_a_recompute_would_write():
+    model = TinyDecoder(16, 8, 4, seed=3)
+    prompt = [5, 9, 2, 7, 1, 3, 3, 8, 4, 6]
+    whole = model.prefill([0, 1, 2], 0, prompt, sample=True)
+    # a second sequence shares blocks 0-1 (8 cached tokens) and computes only tokens 8-9 into block 3
+    shared = model.prefill([0, 1, 3], 8, prompt[8:], sample=True)
+    assert np.allclose(whole, shared)
+
+
+@pytest.fixture(scope="module")
+def caching_server():
+    server = LlmServer(["--enable-prefix-caching", "--block-size", "16", "--max-model-len", "1024",
+                        "--max-num-batched-tokens", "1024"])
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+def _chat(server: LlmServer, text: str) -> dict:
+    status, _, body = server.request("POST", "/v1/chat/completions", {
+        "model": "tailscope-llm", "messages": [{"role": "user", "content": text}], "max_tokens": 3,
+        "ignore_eos": True})
+    assert status == 200, body
+    return json.loads(body)
+
+
+def test_the_reference_server_counts_prefix_cache_queries_and_hits(caching_server):
+    before = {name: caching_server.metric(name) for name in (
+        "vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total")}
+    shared = " ".join(f"w{i}" for i in range(100))
+    prompts = [_chat(caching_server, shared + " tail" + str(k))["usage"]["prompt_tokens"] for k in range(3)]
+    queries = caching_server.metric("vllm:prefix_cache_queries_total") - before["vllm:prefix_cache_queries_total"]
+    hits = caching_server.metric("vllm:prefix_cache_hits_total") - before["vllm:prefix_cache_hits_total"]
+    assert queries == sum(prompts)
+    # the first request computes everything; the next two take the 6 full 16-token blocks of the shared 100 words
+    assert hits == 2 * 96
+    assert caching_server.metric("vllm:prompt_tokens_by_source_total", source="local_cache_hit") >= 2 * 96
+
+
+def test_without_prefix_caching_the_counters_stay_at_zero():
+    server = LlmServer([])
+    try:
+        text = " ".join(f"w{i}" for i in range(40))
+        for _ in range(2):
+            _chat(server, text)
+        assert server.metric("vllm:prefix_cache_hits_total") == 0
+        assert server.metric("vllm:prefix_cache_queries_total") == 0
+        assert server.metric("vllm:prompt_tokens_by_source_total", source="local_compute") >= 80
+    finally:
+        server.close()

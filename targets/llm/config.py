@@ -35,6 +35,10 @@ class LlmServerConfig:
     enable_chunked_prefill: bool = knob(
         False, "split prefills into chunks that fit the step's token budget, beside the running decodes"
     )
+    enable_prefix_caching: bool = knob(
+        False, "keep computed full prompt blocks and give a new request the blocks of its longest cached "
+        "prefix, computing only the rest (vLLM's automatic prefix caching; counters vllm:prefix_cache_*)"
+    )
     max_model_len: int = knob(2048, "largest prompt + max_tokens of one request (tokens); larger: HTTP 400")
     max_waiting: int = knob(1024, "requests allowed to wait for the engine; beyond it: HTTP 429")
     default_max_tokens: int = knob(256, "max_tokens of a request that gives none (capped by max_model_len)")

@@ -53,7 +53,7 @@ class Engine:
     def __init__(self, config: LlmServerConfig, metrics: LlmMetrics | None = None) -> None:
         self._config = config
         self._metrics = metrics
-        self.blocks = BlockPool(config.num_kv_blocks, config.block_size)
+        self.blocks = BlockPool(config.num_kv_blocks, config.block_size, config.enable_prefix_caching)
         self.scheduler = Scheduler(
             self.blocks,
             max_num_seqs=config.max_num_seqs,
@@ -178,6 +178,8 @@ class Engine:
                     done.append((seq, None))
                 continue
             state = self.model.prefill(block_ids, chunk.start, tokens, sample=chunk.completes)
+            if seq.block_hashes:  # prefix caching: its computed full prompt blocks become reusable
+                self.blocks.register(seq, seq.block_hashes, min(seq.num_computed, len(seq.prompt_ids)))
             if state is not None:
                 hidden.append(state[None, :])
                 samplers.append(seq)
@@ -209,6 +211,7 @@ class Engine:
             seq.first_token_ns = end_ns
             if metrics is not None:
                 metrics.prompt_tokens.inc(len(seq.prompt_ids))
+                metrics.count_prefix_cache(len(seq.prompt_ids), seq.cached_tokens, self.blocks.prefix_caching)
                 metrics.ttft.observe(max(0, end_ns - seq.arrival_ns) / 1e9)
         elif metrics is not None and seq.last_token_ns is not None:
             metrics.itl.observe(max(0, end_ns - seq.last_token_ns) / 1e9)

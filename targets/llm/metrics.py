@@ -14,6 +14,9 @@ checked. prometheus_client appends ``_total`` to counters, so the counter
 | ``vllm:num_preemptions_total`` | counter | preemptions (recompute) |
 | ``vllm:prompt_tokens_total`` | counter | prompt tokens of requests whose prefill completed (once per request) |
 | ``vllm:generation_tokens_total`` | counter | generated tokens (EOS not counted) |
+| ``vllm:prefix_cache_queries_total`` | counter | prompt tokens looked up in the prefix cache (``--enable-prefix-caching``) |
+| ``vllm:prefix_cache_hits_total`` | counter | of those, tokens taken from the cache (both counted at the first token) |
+| ``vllm:prompt_tokens_by_source_total`` | counter | prompt tokens by ``source``: ``local_compute``, ``local_cache_hit`` |
 | ``vllm:request_success_total`` | counter | finished requests, label ``finished_reason`` (stop, length, abort) |
 | ``vllm:iteration_tokens_total`` | histogram | tokens computed per engine step |
 | ``vllm:request_prompt_tokens`` / ``vllm:request_generation_tokens`` | histogram | per finished request |
@@ -93,6 +96,14 @@ class LlmMetrics:
         self.preemptions = counter("vllm:num_preemptions", "Cumulative number of preemption from the engine.")
         self.prompt_tokens = counter("vllm:prompt_tokens", "Number of prefill tokens processed.")
         self.generation_tokens = counter("vllm:generation_tokens", "Number of generation tokens processed.")
+        self.prefix_cache_queries = counter("vllm:prefix_cache_queries",
+                                            "Prefix cache queries, in terms of number of queried tokens.")
+        self.prefix_cache_hits = counter("vllm:prefix_cache_hits",
+                                         "Prefix cache hits, in terms of number of cached tokens.")
+        by_source = Counter("vllm:prompt_tokens_by_source", "Number of prompt tokens by source.",
+                            (*LABELS, "source"), registry=registry)
+        self._prompt_by_source = {source: by_source.labels(*labels, source)
+                                  for source in ("local_compute", "local_cache_hit")}
         success = Counter("vllm:request_success", "Count of successfully processed requests.",
                           (*LABELS, "finished_reason"), registry=registry)
         self._success = {reason: success.labels(*labels, reason)
@@ -127,6 +138,15 @@ class LlmMetrics:
         self.running.set_function(running)
         self.waiting.set_function(waiting)
         self.kv_cache_usage.set_function(kv_cache_usage)
+
+    def count_prefix_cache(self, prompt_tokens: int, cached_tokens: int, enabled: bool) -> None:
+        """A request's prompt, once (at its first token): queried and hit tokens when prefix caching is on,
+        and its tokens by source (computed here or taken from the cache)."""
+        if enabled:
+            self.prefix_cache_queries.inc(prompt_tokens)
+            self.prefix_cache_hits.inc(cached_tokens)
+        self._prompt_by_source["local_compute"].inc(prompt_tokens - cached_tokens)
+        self._prompt_by_source["local_cache_hit"].inc(cached_tokens)
 
     def observe_finished(self, seq: Sequence) -> None:
         """Record a finished request's counts and intervals (those it reached)."""

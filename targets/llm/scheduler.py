@@ -19,6 +19,11 @@ output so far for a preempted one being recomputed):
    may exceed the remaining budget only when it is the step's first prefill, so
    a long prompt never starves.
 
+With prefix caching (:mod:`.kv_cache`), a sequence admitted with nothing
+computed first takes the cached blocks of its prompt's longest cached prefix
+and computes only the rest (``Sequence.cached_tokens``); one that then does
+not fit gives them back.
+
 Guarantees: at most ``max_num_seqs`` sequences run; a scheduled sequence holds
 the blocks for its context after the step; ``scheduled_ns`` is set once, on
 first admission. Not thread-safe: the engine thread owns it.
@@ -29,7 +34,7 @@ from __future__ import annotations
 import collections
 from dataclasses import dataclass, field
 
-from tailscope.targets.llm.kv_cache import BlockPool
+from tailscope.targets.llm.kv_cache import BlockPool, block_hashes
 from tailscope.targets.llm.sequence import Sequence
 
 
@@ -119,6 +124,8 @@ class Scheduler:
         prefill_scheduled = any(not _is_decode(chunk) for chunk in plan.chunks)
         while self.waiting and len(self.running) < self.max_num_seqs and budget > 0:
             seq = self.waiting[0]
+            if seq.num_computed == 0 and not seq.pooling:
+                self._take_cached_prefix(seq)
             wanted = seq.num_tokens - seq.num_computed
             if self.chunked_prefill:
                 count = min(wanted, budget)
@@ -127,6 +134,9 @@ class Scheduler:
             else:
                 break
             if not self.blocks.can_hold(seq, seq.num_computed + count):
+                if seq.cached_tokens:  # not admitted: its cached blocks go back (still cached)
+                    self.blocks.free(seq)
+                    seq.num_computed = seq.cached_tokens = 0
                 break
             self.waiting.popleft()
             self.blocks.grow(seq, seq.num_computed + count)
@@ -137,6 +147,18 @@ class Scheduler:
             budget -= count
             prefill_scheduled = True
         return plan
+
+
+    def _take_cached_prefix(self, seq: Sequence) -> None:
+        """Give ``seq`` the cached blocks of its prompt's longest cached prefix (prefix caching): its
+        ``num_computed`` starts after them, but at most at the prompt's last token, whose logits give
+        the first output token (it is recomputed into the last shared block: the same values)."""
+        if not self.blocks.prefix_caching:
+            return
+        if seq.block_hashes is None:
+            seq.block_hashes = block_hashes(seq.prompt_ids, self.blocks.block_size)
+        taken = self.blocks.take_prefix(seq, seq.block_hashes)
+        seq.cached_tokens = seq.num_computed = min(taken * self.blocks.block_size, len(seq.prompt_ids) - 1)
 
 
 def _is_decode(chunk: Chunk) -> bool:

@@ -77,6 +77,10 @@ class Sequence:
     finish_reason: str | None = None
     embedding: Any = None
     cancelled: bool = False
+    #: Prompt tokens taken from the prefix cache at the (last) admission, not computed.
+    cached_tokens: int = 0
+    #: The prompt's full-block prefix hashes (:func:`~.kv_cache.block_hashes`), once computed.
+    block_hashes: list[int] | None = None
 
     # event-loop side
     _pending: list[int] = field(default_factory=list)
