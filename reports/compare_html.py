@@ -127,6 +127,8 @@ def method_text(method: dict | None) -> str:
 
 #: The LLM rows' figures in words (analyzers/comparison/llm_compare.py).
 LLM_LABELS = {"ttft_ms": "TTFT", "tpot_ms": "TPOT", "output_tokens_per_s": "output tokens/s", "goodput": "LLM goodput"}
+LLM_LABELS.update({"ttft_first_turn_ms": "TTFT turn 1", "ttft_later_turns_ms": "TTFT later turns",
+                   "session_duration_ms": "session duration", "session_tokens": "tokens per session"})
 
 
 def _llm_value(row: dict, value) -> str:

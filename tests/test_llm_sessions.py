@@ -223,6 +223,17 @@ def test_sessions_send_the_real_answers_back(tmp_path, llm_server):
     with open(os.path.join(run_dir, "report.html"), encoding="utf-8") as fh:
         html = fh.read()
     assert "Multi-turn sessions" in html and "TTFT by turn" in html
+    # compare covers the session figures: the run against itself moves none of them, and none is a check
+    proc = run_tailscope("compare", run_dir, run_dir, "--out", str(tmp_path / "cmp"), timeout=180)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    with open(tmp_path / "cmp" / "comparison.json", encoding="utf-8") as fh:
+        comparison = json.load(fh)
+    rows = {(r["metric"], r["percentile"]): r for r in comparison["llm"]["rows"]}
+    for key in [("ttft_first_turn_ms", "p50"), ("ttft_later_turns_ms", "p50"), ("session_duration_ms", "p50"),
+                ("session_duration_ms", "p99"), ("session_tokens", "p50")]:
+        assert rows[key]["change"] == 0 and not rows[key]["regressed"] and rows[key]["check"] is False
+    assert rows[("session_duration_ms", "p99")]["current"] == pytest.approx(figures["duration_ms"]["p99"]["value_ms"])
+    assert not any(c["name"].startswith(("LLM TTFT turn", "LLM session")) for c in comparison["checks"])
 
 
 def test_session_rate_starts_sessions_on_schedule(tmp_path, llm_server):

@@ -20,6 +20,15 @@ runs, then time blocks within each run, with the side's replicate weights (:mod:
   their LLM requests); claimable when both sides have at least ``MIN_GOODPUT_REQUESTS`` LLM
   requests. *Lower is worse.*
 
+- multi-turn sessions (only when every run of both sides ran ``arrival.sessions``;
+  :mod:`~tailscope.analyzers.stats.llm_sessions`): ``ttft_first_turn_ms`` and
+  ``ttft_later_turns_ms`` at P50 (each turn in the time block of its scheduled send),
+  ``session_duration_ms`` at P50 and P99 and ``session_tokens`` (prompt + output tokens of a
+  session) at P50, over the complete sessions (each in the block of its first turn's scheduled
+  send); judged as the percentile rows, but never a check (the P99 of a session's duration
+  carries its think times). ``session_tokens`` says whether the two sides ran the same
+  conversations: it is shown, never judged a regression or an improvement.
+
 Under ``CompareRules.method == "request"`` (reference only) the percentiles use the per-request
 bootstrap, the rate resamples 1-s windows independently and goodput is a binomial resample.
 A row is ``regressed`` when it moved the bad way by more than ``threshold`` (relative) **and** the
@@ -39,6 +48,7 @@ from tailscope.analyzers.inputs.records import NS_PER_S
 from tailscope.analyzers.stats.goodput import good_requests
 from tailscope.analyzers.stats.llm import llm_arrays, series, window_columns
 from tailscope.analyzers.stats.llm_kinds import kind_series
+from tailscope.analyzers.stats.llm_sessions import session_table
 from tailscope.analyzers.stats.slo import parse_slo
 from tailscope.analyzers.stats.streaming import read_chunks, stream_times
 from tailscope.analyzers.stats.summary import load_period_ns
@@ -52,6 +62,14 @@ LLM_FAMILY = 4
 PERCENTILE_ROWS = (("ttft_ms", "p50", 0.50), ("ttft_ms", "p99", 0.99), ("tpot_ms", "p50", 0.50), ("tpot_ms", "p99", 0.99))
 LABELS = {"ttft_ms": "TTFT", "tpot_ms": "TPOT", "output_tokens_per_s": "output tokens/s", "goodput": "goodput",
           "ttfa_ms": "time to first answer token", "time_to_tool_call_ms": "time to complete tool call"}
+LABELS.update({"ttft_first_turn_ms": "TTFT turn 1", "ttft_later_turns_ms": "TTFT later turns",
+               "session_duration_ms": "session duration", "session_tokens": "tokens per session"})
+#: The multi-turn session rows: (figure, percentile name, quantile, unit); never checks.
+SESSION_ROWS = (("ttft_first_turn_ms", "p50", 0.50, "ms"), ("ttft_later_turns_ms", "p50", 0.50, "ms"),
+                ("session_duration_ms", "p50", 0.50, "ms"), ("session_duration_ms", "p99", 0.99, "ms"),
+                ("session_tokens", "p50", 0.50, "tokens"))
+#: Session figures shown but never judged (they describe the workload, not the service).
+UNJUDGED = frozenset({"session_tokens"})
 #: The output-kind rows (analyzers/stats/llm_kinds.py ``kind_series`` key, metric), when both sides have them.
 KIND_ROWS = (("ttfa", "ttfa_ms"), ("time_to_tool_call", "time_to_tool_call_ms"))
 
@@ -74,6 +92,9 @@ class LlmSide:
     runs: int
     #: Per :data:`KIND_ROWS` metric: (values ms, their time blocks); absent when no run had that kind.
     kinds: dict = field(default_factory=dict)
+    #: Multi-turn session figures (:data:`SESSION_ROWS`): ``{figure: (values, blocks)}``; empty
+    #: unless every run of the side ran sessions.
+    sessions: dict = field(default_factory=dict)
 
     @property
     def requests(self) -> int:
@@ -96,6 +117,7 @@ def llm_side(side) -> LlmSide | None:
     one of its runs has no OpenAI-API request."""
     parts: dict[str, list] = {k: [] for k in ("ttft", "ttft_b", "tpot", "tpot_b", "tokens", "tokens_b", "good", "good_b",
                                               *(key + tail for key, _ in KIND_ROWS for tail in ("", "_b")))}
+    session_parts: dict[str, list] | None = {}
     for index, one in enumerate(side.runs):
         run, req = one.run, one.req
         llm = llm_arrays(run.requests)
@@ -119,6 +141,11 @@ def llm_side(side) -> LlmSide | None:
         good = good_requests(req, _scenario_slos(run.manifest.get("scenario") or {}), times)
         parts["good"].append(good[llm.is_llm])
         parts["good_b"].append(blocks[llm.is_llm])
+        if session_parts is not None and llm.sessions is not None:
+            for figure, (figure_values, at) in _session_figures(req, llm, values["ttft"]).items():
+                session_parts.setdefault(figure, []).append((figure_values, side.layout.block_ids(index, at)))
+        else:
+            session_parts = None
 
     def joined(key: str, dtype) -> np.ndarray:
         return np.concatenate(parts[key]).astype(dtype) if parts[key] else np.zeros(0, dtype)
@@ -126,7 +153,24 @@ def llm_side(side) -> LlmSide | None:
                    joined("tpot_b", np.int64), joined("tokens", np.float64), joined("tokens_b", np.int64),
                    joined("good", bool), joined("good_b", np.int64), side.layout.total, len(side.runs),
                    {metric: (joined(key, np.float64), joined(key + "_b", np.int64)) for key, metric in KIND_ROWS
-                    if parts[key] and sum(len(v) for v in parts[key])})
+                    if parts[key] and sum(len(v) for v in parts[key])},
+                   {figure: (np.concatenate([v for v, _ in pieces]), np.concatenate([b for _, b in pieces]))
+                    for figure, pieces in (session_parts or {}).items()})
+
+
+def _session_figures(req, llm, ttft_ms: np.ndarray) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """One run's session figures: ``{figure: (values, epoch ns each is placed at)}`` — TTFT of turn 1
+    and of later turns (ms, at their scheduled send), and per complete session its duration (ms) and
+    prompt + output tokens (at its first turn's scheduled send)."""
+    sessions = llm.sessions
+    has = sessions.is_turn & ~np.isnan(ttft_ms)
+    first, later = has & (sessions.turn == 1), has & (sessions.turn > 1)
+    table = session_table(req, sessions, llm.prompt_tokens, llm.output_tokens)
+    done = table.complete
+    return {"ttft_first_turn_ms": (ttft_ms[first], req.scheduled_ns[first]),
+            "ttft_later_turns_ms": (ttft_ms[later], req.scheduled_ns[later]),
+            "session_duration_ms": ((table.end_ns[done] - table.start_ns[done]) / 1e6, table.start_ns[done]),
+            "session_tokens": (table.prompt_tokens[done] + table.output_tokens[done], table.start_ns[done])}
 
 
 def _runs(before: LlmSide, now: LlmSide, weights: tuple) -> tuple[int, int]:
@@ -206,7 +250,29 @@ def compare_llm(before, now, weights: tuple, rules: CompareRules) -> dict | None
                          **{k: row[k] for k in ("relative_change", "significant", "regressed", "improved", "claimable",
                                                 "baseline_n", "current_n")}, "lower_is_worse": False})
     rows += [r for r in (_rate_row(a, b, weights, rules, rng), _goodput_row(a, b, weights, rules, rng)) if r is not None]
+    rows += _session_rows(a, b, weights, rules, rng)
     return {"rows": rows}
+
+
+def _session_rows(a: LlmSide, b: LlmSide, weights: tuple, rules: CompareRules, rng: np.random.Generator) -> list[dict]:
+    """The :data:`SESSION_ROWS` of two sides that both ran sessions ([] otherwise); ``check`` False."""
+    rows = []
+    for figure, name, p, unit in SESSION_ROWS:
+        if figure not in a.sessions or figure not in b.sessions:
+            continue
+        judged = compare_percentiles(Figure(*a.sessions[figure], weights[0]), Figure(*b.sessions[figure], weights[1]),
+                                     ((name, p),), rules, rng, family=LLM_FAMILY, runs=_runs(a, b, weights))
+        for _, row in judged:
+            shown_only = figure in UNJUDGED
+            rows.append({"metric": figure, "percentile": name, "unit": unit,
+                         "baseline": row["baseline_ms"], "baseline_ci": row["baseline_ci_ms"],
+                         "current": row["current_ms"], "current_ci": row["current_ci_ms"],
+                         "change": row["change_ms"], "change_ci": row["change_ci_ms"], "gate_ci": row["gate_ci_ms"],
+                         **{k: row[k] for k in ("relative_change", "significant", "claimable", "baseline_n",
+                                                "current_n")},
+                         "regressed": row["regressed"] and not shown_only, "improved": row["improved"] and not shown_only,
+                         "lower_is_worse": False, "check": False})
+    return rows
 
 
 def row_label(row: dict) -> str:
@@ -228,7 +294,7 @@ def llm_checks(section: dict | None, rules: CompareRules) -> list[dict]:
     """One check per LLM P99 row, output rate and goodput: failed when regressed (JUnit testcases)."""
     checks = []
     for row in (section or {}).get("rows", []):
-        if row.get("percentile") == "p50":
+        if row.get("percentile") == "p50" or row.get("check") is False:
             continue
         relative = row["relative_change"]
         low, high = row["change_ci"]
