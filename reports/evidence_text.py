@@ -80,6 +80,10 @@ KNOWN_SCALARS = {
     "longest_stall_in_flight": ("requests in flight through the longest stall", lambda v: f"{v:,}"),
     "longest_stall_arrivals": ("requests that arrived during it and waited", lambda v: f"{v:,}"),
     "gc_event_share": ("share of the stall time GC events cover", lambda v: f"{100 * v:.0f}%"),
+    "gc_runtime_metrics_share": ("share of the stall time the runtime GC metrics put GC in", lambda v: f"{100 * v:.0f}%"),
+    "gc_stalls": ("stalls of the target whose export intervals held GC", lambda v: f"{v:,}"),
+    "longest_gc_stall_ms": ("longest of those stalls", lambda v: f"{v:.0f} ms"),
+    "checked_with": ("read from", str),
     "outside_server_ms": ("growth of the time outside the server's spans", lambda v: f"{v:+.1f} ms"),
     "outside_server_counted_ms": ("of it counted as the generator's (as far as its own lateness reaches)",
                                   lambda v: f"{v:.1f} ms"),
@@ -114,7 +118,7 @@ SKIPPED = {"summary", "signals", "latency_split", "factors", "decomposition", "d
            "detectors_without_inputs", "weak_findings", "coverage", "generator_runqueue_wait",
            "longest_pause_generation", "load_measured_by", "top_series", "method", "series", "tpot_ratio",
            "own_prompt_tokens_per_s", "other_traffic_prompt_tokens_per_s", "long_prompts", "server_waiting",
-           "meaning"}
+           "meaning", "runtime_metrics"}
 MAX_SENTENCES = 12
 
 

@@ -28,7 +28,9 @@ CAUSE_TITLES = {
 
 #: Cause kind → how a run gets the inputs to check it, said where a report lists it as not checked.
 HOW_TO_CHECK = {
-    "gc": ("the target sent no GC pauses; the 20 lines under 'GC pauses from any Python service' in "
+    "gc": ("the target sent no GC pauses and exported no runtime GC metrics (jvm.gc.duration, "
+           "v8js.gc.duration, dotnet.gc.pause.time, Go's GC pause metrics, cpython.gc.collections; "
+           "docs/receiver.md); the 20 lines under 'GC pauses from any Python service' in "
            "docs/tracing.md make a service send them"),
 }
 

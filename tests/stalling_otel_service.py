@@ -11,6 +11,13 @@ seconds, ``--count`` times (0: until the end), in bursts of ``--burst`` collecti
 
 ``--gc-events`` adds the snippet of docs/tracing.md ("GC pauses from any Python service",
 tests/gc_pause_snippet.py): each collection is then also sent as a ``gc.pause`` span.
+
+``--gc-metrics`` exports the CPython runtime metric of the OpenTelemetry semantic conventions
+instead, as a service with runtime metrics would: ``cpython.gc.collections`` (an ObservableCounter,
+unit ``{collection}``, attribute ``cpython.gc.generation`` 0/1/2) counted by a ``gc.callbacks`` hook,
+through the SDK's MeterProvider, a PeriodicExportingMetricReader every ``--metrics-interval-ms``
+and the OTLP/HTTP metric exporter (to ``OTEL_EXPORTER_OTLP_ENDPOINT``/v1/metrics). No pause times,
+no events: the collections per export interval and the spans' stalls are all tailscope gets.
 """
 
 from __future__ import annotations
@@ -54,6 +61,35 @@ def stall_forever(heap_objects: int, start_s: float, every_s: float, count: int,
         time.sleep(max(every_s - (time.perf_counter() - began), 0.0))
 
 
+def export_gc_metrics(interval_ms: int) -> None:
+    """Count collections per generation (gc.callbacks) and export them as ``cpython.gc.collections``."""
+    from opentelemetry import metrics
+    from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+    from opentelemetry.metrics import CallbackOptions, Observation
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+    from opentelemetry.sdk.resources import Resource
+
+    collections = [0, 0, 0]
+
+    def count(phase: str, info: dict) -> None:
+        if phase == "stop":
+            collections[info["generation"]] += 1
+
+    gc.callbacks.append(count)
+
+    def observe(options: CallbackOptions):
+        return [Observation(n, {"cpython.gc.generation": generation}) for generation, n in enumerate(collections)]
+
+    reader = PeriodicExportingMetricReader(OTLPMetricExporter(), export_interval_millis=interval_ms)
+    provider = MeterProvider(resource=Resource.create({"service.name": "fastapi-otel-service"}),
+                             metric_readers=[reader])
+    metrics.set_meter_provider(provider)
+    metrics.get_meter("stalling-otel-service").create_observable_counter(
+        "cpython.gc.collections", callbacks=[observe], unit="{collection}",
+        description="The number of times a generation was collected since interpreter start.")
+
+
 def build_app():
     """tests/fastapi_otel_service.py's app, noting its first request."""
     app = PLAIN_APP()
@@ -76,7 +112,12 @@ def main(argv=None) -> int:
     parser.add_argument("--burst", type=int, default=1, help="collections per burst")
     parser.add_argument("--burst-gap-s", type=float, default=0.4)
     parser.add_argument("--gc-events", action="store_true", help="send each collection as a gc.pause span")
+    parser.add_argument("--gc-metrics", action="store_true",
+                        help="export cpython.gc.collections (OpenTelemetry runtime metric) over OTLP")
+    parser.add_argument("--metrics-interval-ms", type=int, default=1000)
     args = parser.parse_args(argv)
+    if args.gc_metrics:
+        export_gc_metrics(args.metrics_interval_ms)
     if args.gc_events:
         import gc_pause_snippet  # noqa: F401  (installs its gc.callbacks hook and thread)
     threading.Thread(target=stall_forever, args=(args.heap, args.start_s, args.every_s, args.count, args.burst,

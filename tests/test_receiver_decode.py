@@ -153,8 +153,8 @@ def test_metrics_gauge_and_sum_points():
         {"name": "q", "gauge": {"dataPoints": [{"timeUnixNano": "12", "asInt": "4"}]}},
         {"name": "h", "histogram": {"dataPoints": [{"count": "1"}]}},
     ]}]}]}).encode()
-    points = decode_metrics_json(body)
-    assert list(zip(points.t_ns, points.series, points.value)) == [(12, "q", 4.0)]
+    points = decode_metrics_json(body)  # a histogram point is kept as its count (and sum, when it has one)
+    assert list(zip(points.t_ns, points.series, points.value)) == [(12, "q", 4.0), (0, "h.count", 1.0)]
 
 
 def test_logs_are_counted():

@@ -5,7 +5,9 @@ no span of the target process started, ended or recorded an event for longer tha
 own span activity makes plausible at that concurrency — a stop-the-world pause (GC, a
 lock every thread waits on, pages swapped back in). A service that sends no GC events
 (a plain OpenTelemetry service) shows its GC pauses this way; where the target does send
-``gc_pause`` events covering the stalls, ``gc`` names them and this finding steps back.
+``gc_pause`` events covering the stalls, or runtime GC metrics that put GC in the stalls'
+export intervals (:func:`~.inputs.runtime_gc.stall_backing`), ``gc`` names them and this
+finding steps back.
 
 Evidence, as for ``gc``: the share of the spike's slow requests whose interval [sent, end]
 overlapped a stall or the backlog it left (until a request waits no longer than normal again:
@@ -19,6 +21,7 @@ confidence = ramp(slow share − normal share, 0.2, 0.6)
            × ramp(median stall overlap / median extra latency, 0.15, 0.5)
            × server-side factor (kit)
            × (1 − share of the stall time inside the spike that ``gc_pause`` events cover)
+           × (1 − share of it that runtime GC metrics back, each stall weighed by its specificity)
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import numpy as np
 
 from tailscope.analyzers.causes.kit import latency_split, pause_overlap, percent, server_side_factor
 from tailscope.analyzers.causes.protocol import NOT_JUDGED, CauseDetector, Finding, SpikeContext
+from tailscope.analyzers.inputs.runtime_gc import stall_backing
 from tailscope.analyzers.inputs.span_stalls import chance_words
 
 #: What the cause is, in the words a card uses.
@@ -64,9 +68,12 @@ class ProcessStallDetector(CauseDetector):
         covered_ms = float(sum(gc.overlap_ms(np.array([s["start_ns"]]), np.array([s["end_ns"]]))[0]
                                for s in inside)) if len(gc) else 0.0
         gc_share = min(covered_ms / stall_ms, 1.0) if stall_ms > 0 else 0.0
+        runtime = inputs.runtime_gc
+        backed_ms = sum(s["duration_ms"] * stall_backing(runtime, s)["specificity"] for s in inside) if len(runtime) else 0.0
+        runtime_share = min(backed_ms / stall_ms, 1.0) if stall_ms > 0 else 0.0
         split = latency_split(ctx)
         factors = {**overlap.factors("stall_explains_latency"), "server_side": server_side_factor(split),
-                   "not_gc_events": 1.0 - gc_share}
+                   "not_gc_events": 1.0 - gc_share, "not_gc_runtime_metrics": round(1.0 - runtime_share, 4)}
         confidence = float(np.prod(list(factors.values())))
         summary = (f"{STALL_MEANING}. {len(inside)} stall{'s' if len(inside) != 1 else ''} in the spike "
                    f"(longest {longest['duration_ms']:.0f} ms: no span of {longest['service'] or 'the target'} "
@@ -93,6 +100,7 @@ class ProcessStallDetector(CauseDetector):
             "longest_stall_arrivals": longest["arrivals"],
             "longest_drain_ms": drain,
             "gc_event_share": gc_share,
+            "gc_runtime_metrics_share": runtime_share,
             "latency_split": split.as_dict(),
             "factors": factors,
         })

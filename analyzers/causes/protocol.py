@@ -22,7 +22,7 @@ declared once, in :data:`tailscope.analyzers.causes.registry.DETECTORS` (each a
 DetectorRegistry of all of them.
 
 A need ending in ``*`` is a prefix: ``"gpu*"`` is met by any series whose
-name starts with ``gpu``; ``"events.gc_pause"`` is met by a run holding at least one
+name starts with ``gpu``; ``"a|b"`` is met by either; ``"events.gc_pause"`` is met by a run holding at least one
 ``gc_pause`` event (a run with events of other kinds only — injected faults, the
 generator's own GC — has not checked the target's GC).
 """
@@ -49,6 +49,10 @@ OFF_METRIC_CAP = 0.25
 #: inputs (too little of them: e.g. too few span gaps to tell a stall); its value is why. Such a
 #: detector is listed with those whose inputs were not recorded, never as a check.
 NOT_JUDGED = "not_judged"
+#: Evidence key of a finding that says what its detector read when it could read one of several
+#: inputs (``gc``: the target's GC pause events, or its runtime GC metrics); the unexplained
+#: summary names it beside the check.
+CHECKED_WITH = "checked_with"
 #: Metric names in words.
 METRIC_WORDS = {"latency": "latency", "ttft": "TTFT", "tpot": "TPOT"}
 
@@ -192,7 +196,10 @@ class DetectorRegistry:
             return [f.as_dict() for f in fired]
         consulted = [d.name for d in self.eligible(ctx.available) if d.name not in unjudged]
         skipped = [name for name in self._detectors if name not in consulted]
-        return [unexplained(ctx.decomposition, findings, consulted, skipped, self.min_confidence).as_dict()]
+        checked_with = {d.name: f.evidence[CHECKED_WITH] for d, f in scored
+                        if f is not None and f.evidence.get(CHECKED_WITH)}
+        return [unexplained(ctx.decomposition, findings, consulted, skipped, self.min_confidence,
+                            checked_with).as_dict()]
 
 
 def on_metric(detector: Detector, finding: Finding, metric: str) -> Finding:
@@ -209,14 +216,18 @@ def on_metric(detector: Detector, finding: Finding, metric: str) -> Finding:
 
 
 def need_met(need: str, available: frozenset[str]) -> bool:
-    """Whether one need is available (a trailing ``*`` matches any name with that prefix)."""
+    """Whether one need is available (a trailing ``*`` matches any name with that prefix;
+    ``a|b`` is met by either alternative)."""
+    if "|" in need:
+        return any(need_met(alternative, available) for alternative in need.split("|"))
     if need.endswith("*"):
         return any(name.startswith(need[:-1]) for name in available)
     return need in available
 
 
 def unexplained(decomposition: dict, weak: list[Finding], consulted: list[str],
-                skipped: list[str] = (), min_confidence: float = DEFAULT_MIN_CONFIDENCE) -> Finding:
+                skipped: list[str] = (), min_confidence: float = DEFAULT_MIN_CONFIDENCE,
+                checked_with: dict[str, str] | None = None) -> Finding:
     """The ``unexplained`` finding: no detector fired; evidence is the decomposition.
 
     Confidence = coverage × (1 − strongest weak confidence), coverage =
@@ -228,7 +239,7 @@ def unexplained(decomposition: dict, weak: list[Finding], consulted: list[str],
     strongest = max((f.confidence for f in weak), default=0.0)
     total = len(consulted) + len(skipped)
     coverage = len(consulted) / total if total else 0.0
-    summary = unexplained_summary(decomposition, weak, consulted, skipped, min_confidence)
+    summary = unexplained_summary(decomposition, weak, consulted, skipped, min_confidence, checked_with)
     return Finding("unexplained", round(coverage * (1.0 - strongest), 6), {
         "summary": summary,
         "coverage": coverage,
@@ -240,14 +251,18 @@ def unexplained(decomposition: dict, weak: list[Finding], consulted: list[str],
 
 
 def unexplained_summary(decomposition: dict, weak: list[Finding], consulted: list[str],
-                        skipped: list[str] = (), min_confidence: float = DEFAULT_MIN_CONFIDENCE) -> str:
+                        skipped: list[str] = (), min_confidence: float = DEFAULT_MIN_CONFIDENCE,
+                        checked_with: dict[str, str] | None = None) -> str:
     """What was checked and what grew, in words, e.g. "No known cause explains it. Checked: GC
     pauses of the target, CPU contention and queue saturation; the closest, CPU contention,
     reached 28% (a cause needs 50%). Not checked (inputs not recorded): CPU throttling (CFS
     quota). What grew: batch_wait grew most: mean 0.3 ms → 8.5 ms (+8.2 ms) in …"."""
     parts = ["No known cause explains it."]
     if consulted:
-        parts.append(f"Checked: {word_list([cause_title(name) for name in consulted])}")
+        with_words = checked_with or {}
+        parts.append("Checked: " + word_list([cause_title(name) + (f" (from {with_words[name]})"
+                                                                    if name in with_words else "")
+                                              for name in consulted]))
         closest = max(weak, key=lambda f: f.confidence, default=None)
         if closest is not None and closest.confidence > 0:
             parts[-1] += (f"; the closest, {cause_title(closest.kind)}, reached {closest.confidence:.0%} "

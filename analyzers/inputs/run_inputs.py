@@ -30,6 +30,7 @@ from tailscope.analyzers.inputs.other_traffic import OtherTraffic, foreign_spans
 from tailscope.analyzers.inputs.pauses import Pauses, pauses_of
 from tailscope.analyzers.inputs.queues import QueuePoints, queue_points
 from tailscope.analyzers.inputs.records import NS_PER_S, RequestArrays, int_column, take_rows
+from tailscope.analyzers.inputs.runtime_gc import RuntimeGc, runtime_gc
 from tailscope.analyzers.inputs.signal_index import Contrast, SignalIndex, contrast
 from tailscope.analyzers.inputs.span_stalls import Stalls, find_stalls
 from tailscope.analyzers.inputs.trace_join import trace_positions
@@ -155,6 +156,11 @@ class RunInputs:
     @cached_property
     def generator_pauses(self) -> Pauses:
         return pauses_of(self.run.events, "generator_gc")
+
+    @cached_property
+    def runtime_gc(self) -> RuntimeGc:
+        """The target's GC from its runtime metrics, per export interval (:mod:`~.runtime_gc`)."""
+        return runtime_gc(self.run, self.signals)
 
     @cached_property
     def span_stalls(self) -> Stalls:

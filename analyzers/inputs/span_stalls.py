@@ -253,6 +253,11 @@ def _pauses(stalls: list[dict]) -> Pauses:
                   np.concatenate(([0], np.cumsum(lengths)[:-1])).astype(np.float64))
 
 
+def union_pauses(intervals: list[dict]) -> Pauses:
+    """The union of ``{start_ns, end_ns}`` intervals (epoch ns) as :class:`~.run_inputs.Pauses`."""
+    return _pauses(sorted(intervals, key=lambda s: s["start_ns"]))
+
+
 def chance_words(p: float) -> str:
     """A chance in words: ``"p < 1e-12"`` below 1e-12, else ``"p = 3e-07"``."""
     if p <= 0 or (math.isfinite(p) and p < 1e-12):

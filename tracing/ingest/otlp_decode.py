@@ -13,6 +13,9 @@ Guarantees:
 * span events become a JSON list ``[{"name", "t_ns", "attributes"}]`` (None
   when a span has none), in the order the span carries them;
 * spans named ``gc.pause`` become ``gc_pause`` events instead of spans;
+* metric points become signal rows (:class:`MetricPoints`): gauges and sums as
+  read, histograms (explicit-bucket and exponential) as a count and a sum series,
+  so that runtime metrics such as ``jvm.gc.duration`` reach the GC detector;
 * anything structurally wrong raises :class:`MalformedPayload`.
 """
 
@@ -112,10 +115,18 @@ class SpanColumns:
 
 @dataclass
 class MetricPoints:
-    """Gauge and sum data points as signal rows: (t_ns, series, value), plus
-    each metric's descriptor: ``descriptors[metric name] = {"unit", "kind",
-    "description"}``, kind "counter" for a cumulative monotonic sum (stored
-    cumulative, like the samplers' counters) and "gauge" otherwise."""
+    """Gauge, sum and histogram data points as signal rows: (t_ns, series, value), plus
+    each metric's descriptor: ``descriptors[series metric name] = {"unit", "kind",
+    "description"}`` (sums and histograms add ``"temporality": "cumulative"|"delta"``),
+    kind "counter" for a cumulative monotonic sum (stored cumulative, like the samplers'
+    counters) and "gauge" otherwise: a delta sum's points are the increments of each export
+    interval, as sent.
+
+    A histogram (explicit-bucket or exponential) becomes two series, ``<name>.count`` (unit
+    ``1``: observations) and ``<name>.sum`` (the metric's unit: for ``jvm.gc.duration``, seconds
+    of GC), each cumulative or delta as the histogram is (``.sum`` only when the point has a
+    sum); its buckets are not stored (one series per bucket would dwarf everything else;
+    count and sum per export interval give the mean)."""
 
     t_ns: list = field(default_factory=list)
     series: list = field(default_factory=list)
@@ -125,9 +136,27 @@ class MetricPoints:
     def __len__(self) -> int:
         return len(self.t_ns)
 
-    def describe(self, name: str, unit: str, description: str, cumulative_monotonic: bool) -> None:
+    def describe(self, name: str, unit: str, description: str, cumulative_monotonic: bool,
+                 temporality: str | None = None) -> None:
         self.descriptors[name] = {"unit": unit or "", "kind": "counter" if cumulative_monotonic else "gauge",
                                   "description": description or ""}
+        if temporality is not None:
+            self.descriptors[name]["temporality"] = temporality
+
+    def add(self, t_ns: int, series: str, value: float) -> None:
+        self.t_ns.append(t_ns)
+        self.series.append(series)
+        self.value.append(value)
+
+    def add_histogram(self, name: str, unit: str, description: str, cumulative: bool,
+                      t_ns: int, attrs: dict, count: float, total: float | None) -> None:
+        """One histogram point as ``<name>.count`` and (when it has a sum) ``<name>.sum``."""
+        temporality = "cumulative" if cumulative else "delta"
+        self.describe(f"{name}.count", "1", f"observations of {name}", cumulative, temporality)
+        self.add(t_ns, series_name(f"{name}.count", attrs), float(count))
+        if total is not None:
+            self.describe(f"{name}.sum", unit, f"sum of {name}", cumulative, temporality)
+            self.add(t_ns, series_name(f"{name}.sum", attrs), float(total))
 
 
 #: OTLP AggregationTemporality CUMULATIVE (protobuf enum value and JSON name).
@@ -278,8 +307,12 @@ def series_name(metric_name: str, attrs: dict) -> str:
     return f"{metric_name}{{{labels}}}"
 
 
+_HISTOGRAMS = ("histogram", "exponential_histogram")
+
+
 def decode_metrics_protobuf(body: bytes) -> MetricPoints:
-    """Decode an ``ExportMetricsServiceRequest``; keep gauge and sum data points."""
+    """Decode an ``ExportMetricsServiceRequest``; keep gauge, sum and histogram data points
+    (summaries are skipped)."""
     request = ExportMetricsServiceRequest()
     try:
         request.ParseFromString(body)
@@ -290,19 +323,29 @@ def decode_metrics_protobuf(body: bytes) -> MetricPoints:
         for scope_metrics in resource_metrics.scope_metrics:
             for metric in scope_metrics.metrics:
                 which = metric.WhichOneof("data")
+                if which in _HISTOGRAMS:
+                    data = getattr(metric, which)
+                    cumulative = data.aggregation_temporality in _CUMULATIVE
+                    for point in data.data_points:
+                        if point.time_unix_nano > _INT64_MAX:
+                            raise MalformedPayload("data point time must fit in int64 epoch ns")
+                        out.add_histogram(metric.name, metric.unit, metric.description, cumulative,
+                                          point.time_unix_nano, _attributes(point.attributes), point.count,
+                                          point.sum if point.HasField("sum") else None)
+                    continue
                 if which not in ("gauge", "sum"):
                     continue
                 out.describe(metric.name, metric.unit, metric.description, which == "sum"
-                             and metric.sum.is_monotonic and metric.sum.aggregation_temporality in _CUMULATIVE)
+                             and metric.sum.is_monotonic and metric.sum.aggregation_temporality in _CUMULATIVE,
+                             None if which == "gauge" else
+                             "cumulative" if metric.sum.aggregation_temporality in _CUMULATIVE else "delta")
                 for point in getattr(metric, which).data_points:
                     value = _number_point_value(point)
                     if value is None:
                         continue
                     if point.time_unix_nano > _INT64_MAX:
                         raise MalformedPayload("data point time must fit in int64 epoch ns")
-                    out.t_ns.append(point.time_unix_nano)
-                    out.series.append(series_name(metric.name, _attributes(point.attributes)))
-                    out.value.append(value)
+                    out.add(point.time_unix_nano, series_name(metric.name, _attributes(point.attributes)), value)
     return out
 
 
@@ -497,14 +540,32 @@ def decode_traces_json(body: bytes) -> SpanColumns:
     return out
 
 
+def _json_histogram(out: MetricPoints, metric: dict, data_field: dict) -> None:
+    name, unit, description = (str(metric.get(k, "")) for k in ("name", "unit", "description"))
+    cumulative = data_field.get("aggregationTemporality") in _CUMULATIVE
+    for point in _json_list(data_field, "dataPoints"):
+        t_ns = _json_int(point.get("timeUnixNano"), "timeUnixNano")
+        if not 0 <= t_ns <= _INT64_MAX:
+            raise MalformedPayload("timeUnixNano must fit in int64 epoch ns")
+        count = _json_int(point.get("count", 0), "count")  # uint64: a string in OTLP/JSON
+        total = float(point["sum"]) if point.get("sum") is not None else None
+        out.add_histogram(name, unit, description, cumulative, t_ns,
+                          _json_attributes(_json_list(point, "attributes")), count, total)
+
+
 def decode_metrics_json(body: bytes) -> MetricPoints:
-    """Decode an OTLP/JSON ``ExportMetricsServiceRequest``; keep gauge and sum points."""
+    """Decode an OTLP/JSON ``ExportMetricsServiceRequest``; keep gauge, sum and histogram
+    points (summaries are skipped)."""
     data = _json_object(body)
     out = MetricPoints()
     try:
         for resource_metrics in _json_list(data, "resourceMetrics"):
             for scope_metrics in _json_list(resource_metrics, "scopeMetrics"):
                 for metric in _json_list(scope_metrics, "metrics"):
+                    histogram = next((k for k in ("histogram", "exponentialHistogram") if k in metric), None)
+                    if histogram is not None:
+                        _json_histogram(out, metric, metric[histogram] or {})
+                        continue
                     data_kind = "gauge" if "gauge" in metric else "sum" if "sum" in metric else None
                     if data_kind is None:
                         continue
@@ -512,7 +573,9 @@ def decode_metrics_json(body: bytes) -> MetricPoints:
                     out.describe(str(metric.get("name", "")), str(metric.get("unit", "")),
                                  str(metric.get("description", "")),
                                  data_kind == "sum" and data_field.get("isMonotonic") is True
-                                 and data_field.get("aggregationTemporality") in _CUMULATIVE)
+                                 and data_field.get("aggregationTemporality") in _CUMULATIVE,
+                                 None if data_kind == "gauge" else "cumulative"
+                                 if data_field.get("aggregationTemporality") in _CUMULATIVE else "delta")
                     for point in _json_list(data_field, "dataPoints"):
                         if "asDouble" in point:
                             value = float(point["asDouble"])

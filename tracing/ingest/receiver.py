@@ -17,7 +17,8 @@ thread appends them to the run directory:
 
 * spans → ``spans.arrow`` (SPANS_SCHEMA);
 * ``gc.pause`` spans → ``gc_pause`` rows in ``events.receiver.arrow``;
-* gauge/sum metric points → ``signals.receiver.arrow`` (series = metric name);
+* gauge/sum metric points → ``signals.receiver.arrow`` (series = metric name), histogram
+  points as ``<name>.count`` and ``<name>.sum`` (:class:`.otlp_decode.MetricPoints`);
 * counters → ``receiver.json``, rewritten atomically every second and at stop.
 
 Streams are flushed every 0.5 s, so a ``kill -9`` loses at most that much.
