@@ -2,7 +2,7 @@
 
 The detectors write their evidence as JSON (``spikes[].causes[].evidence``):
 a ``summary`` sentence, per-signal contrasts (``signals[]``: ``series``,
-``spike``, ``baseline``, ``spread``, ``z``, ``material_excess``), the latency
+``spike``, ``baseline``, ``spread``, ``z``, ``material_excess``, ``inside``, ``place``), the latency
 split, the confidence factors and other scalars. The report shows none of it
 as raw keys: :func:`evidence_sentences` turns it into sentences, and
 :func:`series_display` gives the scale, unit and label every number of a
@@ -116,7 +116,7 @@ PAIR_AGAINST = {"tpot_normal_ms": "the normal streams"}
 #: Evidence keys shown elsewhere on the card, or only bookkeeping.
 SKIPPED = {"summary", "signals", "latency_split", "factors", "decomposition", "detectors_consulted",
            "detectors_without_inputs", "weak_findings", "coverage", "generator_runqueue_wait",
-           "longest_pause_generation", "load_measured_by", "top_series", "method", "series", "tpot_ratio",
+           "longest_pause_generation", "load_measured_by", "places", "top_series", "method", "series", "tpot_ratio",
            "own_prompt_tokens_per_s", "other_traffic_prompt_tokens_per_s", "long_prompts", "server_waiting",
            "meaning", "runtime_metrics"}
 MAX_SENTENCES = 12
@@ -146,12 +146,24 @@ def _value(x: float | None, scale: float) -> str:
 
 def signal_sentence(entry: dict) -> str:
     """``CPU time throttled (CFS quota): 312 ms/s in the spike vs 0 ms/s at baseline (robust z 41);
-    it counts fully from +50 ms/s.``"""
+    it counts fully from +50 ms/s.`` The level quoted "in the spike" is the one measured inside the
+    spike's own window (``inside``); when the level the confidence was judged on (``spike``) lay
+    outside it (``place``), that peak follows with its place: ``… 40 ms/s in the spike, peak
+    312 ms/s in the 2 s after the spike, vs 0 ms/s at baseline (robust z of the peak 41)``."""
     scale, unit, label = series_display(entry.get("series", "?"), entry.get("unit", ""), entry.get("counter", True))
-    text = (f"{label}: {_value(entry.get('spike'), scale)} {unit} in the spike vs "
-            f"{_value(entry.get('baseline'), scale)} {unit} at baseline")
+    place = entry.get("place") or "in the spike"
+    inside = entry.get("inside")
+    if place == "in the spike":
+        text = f"{label}: {_value(inside if inside is not None else entry.get('spike'), scale)} {unit} in the spike"
+    elif inside is None:
+        text = f"{label}: {_value(entry.get('spike'), scale)} {unit} {place} (no reading inside the spike)"
+    else:
+        text = (f"{label}: {_value(inside, scale)} {unit} in the spike, peak {_value(entry.get('spike'), scale)} "
+                f"{unit} {place},")
+    text += f" vs {_value(entry.get('baseline'), scale)} {unit} at baseline"
     if entry.get("z") is not None:
-        text += f" (robust z {fmt_number(entry['z'])})"
+        of_peak = " of the peak" if place != "in the spike" and inside is not None else ""
+        text += f" (robust z{of_peak} {fmt_number(entry['z'])})"
     if entry.get("material_excess") is not None:
         text += f"; it counts fully from +{_value(entry['material_excess'], abs(scale))} {unit}"
     return text + "."
@@ -175,13 +187,15 @@ def factors_sentence(factors: dict) -> str | None:
     return f"Confidence is the product of: {', '.join(shown)}." if shown else None
 
 
-def scalar_sentence(key: str, value) -> str | None:
-    """One scalar of the evidence as words with its unit; None for absent or structured values."""
+def scalar_sentence(key: str, value, place: str | None = None) -> str | None:
+    """One scalar of the evidence as words with its unit; None for absent or structured values.
+    ``place``: where the figure was measured when not inside the spike (the evidence's ``places``)."""
     if value is None or isinstance(value, (dict, list)):
         return None
+    where = f" ({place})" if place else ""
     if key in KNOWN_SCALARS and isinstance(value, (int, float)) and not isinstance(value, bool):
         label, fmt = KNOWN_SCALARS[key]
-        return f"{label[0].upper()}{label[1:]}: {fmt(value)}."
+        return f"{label[0].upper()}{label[1:]}: {fmt(value)}{where}."
     label = str(key).replace("_", " ")
     if isinstance(value, bool):
         shown = "yes" if value else "no"
@@ -194,7 +208,13 @@ def scalar_sentence(key: str, value) -> str | None:
                 break
     else:
         shown = str(value)
-    return f"{label[0].upper()}{label[1:]}: {shown}."
+    return f"{label[0].upper()}{label[1:]}: {shown}{where}."
+
+
+def _places(evidence: dict) -> dict:
+    """The evidence's ``places``: key → where that figure was measured, for those measured outside the spike."""
+    found = evidence.get("places")
+    return found if isinstance(found, dict) else {}
 
 
 def pair_sentences(evidence: dict) -> list[str]:
@@ -202,12 +222,14 @@ def pair_sentences(evidence: dict) -> list[str]:
     cache at baseline.``, the prompt tokens split into ours and the other traffic's, the long prompts
     that overlapped the slow streams, and the requests waiting on the server."""
     out = []
+    where = _places(evidence)
     for spike_key, base_key, label, shown in LEVEL_PAIRS:
         spike, base = evidence.get(spike_key), evidence.get(base_key)
         if not isinstance(spike, (int, float)):
             continue
         against = PAIR_AGAINST.get(base_key, "at baseline")
-        text = f"{label}: {shown(spike)} in the spike" if against == "at baseline" else f"{label}: {shown(spike)}"
+        text = (f"{label}: {shown(spike)} {where.get(spike_key, 'in the spike')}" if against == "at baseline"
+                else f"{label}: {shown(spike)}")
         if isinstance(base, (int, float)):
             text += f" vs {shown(base)} {'at baseline' if against == 'at baseline' else 'for ' + against}"
         if spike_key == "tpot_slow_ms" and isinstance(evidence.get("tpot_ratio"), (int, float)):
@@ -221,8 +243,8 @@ def pair_sentences(evidence: dict) -> list[str]:
     long = evidence.get("long_prompts")
     if isinstance(long, dict) and long.get("count"):
         largest = [p.get("prompt_tokens") for p in long.get("largest") or [] if isinstance(p, dict)]
-        text = (f"{long['count']:,} long prompts (over {fmt_number(long.get('threshold_tokens'))} tokens) "
-                "were being prefilled while the slow streams decoded")
+        text = (f"{long['count']:,} long prompts (over {fmt_number(long.get('threshold_tokens'))} tokens"
+                + (f", sent {long['sent']}" if long.get("sent") else "") + ") were being prefilled while the slow streams decoded")
         if largest:
             text += "; the largest " + ", ".join(fmt_number(v) for v in largest if v is not None) + " tokens"
         out.append(text + ".")
@@ -248,7 +270,7 @@ def evidence_sentences(cause: dict) -> list[str]:
     paired = {key for pair in LEVEL_PAIRS for key in pair[:2]}
     for key, value in evidence.items():
         if key not in SKIPPED and key not in paired:
-            made = scalar_sentence(str(key), value)
+            made = scalar_sentence(str(key), value, _places(evidence).get(key))
             if made:
                 sentences.append(made)
     weak = [w for w in evidence.get("weak_findings") or [] if isinstance(w, dict)]
@@ -281,7 +303,8 @@ def evidence_chart(entry: dict, origin_ns: int) -> dict:
             "y": [float(v) * scale for v in entry.get("values") or []],
             "baseline": baseline, "band": band, "spike": spike,
             "spike_text": (f"{'longest' if entry.get('kind') == 'events' else 'spike level'} "
-                           f"{fmt_number(spike)} {unit}" if spike is not None else ""),
+                           f"{fmt_number(spike)} {unit}" + (f" ({entry['place']})" if entry.get("place") not in (None, "in the spike") else "")
+                           if spike is not None else ""),
             "baseline_text": f"baseline {fmt_number(baseline)} {unit}" if baseline is not None else "",
             "marks": [{"y": scaled(m.get("value")), "text": f"{m.get('label')} {fmt_number(scaled(m.get('value')))}"}
                       for m in entry.get("marks") or [] if m.get("value") is not None]}

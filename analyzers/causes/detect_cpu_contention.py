@@ -67,11 +67,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from tailscope.analyzers.causes.kit import (
+    IN_SPIKE,
     SignalEvidence,
     blocked_on_io_confidence,
     latency_split,
-    load_ratio,
+    level_words,
+    load_contrast,
     owned_strongest,
+    places,
     ramp,
     signal_evidence,
     throttling_confidence,
@@ -185,7 +188,8 @@ class CpuContentionDetector(CauseDetector):
         throttled, _ = throttling_confidence(ctx)
         blocked_on_io = blocked_on_io_confidence(ctx).owned
         cotenants = cotenants_in_cgroup(ctx, own, own_contrast, runqueue.confidence if runqueue else 0.0)
-        offered, _ = load_ratio(ctx)
+        load, _ = load_contrast(ctx)
+        offered = load.spike / load.baseline if load is not None and load.baseline > 0 else None
         self_loaded = (ramp(own_ratio, 1.5, 3.0) * ramp(offered, 1.5, 3.0)
                        if own_ratio is not None and offered is not None else 0.0)
         factors = {"waiting": waiting,
@@ -202,40 +206,45 @@ class CpuContentionDetector(CauseDetector):
         evidence = (([others.as_dict()] if others is not None else [])
                     + ([cotenants.evidence.as_dict()] if cotenants is not None else []) + waits)
         return Finding(self.name, round(float(confidence), 4), {
-            "summary": _summary(others, cotenants, waits, own_ratio, throttled, blocked_on_io, self_loaded, offered),
+            "summary": _summary(others, cotenants, waits, own_ratio, throttled, blocked_on_io, self_loaded, offered,
+                                own_contrast.place if own_contrast is not None else IN_SPIKE,
+                                load.place if load is not None else IN_SPIKE),
             "signals": evidence, "target_cpu_ratio": own_ratio, "offered_load_ratio": offered,
             "cgroup_cpu_ratio": cotenants.ratio if cotenants is not None else None,
-            "latency_split": latency_split(ctx).as_dict(), "factors": factors})
+            "latency_split": latency_split(ctx).as_dict(), "factors": factors,
+            "places": places(target_cpu_ratio=own_contrast, offered_load_ratio=load)})
 
 
 def _summary(others, cotenants: Cotenants | None, waits: list[dict], own_ratio: float | None, throttled: float,
-             blocked_on_io: float, self_loaded: float, offered: float | None) -> str:
+             blocked_on_io: float, self_loaded: float, offered: float | None, own_place: str = IN_SPIKE,
+             load_place: str = IN_SPIKE) -> str:
     parts = []
     if cotenants is not None and cotenants.confidence >= 0.5:
         found = cotenants.evidence.contrast
-        parts.append(f"co-tenants in the target's cgroup used {found.spike:.2f} CPU cores vs {found.baseline:.2f} "
+        parts.append(f"co-tenants in the target's cgroup used {level_words(found, lambda v: f'{v:.2f}')} CPU cores vs {found.baseline:.2f} "
                      f"at baseline (the cgroup used {cotenants.ratio or 0:.1f}× the target's own CPU)")
     if others is not None:
-        parts.append(f"other processes used {others.contrast.spike:.2f} CPU cores vs "
+        parts.append(f"other processes used {level_words(others.contrast, lambda v: f'{v:.2f}')} CPU cores vs "
                      f"{others.contrast.baseline:.2f} at baseline")
     named = {e["series"]: e for e in waits}
     runq = named.get("proc.runqueue_wait_ns")
     if runq and runq["spike"] is not None:
-        parts.append(f"target threads waited {runq['spike'] / 1e6:.0f} ms/s on a run queue "
+        parts.append(f"target threads waited {level_words(runq, lambda v: f'{v / 1e6:.0f}')} ms/s on a run queue "
                      f"vs {runq['baseline'] / 1e6:.0f} ms/s")
     generator = named.get("generator.runqueue_wait_ms")
     if generator and generator["spike"] is not None:
-        parts.append(f"the generator waited {generator['spike']:.0f} ms/s for a CPU vs {generator['baseline']:.0f}")
+        parts.append(f"the generator waited {level_words(generator, lambda v: f'{v:.0f}')} ms/s for a CPU vs {generator['baseline']:.0f}")
     psi = named.get("psi.cpu.some_us")
     if psi and psi["spike"] is not None:
-        parts.append(f"CPU pressure {psi['spike'] / 1e4:.1f}% vs {psi['baseline'] / 1e4:.1f}%")
+        parts.append(f"CPU pressure {level_words(psi, lambda v: f'{v / 1e4:.1f}%')} vs {psi['baseline'] / 1e4:.1f}%")
     if own_ratio is not None:
-        parts.append(f"target CPU use {own_ratio:.2f}× its baseline")
+        parts.append(f"target CPU use {own_ratio:.2f}× its baseline" + (f" {own_place}" if own_place != IN_SPIKE else ""))
     summary = "CPU contention: " + ("; ".join(parts) if parts else "no CPU signal moved")
     if throttled >= 0.5:
         summary += " (but the cgroup was throttled: see cpu_throttling)"
     if blocked_on_io >= 0.5:
         summary += " (but the target was blocked on storage I/O: see io_stall)"
     if self_loaded >= 0.5:
-        summary += f" (but its offered load rose {offered:.1f}×: it waited on its own work, see queue_saturation)"
+        summary += (f" (but its offered load rose {offered:.1f}×" + (f" {load_place}" if load_place != IN_SPIKE else "")
+                    + ": it waited on its own work, see queue_saturation)")
     return summary

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tailscope.analyzers.causes.kit import latency_split, percent, ramp, signal_evidence
+from tailscope.analyzers.causes.kit import latency_split, level_words, percent, places, ramp, signal_evidence
 from tailscope.analyzers.causes.protocol import CauseDetector, Finding, SpikeContext
 
 LATE_MS = 1.0
@@ -89,9 +89,9 @@ class GeneratorDetector(CauseDetector):
                    f"+{client:.1f} ms outside the server's spans, as far as its own lateness reaches); "
                    f"{percent(late_slow)} of them left more than {LATE_MS:g} ms late vs {percent(late_normal)} "
                    "of normal requests"
-                   + (f"; generator CPU {own_cpu.spike:.0f}% of a core (baseline {own_cpu.baseline:.0f}%)"
+                   + (f"; generator CPU {level_words(own_cpu, lambda v: f'{v:.0f}%')} of a core (baseline {own_cpu.baseline:.0f}%)"
                       if own_cpu is not None else "")
-                   + (f"; its event loop waited {starved.contrast.spike:.0f} ms/s for a CPU (baseline "
+                   + (f"; its event loop waited {level_words(starved.contrast, lambda v: f'{v:.0f}')} ms/s for a CPU (baseline "
                       f"{starved.contrast.baseline:.0f}): other processes starved it"
                       if starved is not None and starved.confidence >= 0.5 else ""))
         return Finding(self.name, round(float(confidence), 4), {
@@ -100,4 +100,4 @@ class GeneratorDetector(CauseDetector):
             "outside_server_ms": client, "outside_server_counted_ms": counted,
             "generator_cpu_percent": own_cpu.spike if own_cpu is not None else None,
             "generator_runqueue_wait": starved.as_dict() if starved is not None else None,
-            "latency_split": split.as_dict(), "factors": factors})
+            "latency_split": split.as_dict(), "factors": factors, "places": places(generator_cpu_percent=own_cpu)})

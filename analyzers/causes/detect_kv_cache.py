@@ -39,6 +39,12 @@ def _growth(stages: dict, names: tuple[str, ...]) -> float:
     return sum((stages[s]["growth_ms"] or 0.0) for s in names if s in stages)
 
 
+def _at(pressure, key: str) -> str:
+    """" in the 2 s after the spike" when that level was measured outside the spike, else ""."""
+    place = (pressure.places or {}).get(key)
+    return f" {place}" if place else ""
+
+
 class KvCacheDetector(CauseDetector):
     kind = "kv_cache_pressure"
     answers = ("kv_cache_pressure", "llm_long_generations")
@@ -70,9 +76,10 @@ class KvCacheDetector(CauseDetector):
                       * factors["target_side"])
         parts = []
         if pressure.kv_spike is not None:
-            parts.append(f"KV cache {percent(pressure.kv_spike)} in use (baseline {percent(pressure.kv_baseline)})")
+            parts.append(f"KV cache {percent(pressure.kv_spike)} in use{_at(pressure, 'kv_usage_spike')} "
+                         f"(baseline {percent(pressure.kv_baseline)})")
         if pressure.preemptions_per_s is not None:
-            parts.append(f"{pressure.preemptions_per_s:.1f} preemptions/s "
+            parts.append(f"{pressure.preemptions_per_s:.1f} preemptions/s{_at(pressure, 'preemptions_per_s')} "
                          f"(baseline {pressure.preemptions_baseline_per_s:.1f})")
         if queue_share is not None:
             parts.append(f"queue wait is {percent(max(queue_share, 0.0))} of the slow requests' extra server "

@@ -33,13 +33,16 @@ from tailscope.analyzers.causes.kit import (
     Z_LOW,
     kv_pressure,
     latency_split,
+    level_words,
     percent,
+    places,
     ramp,
     server_role_prefixes,
     server_side_factor,
 )
 from tailscope.analyzers.causes.protocol import CauseDetector, Finding, SpikeContext
 from tailscope.analyzers.inputs.run_inputs import GRID_NS, margin_ns
+from tailscope.analyzers.inputs.signal_index import place_words
 
 QUEUE_STAGES = ("queue", "batch_wait")
 DECODE_STAGE = "decode"
@@ -103,11 +106,14 @@ class PrefillInterferenceDetector(CauseDetector):
         parts = [f"the slow streams' time per output token {np.median(slow_tpot):.1f} ms vs "
                  f"{np.median(normal_tpot):.1f} ms normal ({tpot_ratio:.2f}×)"]
         if surge is not None:
-            parts.append(f"prompt tokens being prefilled {surge.spike:,.0f}/s vs baseline {surge.baseline:,.0f}/s"
-                         + (f" (other traffic {other_surge.spike:,.0f}/s)" if other_surge is not None else ""))
+            parts.append("prompt tokens being prefilled " + level_words(surge, lambda v: f"{v:,.0f}/s")
+                         + f" vs baseline {surge.baseline:,.0f}/s"
+                         + (f" (other traffic {level_words(other_surge, lambda v: f'{v:,.0f}/s')})"
+                            if other_surge is not None else ""))
         if long_prompts["count"]:
             parts.append(f"{long_prompts['count']} long prompts (> {long_prompts['threshold_tokens']:.0f} tokens, "
-                         f"largest {long_prompts['largest'][0]['prompt_tokens']:.0f}) overlapped the slow streams")
+                         f"largest {long_prompts['largest'][0]['prompt_tokens']:.0f}, sent {long_prompts['sent']}) "
+                         "overlapped the slow streams")
         parts.append(f"queue {percent(max(queue_share, 0.0))} of the extra server time")
         return Finding(self.name, round(confidence, 4), {
             "summary": "; ".join(parts),
@@ -122,6 +128,8 @@ class PrefillInterferenceDetector(CauseDetector):
             "kv_pressure": kv.confidence,
             "latency_split": split.as_dict(),
             "factors": factors,
+            "places": places(prompt_tokens_per_s=surge, own_prompt_tokens_per_s=own_surge,
+                             other_traffic_prompt_tokens_per_s=other_surge),
         })
 
     @staticmethod
@@ -138,9 +146,10 @@ class PrefillInterferenceDetector(CauseDetector):
         in_baseline[on_grid] = inputs.baseline_bins[bins[on_grid]]
         baseline = prompts[in_baseline]
         if not len(baseline):
-            return {"count": 0, "threshold_tokens": None, "largest": []}
+            return {"count": 0, "threshold_tokens": None, "largest": [], "sent": None}
         threshold = float(np.quantile(baseline, 0.9))
         long = np.flatnonzero(inside & (prompts > threshold))
         largest = long[np.argsort(-prompts[long], kind="stable")[:MAX_LONG_PROMPTS]]
         return {"count": int(len(long)), "threshold_tokens": threshold,
+                "sent": place_words(ctx.start_ns - margin, ctx.end_ns + margin, ctx.start_ns, ctx.end_ns),
                 "largest": [{"sent_ns": int(sent[i]), "prompt_tokens": float(prompts[i])} for i in largest]}

@@ -52,8 +52,10 @@ import numpy as np
 from tailscope.analyzers.causes.kit import (
     kv_pressure,
     latency_split,
-    load_ratio,
+    level_words,
+    load_contrast,
     percent,
+    places,
     ramp,
     server_role_prefixes,
     signal_evidence,
@@ -113,7 +115,8 @@ class QueueSaturationDetector(CauseDetector):
         compute_growth, compute_normal = _growth(stages, COMPUTE_STAGES)
         queue_share = queue_growth / server_growth if server_growth > 0 else 0.0
         compute_ratio = compute_growth / compute_normal if compute_normal > 0 else 0.0
-        ratio, load_label = load_ratio(ctx)
+        offered, load_label = load_contrast(ctx)
+        ratio = offered.spike / offered.baseline if offered is not None and offered.baseline > 0 else None
         slow_depth = ctx.inputs.queue_depth_of(ctx.slow_request_index)
         slow_depth = slow_depth[np.isfinite(slow_depth)]
         normal = ctx.inputs.normal_sample(ctx.normal_request_index)
@@ -147,7 +150,7 @@ class QueueSaturationDetector(CauseDetector):
         parts = [f"queue wait is {percent(max(queue_share, 0.0))} of the slow requests' extra server time "
                  f"(+{queue_growth:.1f} ms)"]
         if ratio is not None:
-            parts.append(f"{load_label} at {ratio:.2f}× the baseline rate")
+            parts.append(f"{load_label} vs the baseline rate: " + level_words(offered, lambda v: f"{v / offered.baseline:.2f}×"))
         if median_depth is not None:
             parts.append(f"median queue depth {median_depth:.0f} vs normal P99 {normal_p99:.0f}"
                          + (f" (capacity {capacity:.0f})" if capacity else ""))
@@ -157,10 +160,12 @@ class QueueSaturationDetector(CauseDetector):
             parts.append(f"throughput {held:.2f}× the baseline's"
                          + (" (the service slowed: the queue is a symptom)" if held < 0.75 else ""))
         if waiting is not None:
-            parts.append(f"{waiting.contrast.spike:.0f} requests waiting on the server "
+            parts.append(level_words(waiting.contrast, lambda v: f"{v:.0f}") + " requests waiting on the server "
                          f"(baseline {waiting.contrast.baseline:.0f})")
         if kv.watched and kv.confidence > 0:
-            parts.append(f"KV cache {percent(kv.kv_spike)} in use (the queue waited for KV blocks)")
+            parts.append(f"KV cache {percent(kv.kv_spike)} in use"
+                         + (f" {kv.places['kv_usage_spike']}" if (kv.places or {}).get("kv_usage_spike") else "")
+                         + " (the queue waited for KV blocks)")
         return Finding(self.name, round(float(confidence), 4), {
             "summary": "; ".join(parts),
             "queue_share_of_server_growth": queue_share,
@@ -172,5 +177,5 @@ class QueueSaturationDetector(CauseDetector):
             "server_waiting": waiting.as_dict() if waiting is not None else None,
             "rejected_429_share": spike_429, "baseline_429_share": base_429, "throughput_ratio": held,
             "latency_split": latency_split(ctx).as_dict(),
-            "factors": factors,
+            "factors": factors, "places": places(load_ratio=offered),
         })

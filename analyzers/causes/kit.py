@@ -250,6 +250,31 @@ def percent(x: float | None) -> str:
     return "—" if x is None else f"{100 * x:.0f}%"
 
 
+#: Where a contrast's level was measured when it lies inside the spike's own window.
+IN_SPIKE = "in the spike"
+
+
+def level_words(found: Contrast | dict, shown) -> str:
+    """A contrast's level (a :class:`Contrast` or its ``as_dict``) for a sentence, formatted by
+    ``shown``: the figure measured inside the spike's own [start, end) first, and the level the
+    confidence was judged on with its place when that lay outside the spike — "0.80", "0.80 in the
+    spike (peak 1.60 in the 2 s after the spike)", or "1.60 in the 2 s after the spike" when the
+    spike itself has no reading."""
+    get = found.get if isinstance(found, dict) else lambda key: getattr(found, key)
+    spike, inside, place = get("spike"), get("inside"), get("place") or IN_SPIKE
+    if place == IN_SPIKE or spike is None:
+        return shown(inside if inside is not None else spike)
+    if inside is None:
+        return f"{shown(spike)} {place}"
+    return f"{shown(inside)} in the spike (peak {shown(spike)} {place})"
+
+
+def places(**found: Contrast | None) -> dict[str, str]:
+    """``{evidence key: where its figure was measured}`` for the figures taken from a contrast whose
+    level lay outside the spike's own window (reports/evidence_text.py appends the place)."""
+    return {key: c.place for key, c in found.items() if c is not None and c.place != IN_SPIKE}
+
+
 # -- Evidence shared between detectors (each ignores latency: the caller weighs it) ---------------
 
 #: Material excess of CFS throttling: throttled ns per s, throttled periods per s (10 elapse per s).
@@ -321,8 +346,8 @@ def blocked_on_io_confidence(ctx: SpikeContext) -> OwnedEvidence:
     ], BLOCKED_WEIGHTS)
 
 
-def load_ratio(ctx: SpikeContext) -> tuple[float | None, str]:
-    """(spike offered rate / baseline median rate, what was counted); None without a baseline rate.
+def load_contrast(ctx: SpikeContext) -> tuple[Contrast | None, str]:
+    """(the spike's offered rate per s contrasted with the baseline, what was counted).
 
     Offered load is the harness's *scheduled* sends plus SERVER spans of traces it did not send
     (other clients): ``queue_saturation``'s surge evidence, and ``cpu_contention``'s test of a
@@ -334,7 +359,13 @@ def load_ratio(ctx: SpikeContext) -> tuple[float | None, str]:
     if len(external):
         rate = rate + inputs.per_second(external)
         label = "offered load (harness + other clients)"
-    found = inputs.contrast_values(rate, ctx.start_ns, ctx.end_ns)
+    return inputs.contrast_values(rate, ctx.start_ns, ctx.end_ns), label
+
+
+def load_ratio(ctx: SpikeContext) -> tuple[float | None, str]:
+    """(spike offered rate / baseline median rate, what was counted); None without a baseline rate
+    (:func:`load_contrast`; the spike's rate is the confidence's level, its place in the contrast)."""
+    found, label = load_contrast(ctx)
     if found is None or found.baseline <= 0:
         return None, label
     return found.spike / found.baseline, label
@@ -367,6 +398,7 @@ class KvPressure:
     preemptions_baseline_per_s: float | None = None
     factors: dict | None = None
     series: tuple[str, ...] = ()
+    places: dict | None = None  # evidence key -> where its level was measured, when outside the spike (:func:`places`)
 
     def as_dict(self) -> dict:
         def r(x):
@@ -374,7 +406,7 @@ class KvPressure:
         return {"kv_usage_spike": r(self.kv_spike), "kv_usage_baseline": r(self.kv_baseline),
                 "preemptions_per_s": r(self.preemptions_per_s),
                 "preemptions_baseline_per_s": r(self.preemptions_baseline_per_s),
-                "series": list(self.series), "factors": self.factors or {}}
+                "series": list(self.series), "factors": self.factors or {}, "places": self.places or {}}
 
 
 def kv_pressure(ctx: SpikeContext) -> KvPressure:
@@ -399,7 +431,8 @@ def kv_pressure(ctx: SpikeContext) -> KvPressure:
     names = inputs.server_series.names("kv_usage") + inputs.server_series.names("preemptions")
     return KvPressure(confidence, True, kv.spike, kv.baseline,
                       preempted.contrast.spike if preempted is not None else None,
-                      preempted.contrast.baseline if preempted is not None else None, factors, names)
+                      preempted.contrast.baseline if preempted is not None else None, factors, names,
+                      places(kv_usage_spike=kv, preemptions_per_s=preempted.contrast if preempted is not None else None))
 
 
 def server_role_prefixes(*roles: str) -> tuple[str, ...]:

@@ -19,7 +19,7 @@ none — when that would leave too few baseline seconds in a short run,
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 import numpy as np
@@ -31,7 +31,7 @@ from tailscope.analyzers.inputs.pauses import Pauses, pauses_of
 from tailscope.analyzers.inputs.queues import QueuePoints, queue_points
 from tailscope.analyzers.inputs.records import NS_PER_S, RequestArrays, int_column, take_rows
 from tailscope.analyzers.inputs.runtime_gc import RuntimeGc, runtime_gc
-from tailscope.analyzers.inputs.signal_index import Contrast, SignalIndex, contrast
+from tailscope.analyzers.inputs.signal_index import Contrast, SignalIndex, contrast, place_words
 from tailscope.analyzers.inputs.span_stalls import Stalls, find_stalls
 from tailscope.analyzers.inputs.trace_join import trace_positions
 from tailscope.analyzers.stages.decomposition import SPAN_KIND_SERVER, StageMatrix
@@ -140,7 +140,33 @@ class RunInputs:
             width -= 1
         rolled = rolling_mean(values, width)
         spike_ok = windows_inside(self.spike_bins(start_ns, end_ns), width)
-        return contrast(rolled, spike_ok, base_ok, floor=floor, level=1.0)
+        found = contrast(rolled, spike_ok, base_ok, floor=floor, level=1.0)
+        if found is None:
+            return None
+        return replace(found, inside=self._level_inside(values, start_ns, end_ns, width),
+                       place=self._level_place(rolled, spike_ok, width, start_ns, end_ns))
+
+    def _level_inside(self, values: np.ndarray, start_ns: int, end_ns: int, width: int) -> float | None:
+        """The best rolling mean (``width`` bins, fewer when the spike holds fewer) over the spike's own
+        bins, not widened; None when none of them has a reading."""
+        own = self.bins_between(start_ns, end_ns)
+        width = max(1, min(width, int(own.sum())))
+        rolled = rolling_mean(values, width)[windows_inside(own, width)]
+        rolled = rolled[np.isfinite(rolled)]
+        return float(rolled.max()) if len(rolled) else None
+
+    def _level_place(self, rolled: np.ndarray, spike_ok: np.ndarray, width: int, start_ns: int, end_ns: int) -> str:
+        """Where the widened spike's best rolling window lies against the spike's own bins
+        (:func:`~.signal_index.place_words`, on grid bins: a spike that starts mid-bin owns that bin)."""
+        candidates = np.flatnonzero(spike_ok & np.isfinite(rolled))
+        if len(candidates) == 0:
+            return "in the spike"
+        first = int(candidates[np.argmax(rolled[candidates])])
+        own = np.flatnonzero(self.bins_between(start_ns, end_ns))
+        if len(own) == 0:
+            return "in the spike"
+        edges = self.edges
+        return place_words(int(edges[first]), int(edges[first + width]), int(edges[own[0]]), int(edges[own[-1] + 1]))
 
     def contrast(self, name: str, start_ns: int, end_ns: int, floor: float = 0.0) -> Contrast | None:
         """Contrast of one signal series for a spike; None when the series is absent."""

@@ -102,7 +102,14 @@ def _counter_rates(t: np.ndarray, v: np.ndarray, edges_ns: np.ndarray) -> np.nda
 
 @dataclass(frozen=True)
 class Contrast:
-    """A spike's level of one series against its baseline bins (units of the series, per s for counters)."""
+    """A spike's level of one series against its baseline bins (units of the series, per s for counters).
+
+    ``spike`` is the level the confidence is judged on, taken inside the spike *widened* by its
+    margin (run_inputs.margin_ns); ``place`` says where it was measured ("in the spike", "in the
+    2 s after the spike", …). ``inside`` is the same statistic over the spike's own bins only
+    (None when the series has no reading inside the spike): the figure a card quotes
+    (:attr:`quoted`, :attr:`quoted_place`), so two spikes of one long episode quote their own
+    levels, not the episode's peak beside both."""
 
     spike: float
     baseline: float
@@ -110,16 +117,47 @@ class Contrast:
     z: float
     spike_bins: int
     baseline_bins: int
+    inside: float | None = None
+    place: str = "in the spike"
 
     @property
     def excess(self) -> float:
         return self.spike - self.baseline
 
+    @property
+    def quoted(self) -> float:
+        """The level a sentence quotes: measured inside the spike when it has a reading there."""
+        return self.inside if self.inside is not None else self.spike
+
+    @property
+    def quoted_place(self) -> str:
+        """Where :attr:`quoted` was measured ("in the spike" or :attr:`place`)."""
+        return "in the spike" if self.inside is not None else self.place
+
     def as_dict(self, digits: int = 4) -> dict:
         def r(x):
             return None if x is None or not np.isfinite(x) else float(round(x, digits))
         return {"spike": r(self.spike), "baseline": r(self.baseline), "spread": r(self.spread),
-                "z": r(self.z), "excess": r(self.excess)}
+                "z": r(self.z), "excess": r(self.excess), "inside": r(self.inside), "place": self.place}
+
+
+def place_words(level_start_ns: int, level_end_ns: int, start_ns: int, end_ns: int) -> str:
+    """Where a level measured over [level_start_ns, level_end_ns) lies against a spike's
+    [start_ns, end_ns): "in the spike", "in the 2 s before the spike", "in the 3 s after the spike",
+    or "from 1 s before the spike to 2 s after it" (whole seconds, at least 1)."""
+    before = max(0, start_ns - level_start_ns)
+    after = max(0, level_end_ns - end_ns)
+    if before == 0 and after == 0:
+        return "in the spike"
+
+    def secs(ns: int) -> str:
+        return f"{max(1, round(ns / 1e9)):.0f} s"
+    if level_end_ns <= start_ns:
+        return f"in the {secs(start_ns - level_start_ns)} before the spike"
+    if level_start_ns >= end_ns:
+        return f"in the {secs(level_end_ns - end_ns)} after the spike"
+    return (f"from {secs(before)} before the spike" if before else "from the spike's start") + (
+        f" to {secs(after)} after it" if after else " to its end")
 
 
 def contrast(values: np.ndarray, spike_bins: np.ndarray, baseline_bins: np.ndarray,

@@ -90,7 +90,7 @@ def _grid_entry(ctx: SpikeContext, name: str, values: np.ndarray, unit: str, cou
     return {"name": name, "kind": "signal", "unit": unit, "counter": counter,
             "t_ns": [int(x) for x in t], "values": [float(x) for x in v],
             "spike": _number(found.get("spike")), "baseline": _number(found.get("baseline")),
-            "spread": _number(found.get("spread")), "marks": marks or []}
+            "spread": _number(found.get("spread")), "place": found.get("place"), "marks": marks or []}
 
 
 def _cached(cache: dict, key: str, compute) -> np.ndarray:
