@@ -43,6 +43,17 @@ bare Locust of chunks per CPU-second (> 1: tailscope reads more chunks per
 core). Goal (issue 19): at 2,000 streams × 25 tokens/s (50,000 chunks/s) on
 one core, P99 lag ≤ 2 ms, ratio ≥ 1.0.
 
+Multi-turn sessions (issue 29), ``--sessions MIN:MAX``: each step also runs
+**tailscope sessions** — the same run with ``arrival.sessions`` (N concurrent
+sessions of MIN–MAX turns, uniform, no think time: N streams kept busy, the
+same offered token rate as the single-turn chat mode), every turn carrying
+the history with the actual streamed answers (the stamps: 19 characters a
+token) — and the summary adds the sessions' cost per chunk against the
+single-turn chat mode in the same round: chat chunks per CPU-second ÷
+sessions chunks per CPU-second (1.0: a chunk costs the same; the issue's
+bound is 1.2). ``--no-bare`` leaves the bare Locust mode out. The modes of
+a round run in turn, their order rotating from round to round.
+
 Loopback only; every process started here is stopped by PID. The load
 average is printed before and after.
 """
@@ -87,11 +98,14 @@ def _window():
 TAILSCOPE = """
 from tailscope.loadgen.runner import run_load
 """ + WINDOW + """
-from tailscope.loadgen.spec import ArrivalSpec, LLMSpec, LoadPlan, RequestClass, SizeSpec
+from tailscope.loadgen.spec import ArrivalSpec, LLMSpec, LoadPlan, RequestClass, SessionSpec, SizeSpec
 from tailscope.rundir import Appender, schema
 llm = LLMSpec(api="openai-chat", model="bench", prompt_tokens=SizeSpec("fixed", value=8),
               output_tokens=SizeSpec("uniform", min=CONFIG["min_tokens"], max=CONFIG["max_tokens"]))
-plan = LoadPlan(target=CONFIG["url"], duration_s=CONFIG["seconds"], arrival=ArrivalSpec("closed", users=CONFIG["streams"]),
+turns = CONFIG.get("session_turns")
+sessions = SessionSpec(turns=SizeSpec("uniform", min=turns[0], max=turns[1])) if turns else None
+plan = LoadPlan(target=CONFIG["url"], duration_s=CONFIG["seconds"],
+                arrival=ArrivalSpec("closed", users=CONFIG["streams"], sessions=sessions),
                 classes=(RequestClass("chat", "", llm=llm),), timeout_s=60.0, max_in_flight=CONFIG["streams"])
 requests = Appender(CONFIG["dir"] + "/requests.arrow", schema.REQUESTS_SCHEMA)
 chunks = Appender(CONFIG["dir"] + "/chunks.arrow", schema.CHUNKS_SCHEMA)
@@ -144,7 +158,7 @@ np.save(CONFIG["dir"] + "/bare.npy", np.array([ARRIVALS, LAGS], dtype=np.int64))
 print(json.dumps({"requests": env.stats.total.num_requests, "errors": env.stats.total.num_failures, "window": WINDOW}))
 """
 
-OURS, BARE = "tailscope", "bare Locust"
+OURS, BARE, SESSIONS = "tailscope", "bare Locust", "tailscope sessions"
 
 
 @contextlib.contextmanager
@@ -231,19 +245,27 @@ def run_bare(config: dict, url: str) -> dict:
 
 
 def measure(streams: list[int], seconds: float, rounds: int, tokens_per_s: float, min_tokens: int,
-            max_tokens: int, warmup_s: float = 1.0, say=print) -> dict:
-    """Run every step and round; the figures per step, generator and round."""
+            max_tokens: int, warmup_s: float = 1.0, say=print, session_turns: tuple[int, int] | None = None,
+            bare: bool = True) -> dict:
+    """Run every step and round; the figures per step, generator and round. ``session_turns``
+    (min, max): also the sessions mode; ``bare``: also bare Locust. A round's modes run in turn,
+    their order rotated by one each round."""
     from sse_stamp_server import EVENT_BYTES
 
-    results: dict[int, dict[str, list[dict]]] = {n: {OURS: [], BARE: []} for n in streams}
+    modes = [OURS] + ([SESSIONS] if session_turns else []) + ([BARE] if bare else [])
+    results: dict[int, dict[str, list[dict]]] = {n: {name: [] for name in modes} for n in streams}
     with stamp_server(tokens_per_s) as url:
         for round_number in range(1, rounds + 1):
             for n in streams:
                 config = {"url": url, "streams": n, "seconds": seconds, "min_tokens": min_tokens,
                           "max_tokens": max_tokens, "event_bytes": EVENT_BYTES, "warmup": warmup_s}
-                order = (OURS, BARE) if round_number % 2 else (BARE, OURS)
+                shift = (round_number - 1) % len(modes)
+                order = modes[shift:] + modes[:shift]
                 for name in order:
-                    r = run_ours(config, url) if name == OURS else run_bare(config, url)
+                    if name == BARE:
+                        r = run_bare(config, url)
+                    else:
+                        r = run_ours({**config, "session_turns": session_turns if name == SESSIONS else None}, url)
                     results[n][name].append(r)
                     say(f"round {round_number} {n:5d} streams {name:12s} {_line(r)}")
     return results
@@ -278,8 +300,14 @@ def summarize(results: dict) -> list[dict]:
                 "unmatched": sum(r["unmatched"] for r in runs),
                 "runqueue_ms_per_s": statistics.median(r["runqueue_ms_per_s"] for r in runs),
             }
-        ours, bare = row[OURS], row[BARE]
-        row["ratio_per_cpu_s"] = ours["chunks_per_cpu_s"] / bare["chunks_per_cpu_s"] if bare["chunks_per_cpu_s"] else None
+        ours, bare = row[OURS], row.get(BARE)
+        if bare is not None:
+            row["ratio_per_cpu_s"] = ours["chunks_per_cpu_s"] / bare["chunks_per_cpu_s"] if bare["chunks_per_cpu_s"] else None
+        if SESSIONS in by_name:  # per round (same machine state), then the median
+            costs = [chat["per_core"] / session["per_core"] for chat, session in zip(by_name[OURS], by_name[SESSIONS])
+                     if session["per_core"] > 0]
+            row["sessions_cost_ratio"] = statistics.median(costs) if costs else None
+            row["sessions_cost_ratios"] = costs
         rows.append(row)
     return rows
 
@@ -294,14 +322,37 @@ def main() -> None:
     parser.add_argument("--tokens-per-s", type=float, default=25.0, help="chunks per second of each stream")
     parser.add_argument("--min-tokens", type=int, default=25)
     parser.add_argument("--max-tokens", type=int, default=75)
+    parser.add_argument("--sessions", metavar="MIN:MAX", default=None,
+                        help="also run multi-turn sessions of MIN-MAX turns (uniform) and compare their cost per chunk "
+                             "with single-turn chat")
+    parser.add_argument("--no-bare", action="store_true", help="leave the bare Locust mode out")
     parser.add_argument("--json", action="store_true", help="print the summary as one JSON line at the end")
     args = parser.parse_args()
     streams = [int(s) for s in args.streams.split(",") if s.strip()]
+    session_turns = tuple(int(x) for x in args.sessions.split(":")) if args.sessions else None
+    if session_turns is not None and (len(session_turns) != 2 or not 1 <= session_turns[0] <= session_turns[1]):
+        parser.error(f"--sessions: expected MIN:MAX turns with 1 <= MIN <= MAX, got {args.sessions!r}")
     print(f"server on CPU {SERVER_CPU}, generators on CPU {GENERATOR_CPU}; {args.tokens_per_s:g} chunks/s per "
           f"stream, {args.min_tokens}-{args.max_tokens} tokens per request; load average {load_average()}", flush=True)
     rows = summarize(measure(streams, args.seconds, args.rounds, args.tokens_per_s, args.min_tokens,
-                             args.max_tokens, args.warmup, say=lambda text: print(text, flush=True)))
+                             args.max_tokens, args.warmup, say=lambda text: print(text, flush=True),
+                             session_turns=session_turns, bare=not args.no_bare))
     print(f"load average at the end: {load_average()}")
+    if session_turns:
+        print(f"{'streams':>7s}  {'chat chunks/s':>13s}  {'per core':>8s}  {'sessions chunks/s':>17s}  {'per core':>8s}  "
+              f"{'P99 lag':>8s}  {'CPU wait':>8s}  sessions cost per chunk ÷ chat (per round; median)")
+        for row in rows:
+            ours, sessions = row[OURS], row[SESSIONS]
+            per_round = ", ".join(f"{x:.2f}" for x in row["sessions_cost_ratios"])
+            print(f"{row['streams']:7d}  {ours['chunks_per_s']:13.0f}  {ours['chunks_per_cpu_s']:8.0f}  "
+                  f"{sessions['chunks_per_s']:17.0f}  {sessions['chunks_per_cpu_s']:8.0f}  {_ms(sessions['p99_lag_ms'])}  "
+                  f"{_wait(sessions)}  {per_round}; median {row['sessions_cost_ratio']:.2f}")
+        print(f"goal (issue 29): sessions of {session_turns[0]}-{session_turns[1]} turns cost at most 1.2x a single-turn "
+              "chat chunk")
+    if args.no_bare:
+        if args.json:
+            print(json.dumps({"streams": streams, "tokens_per_s": args.tokens_per_s, "rows": rows}))
+        return
     print(f"{'streams':>7s}  {'offered/s':>9s}  {'tailscope chunks/s':>18s}  {'per core':>8s}  {'P99 lag':>8s}  "
           f"{'CPU wait':>8s}  {'Locust chunks/s':>15s}  {'per core':>8s}  {'P99 lag':>8s}  {'CPU wait':>8s}  "
           "ratio (per core)")

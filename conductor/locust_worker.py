@@ -46,7 +46,8 @@ def plan_from_args(args) -> LoadPlan:
     scenario = load_scenario(args.scenario, target_override=args.target)
     plan = scenario.load_plan(args.target, args.duration)
     if args.users is not None:
-        arrival = ArrivalSpec(process="closed", users=args.users, think_time_s=args.think_time)
+        arrival = ArrivalSpec(process="closed", users=args.users, think_time_s=args.think_time,
+                              sessions=plan.arrival.sessions)  # concurrent sessions stay sessions
         plan = dataclasses.replace(plan, arrival=arrival)
     elif args.rate:
         plan = dataclasses.replace(plan, arrival=dataclasses.replace(plan.arrival, rate=args.rate))

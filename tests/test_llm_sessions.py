@@ -131,12 +131,12 @@ def _requests(run_dir: str) -> list[dict]:
     return read_stream(os.path.join(run_dir, schema.REQUESTS), schema.REQUESTS_SCHEMA).table.to_pylist()
 
 
-def _run(tmp_path, port: int, scenario: str) -> tuple[str, dict]:
+def _run(tmp_path, port: int, scenario: str, *extra: str) -> tuple[str, dict]:
     path = tmp_path / "sessions.yaml"
     path.write_text(textwrap.dedent(scenario))
     out = tmp_path / "runs"
     proc = run_tailscope("run", str(path), "--target", f"http://127.0.0.1:{port}", "--out", str(out),
-                         "--receiver-port", "0", timeout=180)
+                         "--receiver-port", "0", *extra, timeout=180)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     run_dir = only_run_dir(out)
     return run_dir, load_analysis(run_dir)
@@ -270,6 +270,42 @@ def test_session_rate_starts_sessions_on_schedule(tmp_path, llm_server):
         arrival = json.load(fh)["arrival"]
     assert arrival["sessions"] == {"turns": {"dist": "fixed", "value": 2}, "think_time_ms": {"dist": "fixed", "value": 30}}
     assert arrival["rate"] == 5 and analysis["llm"]["sessions"]["sessions"] == len(firsts)
+
+
+def test_concurrent_sessions_split_over_workers(tmp_path, llm_server):
+    """``--workers 2`` (Locust master and worker processes): the 4 concurrent sessions are split
+    2 + 2, each worker runs sessions (turns numbered 1..n, the history growing), never more than
+    4 under way in all, and the merged records give the analysis its sessions."""
+    run_dir, analysis = _run(tmp_path, llm_server.port, """\
+        name: session-workers
+        duration: 3s
+        seed: 4
+        timeout: 20s
+        arrival:
+          sessions: {concurrency: 4, turns: 3, think_time: 20ms}
+        classes:
+          - name: chat
+            api: openai-chat
+            model: tailscope-llm
+            prompt_tokens: 6
+            output_tokens: 4
+        slo: ["error_rate < 5%"]
+        verdict: {unclaimed: inconclusive}
+        """, "--workers", "2")
+    rows = [r for r in _requests(run_dir) if r["error_kind"] is None]
+    sessions = defaultdict(list)
+    for row in rows:
+        sessions[row["session_id"]].append(row)
+    assert None not in sessions and {r["worker"] for r in rows} == {0, 1}
+    for turns in sessions.values():
+        turns.sort(key=lambda r: r["turn"])
+        assert [r["turn"] for r in turns] == list(range(1, len(turns) + 1))
+        assert len({r["worker"] for r in turns}) == 1  # a session stays on its worker
+        assert all(a["prompt_tokens"] < b["prompt_tokens"] for a, b in zip(turns, turns[1:]))
+    spans = [(min(r["sent_ns"] for r in t), max(r["end_ns"] for r in t)) for t in sessions.values()]
+    events = sorted([(s, 1) for s, _ in spans] + [(e, -1) for _, e in spans], key=lambda x: (x[0], x[1]))
+    assert max(np.cumsum([d for _, d in events])) <= 4
+    assert analysis["llm"]["sessions"]["sessions"] == len(sessions)
 
 
 def test_make_turn_keeps_the_history():
