@@ -11,7 +11,7 @@ confidence = best signal × (0.75 + 0.25 × second) × server-side factor
 
 from __future__ import annotations
 
-from tailscope.analyzers.causes.kit import latency_split, server_side_factor, throttling_confidence
+from tailscope.analyzers.causes.kit import latency_split, level_words, server_side_factor, throttling_confidence
 from tailscope.analyzers.causes.protocol import CauseDetector, Finding, SpikeContext
 
 
@@ -33,9 +33,9 @@ class CpuThrottlingDetector(CauseDetector):
         periods = next((e for e in evidence if e["series"] == "cgroup.cpu.nr_throttled"), None)
         summary = "CFS throttling of the target's cgroup"
         if throttled and throttled["spike"] is not None:
-            summary += (f": {throttled['spike'] / 1e6:.0f} ms throttled per second vs "
+            summary += (f": {level_words(throttled, lambda v: f'{v / 1e6:.0f}')} ms throttled per second vs "
                         f"{throttled['baseline'] / 1e6:.1f} ms/s at baseline (z {throttled['z']:.1f})")
         if periods and periods["spike"] is not None:
-            summary += f", {periods['spike']:.1f} throttled periods/s vs {periods['baseline']:.1f}"
+            summary += f", {level_words(periods, lambda v: f'{v:.1f}')} throttled periods/s vs {periods['baseline']:.1f}"
         return Finding(self.name, round(confidence, 4), {
             "summary": summary, "signals": evidence, "latency_split": split.as_dict(), "factors": factors})

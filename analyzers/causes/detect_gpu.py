@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 
-from tailscope.analyzers.causes.kit import latency_split, server_side_factor, signal_evidence, strongest
+from tailscope.analyzers.causes.kit import latency_split, level_words, server_side_factor, signal_evidence, strongest
 from tailscope.analyzers.causes.protocol import CauseDetector, Finding, SpikeContext
 
 SLOWDOWN_REASONS = ("hw_slowdown", "sw_thermal_slowdown", "hw_thermal_slowdown",
@@ -53,9 +53,10 @@ class GpuThrottlingDetector(CauseDetector):
         for entry in found:
             if entry["confidence"] >= 0.25:
                 if entry["series"].endswith("(drop)"):
-                    parts.append(f"{entry['series'][:-7]} fell to {-entry['spike']:.0f} MHz from {-entry['baseline']:.0f}")
+                    parts.append(f"{entry['series'][:-7]} fell to {level_words(entry, lambda v: f'{-v:.0f}')} MHz "
+                                 f"from {-entry['baseline']:.0f}")
                 else:
-                    parts.append(f"{entry['series']} set {100 * entry['spike']:.0f}% of the time "
+                    parts.append(f"{entry['series']} set {level_words(entry, lambda v: f'{100 * v:.0f}%')} of the time "
                                  f"(baseline {100 * entry['baseline']:.0f}%)")
         summary = "GPU clocks slowed: " + ("; ".join(parts) if parts else "no GPU signal moved")
         return Finding(self.name, round(confidence, 4), {

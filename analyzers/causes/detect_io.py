@@ -40,6 +40,7 @@ import numpy as np
 from tailscope.analyzers.causes.kit import (
     blocked_on_io_confidence,
     latency_split,
+    level_words,
     paging_confidence,
     server_side_factor,
     signal_evidence,
@@ -111,7 +112,8 @@ def _summary(evidence: list[dict], paging: float) -> str:
     for series, label, scale, fmt in _SUMMARY_PARTS:
         entry = named.get(series)
         if entry and entry["spike"] is not None and entry["baseline"] is not None:
-            parts.append(f"{label} {fmt.format(entry['spike'] * scale)} vs {fmt.format(entry['baseline'] * scale)}")
+            parts.append(f"{label} {level_words(entry, lambda v, s=scale, f=fmt: f.format(v * s))} "
+                         f"vs {fmt.format(entry['baseline'] * scale)}")
     summary = "storage I/O stall: " + ("; ".join(parts) if parts else "no I/O signal moved")
     if paging >= 0.5:
         summary += " (but pages were read back from swap: see swap)"

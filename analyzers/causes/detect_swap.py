@@ -19,7 +19,7 @@ so it never outranks a cause of the target's own.
 
 from __future__ import annotations
 
-from tailscope.analyzers.causes.kit import latency_split, paging_confidence, server_side_factor
+from tailscope.analyzers.causes.kit import latency_split, level_words, paging_confidence, server_side_factor
 from tailscope.analyzers.causes.protocol import CauseDetector, Finding, SpikeContext
 
 
@@ -45,7 +45,7 @@ class SwapDetector(CauseDetector):
                               ("psi.memory.some_us", "µs/s memory stall")):
             entry = named.get(series)
             if entry and entry["spike"] is not None:
-                parts.append(f"{entry['spike']:,.0f} {label} (baseline {entry['baseline']:,.0f})")
+                parts.append(f"{level_words(entry, lambda v: f'{v:,.0f}')} {label} (baseline {entry['baseline']:,.0f})")
         summary = "memory paging: " + ("; ".join(parts) if parts else "no paging signal moved")
         if paging.watched and paging.owned < 0.5 <= max((e["confidence"] for e in evidence), default=0.0):
             summary += " (host-wide only: the target's own major faults and memory cgroup stayed flat, " \
