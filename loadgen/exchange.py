@@ -28,7 +28,10 @@ body with :class:`~.openai_stream.OpenAIReply` whether streamed or not:
 prompt and output token counts and their source, the finish reason, the last
 token's time and the server's error JSON (first 256 bytes), and each content
 chunk goes to ``chunks.arrow`` with its token count. An error object in a
-success response is recorded as ``other`` (``server error: ...``).
+success response is recorded as ``other`` (``server error: ...``). A
+multi-turn session's turn (``PreparedRequest.llm.session``) also keeps the
+reply's answer text, returned by :meth:`Exchanger.exchange` for the session's
+history, and its record carries the session id, turn and planned turns.
 
 The bytes of a request (head and body) are built by :meth:`Exchanger.encode`
 before its scheduled time (geventhttpclient's own request builder, so headers

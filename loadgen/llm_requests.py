@@ -39,6 +39,15 @@ A replayed LLM trace (``LLMSpec.trace``) gives each request's prompt length
 and ``max_tokens`` from its row, and Mooncake's hash ids the same blocks for
 equal ids (:mod:`.trace_prompts`).
 
+Multi-turn sessions (``arrival.sessions``): :meth:`LLMRequestMaker.start_session`
+opens a :class:`Conversation` (the shared prefix, and a dataset conversation's
+system prompt, as system messages); each :meth:`LLMRequestMaker.make_turn` adds
+the next user message (drawn tokens without the prefix, or the dataset
+conversation's next user message) and sends the whole history; the caller
+appends the model's actual answer (:meth:`Conversation.answer`) before the next
+turn. A dataset's recorded replies are never sent: they only set ``max_tokens``
+when ``output_tokens`` is absent.
+
 Replayed conversations (``dataset``): each request is the next user turn,
 sent with the conversation's history before it; for completions the history's
 contents are joined with blank lines into one prompt, for embeddings the
@@ -182,13 +191,15 @@ class LLMRequestMaker:
             self._choose_prefix()
         messages = [{"role": "system", "content": self._prefix_text}] if self._prefix_text else []
         script = None
+        prompt_count = self._prefix_count if self._prefix_text else 0
         if turns is None:
             if self._dataset is None:
                 raise ValueError("a session without a turn count needs a dataset class")
-            script = self._dataset.conversation_script()
+            prelude, script = self._dataset.conversation_script()
+            messages += [{"role": role, "content": content} for role, content in prelude]
+            prompt_count += sum(self.counter.count(content) for _, content in prelude)
             turns = len(script)
-        return Conversation(session_id, turns, messages, self._prefix_count if self._prefix_text else 0,
-                            script=script)
+        return Conversation(session_id, turns, messages, prompt_count, script=script)
 
     def make_turn(self, conversation: Conversation) -> tuple[bytes, LLMRequestInfo]:
         """The next turn of ``conversation``: its history (every earlier user message and actual
@@ -380,11 +391,13 @@ class _DatasetWalker:
             counts = self._counts[key] = (prompt, reply or None)
         return key, messages, counts[0], counts[1]
 
-    def conversation_script(self) -> list[tuple[str, int, int | None]]:
-        """The next conversation's user turns for a session: (text, its count, the recorded
-        reply's count or None), in order; the recorded replies themselves are not used."""
+    def conversation_script(self) -> tuple[list[tuple[str, str]], list[tuple[str, int, int | None]]]:
+        """The next conversation for a session: its messages before the first user message (its
+        system prompt: ``(role, content)``), and its user turns: (text, its count, the recorded
+        reply's count or None), in order; the recorded replies themselves are never sent."""
         self._start_next_conversation()
         conversation = self._conversations[self._conversation]
+        prelude = [(role, content) for role, content in conversation[: self._turns[0]] if role == "system"]
         script = []
         for at in self._turns:
             role, content = conversation[at]
@@ -392,7 +405,7 @@ class _DatasetWalker:
                      if at + 1 < len(conversation) and conversation[at + 1][0] == "assistant" else None)
             script.append((content, self._counter.count(content), reply or None))
         self._turns = []  # the sequential walk moves on to the next conversation
-        return script
+        return prelude, script
 
     def _start_next_conversation(self) -> None:
         count = len(self._conversations)

@@ -6,7 +6,9 @@ seeded from OS entropy, so two runs (or two workers) never share a trace id.
 An OpenAI-API class (``RequestClass.llm``) gets its JSON body from an
 :class:`~.llm_requests.LLMRequestMaker`, and its prepared request carries what
 the client knows of it (``PreparedRequest.llm``: prompt tokens, max_tokens);
-its ``X-Request-Id`` header is its trace id.
+its ``X-Request-Id`` header is its trace id. A multi-turn session's turns are
+prepared from its :class:`~.llm_requests.Conversation` (:meth:`RequestMix.start_session`,
+:meth:`RequestMix.prepare_turn`); its session id comes from the trace-id generator.
 """
 
 from __future__ import annotations

@@ -326,13 +326,19 @@ def test_make_turn_keeps_the_history():
     assert info.prompt_tokens == 7 + 3 + 4 and conversation.finished
     with pytest.raises(ValueError, match="made its 2 turns"):
         maker.make_turn(conversation)
-    dataset = LLMDataset(path="d.jsonl", conversations=((("user", "a b"), ("assistant", "x y z"), ("user", "c")),))
+    dataset = LLMDataset(path="d.jsonl", conversations=((("system", "be brief"), ("user", "a b"),
+                                                         ("assistant", "x y z"), ("user", "c")),))
     maker = LLMRequestMaker("replay", LLMSpec(api="openai-chat", model="m", dataset=dataset),
                             np.random.default_rng(1))
     conversation = maker.start_session(8, None)
     assert conversation.turns == 2
-    _, info = maker.make_turn(conversation)
-    assert info.max_tokens == 3  # the recorded reply's length sets max_tokens; its text is never sent
+    body, info = maker.make_turn(conversation)
+    assert json.loads(body)["messages"] == [{"role": "system", "content": "be brief"}, {"role": "user", "content": "a b"}]
+    assert info.max_tokens == 3 and info.prompt_tokens == 4  # the recorded reply sets max_tokens, never sent
+    conversation.answer("real", 1)
+    body, info = maker.make_turn(conversation)
+    assert [m["content"] for m in json.loads(body)["messages"]] == ["be brief", "a b", "real", "c"]
+    assert info.prompt_tokens == 6 and info.max_tokens == 128  # no recorded reply: the default
 
 
 @pytest.mark.parametrize(("arrival", "line", "field", "message"), [
@@ -358,6 +364,28 @@ def test_session_fields_errors_name_file_line_field(arrival, line, field, messag
     error = caught.value
     assert (error.file, error.line, error.field) == ("s.yaml", line, field), str(error)
     assert message in error.message
+
+
+def test_a_concurrency_sweep_of_sessions_keeps_them():
+    """``tailscope sweep --concurrency`` / ``--rates`` on a session scenario: each step still runs
+    sessions (N at a time, or N started per second), in the plan and in the manifest's copy."""
+    from tailscope.conductor.sweep import at_concurrency, at_rate
+
+    scenario = parse_scenario(textwrap.dedent("""\
+        name: s
+        duration: 2s
+        target: http://127.0.0.1:1
+        arrival: {sessions: {rate: 2, turns: 3, think_time: 1s}}
+        classes:
+          - {name: chat, api: openai-chat, model: m}
+        """), "s.yaml")
+    step = at_concurrency(scenario, 8)
+    assert step.arrival.process == "closed" and step.arrival.users == 8
+    assert step.arrival.sessions == scenario.arrival.sessions
+    assert step.raw["arrival"] == {"sessions": {"turns": 3, "think_time": "1s", "concurrency": 8}}
+    step = at_rate(scenario, 5.0)
+    assert step.arrival.rate == 5.0 and step.arrival.sessions == scenario.arrival.sessions
+    assert step.raw["arrival"]["sessions"]["rate"] == 5.0 and "rate" not in step.raw["arrival"]
 
 
 def test_sessions_need_chat_classes():
