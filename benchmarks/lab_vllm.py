@@ -11,7 +11,7 @@ slice fits a few minutes on a shared machine; ``table`` then scores every slice 
 
 ``--seeds 1,2,3`` runs those seeds of the suite (the vLLM suite's load levels: 4, 2 and 8 requests/s
 for seeds 1, 2, 3); ``--rates`` gives every experiment of the slice that rate instead (seed 1, 2, 3, …
-in turn). ``table`` prints, per target and rate, each kind's scored runs, detection, AC@1, AC@3,
+in turn). ``table`` prints, per target, rate and run length, each kind's scored runs, detection, AC@1, AC@3,
 BARO's AC@1 and mean P99 impact, and the control runs' false-alarm rate, plus each miss's top causes.
 Nothing is asserted.
 """
@@ -75,10 +75,10 @@ def table(args) -> None:
     results = _results(args.root)
     groups: dict[tuple, list[dict]] = {}
     for r in results:
-        key = (r["target"], "suite levels" if r["target"] == VLLM else f"{r['rate']:g}/s")
+        key = (r["target"], "suite levels" if r["target"] == VLLM else f"{r['rate']:g}/s", r["duration_s"])
         groups.setdefault(key, []).append(r)
-    for (target, rate), group in sorted(groups.items()):
-        print(f"\n### {target}, {rate}, {group[0]['duration_s']:g}-s runs\n")
+    for (target, rate, duration_s), group in sorted(groups.items()):
+        print(f"\n### {target}, {rate}, {duration_s:g}-s runs\n")
         print(markdown_table(aggregate(group)).rstrip())
         for r in group:
             score = r.get("score") or {}

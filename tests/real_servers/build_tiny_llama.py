@@ -12,6 +12,11 @@ text, saved as a ``PreTrainedTokenizerFast`` with ``<s>``/``</s>`` and a chat te
 (``tokenizer.json`` is also what a scenario's ``tokenizer:`` reads). The output is the same on
 every run (seeded); it says nothing meaningful — the tests need its shape, not its words.
 Writes ``.complete`` last, so a half-built folder is recognisable.
+
+``--shape HIDDEN,HEADS,LAYERS,INTERMEDIATE`` builds another width with the same tokenizer: the
+vLLM lab serves ``256,4,2,768`` (tests/real_servers/vllm_server.py ``LAB_MODEL_SHAPE``), where a
+900-token prefill costs tens of ms — on the 64-wide model it costs under 1 ms, so no storm of
+long prompts could slow the running streams.
 """
 
 from __future__ import annotations
@@ -61,13 +66,14 @@ def build_tokenizer(out_dir: str):
     return wrapped
 
 
-def build_model(out_dir: str, tokenizer) -> None:
+def build_model(out_dir: str, tokenizer, shape: tuple[int, int, int, int] | None = None) -> None:
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
+    hidden, heads, layers, intermediate = shape or (HIDDEN, HEADS, LAYERS, INTERMEDIATE)
     torch.manual_seed(SEED)
-    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=HIDDEN, num_attention_heads=HEADS,
-                         num_key_value_heads=HEADS, num_hidden_layers=LAYERS, intermediate_size=INTERMEDIATE,
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=hidden, num_attention_heads=heads,
+                         num_key_value_heads=heads, num_hidden_layers=layers, intermediate_size=intermediate,
                          max_position_embeddings=MAX_POSITIONS, bos_token_id=tokenizer.bos_token_id,
                          eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
                          tie_word_embeddings=False, dtype="bfloat16")
@@ -76,16 +82,21 @@ def build_model(out_dir: str, tokenizer) -> None:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 1:
+    shape = None
+    if len(argv) == 3 and argv[1] == "--shape":
+        shape = tuple(int(part) for part in argv[2].split(","))
+        argv = argv[:1]
+    if len(argv) != 1 or (shape is not None and len(shape) != 4):
         print(__doc__, file=sys.stderr)
         return 2
     out_dir = argv[0]
     os.makedirs(out_dir, exist_ok=True)
     tokenizer = build_tokenizer(out_dir)
-    build_model(out_dir, tokenizer)
+    build_model(out_dir, tokenizer, shape)
     with open(os.path.join(out_dir, ".complete"), "w") as done:
         done.write("built\n")
-    print(f"built {out_dir}: vocabulary {len(tokenizer)}, head_dim {HIDDEN // HEADS}")
+    hidden, heads = shape[:2] if shape else (HIDDEN, HEADS)
+    print(f"built {out_dir}: vocabulary {len(tokenizer)}, hidden {hidden}, head_dim {hidden // heads}")
     return 0
 
 

