@@ -57,6 +57,7 @@ from tailscope.analyzers.stages.slow_split import slow_split
 from tailscope.analyzers.stats.distribution import latency_distribution
 from tailscope.analyzers.stats.goodput import goodput_summary
 from tailscope.analyzers.stats.llm import LlmArrays, add_window_columns, llm_arrays, llm_section, series, window_columns
+from tailscope.analyzers.stats.llm_prefix_cache import prefix_cache_section
 from tailscope.analyzers.stats.percentiles import min_samples_for_claim
 from tailscope.analyzers.stats.slo import evaluate, parse_slo
 from tailscope.analyzers.stats.slow_points import slow_request_points
@@ -177,6 +178,7 @@ def analyze_run(run_or_path: Run | str | os.PathLike, *, window_s: float = 1.0,
         analysis["llm"]["spikes"] = token_spike_causes(
             analysis["llm"]["spikes"], series(req, records["llm"], records["stream_times"]), req, matrix, run,
             windows, registry, method, join.span_request, queue)
+        analysis["llm"]["prefix_cache"] = prefix_cache_section(servers, signal_index, period)
     analysis["soak"] = soak_section(
         windows, run.signals, period,
         retained.period_counts if retained is not None else partial(record_period_counts, req),

@@ -129,6 +129,7 @@ def method_text(method: dict | None) -> str:
 LLM_LABELS = {"ttft_ms": "TTFT", "tpot_ms": "TPOT", "output_tokens_per_s": "output tokens/s", "goodput": "LLM goodput"}
 LLM_LABELS.update({"ttft_first_turn_ms": "TTFT turn 1", "ttft_later_turns_ms": "TTFT later turns",
                    "session_duration_ms": "session duration", "session_tokens": "tokens per session"})
+LLM_LABELS["prefix_cache_hit_rate"] = "server prefix-cache hit rate"
 
 
 def _llm_value(row: dict, value) -> str:
@@ -153,7 +154,8 @@ def llm_change_rows(section: dict | None) -> list[dict]:
     for r in (section or {}).get("rows") or []:
         low, high = (r.get("change_ci") or [None, None])[:2]
         css = "fail" if r.get("regressed") else "pass" if r.get("improved") else "none"
-        judgement = ("REGRESSED" if r.get("regressed") else "improved" if r.get("improved")
+        judgement = ("shown, not judged (one server-wide ratio per run)" if r.get("judged") is False
+                     else "REGRESSED" if r.get("regressed") else "improved" if r.get("improved")
                      else "significant (too few samples)" if r.get("significant") and not r.get("claimable")
                      else "significant, within the threshold" if r.get("significant") else "no significant change")
         rows.append({"metric": LLM_LABELS.get(r.get("metric"), str(r.get("metric"))),

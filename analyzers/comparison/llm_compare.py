@@ -29,6 +29,12 @@ runs, then time blocks within each run, with the side's replicate weights (:mod:
   carries its think times). ``session_tokens`` says whether the two sides ran the same
   conversations: it is shown, never judged a regression or an improvement.
 
+- ``prefix_cache_hit_rate`` (only when the servers of both sides exposed prefix-cache metrics;
+  :mod:`~tailscope.analyzers.stats.llm_prefix_cache`): the server's prefix-cache hit rate, a
+  side's runs pooled (cached ÷ queried prompt tokens, or the mean of a hit-rate gauge). One
+  server-wide ratio per run has no per-request samples to resample: the row is shown with no
+  interval and never judged (``judged`` false, never a check).
+
 Under ``CompareRules.method == "request"`` (reference only) the percentiles use the per-request
 bootstrap, the rate resamples 1-s windows independently and goodput is a binomial resample.
 A row is ``regressed`` when it moved the bad way by more than ``threshold`` (relative) **and** the
@@ -48,6 +54,7 @@ from tailscope.analyzers.inputs.records import NS_PER_S
 from tailscope.analyzers.stats.goodput import good_requests
 from tailscope.analyzers.stats.llm import llm_arrays, series, window_columns
 from tailscope.analyzers.stats.llm_kinds import kind_series
+from tailscope.analyzers.stats.llm_prefix_cache import run_prefix_cache
 from tailscope.analyzers.stats.llm_sessions import session_table
 from tailscope.analyzers.stats.slo import parse_slo
 from tailscope.analyzers.stats.streaming import read_chunks, stream_times
@@ -70,6 +77,7 @@ SESSION_ROWS = (("ttft_first_turn_ms", "p50", 0.50, "ms"), ("ttft_later_turns_ms
                 ("session_tokens", "p50", 0.50, "tokens"))
 #: Session figures shown but never judged (they describe the workload, not the service).
 UNJUDGED = frozenset({"session_tokens"})
+LABELS["prefix_cache_hit_rate"] = "server prefix-cache hit rate"
 #: The output-kind rows (analyzers/stats/llm_kinds.py ``kind_series`` key, metric), when both sides have them.
 KIND_ROWS = (("ttfa", "ttfa_ms"), ("time_to_tool_call", "time_to_tool_call_ms"))
 
@@ -251,7 +259,35 @@ def compare_llm(before, now, weights: tuple, rules: CompareRules) -> dict | None
                                                 "baseline_n", "current_n")}, "lower_is_worse": False})
     rows += [r for r in (_rate_row(a, b, weights, rules, rng), _goodput_row(a, b, weights, rules, rng)) if r is not None]
     rows += _session_rows(a, b, weights, rules, rng)
+    rows += _prefix_cache_rows(before, now)
     return {"rows": rows}
+
+
+def _pooled_prefix_cache(side) -> tuple[float | None, int]:
+    """A side's prefix-cache hit rate over its runs and what it rests on (query tokens, or gauge
+    readings); (None, 0) unless every run's server exposed it the same way."""
+    sections = [run_prefix_cache(r.run) for r in side.runs]
+    if not sections or any(s is None for s in sections) or len({s["source"] for s in sections}) != 1:
+        return None, 0
+    if sections[0]["source"] == "gauge":
+        readings = sum(s["readings"] for s in sections)
+        return sum(s["hit_rate"] * s["readings"] for s in sections) / readings, readings
+    queries = sum(s["query_tokens"] for s in sections)
+    return (sum(s["hit_tokens"] for s in sections) / queries if queries else None), queries
+
+
+def _prefix_cache_rows(before, now) -> list[dict]:
+    """The ``prefix_cache_hit_rate`` row when both sides' servers reported one ([] otherwise): shown, not judged."""
+    (baseline, baseline_n), (current, current_n) = _pooled_prefix_cache(before), _pooled_prefix_cache(now)
+    if baseline is None or current is None:
+        return []
+    return [{"metric": "prefix_cache_hit_rate", "percentile": None, "unit": "share",
+             "baseline": baseline, "baseline_ci": None, "current": current, "current_ci": None,
+             "change": current - baseline, "change_ci": None, "gate_ci": None,
+             "relative_change": (current - baseline) / baseline if baseline else None,
+             "significant": False, "regressed": False, "improved": False, "claimable": False,
+             "baseline_n": baseline_n, "current_n": current_n, "lower_is_worse": True, "check": False,
+             "judged": False}]
 
 
 def _session_rows(a: LlmSide, b: LlmSide, weights: tuple, rules: CompareRules, rng: np.random.Generator) -> list[dict]:

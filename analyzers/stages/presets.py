@@ -65,6 +65,10 @@ ROLES: dict[str, Role] = {role.name: role for role in (
     Role("compute_time", "counter", "s/s", "sum",
          "time requests spent executing, cumulative: its rate is the mean number of requests computing"),
     Role("finished", "counter", "requests/s", "sum", "requests finished (every finish reason)"),
+    Role("prefix_cache_queries", "counter", "tokens/s", "sum", "prompt tokens looked up in the prefix cache"),
+    Role("prefix_cache_hits", "counter", "tokens/s", "sum", "prompt tokens found in the prefix cache (not computed)"),
+    Role("prefix_cache_hit_rate", "gauge", "ratio", "max",
+         "the server's own prefix-cache hit rate, 0..1 (where it exposes no counters)"),
 )}
 
 
@@ -258,6 +262,9 @@ STAGE_PRESETS.register(StagePreset(
         queue_time=("vllm:request_queue_time_seconds_sum",),
         compute_time=("vllm:request_inference_time_seconds_sum",),
         finished=("vllm:request_success_total",),
+        # tokens; gpu_prefix_cache_* are the names before vLLM 0.10
+        prefix_cache_queries=("vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total"),
+        prefix_cache_hits=("vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total"),
     ),
     checked_against=("vllm-project/vllm vllm/v1/engine/output_processor.py (do_tracing)",
                      "vllm-project/vllm vllm/tracing.py (SpanAttributes)",
@@ -315,6 +322,7 @@ STAGE_PRESETS.register(StagePreset(
         kv_usage=("sglang:token_usage",),
         prompt_tokens=("sglang:prompt_tokens_total",),
         generation_tokens=("sglang:generation_tokens_total",),
+        prefix_cache_hit_rate=("sglang:cache_hit_rate",),
     ),
     checked_against=("sgl-project/sglang docs/references/production_request_trace.md",
                      "sgl-project/sglang python/sglang/srt/tracing/trace.py (span structure and names)",

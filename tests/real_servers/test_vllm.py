@@ -233,3 +233,16 @@ def test_vllms_start_up_spans_carry_its_pid_and_are_not_other_traffic(vllm, chat
     assert traffic.requests == 0
     # and in a run: the server's spans that are not our requests' are no other traffic either
     assert load_analysis(chat_run)["other_traffic"]["requests"] == 0
+
+
+def test_the_analysis_reads_vllms_prefix_cache_hit_rate(vllm, chat_run):
+    """vLLM caches prefixes by default: the run's llm.prefix_cache comes from its counters (tokens)."""
+    cache = load_analysis(chat_run)["llm"]["prefix_cache"]
+    assert cache["source"] == "counters" and cache["metrics"] == {
+        "queries": "vllm:prefix_cache_queries_total", "hits": "vllm:prefix_cache_hits_total"}
+    assert cache["query_tokens"] > 0 and 0 <= cache["hit_rate"] <= 1
+    with urllib.request.urlopen(f"{vllm.url}/metrics", timeout=10) as answer:
+        exposed = answer.read().decode()
+    total = sum(float(line.rsplit(" ", 1)[1]) for line in exposed.splitlines()
+                if line.startswith("vllm:prefix_cache_queries_total"))
+    assert cache["query_tokens"] <= total  # the run's scrape saw part of the server's lifetime count
