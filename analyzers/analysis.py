@@ -30,6 +30,7 @@ from tailscope.analyzers.health.outages import find_outages
 from tailscope.analyzers.health.outcome import outcome_verdict, scenario_policy
 from tailscope.analyzers.health.run_health import run_health_warnings, trace_sample_rate
 from tailscope.analyzers.inputs.derived_series import signals_section
+from tailscope.analyzers.inputs.environment import environment_facts
 from tailscope.analyzers.inputs.error_samples import error_samples_section
 from tailscope.analyzers.inputs.other_traffic import foreign_spans, other_traffic
 from tailscope.analyzers.inputs.queues import queue_points
@@ -359,6 +360,7 @@ def _event_record(kind, start, end, source, attributes) -> dict:
     return {"kind": kind, "start_ns": int(start), "end_ns": int(end),
             "duration_ms": (int(end) - int(start)) / NS_PER_MS, "source": source,
             "attributes": parsed if isinstance(parsed, dict) else {"value": parsed}}
+        "environment": environment_facts(manifest),
 
 
 def event_digest(run: Run) -> dict:

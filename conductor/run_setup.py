@@ -7,6 +7,8 @@ whichever started it (docs/run-format.md). No Locust import.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 from collections.abc import Sequence
 
@@ -80,13 +82,15 @@ def receiver_options(*, host: str, port: int | None, grpc_port: int | None, toke
 
 def run_manifest(*, name: str, scenario_path: str | None, scenario_raw: dict, plan, target_process: dict,
                  receiver: dict, signal_rate_hz: float | None = None, extra: dict | None = None,
-                 workers: int = 0) -> dict:
+                 workers: int = 0, server: dict | None = None) -> dict:
     """The manifest a run starts with (docs/run-format.md): the scenario as given, the load plan's
     settings (``plan``: a tailscope.loadgen.spec.LoadPlan), the receiver's ``options`` entries
     (``receiver``: from :func:`receiver_options`),
     the signal sampling rate (Hz; omitted when no sampler runs) and ``extra`` top-level keys.
     ``workers`` > 0: the load is split over that many Locust worker processes, which
-    ``arrival`` describes (:func:`~tailscope.loadgen.distributed.split_description`)."""
+    ``arrival`` describes (:func:`~tailscope.loadgen.distributed.split_description`).
+    ``server``: the target's kind, version and model (conductor/server_facts.py); the scenario as
+    run is fingerprinted in ``scenario_sha256`` (:func:`scenario_sha256`)."""
     options = {
         "duration_s": plan.duration_s,
         "max_requests": plan.max_requests,
@@ -103,13 +107,23 @@ def run_manifest(*, name: str, scenario_path: str | None, scenario_raw: dict, pl
         "name": name,
         "scenario_path": scenario_path,
         "scenario": scenario_raw,
+        "scenario_sha256": scenario_sha256(scenario_raw),
         "target": plan.target,
+        **({"server": server} if server is not None else {}),
         "target_process": target_process,
         "options": options,
         "arrival": {**plan.arrival.describe(), **(split_description(plan.arrival, workers) if workers else {})},
         **llm_classes(plan),
         **(extra or {}),
     }
+
+
+def scenario_sha256(scenario_raw: dict) -> str:
+    """SHA-256 (hex) of the scenario as run: its manifest copy as canonical JSON (keys sorted, no
+    spaces, UTF-8), so two runs of the same settings share it and anyone can recompute it from
+    the manifest's ``scenario``."""
+    canonical = json.dumps(scenario_raw, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 
 def llm_classes(plan) -> dict:

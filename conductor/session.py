@@ -39,6 +39,7 @@ from tailscope.conductor.run_setup import (
     receiver_options,
     run_manifest,
 )
+from tailscope.conductor.server_facts import server_facts
 from tailscope.rundir import RunWriter
 from tailscope.scenario_model.scenario import Scenario
 from tailscope.support.loopback import is_loopback_url
@@ -199,10 +200,13 @@ class _Session:
         scenario, options = self.scenario, self.options
         receiver = receiver_options(host=options.receiver_host, port=receiver_port, grpc_port=grpc_port,
                                     token=options.receiver_token, tls=options.receiver_tls_cert is not None)
+        stages = scenario.sections.get("stages")
+        server = server_facts(plan.target, getattr(stages, "preset", None),
+                              any(getattr(c, "llm", None) is not None for c in plan.classes))
         return run_manifest(name=scenario.name, scenario_path=os.path.abspath(scenario.path),
                             scenario_raw=scenario.raw, plan=plan, target_process=target_proc,
                             receiver=receiver, signal_rate_hz=scenario.signal_rate_hz,
-                            extra=options.extra_manifest, workers=options.workers)
+                            extra=options.extra_manifest, workers=options.workers, server=server)
 
 
 def _abort_monitors(scenario: Scenario, options: RunOptions) -> list:

@@ -180,6 +180,8 @@ def print_comparison(console, comparison: dict, paths: dict) -> None:
     regressed = comparison["verdict"]["regressed"]
     console.print(("[bold red]REGRESSION[/] " if regressed else "[bold green]NO REGRESSION[/] ")
                   + escape(comparison["verdict"]["summary"]), highlight=False, soft_wrap=True)
+    for difference in (comparison.get("environment") or {}).get("differences") or []:
+        console.print(f"[yellow]warning: {escape(difference['message'])}[/]", highlight=False, soft_wrap=True)
     for name, path in paths.items():
         console.print(f"{name}: {path}", highlight=False, soft_wrap=True)
 

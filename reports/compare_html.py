@@ -168,6 +168,32 @@ def llm_change_rows(section: dict | None) -> list[dict]:
     return rows
 
 
+def environment_rows(environment: dict | None) -> dict | None:
+    """The two runs' environments side by side and the differences compare warns about
+    (``{"rows": [{"fact", "baseline", "current", "differs"}], "warnings": [message]}``);
+    None in comparisons made before environments were recorded."""
+    if not environment:
+        return None
+    before, now = environment.get("baseline") or {}, environment.get("current") or {}
+    differing = {d["field"] for d in environment.get("differences") or []}
+    labels = (("server_kind", "server kind"), ("server_version", "server version"), ("model", "model"),
+              ("max_model_len", "max_model_len"), ("gpus", "GPUs"), ("gpu_driver", "GPU driver"),
+              ("cpu_model", "CPU model"), ("kernel", "kernel"), ("tailscope_version", "tailscope"),
+              ("scenario_sha256", "scenario SHA-256"))
+
+    def text(env: dict, key: str) -> str:
+        value = env.get(key)
+        if key == "gpus" and value is None and env.get("gpu_absent"):
+            return f"none ({env['gpu_absent']})"
+        if key == "scenario_sha256" and value:
+            return str(value)[:12]
+        return "not recorded" if value is None else str(value)
+
+    return {"rows": [{"fact": label, "baseline": text(before, key), "current": text(now, key),
+                      "differs": key in differing} for key, label in labels],
+            "warnings": [str(d["message"]) for d in environment.get("differences") or []]}
+
+
 def build_comparison_data(comparison: dict) -> dict:
     """The presentation dict of a comparison (pre-formatted text + chart series)."""
     verdict = comparison.get("verdict") or {}
@@ -194,6 +220,7 @@ def build_comparison_data(comparison: dict) -> dict:
         "stages": stage_rows(comparison.get("stages"), changed.get("stage")),
         "has_distributions": bool(charts["sets"]),
         "charts": charts,
+        "environment": environment_rows(comparison.get("environment")),
     }
 
 

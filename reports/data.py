@@ -111,6 +111,31 @@ def _key_values(mapping: dict) -> list[dict]:
     return [{"key": str(k), "value": v if isinstance(v, str) else json.dumps(v)} for k, v in mapping.items()]
 
 
+def environment_items(environment: dict | None) -> list[dict]:
+    """The run's environment as a compact list of ``{"key", "value"}`` (server, model, GPUs, CPU,
+    kernel, tailscope, scenario hash); what was not recorded says so. [] for analyses before it."""
+    if not environment:
+        return []
+    env = environment
+
+    def given(value) -> str:
+        return "not recorded" if value is None else str(value)
+
+    if env.get("server_probed") is False:
+        server = f"{env['server_kind'] or 'unnamed kind'} (not asked: no OpenAI-API classes or known server preset)"
+    else:
+        server = " ".join(str(v) for v in (env.get("server_kind"), env.get("server_version")) if v) or "not recorded"
+    model = given(env.get("model")) + (f" (max_model_len {env['max_model_len']})" if env.get("max_model_len") else "")
+    gpus = env.get("gpus") or (f"none ({env['gpu_absent']})" if env.get("gpu_absent") else "not recorded")
+    if env.get("gpus") and env.get("gpu_driver"):
+        gpus += f", driver {env['gpu_driver']}"
+    sha = env.get("scenario_sha256")
+    return [{"key": "server", "value": server}, {"key": "model", "value": model}, {"key": "GPUs", "value": gpus},
+            {"key": "CPU", "value": given(env.get("cpu_model"))}, {"key": "kernel", "value": given(env.get("kernel"))},
+            {"key": "tailscope", "value": given(env.get("tailscope_version"))},
+            {"key": "scenario SHA-256", "value": sha[:12] if sha else "not recorded"}]
+
+
 def setup_data(analysis: dict) -> dict:
     run = analysis["run"]
     return {
@@ -125,6 +150,7 @@ def setup_data(analysis: dict) -> dict:
         ],
         "scenario_json": json.dumps(run["scenario"], indent=2, sort_keys=True, default=str),
         "host_rows": _key_values(run["host"]),
+        "environment": environment_items(run.get("environment")),
         "sources": [{"name": name, "state": "available" if s["available"] else "unavailable",
                      "reason": s["reason"] or ""} for name, s in analysis["signals"]["sources"].items()],
         "receiver_rows": receiver_rows(analysis["receiver"]),

@@ -20,6 +20,7 @@ import psutil
 
 from tailscope.rundir import schema as fmt
 from tailscope.rundir.appender import Appender, PeriodicFlusher
+from tailscope.support.host_inventory import cpu_model, gpu_inventory
 
 #: Space set aside when a run starts (a ballast file, ``.reserve-<harness pid>``)
 #: and given back when it ends, so that a run stopped by a full disk can still
@@ -60,14 +61,19 @@ def new_run_dir(parent: str | os.PathLike, name: str) -> str:
 
 
 def host_info() -> dict:
-    """Facts about the machine the harness runs on."""
+    """Facts about the machine the harness runs on (docs/run-format.md, ``host``): names,
+    kernel, CPU model and count, memory (bytes), and the GPUs with their driver through NVML
+    (``gpu``: :func:`tailscope.support.host_inventory.gpu_inventory`; absent GPUs are stated
+    with NVML's reason, never guessed)."""
     return {
         "hostname": socket.gethostname(),
         "platform": platform.platform(),
         "kernel": platform.release(),
         "python": platform.python_version(),
+        "cpu_model": cpu_model(),
         "cpus": os.cpu_count(),
         "memory_bytes": psutil.virtual_memory().total,
+        "gpu": gpu_inventory(),
     }
 
 

@@ -43,6 +43,7 @@ from tailscope.analyzers.comparison.judge import (  # noqa: F401
 from tailscope.analyzers.comparison.judge import interval as _interval  # noqa: F401
 from tailscope.analyzers.comparison.llm_compare import compare_llm, llm_checks, llm_summary
 from tailscope.analyzers.comparison.resampling import BlockLayout, replicate_weights
+from tailscope.analyzers.inputs.environment import environment_differences, environment_facts
 from tailscope.analyzers.inputs.records import NS_PER_S, RequestArrays, request_arrays
 from tailscope.analyzers.stages.decomposition import StageMatrix, stage_matrix
 from tailscope.analyzers.stages.rules import rules_for_scenario
@@ -289,6 +290,7 @@ def compare_runs(current, baseline, rules: CompareRules = CompareRules()) -> dic
         summary = f"{summary}; {llm_summary(llm)}" if latency_regressed else f"{llm_summary(llm)}; latency: {summary}"
     if method["run_to_run_noise"] == "unknown":
         summary += " (one run per side: run-to-run noise unknown, judged by a time-block bootstrap)"
+    env_before, env_now = (environment_facts(side.runs[0].run.manifest) for side in (before, now))
     return {
         "format_version": COMPARISON_FORMAT_VERSION,
         "title": f"{side_label(now, before)} vs {side_label(before, now)}",
@@ -302,6 +304,9 @@ def compare_runs(current, baseline, rules: CompareRules = CompareRules()) -> dic
         "classes_compared": [c for c in scopes if c is not None],
         "classes_only_in_one": sorted(now.classes() ^ before.classes()),
         "distributions": {"baseline": before.distribution(), "current": now.distribution()},
+        # the first run of each side: server, model, GPUs (analyzers/inputs/environment.py)
+        "environment": {"baseline": env_before, "current": env_now,
+                        "differences": environment_differences(env_before, env_now)},
     }
 
 

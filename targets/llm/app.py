@@ -2,7 +2,8 @@
 
 Routes: ``POST /v1/chat/completions``, ``POST /v1/completions`` (streamed as
 server-sent events with ``stream: true``, else one JSON response),
-``POST /v1/embeddings``, ``GET /v1/models``, ``GET /health`` (200 while the
+``POST /v1/embeddings``, ``GET /v1/models``, ``GET /version`` (``{"version": <tailscope
+version>}``, as vLLM answers it), ``GET /health`` (200 while the
 engine runs, else 503), ``GET /metrics`` (Prometheus text, vLLM's names) and
 ``GET /debug/requests[?request_id=ID]`` (the server's own timing records of
 finished requests, :class:`~.spans.RequestRecorder`). Errors are OpenAI error
@@ -37,6 +38,7 @@ from typing import Any
 
 from opentelemetry import trace
 
+from tailscope.support.version import tailscope_version
 from tailscope.targets.llm.config import LlmServerConfig
 from tailscope.targets.llm.engine import Engine, EngineStoppedError, QueueFullError
 from tailscope.targets.llm.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
@@ -71,6 +73,7 @@ COMPLETIONS_ROUTE = "/v1/completions"
 EMBEDDINGS_ROUTE = "/v1/embeddings"
 MODELS_ROUTE = "/v1/models"
 HEALTH_ROUTE = "/health"
+VERSION_ROUTE = "/version"
 METRICS_ROUTE = "/metrics"
 DEBUG_REQUESTS_ROUTE = "/debug/requests"
 
@@ -97,6 +100,7 @@ class LlmApp:
             EMBEDDINGS_ROUTE: ("POST", self._embeddings),
             MODELS_ROUTE: ("GET", self._models),
             HEALTH_ROUTE: ("GET", self._health),
+            VERSION_ROUTE: ("GET", self._version),
             METRICS_ROUTE: ("GET", self._metrics),
             DEBUG_REQUESTS_ROUTE: ("GET", self._debug_requests),
         }
@@ -284,6 +288,9 @@ class LlmApp:
 
     async def _models(self, scope: dict[str, Any], receive: Receive, send: Send, arrival_ns: int) -> None:
         await self._send_json(send, models_response(self._config, self._created))
+
+    async def _version(self, scope: dict[str, Any], receive: Receive, send: Send, arrival_ns: int) -> None:
+        await self._send_json(send, {"version": tailscope_version()})
 
     async def _health(self, scope: dict[str, Any], receive: Receive, send: Send, arrival_ns: int) -> None:
         if not self.engine.alive:

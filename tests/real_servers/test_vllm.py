@@ -235,6 +235,18 @@ def test_vllms_start_up_spans_carry_its_pid_and_are_not_other_traffic(vllm, chat
     assert load_analysis(chat_run)["other_traffic"]["requests"] == 0
 
 
+def test_the_manifest_records_the_servers_kind_version_and_model(vllm, chat_run):
+    with urllib.request.urlopen(vllm.url + "/version", timeout=10) as response:
+        version = json.load(response)["version"]
+    with open(os.path.join(chat_run, "manifest.json"), encoding="utf-8") as fh:
+        server = json.load(fh)["server"]
+    assert server["kind"] == "vllm" and server["probed"] is True and server["version"] == version
+    assert server["model"] == SERVED_MODEL and server["max_model_len"] == 1024
+    assert server["endpoints"] == {"/version": "200", "/v1/models": "200"}
+    env = load_analysis(chat_run)["run"]["environment"]
+    assert (env["server_kind"], env["model"], env["max_model_len"]) == ("vllm", SERVED_MODEL, 1024)
+
+
 def test_the_analysis_reads_vllms_prefix_cache_hit_rate(vllm, chat_run):
     """vLLM caches prefixes by default: the run's llm.prefix_cache comes from its counters (tokens)."""
     cache = load_analysis(chat_run)["llm"]["prefix_cache"]
