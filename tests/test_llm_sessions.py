@@ -308,6 +308,49 @@ def test_concurrent_sessions_split_over_workers(tmp_path, llm_server):
     assert analysis["llm"]["sessions"]["sessions"] == len(sessions)
 
 
+def test_a_prefix_caching_server_finds_each_turn_in_the_next(tmp_path):
+    """Against the reference server with prefix caching (vLLM's automatic prefix caching, block 16):
+    each later turn's prompt begins with the previous turn's prompt token for token (history, then
+    the actual answer, then the new message), so the server finds exactly the previous prompt's full
+    blocks cached: its ``vllm:prefix_cache_hits_total`` equals the sum over later turns of
+    floor(previous prompt ÷ 16) × 16, from the recorded (server-counted) prompt tokens."""
+    server = LlmServer(["--max-num-seqs", "8", "--tokens-per-chunk", "2", "--enable-prefix-caching",
+                        "--block-size", "16"])
+    try:
+        run_dir, analysis = _run(tmp_path, server.port, """\
+            name: session-prefix
+            duration: 3s
+            seed: 6
+            timeout: 20s
+            arrival:
+              sessions: {concurrency: 2, turns: 4, think_time: 10ms}
+            classes:
+              - name: chat
+                api: openai-chat
+                model: tailscope-llm
+                prompt_tokens: {dist: uniform, min: 20, max: 50}
+                output_tokens: {dist: uniform, min: 5, max: 20}
+            slo: ["error_rate < 5%"]
+            verdict: {unclaimed: inconclusive}
+            """)
+        _, _, metrics = server.request("GET", "/metrics")
+    finally:
+        server.close()
+    hits = next(float(line.split()[-1]) for line in metrics.decode().splitlines()
+                if line.startswith("vllm:prefix_cache_hits_total"))
+    rows = [r for r in _requests(run_dir) if r["error_kind"] is None]
+    by_session = defaultdict(dict)
+    for row in rows:
+        by_session[row["session_id"]][row["turn"]] = row
+    expected = sum(turns[k - 1]["prompt_tokens"] // 16 * 16 for turns in by_session.values() for k in turns if k > 1)
+    assert sum(1 for turns in by_session.values() for k in turns if k > 1) >= 4
+    assert hits == expected > 0
+    for turns in by_session.values():  # the server's count: history + answer + new message
+        for k in sorted(turns)[1:]:
+            previous = turns[k - 1]
+            assert turns[k]["prompt_tokens"] > previous["prompt_tokens"] + previous["output_tokens"]
+
+
 def test_make_turn_keeps_the_history():
     """The request maker's turns: each adds a user message after the history it was given, counts
     every message (answers included) in the prompt, and refuses a turn past the session's count."""
