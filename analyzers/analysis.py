@@ -344,6 +344,7 @@ def run_facts(run: Run, period: tuple[int, int] | None) -> dict:
         "target": manifest.get("target"),
         "scenario": scenario,
         "host": manifest.get("host") or {},
+        "environment": environment_facts(manifest),
         "truncated_files": sorted(name for name, cut in run.truncated.items() if cut),
         "damaged_files": [{"file": name, "batch": damage.batch, "reason": damage.reason,
                            "message": damage.describe(name)}
@@ -360,7 +361,6 @@ def _event_record(kind, start, end, source, attributes) -> dict:
     return {"kind": kind, "start_ns": int(start), "end_ns": int(end),
             "duration_ms": (int(end) - int(start)) / NS_PER_MS, "source": source,
             "attributes": parsed if isinstance(parsed, dict) else {"value": parsed}}
-        "environment": environment_facts(manifest),
 
 
 def event_digest(run: Run) -> dict:
