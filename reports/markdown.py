@@ -66,6 +66,12 @@ def llm_lines(llm: dict | None) -> list[str]:
              "| metric | P50 | P99 | P99 95% CI | early stopping |", "| --- | ---: | ---: | ---: | --- |"]
     lines += [f"| {cell(r['metric'])} | {r['p50']} | {r['p99']} | {r['p99_ci']} | {r['p99_claimed']} |" for r in llm["rows"]]
     lines.append("")
+    sessions = llm.get("sessions")
+    if sessions:  # multi-turn sessions (reports/sessions_view.py)
+        lines += [f"**Sessions:** {sessions['sessions']} ({sessions['complete']} complete, {sessions['failed']} failed, "
+                  f"{sessions['cut']} cut by the run's end); TTFT P50 turn 1 {sessions['first_p50']}, later turns "
+                  f"{sessions['later_p50']} (later ÷ first {sessions['ratio']}); session duration P50 "
+                  f"{sessions['duration']['p50']}, P99 {sessions['duration']['p99']}.", ""]
     per_chunk = next((t for t in llm["tokens"] if t["what"] == "per content chunk"), None)
     if per_chunk is not None:
         lines += [f"Tokens per content chunk: mean {per_chunk['mean']}, P50 {per_chunk['p50']}, P99 {per_chunk['p99']} "

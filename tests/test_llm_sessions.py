@@ -223,6 +223,8 @@ def test_sessions_send_the_real_answers_back(tmp_path, llm_server):
     with open(os.path.join(run_dir, "report.html"), encoding="utf-8") as fh:
         html = fh.read()
     assert "Multi-turn sessions" in html and "TTFT by turn" in html
+    with open(os.path.join(run_dir, "summary.md"), encoding="utf-8") as fh:
+        assert f"**Sessions:** {len(sessions)} ({figures['complete']} complete" in fh.read()
     # compare covers the session figures: the run against itself moves none of them, and none is a check
     proc = run_tailscope("compare", run_dir, run_dir, "--out", str(tmp_path / "cmp"), timeout=180)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
