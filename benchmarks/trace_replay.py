@@ -18,8 +18,11 @@ PID). Printed:
   and the sent prompts' (512-word blocks whose content repeats an earlier block's), rebuilt
   with the class's request maker (prompts depend only on the class name and the row, so
   they are the bytes the run sent);
-- **server prefix cache**: the reference server's ``vllm:prefix_cache_hits_total`` /
-  ``queries_total`` (tokens) over the run, when it exposes them.
+- **server prefix cache**: the reference server (``--enable-prefix-caching``) counts the
+  prompt tokens it found cached (``vllm:prefix_cache_hits_total`` / ``queries_total``, read
+  before and after the run), against the most a prefix cache could find: each row's leading
+  hash-id blocks already seen (Mooncake ids are chained, so a seen id is a seen prefix) × 512.
+  Fewer are found when a row sharing a prefix is admitted while the first is still in prefill.
 """
 
 from __future__ import annotations
@@ -47,7 +50,7 @@ sys.path.insert(0, HERE)
 from bench_common import load_average, stop_process  # noqa: E402
 
 SAMPLE = os.path.join(HERE, os.pardir, "scenarios", "traces", "mooncake-sample.jsonl")
-SERVER_ARGS = ("--no-tracing", "--max-model-len", "4096", "--max-num-batched-tokens", "4096",
+SERVER_ARGS = ("--no-tracing", "--enable-prefix-caching", "--max-model-len", "4096", "--max-num-batched-tokens", "4096",
                "--num-kv-blocks", "8192", "--max-num-seqs", "64", "--tokens-per-chunk", "4")
 
 
@@ -113,11 +116,25 @@ def main() -> None:
         queries = after.get("vllm:prefix_cache_queries_total", 0) - before.get("vllm:prefix_cache_queries_total", 0)
         hits = after.get("vllm:prefix_cache_hits_total", 0) - before.get("vllm:prefix_cache_hits_total", 0)
         result["server_prefix_cache_hit_rate"] = round(hits / queries, 4) if queries else None
+        result["server_cached_tokens"] = f"{int(hits)} of {int(queries)} prompt tokens"
+        result["trace_cacheable_tokens"] = f"{reusable_prefix_tokens(scenario)} of {int(scenario.classes[0].llm.trace.input_tokens.sum())}"
     if args.json:
         print(json.dumps(result))
         return
     for key, value in result.items():
         print(f"{key:34s} {value}")
+
+
+def reusable_prefix_tokens(scenario) -> int:
+    """The prompt tokens an unbounded prefix cache finds over the rows in order: each row's leading
+    full hash-id blocks already seen, × the block size."""
+    rows = scenario.classes[0].llm.trace
+    seen, cached = set(), 0
+    for length, ids in zip(rows.input_tokens.tolist(), rows.hash_ids):
+        full = ids[: length // rows.block_tokens]
+        cached += next((i for i, h in enumerate(full) if h not in seen), len(full)) * rows.block_tokens
+        seen.update(full)
+    return cached
 
 
 def measure(table, scenario, args) -> dict:

@@ -38,8 +38,18 @@ def _arrival_text(model: dict) -> str:
         parts.append(f"at most {fmt_count(model['max_concurrency'])} in flight (max_concurrency: a request "
                      "that waits for a slot is late, and its wait is in its latency)")
     if model.get("process") == "replay":
-        parts.append(f"{fmt_count(model.get('arrivals'))} recorded arrivals from {model.get('file')} "
+        trace = model.get("trace") or {}
+        what = f"requests of a {trace['format']} trace" if trace else "recorded arrivals"
+        parts.append(f"{fmt_count(model.get('arrivals'))} {what} from {model.get('file')} "
                      f"at {model.get('speed', 1):g}x" + (", looped" if model.get("loop_log") else ""))
+        if model.get("slice_s"):
+            start, end = model["slice_s"]
+            parts.append(f"trace time {start:g} s to {'the end' if end is None else f'{end:g} s'}")
+        if model.get("max_rate") is not None:
+            parts.append(f"at most {model['max_rate']:g} req/s (bursts spread out)")
+        if trace.get("block_reuse") is not None:
+            parts.append(f"{trace['block_reuse']:.1%} of its {trace['block_tokens']}-token prompt blocks repeat an "
+                         "earlier one (hash ids)")
     return ", ".join(parts)
 
 

@@ -220,3 +220,7 @@ def test_a_mooncake_replay_sends_at_the_trace_times_with_the_rows_lengths(tmp_pa
     want = sorted(zip(expected.tolist(), rows.input_tokens.tolist(), rows.output_tokens.tolist()))
     assert [g[0] for g in got] == [w[0] for w in want]
     assert sorted(g[1:] for g in got) == sorted(w[1:] for w in want)
+    with open(os.path.join(run_dir, "report.html"), encoding="utf-8") as fh:
+        html = fh.read()
+    assert f"{len(offsets)} requests of a mooncake trace from" in html and "trace time 0 s to 40 s" in html
+    assert "512-token prompt blocks repeat an earlier one" in html
