@@ -1,4 +1,4 @@
-"""Chat-class options of issue 29: asking for reasoning, offering tools.
+"""Chat-class options of issue 29: asking for reasoning, offering tools, sending images.
 
 No Locust or gevent import. :func:`feature_fields` reads a class mapping's
 fields (scenario errors through the parser's ``fail(path, message)``, as
@@ -14,6 +14,10 @@ fields (scenario errors through the parser's ``fail(path, message)``, as
         tools:                             # OpenAI function tools, sent as given
           - {type: function, function: {name: get_weather, parameters: {type: object}}}
         tool_choice: auto                  # auto | required | none | the name of one of the tools
+        images:                            # PNGs of random pixels per request (tailscope.loadgen.llm_images)
+          count: 1                         # images per request: a count or a size distribution
+          width: {dist: uniform, min: 256, max: 1024}   # pixels
+          height: 512
 
 Reasoning and tool-call streams are parsed whatever the class asks for
 (``tailscope.loadgen.openai_stream``): a server that reasons by itself (vLLM
@@ -28,19 +32,24 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from tailscope.loadgen.llm_images import MAX_IMAGES, MAX_SIDE, ImageSpec
+
 #: Values of ``reasoning_effort`` (OpenAI's; vLLM and SGLang pass them to the chat template).
 REASONING_EFFORTS = ("low", "medium", "high")
 #: ``tool_choice`` words; any other string names one of the class's tools.
 TOOL_CHOICES = ("auto", "required", "none")
 #: Class fields this module reads (chat classes only).
-FEATURE_FIELDS = frozenset({"reasoning_effort", "tools", "tool_choice"})
+FEATURE_FIELDS = frozenset({"reasoning_effort", "tools", "tool_choice", "images"})
+#: Fields of ``images`` (each a size distribution: a count, or pixels).
+IMAGE_FIELDS = ("count", "width", "height")
 
 Fail = Callable[[tuple, str], BaseException]
 
 
-def feature_fields(data: dict, api: str, fail: Fail, at: tuple) -> dict[str, Any]:
-    """``LLMSpec`` keyword arguments (``reasoning_effort``, ``tools``, ``tool_choice``) of one class
-    mapping; raises what ``fail`` makes for a bad value (a field of a non-chat class included)."""
+def feature_fields(data: dict, api: str, fail: Fail, at: tuple, size: Callable[[Any, tuple], Any]) -> dict[str, Any]:
+    """``LLMSpec`` keyword arguments (``reasoning_effort``, ``tools``, ``tool_choice``, ``images``) of
+    one class mapping; raises what ``fail`` makes for a bad value (a field of a non-chat class
+    included). ``size(value, path)`` reads a size distribution (``llm_fields.token_size``)."""
     out: dict[str, Any] = {}
     for key in sorted(FEATURE_FIELDS & set(data)):
         if api != "openai-chat":
@@ -69,7 +78,37 @@ def feature_fields(data: dict, api: str, fail: Fail, at: tuple) -> dict[str, Any
             _raise(fail, at + ("tool_choice",), f"expected {', '.join(TOOL_CHOICES)} or one of the tools' names "
                                                 f"({', '.join(names)}), got {choice!r}")
         out["tool_choice"] = choice
+    if data.get("images") is not None:
+        out["images"] = _images(data["images"], fail, at + ("images",), size)
     return out
+
+
+def _images(value: Any, fail: Fail, at: tuple, size) -> ImageSpec:
+    if not isinstance(value, dict):
+        _raise(fail, at, f"expected a mapping such as {{count: 1, width: 512, height: 512}}, got {value!r}")
+    for key in value:
+        if key not in IMAGE_FIELDS:
+            _raise(fail, at + (key,), f"unknown field {key!r}; expected one of {', '.join(IMAGE_FIELDS)}")
+    for key in ("width", "height"):
+        if key not in value:
+            _raise(fail, at + (key,), "missing: pixels, a number or a size distribution such as "
+                                      "{dist: uniform, min: 256, max: 1024}")
+    sizes = {key: size(value.get(key, 1), at + (key,)) for key in IMAGE_FIELDS}
+    for key, top in (("count", MAX_IMAGES), ("width", MAX_SIDE), ("height", MAX_SIDE)):
+        low, high = _bounds(sizes[key])
+        if low < (0 if key == "count" else 1) or high > top:
+            _raise(fail, at + (key,), f"must stay within {0 if key == 'count' else 1}..{top}"
+                                      f"{' images' if key == 'count' else ' pixels'}, got {low}..{high}")
+    return ImageSpec(**sizes)
+
+
+def _bounds(spec) -> tuple[int, int]:
+    """The smallest and largest value a size distribution gives."""
+    if spec.dist == "fixed":
+        return spec.value, spec.value
+    if spec.dist == "empirical":
+        return int(spec.values.min()), int(spec.values.max())
+    return spec.min, spec.max
 
 
 def _tool_name(tool: Any, fail: Fail, at: tuple) -> str:

@@ -114,7 +114,7 @@ def openai_class_fields(data: dict, fail: Fail | None = None, *, at: tuple = (),
         kwargs["prompt_tokens"] = token_size(data["prompt_tokens"], fail, at + ("prompt_tokens",), base_dir)
     if "output_tokens" in data:
         kwargs["output_tokens"] = token_size(data["output_tokens"], fail, at + ("output_tokens",), base_dir)
-    kwargs.update(feature_fields(data, api, fail, at))
+    kwargs.update(feature_fields(data, api, fail, at, lambda value, path: token_size(value, fail, path, base_dir)))
     try:
         spec = LLMSpec(**kwargs)
     except SpecError as exc:

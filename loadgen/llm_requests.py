@@ -9,7 +9,9 @@ one request of an :class:`~.spec.LLMSpec` class:
 - ``openai-embeddings``: ``{"model", "input"}``;
 
 then the chat options of :mod:`.llm_features` (``reasoning_effort``,
-``tools``, ``tool_choice``), then ``extra_body`` merged key by key (it wins). ``ignore_eos`` is left out
+``tools``, ``tool_choice``), then ``extra_body`` merged key by key (it wins).
+A chat class with ``images`` (:mod:`.llm_images`) sends its last message's text
+as a ``text`` part followed by the request's ``image_url`` parts. ``ignore_eos`` is left out
 when the class sets it false; ``stream_options`` only goes with ``stream: true``.
 
 Synthetic prompts are deterministic per seed (the mix's per-class generator):
@@ -63,6 +65,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tailscope.loadgen.llm_features import feature_body
+from tailscope.loadgen.llm_images import ImageMaker
 from tailscope.loadgen.llm_tokens import TokenCounter, counter_for
 from tailscope.loadgen.payloads import SizeSampler
 from tailscope.loadgen.spec import DEFAULT_OUTPUT_TOKENS, LLMSpec
@@ -93,6 +96,8 @@ class LLMRequestInfo:
     turn: tuple[int, int] | None = None  # dataset replay: (conversation, user turn), from 0
     #: A session's turn (:meth:`LLMRequestMaker.make_turn`): the conversation it belongs to; None otherwise.
     session: Conversation | None = None
+    #: Chat classes with ``images``: (images sent, their pixels in total); None otherwise.
+    images: tuple[int, int] | None = None
 
 
 @dataclass(eq=False)
@@ -163,6 +168,7 @@ class LLMRequestMaker:
         self._trace = self._trace_prompts(name, spec.trace, share) if spec.trace is not None else None
         self._dataset = _DatasetWalker(spec, rng, self.counter) if spec.dataset is not None else None
         self._features = feature_body(spec.reasoning_effort, spec.tools, spec.tool_choice)
+        self._images = ImageMaker(spec.images, rng) if spec.images is not None else None
 
     def make(self) -> tuple[bytes, LLMRequestInfo]:
         """One request's JSON body and what the client knows of it."""
@@ -233,8 +239,15 @@ class LLMRequestMaker:
         spec = self.spec
         body: dict = {"model": spec.model}
         max_tokens = None
+        images = None
         if spec.api == "openai-chat":
             body["messages"] = messages
+            if self._images is not None:  # the images join the last message (a copy: a session's history keeps text)
+                parts, count, pixels = self._images.make()
+                last = messages[-1]
+                body["messages"] = [*messages[:-1], {**last, "content": [{"type": "text", "text": last["content"]},
+                                                                       *parts]}]
+                images = (count, pixels)
         elif spec.api == "openai-completions":
             body["prompt"] = "\n\n".join(m["content"] for m in messages)
         elif self._dataset is None:
@@ -253,7 +266,7 @@ class LLMRequestMaker:
         body.update(self._features)
         body.update(spec.extra_body)
         data = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
-        return data, LLMRequestInfo(prompt_count, max_tokens, self.counter, turn)
+        return data, LLMRequestInfo(prompt_count, max_tokens, self.counter, turn, images=images)
 
     def synthetic_prompt(self, n: int) -> tuple[str, int]:
         """A prompt of the shared prefix and ``n`` drawn tokens: (text, its token count)."""

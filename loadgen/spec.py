@@ -513,6 +513,8 @@ class LLMSpec:
     reasoning_effort: str | None = None
     tools: tuple = ()
     tool_choice: str | None = None
+    #: Chat: images per request and their sizes (``tailscope.loadgen.llm_images.ImageSpec``), or None.
+    images: Any = None
     prefix_pool: PrefixPool | None = None
     trace: TraceRequests | None = field(default=None, compare=False)
 
@@ -578,6 +580,8 @@ class LLMSpec:
         if self.tools:
             out["tools"] = [tool["function"]["name"] for tool in self.tools]
             out["tool_choice"] = self.tool_choice or "auto"
+        if self.images is not None:
+            out["images"] = self.images.describe()
         return out
 
 

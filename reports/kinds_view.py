@@ -1,8 +1,8 @@
-"""The report's reasoning and tool-call block: time to the first reasoning and answer token, TPOT per
-kind, reasoning tokens, time to the complete tool call.
+"""The report's reasoning, tool-call and image block: time to the first reasoning and answer token,
+TPOT per kind, reasoning tokens, time to the complete tool call, TTFT and sizes of image requests.
 
-Reads only the analysis's ``llm.reasoning`` and ``llm.tool_calls`` (docs/analysis-schema.md;
-analyzers/stats/llm_kinds.py); None for a run whose replies had neither. :func:`kinds_data` is the
+Reads only the analysis's ``llm.reasoning``, ``llm.tool_calls`` and ``llm.images``
+(docs/analysis-schema.md; analyzers/stats/llm_kinds.py); None for a run with none of them. :func:`kinds_data` is the
 block's pre-formatted table data (every value a string), :func:`kinds_headline` the verdict's answers.
 """
 
@@ -15,7 +15,18 @@ ROWS = (("reasoning", "ttfr_ms", "time to first reasoning token"),
         ("reasoning", "ttfa_ms", "time to first answer token"),
         ("reasoning", "reasoning_tpot_ms", "TPOT, reasoning"),
         ("reasoning", "answer_tpot_ms", "TPOT, answer"),
-        ("tool_calls", "time_to_tool_call_ms", "time to complete tool call"))
+        ("tool_calls", "time_to_tool_call_ms", "time to complete tool call"),
+        ("images", "ttft_ms", "TTFT with images"))
+
+
+def fmt_bytes(value: float | None) -> str:
+    """``812 KiB``, ``3.1 MiB``: a byte count in binary units (``—`` for None)."""
+    if value is None:
+        return "—"
+    for unit, size in (("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if value >= size:
+            return f"{value / size:,.1f} {unit}"
+    return f"{value:,.0f} B"
 
 
 def _row(label: str, entry: dict) -> dict:
@@ -30,32 +41,38 @@ def _tokens(label: str, stats: dict) -> dict:
 
 
 def kinds_data(llm: dict) -> dict | None:
-    """The block's tables; None without ``llm.reasoning`` and ``llm.tool_calls``."""
-    reasoning, tools = llm.get("reasoning"), llm.get("tool_calls")
-    if not reasoning and not tools:
+    """The block's tables; None without ``llm.reasoning``, ``llm.tool_calls`` and ``llm.images``."""
+    reasoning, tools, images = llm.get("reasoning"), llm.get("tool_calls"), llm.get("images")
+    if not reasoning and not tools and not images:
         return None
-    figures = {"reasoning": reasoning, "tool_calls": tools}
+    figures = {"reasoning": reasoning, "tool_calls": tools, "images": images}
     tokens = []
     if reasoning:
         tokens += [_tokens("reasoning tokens", reasoning["reasoning_tokens"]),
                    _tokens("answer tokens", reasoning["answer_tokens"])]
     if tools:
         tokens.append(_tokens("tool calls per request", tools["calls"]))
+    if images:
+        tokens += [_tokens("images per request", images["images"]), _tokens("pixels per request", images["pixels"]),
+                   _tokens("request bytes (with images)", images["request_bytes"])]
     return {
         "reasoning_requests": fmt_count(reasoning["requests"]) if reasoning else None,
         "reasoning_share": fmt_share(reasoning["reasoning_share"]) if reasoning else None,
         "tool_requests": fmt_count(tools["requests"]) if tools else None,
+        "image_requests": fmt_count(images["requests"]) if images else None,
+        "image_bytes_p50": fmt_bytes(images["request_bytes"]["p50"]) if images else None,
         "rows": [_row(label, figures[section][key]) for section, key, label in ROWS if figures[section]],
         "tokens": tokens,
     }
 
 
 def kinds_headline(analysis: dict) -> list[dict]:
-    """The verdict's reasoning and tool-call figures (``{"label", "note"}``, strings): time to the
-    first answer token P99 of the reasoning requests, time to the complete tool call P99; ``[]`` without."""
+    """The verdict's reasoning, tool-call and image figures (``{"label", "note"}``, strings): time to
+    the first answer token P99 of the reasoning requests, time to the complete tool call P99, TTFT
+    P99 of the requests with images; ``[]`` without."""
     llm = analysis.get("llm") or {}
     out = []
-    reasoning, tools = llm.get("reasoning"), llm.get("tool_calls")
+    reasoning, tools, images = llm.get("reasoning"), llm.get("tool_calls"), llm.get("images")
     if reasoning and reasoning["ttfa_ms"]["p99"].get("n"):
         cells = percentile_cells(reasoning["ttfa_ms"]["p99"])
         out.append({"label": f"time to first answer token P99 {cells['value']}",
@@ -67,4 +84,9 @@ def kinds_headline(analysis: dict) -> list[dict]:
         out.append({"label": f"time to complete tool call P99 {cells['value']}",
                     "note": f"{fmt_count(tools['requests'])} requests called tools · 95% CI {cells['ci']} · "
                             f"{cells['claimed']}"})
+    if images and images["ttft_ms"]["p99"].get("n"):
+        cells = percentile_cells(images["ttft_ms"]["p99"])
+        out.append({"label": f"TTFT with images P99 {cells['value']}",
+                    "note": (f"{fmt_count(images['requests'])} requests sent images, request P50 "
+                             f"{fmt_bytes(images['request_bytes']['p50'])} · 95% CI {cells['ci']} · {cells['claimed']}")})
     return out

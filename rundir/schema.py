@@ -68,6 +68,9 @@ REQUESTS_SCHEMA = pa.schema(
         ("last_answer_ns", pa.int64()),
         ("tool_calls", pa.int32()),  # tool calls in the reply (assembled by index)
         ("tool_call_ns", pa.int64()),  # the last tool call complete (its last piece of arguments); null: none
+        # Chat classes with `images` (1.3; null otherwise): PNGs sent as image_url data URLs (bytes_out holds them).
+        ("images", pa.int32()),  # images in the request
+        ("image_pixels", pa.int64()),  # their pixels in total (width x height, summed)
     ]
 )
 #: Where a request's token counts came from: the response's ``usage``; the

@@ -100,7 +100,8 @@ def test_reasoning_and_tool_streams_in_arbitrary_read_splits(data):
     columns = dict(zip(("reasoning_tokens", "answer_tokens", "first_reasoning_ns", "last_reasoning_ns",
                         "first_answer_ns", "last_answer_ns", "tool_calls", "tool_call_ns"), reply.kinds()))
     assert columns["tool_calls"] == len(expected["tool_calls"])
-    assert list(schema.REQUESTS_SCHEMA.names[-8:]) == list(columns)
+    names = schema.REQUESTS_SCHEMA.names
+    assert names[names.index("reasoning_tokens"):][:8] == list(columns)
 
 
 def test_hidden_reasoning_and_a_non_streamed_tool_call():
@@ -238,6 +239,12 @@ classes:
     tools:
       - {{type: function, function: {{name: lookup, parameters: {{type: object}}}}}}
     tool_choice: lookup
+  - name: look
+    api: openai-chat
+    model: tailscope-llm
+    prompt_tokens: 10
+    output_tokens: 8
+    images: {{count: {{dist: uniform, min: 1, max: 2}}, width: {{dist: uniform, min: 64, max: 320}}, height: 128}}
 """
 
 
@@ -254,8 +261,9 @@ def _cli_run(tmp, server: _Server, name: str, effort: str) -> str:
 
 def test_analysis_report_and_compare_carry_reasoning_and_tool_calls(kinds_server, tmp_path):
     """Two real `tailscope run`s: think with reasoning_effort low, then high (the answer waits for
-    three times the reasoning). The analysis has llm.reasoning and llm.tool_calls (schema-valid), the
-    report's block and headline answer with them, and compare finds the later first answer."""
+    three times the reasoning), beside tool calls and image requests. The analysis has llm.reasoning,
+    llm.tool_calls and llm.images (schema-valid), the report's block and headline answer with them,
+    and compare finds the later first answer."""
     import jsonschema
     from cli_helpers import load_analysis
 
@@ -269,7 +277,7 @@ def test_analysis_report_and_compare_carry_reasoning_and_tool_calls(kinds_server
     llm = analysis["llm"]
     rows = read_stream(os.path.join(high, schema.REQUESTS), schema.REQUESTS_SCHEMA).table.to_pylist()
     reasoned = [r for r in rows if r["error_kind"] is None and r["reasoning_tokens"]]
-    assert llm["reasoning"]["requests"] == len(reasoned) == llm["completed"]
+    assert llm["reasoning"]["requests"] == len(reasoned) == llm["completed"] - llm["classes"]["look"]["completed"]
     assert llm["reasoning"]["reasoning_tokens"]["sum"] == sum(r["reasoning_tokens"] for r in reasoned)
     think = llm["classes"]["think"]["reasoning"]
     assert think["reasoning_tokens"]["p50"] == 18 and think["answer_tokens"]["p50"] == 6  # high: 0.75 x 24
@@ -281,7 +289,17 @@ def test_analysis_report_and_compare_carry_reasoning_and_tool_calls(kinds_server
     data = build_report_data(analysis)
     kinds = data["llm"]["kinds"]
     assert [r["metric"] for r in kinds["rows"]] == ["time to first reasoning token", "time to first answer token",
-                                                    "TPOT, reasoning", "TPOT, answer", "time to complete tool call"]
+                                                    "TPOT, reasoning", "TPOT, answer", "time to complete tool call",
+                                                    "TTFT with images"]
+    looked = [r for r in rows if r["cls"] == "look" and r["error_kind"] is None]
+    images = llm["images"]
+    assert images["requests"] == len(looked) == llm["classes"]["look"]["completed"] > 0
+    assert images["pixels"]["sum"] == sum(r["image_pixels"] for r in looked)
+    assert images["request_bytes"]["sum"] == sum(r["bytes_out"] for r in looked)
+    for row in looked:  # the server counted ceil(w/28) x ceil(h/28) tokens per image beside the 10 words
+        assert 1 <= row["images"] <= 2 and 64 * 128 * row["images"] <= row["image_pixels"] <= 320 * 128 * row["images"]
+        assert row["bytes_out"] > 4 * row["image_pixels"]  # 3 bytes a pixel, base64: 4/3 of that
+        assert 10 + row["image_pixels"] / 28 ** 2 <= row["prompt_tokens"] <= 10 + row["images"] * 12 * 5
     labels = [h["label"] for h in data["llm_headline"]]
     assert any(label.startswith("time to first answer token P99") for label in labels)
     assert any(label.startswith("time to complete tool call P99") for label in labels)
@@ -295,4 +313,48 @@ def test_analysis_report_and_compare_carry_reasoning_and_tool_calls(kinds_server
     assert ttfa["current"] > ttfa["baseline"] * 1.5 and ttfa["change"] > 0, ttfa
     assert ("time_to_tool_call_ms", "p99") in by_metric
     names = {c["name"] for c in comparison["checks"]}
-    assert {"LLM time to first answer token P99", "LLM time to complete tool call P99"} <= names
+    assert {"LLM time to first answer token P99", "LLM time to complete tool call P99",
+            "LLM TTFT with images P99"} <= names
+
+
+def test_image_parts_are_valid_pngs_of_the_drawn_sizes_and_bad_fields_name_themselves():
+    import base64
+    import struct
+    import zlib
+
+    fields = {"api": "openai-chat", "model": "m", "prompt_tokens": 5,
+              "images": {"count": 2, "width": {"dist": "uniform", "min": 16, "max": 40}, "height": 24}}
+    spec = openai_class_fields(fields, _fail, at=("classes", 0))["llm"]
+    assert spec.describe()["images"]["width"] == {"dist": "uniform", "min": 16, "max": 40}
+    maker = LLMRequestMaker("look", spec, np.random.default_rng(3))
+    seen = set()
+    for _ in range(5):
+        body, info = maker.make()
+        content = json.loads(body)["messages"][-1]["content"]
+        assert content[0]["type"] == "text" and len(content[0]["text"].split()) == 5
+        pixels = 0
+        for part in content[1:]:
+            url = part["image_url"]["url"]
+            assert part["type"] == "image_url" and url.startswith("data:image/png;base64,")
+            png = base64.b64decode(url.split(",", 1)[1])
+            assert png[:8] == b"\x89PNG\r\n\x1a\n" and png[12:16] == b"IHDR"
+            width, height = struct.unpack(">II", png[16:24])
+            assert 16 <= width <= 40 and height == 24
+            length = struct.unpack(">I", png[33:37])[0]
+            assert png[37:41] == b"IDAT" and zlib.crc32(png[37:41 + length]) == struct.unpack(">I", png[41 + length:45 + length])[0]
+            rows = zlib.decompress(png[41:41 + length])
+            assert len(rows) == height * (1 + 3 * width) and all(rows[i * (1 + 3 * width)] == 0 for i in range(height))
+            seen.add(rows)
+            pixels += width * height
+        assert info.images == (2, pixels)
+    assert len(seen) == 10  # every image differs
+    for bad, field, words in [
+        ({"images": {"count": 1, "width": 0, "height": 8}}, "classes.0.images.width", "1..8192"),
+        ({"images": {"count": 1, "width": 8}}, "classes.0.images.height", "missing"),
+        ({"images": {"width": 8, "height": 8, "depth": 3}}, "classes.0.images.depth", "unknown field"),
+        ({"images": [1]}, "classes.0.images", "mapping"),
+        ({"images": {"count": 65, "width": 8, "height": 8}}, "classes.0.images.count", "0..64"),
+    ]:
+        with pytest.raises(SpecError) as caught:
+            openai_class_fields({"api": "openai-chat", "model": "m", **bad}, _fail, at=("classes", 0))
+        assert caught.value.field == field and words in caught.value.message, (bad, caught.value)

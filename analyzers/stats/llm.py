@@ -37,8 +37,11 @@ percentiles: a slow stream is a *low* rate); ``token_counts_from`` counts the
 requests per ``token_count_source``; ``finish_reasons`` per reason; ``goodput``
 is DistServe's: the share of the scope's LLM requests without error that met
 every per-request SLO (:mod:`.goodput`: TTFT, TPOT, ITL, e2e and latency).
-``reasoning`` and ``tool_calls`` (only when some request reasoned or called a
-tool; format 1.3): the output kinds' figures of :mod:`.llm_kinds`.
+``reasoning``, ``tool_calls`` and ``images`` (only when some request reasoned,
+called a tool or sent images; format 1.3): the figures of :mod:`.llm_kinds`.
+``sessions`` (whole run only, when the run's load was multi-turn sessions;
+format 1.3): per-turn TTFT, session duration and tokens per session
+(:mod:`.llm_sessions`).
 
 Over time (:func:`window_columns`): per display window, the P50/P99 of TTFT
 and TPOT of the LLM requests *scheduled* in it (only where claimed, as the
@@ -65,6 +68,7 @@ from tailscope.analyzers.inputs.records import NS_PER_MS, RequestArrays, int_col
 from tailscope.analyzers.stats.goodput import goodput_summary
 from tailscope.analyzers.stats.llm_kinds import KindArrays, kind_arrays, kinds_metrics
 from tailscope.analyzers.stats.llm_metrics import chunk_gaps_ns, output_tokens_per_s
+from tailscope.analyzers.stats.llm_sessions import SessionArrays, session_arrays, sessions_section
 from tailscope.analyzers.stats.percentiles import nearest_rank, percentile_set
 from tailscope.analyzers.stats.slo import Slo
 from tailscope.analyzers.stats.streaming import StreamTimes, token_gaps_ms
@@ -86,6 +90,7 @@ class LlmArrays:
     source: np.ndarray  # object: token_count_source or None
     finish_reason: np.ndarray  # object: finish_reason or None
     kinds: KindArrays | None = None  # reasoning and tool-call columns (format 1.3), when any row has them
+    sessions: SessionArrays | None = None  # multi-turn session columns (format 1.3), when any row is a turn
 
 
 def llm_arrays(requests: pa.Table) -> LlmArrays | None:
@@ -107,6 +112,7 @@ def llm_arrays(requests: pa.Table) -> LlmArrays | None:
         source=requests.column("token_count_source").to_numpy(zero_copy_only=False),
         finish_reason=requests.column("finish_reason").to_numpy(zero_copy_only=False),
         kinds=kind_arrays(requests),
+        sessions=session_arrays(requests),
     )
 
 
@@ -181,7 +187,7 @@ def scope_metrics(req: RequestArrays, llm: LlmArrays, times: StreamTimes, mask: 
         },
         "token_counts_from": _counts(llm.source[mask]),
         "finish_reasons": _counts(llm.finish_reason[ok]),
-        **kinds_metrics(llm.kinds, req.scheduled_ns, ok, streamed, llm.output_tokens, token_stats),
+        **kinds_metrics(llm.kinds, req.scheduled_ns, ok, streamed, llm.output_tokens, token_stats, times.ttft_ms),
     }
 
 
@@ -200,8 +206,11 @@ def llm_section(req: RequestArrays, llm: LlmArrays, times: StreamTimes, slos: li
         settings = described.get(name) or {}
         classes[name] = {"api": settings.get("api"), "model": settings.get("model"), **entry,
                          "goodput": dict(goodput["by_class"].get(name) or {"share": None, "good": 0, "total": 0})}
+    ttft = series(req, llm, times)["ttft"]
+    sessions = sessions_section(req, llm.sessions, ttft, ~np.isnan(ttft), llm.prompt_tokens, llm.output_tokens)
     return {
         **overall,
+        **({"sessions": sessions} if sessions is not None else {}),
         "goodput": {key: goodput[key] for key in ("share", "good", "total", "rps", "criteria", "definition")},
         "classes": classes,
         "points": request_points(req, llm, times),

@@ -1,4 +1,5 @@
-"""Kinds of LLM output: reasoning streams and tool calls (the ``reasoning`` and ``tool_calls`` of an ``llm`` scope).
+"""Kinds of LLM requests and output: reasoning streams, tool calls and images (the ``reasoning``,
+``tool_calls`` and ``images`` of an ``llm`` scope).
 
 Pure numpy over the request table's output-kind columns (run format 1.3:
 ``reasoning_tokens``, ``answer_tokens``, ``first_reasoning_ns``,
@@ -19,11 +20,17 @@ Pure numpy over the request table's output-kind columns (run format 1.3:
   requests, ``requests``, ``calls`` (tool calls per request, ``{sum, mean,
   p50, p99}``), ``time_to_tool_call_ms`` (when the last call was complete −
   scheduled send, streamed requests; a non-streamed reply's calls are complete
-  at its end).
+  at its end);
+- ``images`` when any completed request sent images (columns ``images``,
+  ``image_pixels``): over those requests, ``requests``, ``images`` (per
+  request), ``pixels`` (per request, all its images), ``request_bytes``
+  (``bytes_out``: the body with its base64 images), each ``{sum, mean, p50,
+  p99}``, and ``ttft_ms`` (TTFT of the streamed ones: the image's prefill is
+  in it).
 
 Times are ms from the scheduled send, as TTFT; each a
 :func:`~.percentiles.percentile_set`. A run before format 1.3, or whose
-requests carry no reasoning and no tool call, adds neither key.
+requests carry no reasoning, no tool call and no image, adds none of the keys.
 """
 
 from __future__ import annotations
@@ -39,6 +46,8 @@ from tailscope.analyzers.stats.percentiles import percentile_set
 #: The request-table columns read (format 1.3), in ``REQUESTS_SCHEMA`` order.
 KIND_COLUMNS = ("reasoning_tokens", "answer_tokens", "first_reasoning_ns", "last_reasoning_ns",
                 "first_answer_ns", "last_answer_ns", "tool_calls", "tool_call_ns")
+#: The image columns (format 1.3) and the request bytes read with them.
+IMAGE_COLUMNS = ("images", "image_pixels", "bytes_out")
 
 
 @dataclass(frozen=True)
@@ -55,13 +64,15 @@ class KindArrays:
 
 
 def kind_arrays(requests: pa.Table) -> KindArrays | None:
-    """The output-kind columns, or None in a run before format 1.3 or when no row has reasoning or a tool call."""
-    if any(name not in requests.column_names for name in KIND_COLUMNS):
+    """The output-kind and image columns, or None in a run before format 1.3 or when no row has
+    reasoning, a tool call or an image."""
+    names = KIND_COLUMNS + IMAGE_COLUMNS
+    if any(name not in requests.column_names for name in names):
         return None
     values, present = {}, {}
-    for name in KIND_COLUMNS:
+    for name in names:
         values[name], present[name] = int_column(requests, name)
-    if not (values["reasoning_tokens"] > 0).any() and not (values["tool_calls"] > 0).any():
+    if not any((values[name] > 0).any() for name in ("reasoning_tokens", "tool_calls", "images")):
         return None
     return KindArrays(values, present)
 
@@ -78,10 +89,11 @@ def _tpot_ms(kinds: KindArrays, first: str, last: str, count: str, rows: np.ndar
 
 
 def kinds_metrics(kinds: KindArrays | None, scheduled_ns: np.ndarray, ok: np.ndarray, streamed: np.ndarray,
-                  output_tokens: np.ndarray, token_stats) -> dict:
-    """``{"reasoning": ..., "tool_calls": ...}`` of the completed requests ``ok`` (``streamed``: those
-    streamed), each key only when some request has that kind (module docstring). ``output_tokens``:
-    float64 per request (NaN: null); ``token_stats``: the ``llm`` section's ``{sum, mean, p50, p99}`` maker."""
+                  output_tokens: np.ndarray, token_stats, ttft_ms: np.ndarray | None = None) -> dict:
+    """``{"reasoning": ..., "tool_calls": ..., "images": ...}`` of the completed requests ``ok``
+    (``streamed``: those streamed), each key only when some request has that kind (module
+    docstring). ``output_tokens``: float64 per request (NaN: null); ``token_stats``: the ``llm``
+    section's ``{sum, mean, p50, p99}`` maker; ``ttft_ms``: per request (NaN: none)."""
     if kinds is None:
         return {}
     out: dict = {}
@@ -108,15 +120,27 @@ def kinds_metrics(kinds: KindArrays | None, scheduled_ns: np.ndarray, ok: np.nda
             "calls": token_stats(kinds.tokens("tool_calls")[called]),
             "time_to_tool_call_ms": percentile_set(_since_ms(kinds, "tool_call_ns", scheduled_ns, called & streamed)),
         }
+    pictured = ok & (kinds.values["images"] > 0)
+    if pictured.any():
+        ttft = ttft_ms[pictured & streamed] if ttft_ms is not None else np.zeros(0)
+        out["images"] = {
+            "requests": int(pictured.sum()),
+            "images": token_stats(kinds.tokens("images")[pictured]),
+            "pixels": token_stats(kinds.tokens("image_pixels")[pictured]),
+            "request_bytes": token_stats(kinds.tokens("bytes_out")[pictured]),
+            "ttft_ms": percentile_set(ttft[~np.isnan(ttft)]),
+        }
     return out
 
 
-def kind_series(kinds: KindArrays | None, scheduled_ns: np.ndarray, keep: np.ndarray) -> dict[str, np.ndarray]:
-    """Per request (NaN where it has none) of the rows ``keep`` selects: ``ttfa`` (ms to the first answer
-    token, reasoning requests) and ``time_to_tool_call`` (ms), for ``compare``; ``{}`` without kinds."""
+def kind_series(kinds: KindArrays | None, scheduled_ns: np.ndarray, ttft_ms: np.ndarray) -> dict[str, np.ndarray]:
+    """Per request (NaN where it has none) of the requests with a TTFT (``ttft_ms``, NaN: none): ``ttfa``
+    (ms to the first answer token, reasoning requests), ``time_to_tool_call`` (ms) and ``image_ttft``
+    (TTFT of the requests with images), for ``compare``; ``{}`` without kinds."""
     if kinds is None:
         return {}
-    out = {}
+    keep = ~np.isnan(ttft_ms)
+    out = {"image_ttft": np.where(keep & (kinds.values["images"] > 0), ttft_ms, np.nan)}
     for key, column, has in (("ttfa", "first_answer_ns", kinds.values["reasoning_tokens"] > 0),
                              ("time_to_tool_call", "tool_call_ns", kinds.values["tool_calls"] > 0)):
         rows = keep & has & kinds.present[column]

@@ -19,7 +19,8 @@ streamed piece by piece as vLLM does (``tool_calls[0].function.arguments``;
 finish reason ``tool_calls``); ``tool_choice: none`` answers in text.
 Prompts: ``prompt`` is a string (or a one-element list of one);
 chat ``messages`` contribute every content text (a string, or ``text`` parts)
-joined in order. Token counts are words (:mod:`.tokens`).
+joined in order, and each ``image_url`` part (a base64 data URL of a PNG; no URL
+is fetched) ceil(width / 28) × ceil(height / 28) tokens, as Qwen2-VL counts. Token counts are words (:mod:`.tokens`).
 
 Response builders return plain dicts in the shapes of the OpenAI API: chat
 chunks (``chat.completion.chunk``), completion chunks (``text_completion``), the
@@ -35,12 +36,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from tailscope.support.png import png_size
 from tailscope.targets.llm.config import LlmServerConfig
-from tailscope.targets.llm.tokens import VOCAB_SIZE, tokenize, tokenize_texts
+from tailscope.targets.llm.tokens import VOCAB_SIZE, tokenize
 
 CHAT = "chat"
 COMPLETION = "completion"
 
+#: Pixels per side of the square patch one image token stands for (Qwen2-VL's 14-px patches merged 2×2).
+IMAGE_PATCH = 28
+#: The token id an image's tokens take (any id but EOS: the decoder only needs their count).
+IMAGE_TOKEN = 1
 #: Share of max_tokens streamed as reasoning per ``reasoning_effort``.
 REASONING_EFFORTS = {"low": 0.25, "medium": 0.5, "high": 0.75}
 
@@ -115,18 +121,40 @@ def _chat_prompt(document: Mapping[str, Any]) -> list[int]:
     messages = document.get("messages")
     if not isinstance(messages, list) or not messages:
         raise _bad("messages must be a non-empty list", "messages")
-    texts: list[str] = []
+    ids: list[int] = []
     for index, message in enumerate(messages):
         if not isinstance(message, dict) or not isinstance(message.get("role"), str):
             raise _bad(f"messages[{index}] must be an object with a string role", "messages")
         content = message.get("content")
         if isinstance(content, str):
-            texts.append(content)
+            ids.extend(tokenize(content))
         elif isinstance(content, list):
-            texts.extend(str(part.get("text", "")) for part in content if isinstance(part, dict))
+            for part in content:
+                if isinstance(part, dict) and part.get("type") == "image_url":
+                    ids.extend(_image_tokens(part, index))
+                elif isinstance(part, dict):
+                    ids.extend(tokenize(str(part.get("text", ""))))
         elif content is not None:
             raise _bad(f"messages[{index}].content must be a string or a list of parts", "messages")
-    return tokenize_texts(texts)
+    return ids
+
+
+def _image_tokens(part: Mapping[str, Any], index: int) -> list[int]:
+    """The prompt tokens of one ``image_url`` part: ceil(width / 28) × ceil(height / 28) (module docstring)."""
+    image = part.get("image_url")
+    url = image.get("url") if isinstance(image, dict) else None
+    if not isinstance(url, str) or not url.startswith("data:") or ";base64," not in url[:64]:
+        raise _bad(f"messages[{index}]: image_url.url must be a base64 data URL (this server fetches nothing)",
+                   "messages")
+    head = url[url.index(";base64,") + 8:][:64]
+    try:
+        size = png_size(base64.b64decode(head[: len(head) // 4 * 4]))
+    except ValueError:
+        size = None
+    if size is None or not all(size):
+        raise _bad(f"messages[{index}]: the image is not a PNG (this server reads PNG sizes only)", "messages")
+    count = -(-size[0] // IMAGE_PATCH) * -(-size[1] // IMAGE_PATCH)
+    return [IMAGE_TOKEN] * count
 
 
 def _completion_prompt(document: Mapping[str, Any]) -> list[int]:
