@@ -224,3 +224,12 @@ def test_a_mooncake_replay_sends_at_the_trace_times_with_the_rows_lengths(tmp_pa
         html = fh.read()
     assert f"{len(offsets)} requests of a mooncake trace from" in html and "trace time 0 s to 40 s" in html
     assert "512-token prompt blocks repeat an earlier one" in html
+
+
+def test_the_cli_names_a_bad_trace_row_and_exits_2(tmp_path):
+    trace = _write(tmp_path, "bad.jsonl", '{"timestamp": 0, "input_length": 10, "output_length": 2, "hash_ids": [0]}\n'
+                                          '{"timestamp": 7, "input_length": 12, "output_length": -1, "hash_ids": [1]}\n')
+    path = _scenario(tmp_path, f"{{process: replay, file: {trace}, format: mooncake}}")
+    proc = run_tailscope("run", path, "--out", str(tmp_path / "runs"), timeout=60)
+    assert proc.returncode == 2
+    assert f"trace.yaml:4: arrival.file: {trace}:2: output_length: expected an integer >= 1, got -1" in proc.stderr
