@@ -15,7 +15,10 @@ also an example scenario against any target."""
 
 from __future__ import annotations
 
+from importlib import resources
+
 from tailscope.cli.commands.common import EXIT_CODES_HELP, duration_arg, error, fault_companions, run_and_report
+from tailscope.faults.injector import FaultSetupError
 
 #: Where the incident sits: its start and length as shares of the run, the length clamped (s).
 INCIDENT_START_SHARE = 0.45
@@ -60,13 +63,10 @@ def register(sub) -> None:
 
 
 def handle(args) -> int:
-    from importlib import resources
-
-    from tailscope.conductor.session import RunOptions  # imports Locust first (gevent)
+    from tailscope.conductor.session import RunOptions  # imports Locust first (gevent): only when it runs
 
     # isort: split
     from tailscope.conductor.reference_service import launch_llm_target, launch_reference_target
-    from tailscope.faults.injector import FaultSetupError
     from tailscope.scenario_model.scenario import load_scenario
 
     scenario_file, launch = (("llm-demo.yaml", launch_llm_target) if args.llm
