@@ -109,6 +109,10 @@ def render_comparison_markdown(comparison_data: dict) -> str:
         lines += [cell(comparison_data["verdict"]["summary"]), ""]
     if comparison_data.get("method"):
         lines += [cell(comparison_data["method"]), ""]
+    for warning in (comparison_data.get("environment") or {}).get("warnings") or []:
+        lines.append(f"- **environment**: {cell(warning)}")
+    if (comparison_data.get("environment") or {}).get("warnings"):
+        lines.append("")
     if comparison_data["checks"]:
         lines += ["| check | result | detail |", "| --- | --- | --- |"]
         lines += [f"| {cell(c['name'])} | {c['result']} | {cell(c['message'])} |" for c in comparison_data["checks"]]

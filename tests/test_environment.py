@@ -157,3 +157,5 @@ def test_a_run_records_its_environment_the_report_shows_it_and_compare_warns(tmp
     with open(tmp_path / "cmp" / "comparison.html", encoding="utf-8") as fh:
         page = fh.read()
     assert 'id="environment-warnings"' in page and 'id="environment"' in page
+    with open(tmp_path / "cmp" / "comparison.md", encoding="utf-8") as fh:
+        assert "- **environment**: the runs differ in model: env-test-model (baseline) vs another-model" in fh.read()
