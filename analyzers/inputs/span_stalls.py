@@ -13,7 +13,9 @@ flight). Over the whole run the gaps' tail is modelled as exponential through th
 and upper quartile (``P(gap ≥ g) = 0.5 × exp(−(g − q50) / μ)``, ``μ = (q75 − q50) / ln 2``:
 quantiles, so the incident itself — up to about a fifth of the gaps — does not widen the tail it
 is judged against). Likewise the *wait* of a request sent during a gap: from the harness's send
-to its SERVER span's start (normally the network and the accept delay). A gap is a
+to its SERVER span's start (normally the network and the accept delay), its tail fitted over the
+requests not sent during a silence the gap test alone finds improbable (those waits are the
+incident's own). A gap is a
 **stall** when it lasts at least :data:`MIN_STALL_MS`, holds at least :data:`MIN_HELD`
 requests (in flight through it, or sent during it) and its chance ``p`` — the larger of
 ``gaps × P(gap ≥ g)`` and ``requests × P(wait ≥ w)`` (Bonferroni over every in-flight gap and
@@ -172,7 +174,19 @@ def _process_stalls(starts: np.ndarray, ends: np.ndarray, events: np.ndarray, se
     waited = np.flatnonzero(arrivals > 0)
     normal_wait = None
     if len(waits) >= MIN_GAPS and len(waited):
-        wq, wmean = _tail_fit(waits)
+        # the wait tail is the accept delay of normal times: the requests sent during a silence the gap
+        # test alone already finds improbable are the incident's, not the norm they are judged against
+        improbable = np.flatnonzero(gap_chance <= STALL_ALPHA)
+        during = np.zeros(len(sent_sorted), bool)
+        if len(improbable):
+            lo = np.searchsorted(sent_sorted, left[improbable], side="right")
+            hi = np.searchsorted(sent_sorted, right[improbable], side="left")
+            marks = np.zeros(len(sent_sorted) + 1, np.int64)
+            np.add.at(marks, lo, 1)
+            np.add.at(marks, hi, -1)
+            during = np.cumsum(marks)[:-1] > 0
+        normal_waits = waits[~during] if (~during).sum() >= MIN_GAPS else waits
+        wq, wmean = _tail_fit(normal_waits)
         normal_wait = wq + wmean * math.log(0.5 / DRAIN_SHARE)
         facts.update({"wait_q_ms": wq, "wait_mean_excess_ms": wmean})
         wait_ms = (right[waited] - sent_sorted[first[waited]]) / NS_PER_MS
