@@ -2,12 +2,14 @@
 generator keeps the trace's times, and whether the prompts it sent reuse blocks exactly as the
 trace reuses hash ids.
 
-    python benchmarks/trace_replay.py [--speed 20] [--to 600] [--json]
+    python benchmarks/trace_replay.py [--speed 20] [--to 600] [--server llm|stamp] [--json]
 
 Replays ``scenarios/traces/mooncake-sample.jsonl`` (10 minutes, 816 requests, bursts of rows
 on one millisecond) from 0 to ``--to`` s of trace time, ``--speed`` times as fast, with
 ``tailscope run`` against the LLM reference server (started here on a free port, stopped by
-PID). Printed:
+PID), or with ``--server stamp`` against benchmarks/sse_stamp_server.py (streams of
+timestamps, 200 tokens/s, almost no CPU: the generator's own timing without the reference
+server's prefill competing for the cores; no prefix-cache figures then). Printed:
 
 - **scheduled vs trace**: each request's ``scheduled_ns`` minus the run origin against the
   trace's offset / speed (max and P99 of the absolute error, ns: the schedule itself);
@@ -64,6 +66,16 @@ def start_llm_server() -> tuple[subprocess.Popen, int]:
     return proc, int(line.split()[1])
 
 
+def start_stamp_server() -> tuple[subprocess.Popen, int]:
+    proc = subprocess.Popen([sys.executable, os.path.join(HERE, "sse_stamp_server.py"), "--tokens-per-s", "200"],
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=HERE)
+    line = proc.stdout.readline()
+    if not line.startswith("LISTENING"):
+        stop_process(proc)
+        raise RuntimeError(f"the stamp server did not start: {line!r}")
+    return proc, int(line.split()[1])
+
+
 def prefix_counters(port: int) -> dict[str, float]:
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as reply:
         text = reply.read().decode()
@@ -79,6 +91,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--speed", type=float, default=20.0)
     parser.add_argument("--to", type=float, default=600.0, help="trace seconds replayed (from 0)")
+    parser.add_argument("--server", choices=("llm", "stamp"), default="llm")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     wall_s = args.to / args.speed
@@ -93,15 +106,15 @@ def main() -> None:
                            slice: {{from: 0s, to: {args.to}s}}}}
                 classes: [{{name: chat, api: openai-chat, model: tailscope-llm}}]
                 """))
-        server, port = start_llm_server()
+        server, port = start_llm_server() if args.server == "llm" else start_stamp_server()
         try:
-            before = prefix_counters(port)
+            before = prefix_counters(port) if args.server == "llm" else {}
             load_before = load_average()
             proc = subprocess.run([sys.executable, "-m", "tailscope.cli.main", "run", scenario_path, "--target",
                                    f"http://127.0.0.1:{port}", "--out", os.path.join(tmp, "runs"),
                                    "--receiver-port", "0"], capture_output=True, text=True, timeout=wall_s + 300)
             load_after = load_average()
-            after = prefix_counters(port)
+            after = prefix_counters(port) if args.server == "llm" else {}
         finally:
             stop_process(server)
         if proc.returncode not in (0, 1, 3):
@@ -111,7 +124,7 @@ def main() -> None:
         table = read_stream(os.path.join(run_dir, schema.REQUESTS), schema.REQUESTS_SCHEMA).table
         scenario = load_scenario(scenario_path, target_override="http://127.0.0.1:1")
     result = measure(table, scenario, args)
-    result.update(load_average_before=load_before, load_average_after=load_after)
+    result.update(server=args.server, load_average_before=load_before, load_average_after=load_after)
     if after:
         queries = after.get("vllm:prefix_cache_queries_total", 0) - before.get("vllm:prefix_cache_queries_total", 0)
         hits = after.get("vllm:prefix_cache_hits_total", 0) - before.get("vllm:prefix_cache_hits_total", 0)
