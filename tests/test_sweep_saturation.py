@@ -48,6 +48,25 @@ def test_flat_throughput_with_rising_latency_is_saturation_and_growth_is_not():
         saturation_stop(flat, 0)
 
 
+def test_rate_steps_and_llm_steps_are_judged_by_what_they_deliver():
+    def rate_step(index, rate, achieved, p50):
+        step = _step(index, 0, achieved, 2 * p50)
+        step.update(concurrency=None, rate=rate, offered_rps=rate)
+        return step
+
+    # an open loop past capacity: achieved stays at ~120 req/s while the queue grows
+    rates = [rate_step(0, 50, 50, 10), rate_step(1, 100, 99, 12), rate_step(2, 150, 121, 400), rate_step(3, 200, 119, 900)]
+    found = saturation_stop(rates, 2)
+    assert found["knee"]["level"] == 100 and found["unit"] == "req/s"
+    # LLM steps: output tokens/s decides, not requests/s (longer answers at the same request rate still grow)
+    llm = [_step(0, 1, 10, 50), _step(1, 2, 10, 60), _step(2, 4, 10, 70)]
+    for step, tokens in zip(llm, (400.0, 790.0, 1560.0)):
+        step["llm"] = {"output_tokens_per_s": tokens}
+    assert saturation_stop(llm, 1) is None
+    llm[2]["llm"]["output_tokens_per_s"] = 800.0
+    assert saturation_stop(llm, 1)["unit"] == "output tokens/s"
+
+
 def test_the_stop_is_in_sweep_json_and_the_sweep_report():
     flat = [_step(0, 1, 20, 50), _step(1, 2, 40, 52), _step(2, 4, 41, 100), _step(3, 8, 40, 200)]
     stopped = {"reason": "saturation", "message": "saturated at 2 in flight <b>", "levels_not_run": [16, 32],
