@@ -313,7 +313,7 @@ class Exchanger:
         if info.session is not None:
             tokens.session_id, tokens.turn, tokens.session_turns = (info.session.session_id, info.session.turn,
                                                                     info.session.turns)
-        tokens.images = info.images
+        tokens.images, tokens.ranking = info.images, info.ranking
         self._recorder.record(scheduled_ns, sent_ns, end_ns, first_byte_ns, cls.name, status, len(request.body),
                               bytes_in, request.trace_id, error_kind, error, chunk_count, max_gap_ns, tokens=tokens)
         if reply is not None and cls.stream:

@@ -1,4 +1,5 @@
-"""Chat-class options of issue 29: asking for reasoning, offering tools, sending images.
+"""Class options of issue 29: asking for reasoning, offering tools, sending images (chat); the
+documents of rerank and score classes.
 
 No Locust or gevent import. :func:`feature_fields` reads a class mapping's
 fields (scenario errors through the parser's ``fail(path, message)``, as
@@ -19,6 +20,21 @@ fields (scenario errors through the parser's ``fail(path, message)``, as
           width: {dist: uniform, min: 256, max: 1024}   # pixels
           height: 512
 
+A ``rerank`` class (``POST /v1/rerank``, Cohere/Jina style as vLLM serves it:
+``{"model", "query", "documents": [...], "top_n"}``) or ``score`` class
+(``POST /v1/score``: ``{"model", "text_1": query, "text_2": [documents]}``)
+sends a query of ``prompt_tokens`` tokens and ``documents`` documents of
+``document_tokens`` tokens each (:class:`RankingSpec`; synthetic words as
+prompts, or the tokenizer's exact lengths)::
+
+      - name: rerank
+        api: rerank
+        model: BAAI/bge-reranker-v2-m3
+        prompt_tokens: 24                  # the query
+        documents: {dist: uniform, min: 4, max: 32}
+        document_tokens: {dist: lognormal, median: 200, sigma: 0.5, min: 20, max: 1000}
+        top_n: 5                           # rerank only; sent as top_n
+
 Reasoning and tool-call streams are parsed whatever the class asks for
 (``tailscope.loadgen.openai_stream``): a server that reasons by itself (vLLM
 with ``--reasoning-parser``) needs no option here; one that needs another
@@ -30,6 +46,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from tailscope.loadgen.llm_images import MAX_IMAGES, MAX_SIDE, ImageSpec
@@ -40,6 +57,15 @@ REASONING_EFFORTS = ("low", "medium", "high")
 TOOL_CHOICES = ("auto", "required", "none")
 #: Class fields this module reads (chat classes only).
 FEATURE_FIELDS = frozenset({"reasoning_effort", "tools", "tool_choice", "images"})
+#: Class fields of rerank and score classes.
+RANKING_FIELDS = frozenset({"documents", "document_tokens", "top_n"})
+#: The ranking APIs (no generation; one query against several documents).
+RANKING_APIS = ("rerank", "score")
+#: Defaults: documents per request and tokens per document.
+DEFAULT_DOCUMENTS = 8
+DEFAULT_DOCUMENT_TOKENS = 128
+#: Most documents in one request.
+MAX_DOCUMENTS = 1024
 #: Fields of ``images`` (each a size distribution: a count, or pixels).
 IMAGE_FIELDS = ("count", "width", "height")
 
@@ -80,7 +106,45 @@ def feature_fields(data: dict, api: str, fail: Fail, at: tuple, size: Callable[[
         out["tool_choice"] = choice
     if data.get("images") is not None:
         out["images"] = _images(data["images"], fail, at + ("images",), size)
+    for key in sorted(RANKING_FIELDS & set(data)):
+        if api not in RANKING_APIS or (key == "top_n" and api != "rerank"):
+            _raise(fail, at + (key,), "only for api: rerank" if key == "top_n" else
+                   f"only for api: {' or '.join(RANKING_APIS)} classes")
+    if api in RANKING_APIS:
+        out["ranking"] = _ranking(data, fail, at, size)
     return out
+
+
+@dataclass(frozen=True)
+class RankingSpec:
+    """A rerank or score class's documents: how many per request (``documents``) and each one's length
+    in tokens (``document_tokens``), size distributions; ``top_n`` (rerank) sent when set."""
+
+    documents: Any
+    document_tokens: Any
+    top_n: int | None = None
+
+    def describe(self) -> dict:
+        """The settings as plain JSON values (for the manifest)."""
+        from tailscope.loadgen.spec import _describe_size
+        out = {"documents": _describe_size(self.documents), "document_tokens": _describe_size(self.document_tokens)}
+        if self.top_n is not None:
+            out["top_n"] = self.top_n
+        return out
+
+
+def _ranking(data: dict, fail: Fail, at: tuple, size) -> RankingSpec:
+    documents = size(data.get("documents", DEFAULT_DOCUMENTS), at + ("documents",))
+    low, high = _bounds(documents)
+    if low < 1 or high > MAX_DOCUMENTS:
+        _raise(fail, at + ("documents",), f"must stay within 1..{MAX_DOCUMENTS} documents, got {low}..{high}")
+    lengths = size(data.get("document_tokens", DEFAULT_DOCUMENT_TOKENS), at + ("document_tokens",))
+    if _bounds(lengths)[0] < 1:
+        _raise(fail, at + ("document_tokens",), "a document has at least 1 token")
+    top_n = data.get("top_n")
+    if top_n is not None and (isinstance(top_n, bool) or not isinstance(top_n, int) or top_n < 1):
+        _raise(fail, at + ("top_n",), f"expected an integer >= 1, got {top_n!r}")
+    return RankingSpec(documents, lengths, top_n)
 
 
 def _images(value: Any, fail: Fail, at: tuple, size) -> ImageSpec:
@@ -127,6 +191,17 @@ def _tool_name(tool: Any, fail: Fail, at: tuple) -> str:
     except (TypeError, ValueError) as exc:
         _raise(fail, at, f"not JSON: {exc}")
     return name
+
+
+def ranking_body(api: str, spec: RankingSpec, query: str, documents: list[str]) -> dict[str, Any]:
+    """The request fields of a rerank (``query``, ``documents``, ``top_n``) or score (``text_1``,
+    ``text_2``) request."""
+    if api == "rerank":
+        body: dict[str, Any] = {"query": query, "documents": documents}
+        if spec.top_n is not None:
+            body["top_n"] = spec.top_n
+        return body
+    return {"text_1": query, "text_2": documents}
 
 
 def feature_body(reasoning_effort: str | None, tools: tuple, tool_choice: str | None) -> dict[str, Any]:

@@ -7,7 +7,7 @@ and merges what it returns into the ``RequestClass`` arguments::
 
     classes:
       - name: chat
-        api: openai-chat                  # openai-completions | openai-embeddings
+        api: openai-chat                  # openai-completions | openai-embeddings | rerank | score
         model: llama-3-8b
         prompt_tokens: {dist: lognormal, median: 512, sigma: 0.6, min: 16, max: 4096}
         output_tokens: 128                # sets max_tokens (an integer is `fixed`)
@@ -33,10 +33,11 @@ from collections.abc import Callable
 from typing import Any
 
 from tailscope.loadgen.datafiles import DataFileError, load_conversations, load_sizes
-from tailscope.loadgen.llm_features import FEATURE_FIELDS, feature_fields
+from tailscope.loadgen.llm_features import FEATURE_FIELDS, RANKING_FIELDS, feature_fields
 from tailscope.loadgen.llm_tokens import TokenizerError, load_tokenizer
 from tailscope.loadgen.spec import (
     LLM_APIS,
+    NON_GENERATING_APIS,
     REPLAY_ORDERS,
     LLMDataset,
     LLMSpec,
@@ -49,7 +50,7 @@ from tailscope.loadgen.spec import (
 LLM_CLASS_FIELDS = frozenset({
     "api", "model", "prompt_tokens", "output_tokens", "ignore_eos", "extra_body",
     "shared_prefix_tokens", "tokenizer", "dataset", "dataset_order",
-}) | FEATURE_FIELDS
+}) | FEATURE_FIELDS | RANKING_FIELDS
 #: Fields of a ``shared_prefix_tokens`` pool.
 PREFIX_POOL_FIELDS = frozenset({"prompts", "tokens", "choice", "zipf_s"})
 #: Fields of a token-length distribution (as the payload ``size`` grammar).
@@ -79,7 +80,7 @@ def openai_class_fields(data: dict, fail: Fail | None = None, *, at: tuple = (),
         _raise(fail, at + ("model",), "missing: the served model's name (as the server's /v1/models lists it)")
     if not isinstance(model, str) or not model:
         _raise(fail, at + ("model",), f"expected a model name (a string), got {model!r}")
-    generates = api != "openai-embeddings"
+    generates = api not in NON_GENERATING_APIS
     stream = _boolean(data, "stream", generates, fail, at)
     dataset = _dataset(data, fail, at, base_dir)
     if dataset is not None and "prompt_tokens" in data:

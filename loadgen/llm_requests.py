@@ -11,7 +11,10 @@ one request of an :class:`~.spec.LLMSpec` class:
 then the chat options of :mod:`.llm_features` (``reasoning_effort``,
 ``tools``, ``tool_choice``), then ``extra_body`` merged key by key (it wins).
 A chat class with ``images`` (:mod:`.llm_images`) sends its last message's text
-as a ``text`` part followed by the request's ``image_url`` parts. ``ignore_eos`` is left out
+as a ``text`` part followed by the request's ``image_url`` parts. A ``rerank`` or
+``score`` class sends the prompt as the query against ``documents`` drawn
+documents of ``document_tokens`` tokens (user texts without the shared prefix);
+its prompt count is the query's plus the documents'. ``ignore_eos`` is left out
 when the class sets it false; ``stream_options`` only goes with ``stream: true``.
 
 Synthetic prompts are deterministic per seed (the mix's per-class generator):
@@ -64,7 +67,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tailscope.loadgen.llm_features import feature_body
+from tailscope.loadgen.llm_features import feature_body, ranking_body
 from tailscope.loadgen.llm_images import ImageMaker
 from tailscope.loadgen.llm_tokens import TokenCounter, counter_for
 from tailscope.loadgen.payloads import SizeSampler
@@ -98,6 +101,8 @@ class LLMRequestInfo:
     session: Conversation | None = None
     #: Chat classes with ``images``: (images sent, their pixels in total); None otherwise.
     images: tuple[int, int] | None = None
+    #: Rerank / score classes: (documents sent, their tokens in total by the client's count); None otherwise.
+    ranking: tuple[int, int] | None = None
 
 
 @dataclass(eq=False)
@@ -169,6 +174,10 @@ class LLMRequestMaker:
         self._dataset = _DatasetWalker(spec, rng, self.counter) if spec.dataset is not None else None
         self._features = feature_body(spec.reasoning_effort, spec.tools, spec.tool_choice)
         self._images = ImageMaker(spec.images, rng) if spec.images is not None else None
+        self._ranking = spec.ranking
+        if spec.ranking is not None:
+            self._ranking_counts = SizeSampler(spec.ranking.documents, rng)
+            self._document_sizes = SizeSampler(spec.ranking.document_tokens, rng)
 
     def make(self) -> tuple[bytes, LLMRequestInfo]:
         """One request's JSON body and what the client knows of it."""
@@ -239,7 +248,7 @@ class LLMRequestMaker:
         spec = self.spec
         body: dict = {"model": spec.model}
         max_tokens = None
-        images = None
+        images = ranking = None
         if spec.api == "openai-chat":
             body["messages"] = messages
             if self._images is not None:  # the images join the last message (a copy: a session's history keeps text)
@@ -250,6 +259,13 @@ class LLMRequestMaker:
                 images = (count, pixels)
         elif spec.api == "openai-completions":
             body["prompt"] = "\n\n".join(m["content"] for m in messages)
+        elif self._ranking is not None:  # rerank / score: the query against drawn documents
+            documents = [self.user_text(self._document_sizes.draw()) for _ in range(self._ranking_counts.draw())]
+            body.update(ranking_body(spec.api, spec.ranking, messages[-1]["content"], [d for d, _ in documents]))
+            query_count = self.counter.count(messages[-1]["content"]) if self._dataset is not None else prompt_count
+            document_count = sum(count for _, count in documents)
+            prompt_count = query_count + document_count
+            ranking = (len(documents), document_count)
         elif self._dataset is None:
             body["input"] = messages[-1]["content"]
         else:  # a replayed turn: its user message, after the shared prefix
@@ -266,7 +282,7 @@ class LLMRequestMaker:
         body.update(self._features)
         body.update(spec.extra_body)
         data = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
-        return data, LLMRequestInfo(prompt_count, max_tokens, self.counter, turn, images=images)
+        return data, LLMRequestInfo(prompt_count, max_tokens, self.counter, turn, images=images, ranking=ranking)
 
     def synthetic_prompt(self, n: int) -> tuple[str, int]:
         """A prompt of the shared prefix and ``n`` drawn tokens: (text, its token count)."""

@@ -54,7 +54,9 @@ An object with ``error``
 Token counts (``token_count_source``; see ``tailscope.rundir.schema.TOKEN_COUNT_SOURCES``):
 
 - ``usage``: the server's ``usage.completion_tokens`` (output) and
-  ``usage.prompt_tokens`` (prompt) — the last usage object in the stream.
+  ``usage.prompt_tokens`` (prompt; a reply without output — embeddings, score,
+  rerank — that gives only ``total_tokens``, as vLLM's rerank does: that) — the
+  last usage object in the stream.
   Each chunk's share: the increase of ``completion_tokens`` when every content
   chunk carried usage (vLLM's ``continuous_usage_stats``) and those add up,
   else the total apportioned over the chunks in proportion to their
@@ -459,6 +461,8 @@ class OpenAIReply:
         usage = self.usage or {}
         self.prompt_tokens = _int_or_none(usage.get("prompt_tokens"))
         if not self.generates:
+            if self.prompt_tokens is None:  # rerank answers usage: {total_tokens} only
+                self.prompt_tokens = _int_or_none(usage.get("total_tokens"))
             self.token_count_source = "usage" if self.prompt_tokens is not None else None
             return
         n = len(self.times)

@@ -174,6 +174,7 @@ class TokenRecord:
     kinds: tuple | None = None  # (reasoning_tokens, answer_tokens, first_reasoning_ns, last_reasoning_ns,
     #                              first_answer_ns, last_answer_ns, tool_calls, tool_call_ns)
     images: tuple | None = None  # chat classes with images: (images, image_pixels)
+    ranking: tuple | None = None  # rerank / score classes: (documents, document_tokens)
 
 
 class Recorder:
@@ -224,7 +225,7 @@ class Recorder:
                 trace_id, error_kind, error, chunks, max_gap_ns, self.worker,
                 tokens.prompt_tokens, tokens.output_tokens, tokens.source, tokens.finish_reason,
                 tokens.last_token_ns, tokens.error_body, tokens.session_id, tokens.turn, tokens.session_turns,
-                *(tokens.kinds or (None,) * 8), *(tokens.images or ()),
+                *(tokens.kinds or (None,) * 8), *(tokens.images or (None, None)), *(tokens.ranking or ()),
             )
         self.recorded += 1
         is_error = error_kind is not None

@@ -385,12 +385,16 @@ class PayloadSpec:
             raise SpecError("order", f"unknown order {self.order!r}; expected one of {', '.join(REPLAY_ORDERS)}")
 
 
-LLM_APIS = ("openai-chat", "openai-completions", "openai-embeddings")
+LLM_APIS = ("openai-chat", "openai-completions", "openai-embeddings", "rerank", "score")
+#: The APIs that generate no tokens: embeddings, and rerank / score (``tailscope.loadgen.llm_features``).
+NON_GENERATING_APIS = ("openai-embeddings", "rerank", "score")
 #: The path each API is served on (a class's ``path`` overrides it, e.g. behind a proxy prefix).
 LLM_API_PATHS = {
     "openai-chat": "/v1/chat/completions",
     "openai-completions": "/v1/completions",
     "openai-embeddings": "/v1/embeddings",
+    "rerank": "/v1/rerank",
+    "score": "/v1/score",
 }
 #: Output length when a class gives no ``output_tokens`` (and a dataset turn has no recorded reply).
 DEFAULT_OUTPUT_TOKENS = 128
@@ -515,6 +519,8 @@ class LLMSpec:
     tool_choice: str | None = None
     #: Chat: images per request and their sizes (``tailscope.loadgen.llm_images.ImageSpec``), or None.
     images: Any = None
+    #: Rerank and score: the documents per request (``tailscope.loadgen.llm_features.RankingSpec``).
+    ranking: Any = None
     prefix_pool: PrefixPool | None = None
     trace: TraceRequests | None = field(default=None, compare=False)
 
@@ -541,16 +547,17 @@ class LLMSpec:
                 raise SpecError("api", "a replayed LLM trace needs a chat or completions class without a dataset")
             if self.shared_prefix_tokens or self.prefix_pool is not None:
                 raise SpecError("shared_prefix_tokens", "not with a replayed LLM trace (its rows give whole prompts)")
-        if self.api == "openai-embeddings":
+        if not self.generates:
+            what = "embeddings" if self.api == "openai-embeddings" else f"{self.api} requests"
             if self.output_tokens is not None:
-                raise SpecError("output_tokens", "embeddings generate no tokens; remove output_tokens")
+                raise SpecError("output_tokens", f"{what} generate no tokens; remove output_tokens")
             if self.stream:
-                raise SpecError("stream", "embeddings are not streamed; remove stream or set it to false")
+                raise SpecError("stream", f"{what} are not streamed; remove stream or set it to false")
 
     @property
     def generates(self) -> bool:
-        """True when the API generates tokens (chat, completions), False for embeddings."""
-        return self.api != "openai-embeddings"
+        """True when the API generates tokens (chat, completions), False for embeddings, rerank and score."""
+        return self.api not in NON_GENERATING_APIS
 
     def describe(self) -> dict:
         """The class's API settings as plain JSON values (for the manifest and the report)."""
@@ -582,6 +589,8 @@ class LLMSpec:
             out["tool_choice"] = self.tool_choice or "auto"
         if self.images is not None:
             out["images"] = self.images.describe()
+        if self.ranking is not None:
+            out.update(self.ranking.describe())
         return out
 
 

@@ -1,7 +1,8 @@
-"""The report's reasoning, tool-call and image block: time to the first reasoning and answer token,
-TPOT per kind, reasoning tokens, time to the complete tool call, TTFT and sizes of image requests.
+"""The report's reasoning, tool-call, image and rerank/score block: time to the first reasoning and
+answer token, TPOT per kind, reasoning tokens, time to the complete tool call, TTFT and sizes of
+image requests, rerank/score latency per request and per document.
 
-Reads only the analysis's ``llm.reasoning``, ``llm.tool_calls`` and ``llm.images``
+Reads only the analysis's ``llm.reasoning``, ``llm.tool_calls``, ``llm.images`` and ``llm.ranking``
 (docs/analysis-schema.md; analyzers/stats/llm_kinds.py); None for a run with none of them. :func:`kinds_data` is the
 block's pre-formatted table data (every value a string), :func:`kinds_headline` the verdict's answers.
 """
@@ -16,7 +17,9 @@ ROWS = (("reasoning", "ttfr_ms", "time to first reasoning token"),
         ("reasoning", "reasoning_tpot_ms", "TPOT, reasoning"),
         ("reasoning", "answer_tpot_ms", "TPOT, answer"),
         ("tool_calls", "time_to_tool_call_ms", "time to complete tool call"),
-        ("images", "ttft_ms", "TTFT with images"))
+        ("images", "ttft_ms", "TTFT with images"),
+        ("ranking", "e2e_ms", "rerank/score end-to-end"),
+        ("ranking", "per_document_ms", "rerank/score per document"))
 
 
 def fmt_bytes(value: float | None) -> str:
@@ -41,11 +44,11 @@ def _tokens(label: str, stats: dict) -> dict:
 
 
 def kinds_data(llm: dict) -> dict | None:
-    """The block's tables; None without ``llm.reasoning``, ``llm.tool_calls`` and ``llm.images``."""
-    reasoning, tools, images = llm.get("reasoning"), llm.get("tool_calls"), llm.get("images")
-    if not reasoning and not tools and not images:
+    """The block's tables; None without ``llm.reasoning``, ``llm.tool_calls``, ``llm.images`` and ``llm.ranking``."""
+    reasoning, tools, images, ranking = (llm.get(key) for key in ("reasoning", "tool_calls", "images", "ranking"))
+    if not reasoning and not tools and not images and not ranking:
         return None
-    figures = {"reasoning": reasoning, "tool_calls": tools, "images": images}
+    figures = {"reasoning": reasoning, "tool_calls": tools, "images": images, "ranking": ranking}
     tokens = []
     if reasoning:
         tokens += [_tokens("reasoning tokens", reasoning["reasoning_tokens"]),
@@ -55,12 +58,16 @@ def kinds_data(llm: dict) -> dict | None:
     if images:
         tokens += [_tokens("images per request", images["images"]), _tokens("pixels per request", images["pixels"]),
                    _tokens("request bytes (with images)", images["request_bytes"])]
+    if ranking:
+        tokens += [_tokens("documents per request", ranking["documents"]),
+                   _tokens("document tokens per request", ranking["document_tokens"])]
     return {
         "reasoning_requests": fmt_count(reasoning["requests"]) if reasoning else None,
         "reasoning_share": fmt_share(reasoning["reasoning_share"]) if reasoning else None,
         "tool_requests": fmt_count(tools["requests"]) if tools else None,
         "image_requests": fmt_count(images["requests"]) if images else None,
         "image_bytes_p50": fmt_bytes(images["request_bytes"]["p50"]) if images else None,
+        "ranking_requests": fmt_count(ranking["requests"]) if ranking else None,
         "rows": [_row(label, figures[section][key]) for section, key, label in ROWS if figures[section]],
         "tokens": tokens,
     }
@@ -72,7 +79,7 @@ def kinds_headline(analysis: dict) -> list[dict]:
     P99 of the requests with images; ``[]`` without."""
     llm = analysis.get("llm") or {}
     out = []
-    reasoning, tools, images = llm.get("reasoning"), llm.get("tool_calls"), llm.get("images")
+    reasoning, tools, images, ranking = (llm.get(key) for key in ("reasoning", "tool_calls", "images", "ranking"))
     if reasoning and reasoning["ttfa_ms"]["p99"].get("n"):
         cells = percentile_cells(reasoning["ttfa_ms"]["p99"])
         out.append({"label": f"time to first answer token P99 {cells['value']}",
@@ -89,4 +96,11 @@ def kinds_headline(analysis: dict) -> list[dict]:
         out.append({"label": f"TTFT with images P99 {cells['value']}",
                     "note": (f"{fmt_count(images['requests'])} requests sent images, request P50 "
                              f"{fmt_bytes(images['request_bytes']['p50'])} · 95% CI {cells['ci']} · {cells['claimed']}")})
+    if ranking and ranking["e2e_ms"]["p99"].get("n"):
+        cells = percentile_cells(ranking["e2e_ms"]["p99"])
+        out.append({"label": f"rerank/score P99 {cells['value']}",
+                    "note": (f"{fmt_count(ranking['requests'])} requests of {fmt_number(ranking['documents']['mean'])} "
+                             f"documents on average, per document P50 "
+                             f"{fmt_ms(ranking['per_document_ms']['p50']['value_ms'])} · 95% CI {cells['ci']} · "
+                             f"{cells['claimed']}")})
     return out

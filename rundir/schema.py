@@ -71,6 +71,9 @@ REQUESTS_SCHEMA = pa.schema(
         # Chat classes with `images` (1.3; null otherwise): PNGs sent as image_url data URLs (bytes_out holds them).
         ("images", pa.int32()),  # images in the request
         ("image_pixels", pa.int64()),  # their pixels in total (width x height, summed)
+        # rerank / score classes (1.3; null otherwise): one query against several documents.
+        ("documents", pa.int32()),  # documents in the request
+        ("document_tokens", pa.int64()),  # their tokens in total, by the client's count (words or tokenizer)
     ]
 )
 #: Where a request's token counts came from: the response's ``usage``; the

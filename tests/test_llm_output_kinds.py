@@ -199,8 +199,9 @@ def test_reference_server_reasoning_and_tool_calls_end_to_end(kinds_server, tmp_
                 # a whole reply: complete when its body was read
                 assert row["first_byte_ns"] <= row["tool_call_ns"] <= row["end_ns"]
                 continue
-            # the call is complete with its last piece: the last token's chunk
-            assert 0 <= row["tool_call_ns"] - truth["last_token_ns"] < 50 * MS
+            # the call is complete with its last piece, the stream's last content chunk, which the
+            # client reads after the server made the last token (by how much is the machine's load)
+            assert row["tool_call_ns"] == row["last_token_ns"] and row["tool_call_ns"] >= truth["last_token_ns"]
         # the first reasoning token is TTFT; the first answer (or tool) token follows the reasoning
         assert row["first_reasoning_ns"] == row["first_byte_ns"]
         answer_ns = row["first_answer_ns"] if row["cls"] == "think" else row["last_reasoning_ns"]
@@ -245,6 +246,19 @@ classes:
     prompt_tokens: 10
     output_tokens: 8
     images: {{count: {{dist: uniform, min: 1, max: 2}}, width: {{dist: uniform, min: 64, max: 320}}, height: 128}}
+  - name: rank
+    api: rerank
+    model: tailscope-llm
+    prompt_tokens: 6
+    documents: {{dist: uniform, min: 2, max: 6}}
+    document_tokens: {{dist: uniform, min: 10, max: 40}}
+    top_n: 3
+  - name: pairs
+    api: score
+    model: tailscope-llm
+    prompt_tokens: 4
+    documents: 3
+    document_tokens: 12
 """
 
 
@@ -277,7 +291,8 @@ def test_analysis_report_and_compare_carry_reasoning_and_tool_calls(kinds_server
     llm = analysis["llm"]
     rows = read_stream(os.path.join(high, schema.REQUESTS), schema.REQUESTS_SCHEMA).table.to_pylist()
     reasoned = [r for r in rows if r["error_kind"] is None and r["reasoning_tokens"]]
-    assert llm["reasoning"]["requests"] == len(reasoned) == llm["completed"] - llm["classes"]["look"]["completed"]
+    assert llm["reasoning"]["requests"] == len(reasoned) == llm["completed"] - sum(
+        llm["classes"][name]["completed"] for name in ("look", "rank", "pairs"))
     assert llm["reasoning"]["reasoning_tokens"]["sum"] == sum(r["reasoning_tokens"] for r in reasoned)
     think = llm["classes"]["think"]["reasoning"]
     assert think["reasoning_tokens"]["p50"] == 18 and think["answer_tokens"]["p50"] == 6  # high: 0.75 x 24
@@ -290,7 +305,19 @@ def test_analysis_report_and_compare_carry_reasoning_and_tool_calls(kinds_server
     kinds = data["llm"]["kinds"]
     assert [r["metric"] for r in kinds["rows"]] == ["time to first reasoning token", "time to first answer token",
                                                     "TPOT, reasoning", "TPOT, answer", "time to complete tool call",
-                                                    "TTFT with images"]
+                                                    "TTFT with images", "rerank/score end-to-end",
+                                                    "rerank/score per document"]
+    ranked = [r for r in rows if r["cls"] in ("rank", "pairs") and r["error_kind"] is None]
+    ranking = llm["ranking"]
+    assert ranking["requests"] == len(ranked) > 0 and "ranking" not in llm["classes"]["think"]
+    assert ranking["documents"]["sum"] == sum(r["documents"] for r in ranked)
+    assert ranking["document_tokens"]["sum"] == sum(r["document_tokens"] for r in ranked)
+    for row in ranked:  # the server's usage: every query + document pair (a cross-encoder's prompts)
+        query = 6 if row["cls"] == "rank" else 4
+        assert row["token_count_source"] == "usage" and row["output_tokens"] is None
+        assert row["prompt_tokens"] == row["documents"] * query + row["document_tokens"]
+        assert (row["documents"] == 3 and row["document_tokens"] == 36) if row["cls"] == "pairs" else \
+            (2 <= row["documents"] <= 6 and 10 * row["documents"] <= row["document_tokens"] <= 40 * row["documents"])
     looked = [r for r in rows if r["cls"] == "look" and r["error_kind"] is None]
     images = llm["images"]
     assert images["requests"] == len(looked) == llm["classes"]["look"]["completed"] > 0
@@ -314,7 +341,8 @@ def test_analysis_report_and_compare_carry_reasoning_and_tool_calls(kinds_server
     assert ("time_to_tool_call_ms", "p99") in by_metric
     names = {c["name"] for c in comparison["checks"]}
     assert {"LLM time to first answer token P99", "LLM time to complete tool call P99",
-            "LLM TTFT with images P99"} <= names
+            "LLM TTFT with images P99", "LLM rerank/score end-to-end P99"} <= names
+    assert any(label.startswith("rerank/score P99") for label in labels)
 
 
 def test_image_parts_are_valid_pngs_of_the_drawn_sizes_and_bad_fields_name_themselves():
@@ -358,3 +386,25 @@ def test_image_parts_are_valid_pngs_of_the_drawn_sizes_and_bad_fields_name_thems
         with pytest.raises(SpecError) as caught:
             openai_class_fields({"api": "openai-chat", "model": "m", **bad}, _fail, at=("classes", 0))
         assert caught.value.field == field and words in caught.value.message, (bad, caught.value)
+
+
+def test_reference_server_rerank_and_score_answer_as_vllm(kinds_server):
+    """The shapes vLLM answers: score data in input order with usage.prompt_tokens; rerank results by
+    relevance, cut to top_n, with usage.total_tokens (every query + document pair's tokens)."""
+    import urllib.request
+
+    def post(path: str, body: dict) -> dict:
+        request = urllib.request.Request(f"http://127.0.0.1:{kinds_server.server_address[1]}{path}",
+                                         data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return json.load(response)
+    documents = ["alpha beta", "gamma delta epsilon", "zeta", "eta theta iota kappa"]
+    score = post("/v1/score", {"model": "tailscope-llm", "text_1": "what is it", "text_2": documents})
+    assert [d["index"] for d in score["data"]] == [0, 1, 2, 3] and all(0 <= d["score"] <= 1 for d in score["data"])
+    assert score["usage"]["prompt_tokens"] == 4 * 3 + 10 == score["usage"]["total_tokens"]
+    rerank = post("/v1/rerank", {"model": "tailscope-llm", "query": "what is it", "documents": documents, "top_n": 2})
+    scores = {d["index"]: d["score"] for d in score["data"]}
+    assert [r["index"] for r in rerank["results"]] == sorted(scores, key=lambda i: -scores[i])[:2]
+    assert [r["relevance_score"] for r in rerank["results"]] == [scores[r["index"]] for r in rerank["results"]]
+    assert rerank["results"][0]["document"]["text"] == documents[rerank["results"][0]["index"]]
+    assert rerank["usage"] == {"total_tokens": 22}

@@ -12,8 +12,9 @@ runs, then time blocks within each run, with the side's replicate weights (:mod:
   run's 1-s windows; a replicate's rate is the tokens of its drawn blocks over their windows);
   claimable when both sides have at least ``MIN_RATE_WINDOWS`` windows. *Lower is worse.*
 - ``ttfa_ms`` (time to the first answer token of the requests that reasoned),
-  ``time_to_tool_call_ms`` (to the complete tool call) and ``image_ttft_ms`` (TTFT of the
-  requests that sent images) at P50 and P99, from the scheduled send
+  ``time_to_tool_call_ms`` (to the complete tool call), ``image_ttft_ms`` (TTFT of the
+  requests that sent images) and ``ranking_e2e_ms`` (end-to-end of the rerank / score requests)
+  at P50 and P99, from the scheduled send
   (analyzers/stats/llm_kinds.py), resampled as TTFT, only when both sides have such requests;
   *higher is worse*; judged as a family of their own (their P99 rows), apart from the four below.
 - ``goodput``: the share of LLM requests meeting every per-request SLO of each run's own scenario
@@ -70,7 +71,7 @@ LLM_FAMILY = 4
 PERCENTILE_ROWS = (("ttft_ms", "p50", 0.50), ("ttft_ms", "p99", 0.99), ("tpot_ms", "p50", 0.50), ("tpot_ms", "p99", 0.99))
 LABELS = {"ttft_ms": "TTFT", "tpot_ms": "TPOT", "output_tokens_per_s": "output tokens/s", "goodput": "goodput",
           "ttfa_ms": "time to first answer token", "time_to_tool_call_ms": "time to complete tool call",
-          "image_ttft_ms": "TTFT with images"}
+          "image_ttft_ms": "TTFT with images", "ranking_e2e_ms": "rerank/score end-to-end"}
 LABELS.update({"ttft_first_turn_ms": "TTFT turn 1", "ttft_later_turns_ms": "TTFT later turns",
                "session_duration_ms": "session duration", "session_tokens": "tokens per session"})
 #: The multi-turn session rows: (figure, percentile name, quantile, unit); never checks.
@@ -81,7 +82,8 @@ SESSION_ROWS = (("ttft_first_turn_ms", "p50", 0.50, "ms"), ("ttft_later_turns_ms
 UNJUDGED = frozenset({"session_tokens"})
 LABELS["prefix_cache_hit_rate"] = "server prefix-cache hit rate"
 #: The output-kind rows (analyzers/stats/llm_kinds.py ``kind_series`` key, metric), when both sides have them.
-KIND_ROWS = (("ttfa", "ttfa_ms"), ("time_to_tool_call", "time_to_tool_call_ms"), ("image_ttft", "image_ttft_ms"))
+KIND_ROWS = (("ttfa", "ttfa_ms"), ("time_to_tool_call", "time_to_tool_call_ms"), ("image_ttft", "image_ttft_ms"),
+             ("ranking_e2e", "ranking_e2e_ms"))
 
 
 @dataclass(frozen=True)
@@ -136,7 +138,8 @@ def llm_side(side) -> LlmSide | None:
         times = stream_times(req, run.requests, *read_chunks(run.path))
         values = series(req, llm, times)
         blocks = side.layout.block_ids(index, req.scheduled_ns)
-        values.update(kind_series(llm.kinds, req.scheduled_ns, values["ttft"]))
+        values.update(kind_series(llm.kinds, req.scheduled_ns, values["ttft"],
+                                  np.where(llm.is_llm & req.is_ok, req.latency_ms, np.nan)))
         for key in ("ttft", "tpot", *(key for key in values if key in dict(KIND_ROWS))):
             keep = ~np.isnan(values[key])
             parts[key].append(values[key][keep])

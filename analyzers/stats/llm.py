@@ -37,8 +37,9 @@ percentiles: a slow stream is a *low* rate); ``token_counts_from`` counts the
 requests per ``token_count_source``; ``finish_reasons`` per reason; ``goodput``
 is DistServe's: the share of the scope's LLM requests without error that met
 every per-request SLO (:mod:`.goodput`: TTFT, TPOT, ITL, e2e and latency).
-``reasoning``, ``tool_calls`` and ``images`` (only when some request reasoned,
-called a tool or sent images; format 1.3): the figures of :mod:`.llm_kinds`.
+``reasoning``, ``tool_calls``, ``images`` and ``ranking`` (only when some
+request reasoned, called a tool, sent images or was a rerank / score request;
+format 1.3): the figures of :mod:`.llm_kinds`.
 ``sessions`` (whole run only, when the run's load was multi-turn sessions;
 format 1.3): per-turn TTFT, session duration and tokens per session
 (:mod:`.llm_sessions`).
@@ -187,7 +188,8 @@ def scope_metrics(req: RequestArrays, llm: LlmArrays, times: StreamTimes, mask: 
         },
         "token_counts_from": _counts(llm.source[mask]),
         "finish_reasons": _counts(llm.finish_reason[ok]),
-        **kinds_metrics(llm.kinds, req.scheduled_ns, ok, streamed, llm.output_tokens, token_stats, times.ttft_ms),
+        **kinds_metrics(llm.kinds, req.scheduled_ns, ok, streamed, llm.output_tokens, token_stats, times.ttft_ms,
+                        req.latency_ms),
     }
 
 

@@ -1,5 +1,5 @@
-"""Kinds of LLM requests and output: reasoning streams, tool calls and images (the ``reasoning``,
-``tool_calls`` and ``images`` of an ``llm`` scope).
+"""Kinds of LLM requests and output: reasoning streams, tool calls, images, rerank and score (the
+``reasoning``, ``tool_calls``, ``images`` and ``ranking`` of an ``llm`` scope).
 
 Pure numpy over the request table's output-kind columns (run format 1.3:
 ``reasoning_tokens``, ``answer_tokens``, ``first_reasoning_ns``,
@@ -26,11 +26,16 @@ Pure numpy over the request table's output-kind columns (run format 1.3:
   request), ``pixels`` (per request, all its images), ``request_bytes``
   (``bytes_out``: the body with its base64 images), each ``{sum, mean, p50,
   p99}``, and ``ttft_ms`` (TTFT of the streamed ones: the image's prefill is
-  in it).
+  in it);
+- ``ranking`` when any completed request was a rerank or score request
+  (columns ``documents``, ``document_tokens``): over those requests,
+  ``requests``, ``documents`` and ``document_tokens`` per request (``{sum,
+  mean, p50, p99}``), ``e2e_ms`` (end − scheduled send) and
+  ``per_document_ms`` (e2e ÷ the request's documents), percentile sets.
 
 Times are ms from the scheduled send, as TTFT; each a
 :func:`~.percentiles.percentile_set`. A run before format 1.3, or whose
-requests carry no reasoning, no tool call and no image, adds none of the keys.
+requests carry no reasoning, no tool call, no image and no document, adds none of the keys.
 """
 
 from __future__ import annotations
@@ -48,6 +53,8 @@ KIND_COLUMNS = ("reasoning_tokens", "answer_tokens", "first_reasoning_ns", "last
                 "first_answer_ns", "last_answer_ns", "tool_calls", "tool_call_ns")
 #: The image columns (format 1.3) and the request bytes read with them.
 IMAGE_COLUMNS = ("images", "image_pixels", "bytes_out")
+#: The rerank / score columns (format 1.3).
+RANKING_COLUMNS = ("documents", "document_tokens")
 
 
 @dataclass(frozen=True)
@@ -66,13 +73,13 @@ class KindArrays:
 def kind_arrays(requests: pa.Table) -> KindArrays | None:
     """The output-kind and image columns, or None in a run before format 1.3 or when no row has
     reasoning, a tool call or an image."""
-    names = KIND_COLUMNS + IMAGE_COLUMNS
+    names = KIND_COLUMNS + IMAGE_COLUMNS + RANKING_COLUMNS
     if any(name not in requests.column_names for name in names):
         return None
     values, present = {}, {}
     for name in names:
         values[name], present[name] = int_column(requests, name)
-    if not any((values[name] > 0).any() for name in ("reasoning_tokens", "tool_calls", "images")):
+    if not any((values[name] > 0).any() for name in ("reasoning_tokens", "tool_calls", "images", "documents")):
         return None
     return KindArrays(values, present)
 
@@ -89,11 +96,13 @@ def _tpot_ms(kinds: KindArrays, first: str, last: str, count: str, rows: np.ndar
 
 
 def kinds_metrics(kinds: KindArrays | None, scheduled_ns: np.ndarray, ok: np.ndarray, streamed: np.ndarray,
-                  output_tokens: np.ndarray, token_stats, ttft_ms: np.ndarray | None = None) -> dict:
+                  output_tokens: np.ndarray, token_stats, ttft_ms: np.ndarray | None = None,
+                  latency_ms: np.ndarray | None = None) -> dict:
     """``{"reasoning": ..., "tool_calls": ..., "images": ...}`` of the completed requests ``ok``
     (``streamed``: those streamed), each key only when some request has that kind (module
     docstring). ``output_tokens``: float64 per request (NaN: null); ``token_stats``: the ``llm``
-    section's ``{sum, mean, p50, p99}`` maker; ``ttft_ms``: per request (NaN: none)."""
+    section's ``{sum, mean, p50, p99}`` maker; ``ttft_ms``, ``latency_ms`` (end − scheduled send):
+    per request (NaN: none)."""
     if kinds is None:
         return {}
     out: dict = {}
@@ -130,17 +139,32 @@ def kinds_metrics(kinds: KindArrays | None, scheduled_ns: np.ndarray, ok: np.nda
             "request_bytes": token_stats(kinds.tokens("bytes_out")[pictured]),
             "ttft_ms": percentile_set(ttft[~np.isnan(ttft)]),
         }
+    ranked = ok & (kinds.values["documents"] > 0)
+    if ranked.any():
+        e2e = latency_ms[ranked] if latency_ms is not None else np.zeros(0)
+        per_document = e2e / kinds.values["documents"][ranked] if latency_ms is not None else np.zeros(0)
+        out["ranking"] = {
+            "requests": int(ranked.sum()),
+            "documents": token_stats(kinds.tokens("documents")[ranked]),
+            "document_tokens": token_stats(kinds.tokens("document_tokens")[ranked]),
+            "e2e_ms": percentile_set(e2e[~np.isnan(e2e)]),
+            "per_document_ms": percentile_set(per_document[~np.isnan(per_document)]),
+        }
     return out
 
 
-def kind_series(kinds: KindArrays | None, scheduled_ns: np.ndarray, ttft_ms: np.ndarray) -> dict[str, np.ndarray]:
+def kind_series(kinds: KindArrays | None, scheduled_ns: np.ndarray, ttft_ms: np.ndarray,
+                ok_latency_ms: np.ndarray | None = None) -> dict[str, np.ndarray]:
     """Per request (NaN where it has none) of the requests with a TTFT (``ttft_ms``, NaN: none): ``ttfa``
     (ms to the first answer token, reasoning requests), ``time_to_tool_call`` (ms) and ``image_ttft``
-    (TTFT of the requests with images), for ``compare``; ``{}`` without kinds."""
+    (TTFT of the requests with images); and ``ranking_e2e`` (end − scheduled send of the completed
+    rerank / score requests: ``ok_latency_ms``, NaN where not completed), for ``compare``; ``{}`` without kinds."""
     if kinds is None:
         return {}
     keep = ~np.isnan(ttft_ms)
     out = {"image_ttft": np.where(keep & (kinds.values["images"] > 0), ttft_ms, np.nan)}
+    if ok_latency_ms is not None:
+        out["ranking_e2e"] = np.where(kinds.values["documents"] > 0, ok_latency_ms, np.nan)
     for key, column, has in (("ttfa", "first_answer_ns", kinds.values["reasoning_tokens"] > 0),
                              ("time_to_tool_call", "tool_call_ns", kinds.values["tool_calls"] > 0)):
         rows = keep & has & kinds.present[column]

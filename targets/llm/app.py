@@ -55,8 +55,11 @@ from tailscope.targets.llm.openai_api import (
     error_body,
     full_response,
     models_response,
+    pair_score,
     parse_embedding,
     parse_generation,
+    parse_ranking,
+    ranking_response,
     stream_chunk,
     tool_call_delta,
     usage_chunk,
@@ -71,6 +74,8 @@ from tailscope.tracing.kit.http_server import asgi_parent_context
 CHAT_ROUTE = "/v1/chat/completions"
 COMPLETIONS_ROUTE = "/v1/completions"
 EMBEDDINGS_ROUTE = "/v1/embeddings"
+RERANK_ROUTE = "/v1/rerank"
+SCORE_ROUTE = "/v1/score"
 MODELS_ROUTE = "/v1/models"
 HEALTH_ROUTE = "/health"
 VERSION_ROUTE = "/version"
@@ -98,6 +103,8 @@ class LlmApp:
             CHAT_ROUTE: ("POST", self._chat),
             COMPLETIONS_ROUTE: ("POST", self._completions),
             EMBEDDINGS_ROUTE: ("POST", self._embeddings),
+            RERANK_ROUTE: ("POST", self._rerank),
+            SCORE_ROUTE: ("POST", self._score),
             MODELS_ROUTE: ("GET", self._models),
             HEALTH_ROUTE: ("GET", self._health),
             VERSION_ROUTE: ("GET", self._version),
@@ -280,6 +287,35 @@ class LlmApp:
         prompt_tokens = sum(len(ids) for ids in request.inputs)
         await self._send_json(send, embedding_response(self._config.served_model_name, [s.embedding for s in seqs],
                                                        request.encoding_format, prompt_tokens))
+
+    # ----------------------------------------------------------------- rerank and score
+
+    async def _rerank(self, scope: dict[str, Any], receive: Receive, send: Send, arrival_ns: int) -> None:
+        await self._ranking("rerank", scope, receive, send, arrival_ns)
+
+    async def _score(self, scope: dict[str, Any], receive: Receive, send: Send, arrival_ns: int) -> None:
+        await self._ranking("score", scope, receive, send, arrival_ns)
+
+    async def _ranking(self, kind: str, scope: dict[str, Any], receive: Receive, send: Send, arrival_ns: int) -> None:
+        """One pooling sequence per query + document pair (a cross-encoder's prefill), scored from its vector."""
+        request = parse_ranking(kind, await self._json_body(receive), self._config)
+        base_id = f"{kind}-{header(scope, b'x-request-id') or uuid.uuid4().hex}"
+        seqs = [self._sequence(f"{base_id}-{i}", request.query + ids, scope, arrival_ns, max_tokens=1, pooling=True)
+                for i, ids in enumerate(request.documents)]
+        try:
+            for seq in seqs:
+                self._submit(seq)
+            for seq in seqs:
+                while not (await seq.take())[1]:
+                    pass
+        except EngineStoppedError as exc:
+            raise OpenAIError(503, str(exc)) from exc
+        finally:
+            for seq in seqs:
+                seq.cancel()
+        prompt_tokens = sum(len(seq.prompt_ids) for seq in seqs)
+        await self._send_json(send, ranking_response(kind, base_id, self._created, self._config.served_model_name,
+                                                     request, [pair_score(s.embedding) for s in seqs], prompt_tokens))
 
     # ----------------------------------------------------------------- the rest
 

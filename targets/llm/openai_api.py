@@ -90,6 +90,16 @@ class GenerationRequest:
 
 
 @dataclass
+class RankingRequest:
+    """A parsed rerank or score request: the query's tokens against each document's."""
+
+    query: list[int]
+    documents: list[list[int]]
+    texts: list[str]
+    top_n: int | None
+
+
+@dataclass
 class EmbeddingRequest:
     """A parsed embeddings request: one token list per input."""
 
@@ -274,6 +284,53 @@ def parse_embedding(document: Any, config: LlmServerConfig) -> EmbeddingRequest:
     if encoding not in ("float", "base64"):
         raise _bad(f"encoding_format must be float or base64, got {encoding!r}", "encoding_format")
     return EmbeddingRequest(inputs, encoding)
+
+
+def parse_ranking(kind: str, document: Any, config: LlmServerConfig) -> RankingRequest:
+    """A rerank (``kind`` ``rerank``: ``query``, ``documents``, ``top_n``) or score (``text_1`` a
+    string, ``text_2`` a string or a list of strings) request; each query + document pair must fit
+    ``max_model_len``. OpenAIError 400/404 when invalid."""
+    if not isinstance(document, dict):
+        raise _bad("the request body must be a JSON object")
+    check_model(document, config)
+    query_key, documents_key = ("query", "documents") if kind == "rerank" else ("text_1", "text_2")
+    query, texts = document.get(query_key), document.get(documents_key)
+    if isinstance(texts, str) and kind == "score":
+        texts = [texts]
+    if not isinstance(query, str) or not tokenize(query):
+        raise _bad(f"{query_key} must be a non-empty string", query_key)
+    if not isinstance(texts, list) or not texts or not all(isinstance(t, str) and t.split() for t in texts):
+        raise _bad(f"{documents_key} must be a non-empty list of non-empty strings", documents_key)
+    query_ids = tokenize(query)
+    documents = [tokenize(t) for t in texts]
+    longest = max(len(ids) for ids in documents)
+    if len(query_ids) + longest > config.max_model_len:
+        raise _bad(f"a query and document pair of {len(query_ids) + longest} tokens exceeds the maximum context "
+                   f"length {config.max_model_len}", documents_key)
+    top_n = _optional(document, "top_n", (int,), "an integer") if kind == "rerank" else None
+    if top_n is not None and top_n < 1:
+        raise _bad(f"top_n must be at least 1, got {top_n}", "top_n")
+    return RankingRequest(query_ids, documents, texts, top_n)
+
+
+def pair_score(vector: list[float]) -> float:
+    """A pair's relevance in [0, 1] from its pooled unit vector: (1 + its first component) / 2."""
+    return min(1.0, max(0.0, (1.0 + float(vector[0])) / 2.0))
+
+
+def ranking_response(kind: str, response_id: str, created: int, model: str, request: RankingRequest,
+                     scores: list[float], prompt_tokens: int) -> dict[str, Any]:
+    """vLLM's score (``data`` of ``{index, object: score, score}`` in input order, usage with prompt and
+    total tokens) or rerank (``results`` sorted by relevance, cut to ``top_n``, each ``{index,
+    document: {text}, relevance_score}``; usage ``{total_tokens}``) response."""
+    if kind == "score":
+        return {"id": response_id, "object": "list", "created": created, "model": model,
+                "data": [{"index": i, "object": "score", "score": s} for i, s in enumerate(scores)],
+                "usage": {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens, "completion_tokens": 0}}
+    order = sorted(range(len(scores)), key=lambda i: -scores[i])[: request.top_n or len(scores)]
+    return {"id": response_id, "model": model, "usage": {"total_tokens": prompt_tokens},
+            "results": [{"index": i, "document": {"text": request.texts[i]}, "relevance_score": scores[i]}
+                        for i in order]}
 
 
 def _is_token(value: Any) -> bool:
