@@ -17,7 +17,10 @@ second time with the stage spans left to no rule, so they become stages named
 after themselves (the span-tree path a plain OTel service takes), and prints
 that time as a ratio of the mapped analysis.
 
-Usage: ``python benchmarks/analyze_scale.py [--sizes 1,3,10] [--keep DIR] [--span-names]``.
+``--duration-s`` shortens the hour (the faults keep their place in the run, scaled): ``--sizes 2.4
+--duration-s 120`` is 20,000 requests/s for two minutes.
+
+Usage: ``python benchmarks/analyze_scale.py [--sizes 1,3,10] [--duration-s 3600] [--keep DIR] [--span-names]``.
 """
 
 from __future__ import annotations
@@ -75,6 +78,8 @@ def measure(path: str, what: str) -> dict:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="1,3,10", help="millions of requests, comma-separated")
+    parser.add_argument("--duration-s", type=float, default=3600.0,
+                        help="run length (s); the rate is sizes / duration, the faults placed at the same share of the run")
     parser.add_argument("--keep", default=None, help="keep the generated runs in this folder")
     parser.add_argument("--span-names", action="store_true",
                         help="also analyse with the stage spans unmapped (stages named after the spans)")
@@ -88,8 +93,10 @@ def main() -> int:
         for millions in (float(s) for s in args.sizes.split(",")):
             path = os.path.join(root, f"run-{millions:g}M")
             t0 = time.perf_counter()
-            truth = write_synthetic_run(path, duration_s=3600, rate=millions * 1e6 / 3600, seed=1,
-                                        spikes=FAULTS, stage_spans=("queue_wait", "inference"),
+            scale = args.duration_s / 3600.0
+            truth = write_synthetic_run(path, duration_s=args.duration_s, rate=millions * 1e6 / args.duration_s, seed=1,
+                                        spikes=[{**fault, "at_s": fault["at_s"] * scale} for fault in FAULTS],
+                                        stage_spans=("queue_wait", "inference"),
                                         signal_rate_hz=10, error_rate=0.001)
             written = time.perf_counter() - t0
             load, sort, analyze = measure(path, "load"), measure(path, "sort"), measure(path, "analyze")
