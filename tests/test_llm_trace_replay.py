@@ -249,3 +249,26 @@ def test_azure_and_burstgpt_rows_are_prompts_of_their_lengths_without_shared_blo
     reused, total = block_reuse(words, 512)
     # drawn prompts: what repeats is two prompts drawn from the same start of the 65,536-word pool (rare)
     assert total > len(rows) and reused <= 0.01 * total
+
+
+def test_two_workers_send_every_row_once_with_its_lengths(tmp_path, llm_server):
+    path = _write(tmp_path, "mc2.yaml", f"""\
+        name: mooncake-workers
+        duration: 10s
+        timeout: 30s
+        arrival: {{process: replay, file: {MOONCAKE}, format: mooncake, speed: 10, slice: {{from: 60s, to: 90s}}}}
+        classes: [{{name: chat, api: openai-chat, model: tailscope-llm}}]
+        """)
+    out = tmp_path / "runs"
+    proc = run_tailscope("run", path, "--target", f"http://127.0.0.1:{llm_server.port}", "--out", str(out),
+                         "--receiver-port", "0", "--workers", "2", timeout=180)
+    assert proc.returncode in (0, 3), proc.stdout[-3000:] + proc.stderr[-3000:]
+    table = read_stream(os.path.join(only_run_dir(out), schema.REQUESTS), schema.REQUESTS_SCHEMA).table
+    offsets, rows = slice_trace(*load_trace(MOONCAKE, "mooncake"), 60 * 10**9, 90 * 10**9)
+    assert set(table.column("worker").to_pylist()) == {0, 1} and pc.all(pc.is_null(table.column("error_kind"))).as_py()
+    scheduled = table.column("scheduled_ns").to_numpy()
+    got = sorted(zip((scheduled - scheduled.min()).tolist(), table.column("prompt_tokens").to_pylist(),
+                     table.column("output_tokens").to_pylist()))
+    want = sorted(zip(np.rint(offsets / 10).astype(np.int64).tolist(), rows.input_tokens.tolist(),
+                      rows.output_tokens.tolist()))
+    assert got == want
