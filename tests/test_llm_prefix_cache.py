@@ -347,3 +347,16 @@ def test_a_prefix_pool_against_the_caching_server_hits_every_reuse_of_a_prompt(t
     assert hits == (table.num_rows - len(used)) * 160
     cache = load_analysis(run_dir)["llm"]["prefix_cache"]
     assert cache["hit_tokens"] <= hits and cache["hit_rate"] > 0.5
+
+
+def test_each_session_opens_with_one_prompt_of_the_pool(tmp_path):
+    scenario = load_scenario(_scenario(tmp_path, "{prompts: 3, tokens: 40}"))
+    mix = RequestMix(scenario.classes, 5)
+    systems = Counter()
+    for _ in range(300):
+        conversation = mix.start_session(0, 2)
+        assert conversation.messages[0]["role"] == "system" and conversation.prompt_tokens == 40
+        systems[conversation.messages[0]["content"]] += 1
+        body = json.loads(mix.prepare_turn(0, conversation).body)
+        assert body["messages"][0] == conversation.messages[0]  # every turn carries the session's system prompt
+    assert len(systems) == 3 and min(systems.values()) > 60
