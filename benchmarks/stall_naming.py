@@ -10,7 +10,8 @@ before it; its top cause should be ``process_stall`` (or ``gc`` from the runtime
 
     rate | pauses | spikes | stall spikes | process_stall/gc | generator | other
 
-    python3 benchmarks/stall_naming.py --rates 10,30,60 --duration 40 [--gc-metrics]
+    python3 benchmarks/stall_naming.py --rates 10,30,60 --duration 40 [--gc-metrics] [--out DIR]
+    python3 benchmarks/stall_naming.py --reanalyse DIR   # the kept runs, analysed again
 
 About (duration + 20 s) per rate of wall time. Load goes to 127.0.0.1 only.
 """
@@ -19,6 +20,8 @@ from __future__ import annotations
 
 import argparse
 import collections
+import glob
+import json
 import os
 import subprocess
 import sys
@@ -30,8 +33,12 @@ sys.path.insert(0, os.path.join(ROOT, "tests"))
 from cli_helpers import free_port, load_analysis, only_run_dir, run_tailscope  # noqa: E402
 from reliability_helpers import OwnedProcess, write_scenario  # noqa: E402
 
+from tailscope.analyzers.analysis import analyze_run  # noqa: E402
+
 #: A spike is over a collection when the collection started inside it or this long before it (ns).
 LEAD_NS = 2_000_000_000
+#: Each run's collections (epoch ns, ms) and rate, beside its run folder.
+PAUSES_FILE = "pauses.json"
 #: Top causes that name a stall right.
 RIGHT = ("process_stall", "gc")
 
@@ -62,8 +69,19 @@ def one_run(out: str, rate: float, args) -> dict:
               if text.startswith("PAUSE ")]
     if result.returncode not in (0, 1, 3):
         raise SystemExit(result.stderr[-3000:])
+    with open(os.path.join(out, PAUSES_FILE), "w", encoding="utf-8") as fh:
+        json.dump({"rate": rate, "pauses": pauses}, fh)
+    return count_spikes(out)
+
+
+def count_spikes(out: str, reanalyse: bool = False) -> dict:
+    """The row of the run in ``out`` (its pauses.json and run folder); ``reanalyse``: analyse the
+    recorded run again with this tailscope instead of reading its analysis.json."""
+    with open(os.path.join(out, PAUSES_FILE), encoding="utf-8") as fh:
+        saved = json.load(fh)
+    rate, pauses = saved["rate"], [tuple(p) for p in saved["pauses"]]
     run_dir = only_run_dir(os.path.join(out, "runs"))
-    analysis = load_analysis(run_dir)
+    analysis = analyze_run(run_dir) if reanalyse else load_analysis(run_dir)
     spikes = analysis["spikes"]
     over = [s for s in spikes if any(s["start_ns"] - LEAD_NS <= at < s["end_ns"] for at, _ in pauses)]
     tops = collections.Counter(s["causes"][0]["kind"] for s in over)
@@ -105,7 +123,14 @@ def main(argv=None) -> int:
     parser.add_argument("--heap", type=int, default=1_000_000, help="objects each full collection walks")
     parser.add_argument("--gc-metrics", action="store_true", help="the service exports cpython.gc.collections")
     parser.add_argument("--out", default=None, help="keep the runs here (default: a temporary folder)")
+    parser.add_argument("--reanalyse", default=None, metavar="OUT",
+                        help="no new runs: analyse the runs an earlier --out kept again and print their table")
     args = parser.parse_args(argv)
+    if args.reanalyse:
+        outs = sorted(glob.glob(os.path.join(args.reanalyse, "rate-*")), key=lambda p: float(p.rsplit("-", 1)[1]))
+        print(f"runs under {args.reanalyse}, analysed again")
+        print(table([count_spikes(o, reanalyse=True) for o in outs]))
+        return 0
     if not 10 <= args.duration <= 60:
         parser.error("--duration must be 10-60 s")
     out = args.out or tempfile.mkdtemp(prefix="stall-naming-")
