@@ -263,3 +263,46 @@ def test_a_plain_fastapi_service_exporting_cpython_gc_metrics_has_its_stalls_nam
     assert "cpython.gc.collections (OTLP)" in named[0]["evidence"]["summary"]
     assert "gen-2" in named[0]["evidence"]["summary"]
     assert all("generator" not in [c["kind"] for c in s["causes"]] for s in over)
+
+
+def test_runtime_gc_metrics_made_by_the_opentelemetry_sdk_decode_into_the_gc_series():
+    """The shapes as the OpenTelemetry SDK makes and encodes them (MeterProvider, an in-memory reader,
+    the OTLP exporter's encoder): a Histogram (explicit buckets, and exponential through a View), a
+    Counter with a delta reader, an ObservableCounter with an int attribute; protobuf and JSON."""
+    from opentelemetry.exporter.otlp.proto.common.metrics_encoder import encode_metrics
+    from opentelemetry.metrics import Observation
+    from opentelemetry.sdk.metrics import Counter, Histogram, MeterProvider
+    from opentelemetry.sdk.metrics.export import AggregationTemporality, InMemoryMetricReader
+    from opentelemetry.sdk.metrics.view import ExponentialBucketHistogramAggregation, View
+
+    delta = InMemoryMetricReader(preferred_temporality={Counter: AggregationTemporality.DELTA,
+                                                        Histogram: AggregationTemporality.DELTA})
+    cumulative = InMemoryMetricReader()
+    provider = MeterProvider(metric_readers=[delta, cumulative], views=[
+        View(instrument_name="go.memory.gc.pause.duration", aggregation=ExponentialBucketHistogramAggregation()),
+        View(instrument_name="*")])
+    meter = provider.get_meter("runtime")
+    meter.create_histogram("jvm.gc.duration", unit="s").record(0.18, {"jvm.gc.action": "end of major GC",
+                                                                        "jvm.gc.name": "G1 Old Generation"})
+    meter.create_histogram("v8js.gc.duration", unit="s").record(0.2, {"v8js.gc.type": "major"})
+    meter.create_counter("dotnet.gc.pause.time", unit="s").add(0.25)
+    meter.create_histogram("go.memory.gc.pause.duration", unit="s").record(0.0004)
+    meter.create_observable_counter("cpython.gc.collections", unit="{collection}", callbacks=[
+        lambda options: [Observation(3, {"cpython.gc.generation": 2})]])
+    for reader, temporality in ((cumulative, "cumulative"), (delta, "delta")):
+        request = encode_metrics(reader.get_metrics_data())
+        from_pb = decode_metrics_protobuf(request.SerializeToString())
+        from_json = decode_metrics_json(json_format.MessageToJson(request).encode())
+        assert (from_pb.series, from_pb.value) == (from_json.series, from_json.value)
+        values = dict(zip(from_pb.series, from_pb.value))
+        assert values['jvm.gc.duration.sum{jvm.gc.action="end of major GC",jvm.gc.name="G1 Old Generation"}'] \
+            == pytest.approx(0.18)
+        assert values['v8js.gc.duration.count{v8js.gc.type="major"}'] == 1
+        assert values["dotnet.gc.pause.time"] == pytest.approx(0.25)
+        assert values["go.memory.gc.pause.duration.sum"] == pytest.approx(0.0004)
+        assert values['cpython.gc.collections{cpython.gc.generation="2"}'] == 3
+        assert from_pb.descriptors["jvm.gc.duration.sum"]["temporality"] == temporality
+        assert from_pb.descriptors["dotnet.gc.pause.time"]["kind"] == ("counter" if temporality == "cumulative"
+                                                                         else "gauge")
+        assert all(_match(_split(name)[0]) for name in values)
+    provider.shutdown()

@@ -18,6 +18,9 @@ Series are ``prom.<metric>{label="value",...}`` (labels sorted; an
 plus ``prom.up`` (1 when the last scrape succeeded) and
 ``prom.scrape_duration_s`` per endpoint. Units come from ``# UNIT`` or the
 metric's suffix (``_seconds`` → s, ``_bytes`` → bytes, ...), else ``count``.
+A runtime's GC metrics scraped this way (``jvm_gc_duration_seconds``, ``python_gc_collections_total``,
+``go_gc_duration_seconds``, …: the list in docs/receiver.md) are read by the GC detector from these
+``_sum``/``_count``/``_total`` series (``analyzers/inputs/runtime_gc.py``).
 A scrape costs one HTTP GET over a kept-alive connection plus a parse that is
 linear in the page size (~2 µs per sample line).
 """
