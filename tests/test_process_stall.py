@@ -49,7 +49,7 @@ def test_a_stop_the_world_stall_without_gc_events_is_named_process_stall_never_t
 
 def test_time_outside_the_servers_spans_is_not_the_generators_when_its_sends_were_only_a_little_late(tmp_path):
     """The stalled target reads requests late: the requests sent into a stall wait outside the server's
-    spans (client/network +tens of ms) while the generator's sends leave 6 ms late. Before, the generator
+    spans (outside_server +tens of ms) while the generator's sends leave 6 ms late. Before, the generator
     was given all of it ("the load generator … client/network +65.9 ms") and named with confidence 1."""
     truth = write_synthetic_run(tmp_path / "run", duration_s=40, rate=300, seed=3, gc_events=False, spikes=[
         {"kind": "stall", "at_s": 20, "duration_s": 4, "extra_ms": 120},
