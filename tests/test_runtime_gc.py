@@ -222,6 +222,10 @@ def test_gc_checked_from_runtime_metrics_is_said_so_and_without_them_it_is_not_c
     assert "GC pauses" not in checked
     assert "exported no runtime GC metrics" in cause["evidence"]["summary"]
     assert json.dumps(without).count("runtime GC metrics:") == 0
+    events = write_synthetic_run(tmp_path / "c", duration_s=40, rate=200, seed=3, gc_events=True,
+                                 spikes=[{"kind": "postprocess", "at_s": 20, "duration_s": 4, "extra_ms": 120}])
+    (spike,) = analyze_run(events["path"])["spikes"]
+    assert "Checked: GC pauses of the target (from its GC pause events)" in spike["causes"][0]["evidence"]["summary"]
 
 
 STALLING_SERVICE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "stalling_otel_service.py")

@@ -45,7 +45,7 @@ import numpy as np
 
 from tailscope.analyzers.causes.kit import latency_split, pause_overlap, percent, ramp, server_side_factor
 from tailscope.analyzers.causes.protocol import CHECKED_WITH, CauseDetector, Finding, SpikeContext
-from tailscope.analyzers.inputs.runtime_gc import SERIES_PREFIXES, backing_words, stall_backing
+from tailscope.analyzers.inputs.runtime_gc import SERIES_PREFIXES, backing_words, metrics_in, stall_backing
 from tailscope.analyzers.inputs.span_stalls import union_pauses
 
 GC_EVENTS = "events.gc_pause"
@@ -58,6 +58,12 @@ class GcDetector(CauseDetector):
     aliases = ("gc_pause", "garbage_collection", "gc_pauses")
     # the target's GC pauses, or its runtime GC metrics: a run with neither has not checked GC
     needs = ("|".join((GC_EVENTS, *(prefix + "*" for prefix in SERIES_PREFIXES))),)
+
+    def checked_with(self, available: frozenset[str]) -> str:
+        """What this run lets the detector read, in words: its GC pause events, else its runtime GC metrics."""
+        if GC_EVENTS in available:
+            return "its GC pause events"
+        return "its runtime GC metrics: " + ", ".join(metrics_in(available))
 
     def score(self, ctx: SpikeContext) -> Finding | None:
         if GC_EVENTS in ctx.available:
@@ -85,7 +91,7 @@ class GcDetector(CauseDetector):
                    f"of {extra:.1f} ms extra latency")
         return Finding(self.name, round(confidence, 4), {
             "summary": summary,
-            CHECKED_WITH: "its GC pause events",
+            CHECKED_WITH: self.checked_with(ctx.available),
             "slow_requests": int(len(slow)),
             "slow_overlapping_share": share_slow,
             "normal_overlapping_share": share_normal,
@@ -104,7 +110,7 @@ class GcDetector(CauseDetector):
         slow = ctx.slow_request_index
         if len(runtime) == 0 or len(slow) == 0:
             return None
-        checked_with = "its runtime GC metrics: " + ", ".join(runtime.metrics())
+        checked_with = self.checked_with(ctx.available)
         split = latency_split(ctx)
         begin, end = inputs.request_interval(slow)
         found = inputs.span_stalls

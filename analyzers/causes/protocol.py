@@ -50,8 +50,8 @@ OFF_METRIC_CAP = 0.25
 #: detector is listed with those whose inputs were not recorded, never as a check.
 NOT_JUDGED = "not_judged"
 #: Evidence key of a finding that says what its detector read when it could read one of several
-#: inputs (``gc``: the target's GC pause events, or its runtime GC metrics); the unexplained
-#: summary names it beside the check.
+#: inputs (``gc``: the target's GC pause events, or its runtime GC metrics). The unexplained summary
+#: names the same words beside the check, from the detector's optional ``checked_with(available)``.
 CHECKED_WITH = "checked_with"
 #: Metric names in words.
 METRIC_WORDS = {"latency": "latency", "ttft": "TTFT", "tpot": "TPOT"}
@@ -196,8 +196,8 @@ class DetectorRegistry:
             return [f.as_dict() for f in fired]
         consulted = [d.name for d in self.eligible(ctx.available) if d.name not in unjudged]
         skipped = [name for name in self._detectors if name not in consulted]
-        checked_with = {d.name: f.evidence[CHECKED_WITH] for d, f in scored
-                        if f is not None and f.evidence.get(CHECKED_WITH)}
+        checked_with = {d.name: words for d in self.eligible(ctx.available)
+                        if (words := getattr(d, "checked_with", lambda available: None)(ctx.available))}
         return [unexplained(ctx.decomposition, findings, consulted, skipped, self.min_confidence,
                             checked_with).as_dict()]
 

@@ -118,6 +118,12 @@ CATALOG: tuple[GcMetric, ...] = (
 SERIES_PREFIXES = tuple(sorted({m.name for m in CATALOG}))
 
 
+def metrics_in(series_names) -> list[str]:
+    """``"<metric> (<where>)"`` of every catalogued GC metric among ``series_names``, sorted."""
+    found = {_match(_split(name)[0]) for name in series_names}
+    return sorted({f"{m.name} ({m.where})" for m, _ in (f for f in found if f is not None)})
+
+
 def _split(series: str) -> tuple[str, dict]:
     base, _, rest = series.partition("{")
     return base, {k.strip(): v for k, v in _LABEL.findall(rest)} if rest else {}
@@ -153,10 +159,6 @@ class RuntimeGc:
 
     def __len__(self) -> int:
         return len(self.t0_ns)
-
-    def metrics(self) -> list[str]:
-        """``"<metric> (<where>)"`` of every metric present, sorted."""
-        return sorted({f"{m} ({w})" for m, w in zip(self.metric, self.where)})
 
     def overlapping(self, start_ns: int, end_ns: int) -> np.ndarray:
         """Boolean mask of the intervals overlapping [start, end)."""
