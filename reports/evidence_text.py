@@ -83,7 +83,6 @@ KNOWN_SCALARS = {
     "gc_runtime_metrics_share": ("share of the stall time the runtime GC metrics put GC in", lambda v: f"{100 * v:.0f}%"),
     "gc_stalls": ("stalls of the target whose export intervals held GC", lambda v: f"{v:,}"),
     "longest_gc_stall_ms": ("longest of those stalls", lambda v: f"{v:.0f} ms"),
-    "checked_with": ("read from", str),
     "outside_server_ms": ("growth of the time outside the server's spans", lambda v: f"{v:+.1f} ms"),
     "outside_server_counted_ms": ("of it counted as the generator's (as far as its own lateness reaches)",
                                   lambda v: f"{v:.1f} ms"),
