@@ -322,3 +322,48 @@ def test_sessions_send_vllms_own_answers_back_into_its_prefix_cache(vllm, tmp_pa
     assert hits >= 0.9 * blocks > 0
     figures = load_analysis(run_dir)["llm"]["sessions"]
     assert figures["sessions"] == len(by_session) and figures["by_turn"][1]["requests"] >= len(later) // 2
+
+
+POOL_SCENARIO = """\
+name: vllm-prefix-pool
+duration: 10s
+seed: 3
+timeout: 60s
+arrival: {{process: constant, rate: 2}}
+classes:
+  - name: chat
+    api: openai-chat
+    model: {model}
+    tokenizer: {tokenizer}
+    prompt_tokens: {{dist: uniform, min: 8, max: 24}}
+    output_tokens: 4
+    shared_prefix_tokens: {{prompts: 3, tokens: 300}}
+stages: {{preset: vllm}}
+signals: {{rate: 4, prometheus: /metrics}}
+"""
+
+
+def test_a_prefix_pool_is_found_in_vllms_prefix_cache(vllm, tmp_path):
+    """Three 300-token system prompts: vLLM (prefix caching on by default) finds each again after its
+    first use — at least its whole blocks — and the analysis reads the hit rate from its counters."""
+    def counters() -> dict[str, float]:
+        with urllib.request.urlopen(f"{vllm.url}/metrics", timeout=10) as answer:
+            text = answer.read().decode()
+        return {name: sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name + "{"))
+                for name in ("vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total")}
+
+    scenario = tmp_path / "pool.yaml"
+    scenario.write_text(POOL_SCENARIO.format(model=SERVED_MODEL, tokenizer=os.path.join(vllm.model_dir, "tokenizer.json")))
+    before = counters()
+    done = run_tailscope("run", str(scenario), "--target", vllm.url, "--out", str(tmp_path / "runs"),
+                         "--receiver-port", "0", "--receiver-grpc-port", str(vllm.grpc_port), timeout=300)
+    assert done.returncode in (0, 3), done.stdout[-4000:] + done.stderr[-4000:] + vllm.log_tail()
+    after = counters()
+    run_dir = only_run_dir(tmp_path / "runs")
+    requests = load_run(run_dir).requests.num_rows
+    hits = after["vllm:prefix_cache_hits_total"] - before["vllm:prefix_cache_hits_total"]
+    queries = after["vllm:prefix_cache_queries_total"] - before["vllm:prefix_cache_queries_total"]
+    print(f"vLLM prefix cache over the pool run: {hits:.0f} of {queries:.0f} prompt tokens hit ({requests} requests)")
+    assert hits >= (requests - 3) * 256  # every later use of a prompt finds at least its full 256 tokens of blocks
+    cache = load_analysis(run_dir)["llm"]["prefix_cache"]
+    assert cache["source"] == "counters" and cache["hit_rate"] > 0.5 and cache["hit_tokens"] <= hits
