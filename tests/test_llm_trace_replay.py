@@ -213,7 +213,7 @@ def test_a_mooncake_replay_sends_at_the_trace_times_with_the_rows_lengths(tmp_pa
     # scheduled times are the trace's (sped up) to the ns; sends follow them (their P99 against the
     # trace on a quiet machine is benchmarks/trace_replay.py's figure; a shared CI machine adds lateness)
     assert np.array_equal(np.sort(scheduled) - scheduled.min(), expected)
-    assert np.all(sent >= scheduled) and np.median(sent - scheduled) < 20 * MS
+    assert np.all(sent >= scheduled) and np.median(sent - scheduled) < 50 * MS
     # the server counted each row's prompt and generated its output length (ignore_eos)
     got = sorted(zip((scheduled - scheduled.min()).tolist(), table.column("prompt_tokens").to_pylist(),
                      table.column("output_tokens").to_pylist()))
