@@ -433,6 +433,15 @@ def test_a_concurrency_sweep_of_sessions_keeps_them():
     assert step.raw["arrival"]["sessions"]["rate"] == 5.0 and "rate" not in step.raw["arrival"]
 
 
+def test_the_shipped_session_scenario_is_valid():
+    from tailscope.scenario_model.scenario import load_scenario
+
+    path = os.path.join(os.path.dirname(__file__), "..", "scenarios", "llm-sessions.yaml")
+    scenario = load_scenario(path, require_target=False)
+    assert scenario.arrival.sessions is not None and scenario.arrival.users == 16
+    assert scenario.arrival.sessions.describe()["think_time_ms"]["median"] == 2000.0
+
+
 def test_sessions_need_chat_classes():
     text = textwrap.dedent("""\
         name: s
