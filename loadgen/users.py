@@ -416,6 +416,8 @@ def run_session(session: LoadSession, exchanger: Exchanger, start_ns: int | None
             wait_s = clock.seconds_until(offset)
             if wait_s > 0 and not _sleep_until(clock, offset, wait_s, session.halted):
                 return "halted"
+            if session.scheduled >= session.max_requests:  # other sessions took the last ones meanwhile
+                return "max_requests"
         session.scheduled += 1
         session.sent += 1
         session.in_flight += 1

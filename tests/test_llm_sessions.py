@@ -353,6 +353,31 @@ def test_a_prefix_caching_server_finds_each_turn_in_the_next(tmp_path):
             assert turns[k]["prompt_tokens"] > previous["prompt_tokens"] + previous["output_tokens"]
 
 
+def test_max_requests_counts_turns_exactly(tmp_path, llm_server):
+    """``max_requests: 25`` with 8 sessions of 4 turns under way: exactly 25 turns are sent (sessions
+    that waited out a think time while others took the last ones stop), and the run says why it ended."""
+    run_dir, _ = _run(tmp_path, llm_server.port, """\
+        name: session-bound
+        duration: 20s
+        max_requests: 25
+        seed: 8
+        timeout: 20s
+        arrival:
+          sessions: {concurrency: 8, turns: 4, think_time: 30ms}
+        classes:
+          - name: chat
+            api: openai-chat
+            model: tailscope-llm
+            prompt_tokens: 8
+            output_tokens: 4
+        slo: ["error_rate < 5%"]
+        verdict: {unclaimed: inconclusive}
+        """)
+    assert len(_requests(run_dir)) == 25
+    with open(os.path.join(run_dir, "manifest.json"), encoding="utf-8") as fh:
+        assert json.load(fh)["load"]["stop_reason"] == "max_requests"
+
+
 def test_make_turn_keeps_the_history():
     """The request maker's turns: each adds a user message after the history it was given, counts
     every message (answers included) in the prompt, and refuses a turn past the session's count."""
