@@ -12,7 +12,9 @@ slice fits a few minutes on a shared machine; ``table`` then scores every slice 
 ``--seeds 1,2,3`` runs those seeds of the suite (the vLLM suite's load levels: 4, 2 and 8 requests/s
 for seeds 1, 2, 3); ``--rates`` gives every experiment of the slice that rate instead (seed 1, 2, 3, …
 in turn). ``table`` prints, per target, rate and run length, each kind's scored runs, detection, AC@1, AC@3,
-BARO's AC@1 and mean P99 impact, and the control runs' false-alarm rate, plus each miss's top causes.
+BARO's AC@1 and mean P99 impact, and the control runs' false-alarm rate, plus each miss's top causes;
+``table --rescore`` analyses every run again with this checkout's detectors first (the lab scored
+each run with the detectors of its time).
 Nothing is asserted.
 """
 
@@ -26,9 +28,10 @@ import os
 import sys
 import time
 
+from tailscope.analyzers.analysis import analyze_run
 from tailscope.lab.outputs import control_line, markdown_table
-from tailscope.lab.plan import LLM, VLLM, build_suite
-from tailscope.lab.scoring import aggregate
+from tailscope.lab.plan import CONTROL, LLM, VLLM, build_suite
+from tailscope.lab.scoring import aggregate, score_control_run, score_fault_run
 from tailscope.lab.suite import run_lab
 from tailscope.lab.vllm_target import find_vllm
 
@@ -62,17 +65,25 @@ def run_slice(args) -> None:
     print(f"{len(suite)} experiments of {args.duration:g} s in {time.monotonic() - started:.0f} s → {out}")
 
 
-def _results(root: str) -> list[dict]:
+def _results(root: str, rescore: bool) -> list[dict]:
+    """Every experiment of the slices under ``root``; with ``rescore``, each run analysed again
+    with the detectors of this checkout and scored (BARO's scores kept as the lab wrote them)."""
     results = []
     for path in sorted(glob.glob(os.path.join(root, "*", "lab.json"))):
         with open(path, encoding="utf-8") as fh:
             lab = json.load(fh)
-        results += [dict(r, target=r.get("target") or "reference") for r in lab["experiments"]]
+        for r in lab["experiments"]:
+            r = dict(r, target=r.get("target") or "reference")
+            if rescore and r["status"] == "ok" and r.get("run_dir"):
+                analysis = analyze_run(r["run_dir"])
+                score = score_control_run(analysis) if r["kind"] == CONTROL else score_fault_run(analysis)
+                r["score"] = score
+            results.append(r)
     return results
 
 
 def table(args) -> None:
-    results = _results(args.root)
+    results = _results(args.root, args.rescore)
     groups: dict[tuple, list[dict]] = {}
     for r in results:
         key = (r["target"], "suite levels" if r["target"] == VLLM else f"{r['rate']:g}/s", r["duration_s"])
@@ -105,7 +116,9 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--seeds", default=None, help="comma-separated seeds of the suite (default 1)")
     run.add_argument("--rates", default=None, help="comma-separated request rates (/s), one experiment each")
     run.add_argument("--duration", type=float, default=60.0, help="seconds per experiment (default 60)")
-    sub.add_parser("table", help="score every slice under --root")
+    scores = sub.add_parser("table", help="score every slice under --root")
+    scores.add_argument("--rescore", action="store_true",
+                        help="analyse every run again with this checkout's detectors before scoring")
     args = parser.parse_args(argv)
     if args.command == "run":
         run_slice(args)
