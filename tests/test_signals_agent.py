@@ -64,7 +64,7 @@ def test_agent_command_sends_host_and_process_series_with_units_and_clock(tmp_pa
     rtts = stored[f"agent.clock_rtt_ns{label}"]
     assert abs(offsets[0][1]) <= rtts[0][1] / 2 + 1e6  # same clock here: offset within the RTT bound
     metrics = load_receiver_meta(str(tmp_path))["metrics"]
-    assert metrics["host.cpu.user_s"] == {"unit": "s", "kind": "counter",
+    assert metrics["host.cpu.user_s"] == {"unit": "s", "kind": "counter", "temporality": "cumulative",
                                           "description": "CPU time in user mode, all CPUs (/proc/stat)"}
     assert metrics["proc.rss_bytes"]["kind"] == "gauge" and metrics["proc.rss_bytes"]["unit"] == "bytes"
 
