@@ -408,3 +408,20 @@ def test_reference_server_rerank_and_score_answer_as_vllm(kinds_server):
     assert [r["relevance_score"] for r in rerank["results"]] == [scores[r["index"]] for r in rerank["results"]]
     assert rerank["results"][0]["document"]["text"] == documents[rerank["results"][0]["index"]]
     assert rerank["usage"] == {"total_tokens": 22}
+
+
+@pytest.mark.parametrize("field, value, line, where, words", [
+    ("tool_choice", "lookup", 10, "classes[0].tool_choice", "got 'lookup'"),
+    ("images", "{width: 0, height: 8}", 9, "classes[0].images.width", "1..8192 pixels"),
+    ("top_n", 3, 9, "classes[0].top_n", "only for api: rerank"),
+])
+def test_a_bad_new_field_names_the_scenario_file_line_and_field(tmp_path, field, value, line, where, words):
+    from tailscope.scenario_model.scenario import ScenarioError, load_scenario
+
+    extra = ("    tools: [{type: function, function: {name: get_weather}}]\n" if field == "tool_choice" else "")
+    path = tmp_path / "s.yaml"
+    path.write_text("name: s\ntarget: http://127.0.0.1:1\nduration: 2s\narrival: {process: constant, rate: 1}\nclasses:\n"
+                    "  - name: c\n    api: openai-chat\n    model: m\n" + extra + f"    {field}: {value}\n")
+    with pytest.raises(ScenarioError) as caught:
+        load_scenario(str(path))
+    assert str(caught.value).startswith(f"{path}:{line}: {where}: ") and words in str(caught.value), caught.value
