@@ -54,8 +54,8 @@ def spike_lines(spikes: list[dict]) -> list[str]:
 def llm_lines(llm: dict | None) -> list[str]:
     """An LLM run's figures (reports/llm_view.py ``llm_data``): requests, tokens, output rate and goodput
     in one line, then TTFT, TPOT, ITL, chunk gap and end-to-end P50/P99 (in ms) with the P99's CI and
-    claim, the tokens per content chunk and what ITL measures, and the
-    TTFT/TPOT spikes; nothing for a run without OpenAI-API requests."""
+    claim, the reasoning / tool-call / image / rerank rows when there are any, the tokens per content
+    chunk and what ITL measures, and the TTFT/TPOT spikes; nothing for a run without OpenAI-API requests."""
     if not llm:
         return []
     tokens = {t["what"]: t["sum"] for t in llm["tokens"]}
@@ -66,6 +66,13 @@ def llm_lines(llm: dict | None) -> list[str]:
              "| metric | P50 | P99 | P99 95% CI | early stopping |", "| --- | ---: | ---: | ---: | --- |"]
     lines += [f"| {cell(r['metric'])} | {r['p50']} | {r['p99']} | {r['p99_ci']} | {r['p99_claimed']} |" for r in llm["rows"]]
     lines.append("")
+    kinds = llm.get("kinds")
+    if kinds:  # reasoning, tool calls, images, rerank/score (reports/kinds_view.py)
+        lines += ["| reasoning, tool calls, images, rerank/score | P50 | P99 | P99 95% CI | early stopping |",
+                  "| --- | ---: | ---: | ---: | --- |"]
+        lines += [f"| {cell(r['metric'])} | {r['p50']} | {r['p99']} | {r['p99_ci']} | {r['p99_claimed']} |"
+                  for r in kinds["rows"]]
+        lines.append("")
     sessions = llm.get("sessions")
     if sessions:  # multi-turn sessions (reports/sessions_view.py)
         lines += [f"**Sessions:** {sessions['sessions']} ({sessions['complete']} complete, {sessions['failed']} failed, "

@@ -333,6 +333,10 @@ def test_analysis_report_and_compare_carry_reasoning_and_tool_calls(kinds_server
     with open(os.path.join(high, "report.html"), encoding="utf-8") as fh:
         html = fh.read()
     assert 'id="llm-kinds"' in html and "time to complete tool call" in html
+    with open(os.path.join(high, "summary.md"), encoding="utf-8") as fh:
+        summary = fh.read()
+    row = kinds["rows"][1]
+    assert f"| {row['metric']} | {row['p50']} | {row['p99']} | {row['p99_ci']} |" in summary
     comparison = compare_runs(high, low)
     by_metric = {(r["metric"], r["percentile"]): r for r in comparison["llm"]["rows"]}
     ttfa = by_metric[("ttfa_ms", "p50")]
