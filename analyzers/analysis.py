@@ -39,7 +39,17 @@ from tailscope.analyzers.inputs.retained import retained_view
 from tailscope.analyzers.inputs.signal_index import SignalIndex
 from tailscope.analyzers.patterns.soak import record_period_counts, soak_section
 from tailscope.analyzers.patterns.trends import analyze_patterns, pattern_warnings
-from tailscope.analyzers.spikes.detection import SpikeRules, detect, detection_facts, find_spikes, short_sentence, shortness
+from tailscope.analyzers.spikes.detection import (
+    SpikeRules,
+    detect,
+    detection_facts,
+    find_spikes,
+    length_adjusted_ms,
+    longer_answers,
+    output_tokens_of,
+    short_sentence,
+    shortness,
+)
 from tailscope.analyzers.spikes.series import series_spikes
 from tailscope.analyzers.spikes.token_causes import token_spike_causes
 from tailscope.analyzers.stages.clock_alignment import align_clocks, clock_warnings
@@ -125,11 +135,16 @@ def analyze_run(run_or_path: Run | str | os.PathLike, *, window_s: float = 1.0,
         # read once (aligned times) for the queue chart and the detectors; each chunk's pages handed back
         queue = queue_points(run.spans, after_chunk=partial(release_pages, run))
         windows = retained.windows if retained is not None else windows_later.result() if windows_later else None
-        detection = detect(req, windows, spike_rules, retained) if windows else None
+        # an LLM run whose answers differ in length is judged for answer length (a long answer is no incident)
+        output_tokens = output_tokens_of(run.requests) if retained is None else None
+        per_length = length_adjusted_ms(req, output_tokens)
+        detection = detect(req, windows, spike_rules, retained, per_length) if windows else None
         spikes = (find_spikes(req, windows, matrix, run, registry, spike_rules, stage_map,
                               detection=detection, method=method, span_request=join.span_request, queue=queue,
-                              retained=retained)
+                              retained=retained, per_length=per_length, output_tokens=output_tokens)
                   if windows else [])
+        longer = (longer_answers(req, windows, per_length, output_tokens, spikes, spike_rules)
+                  if windows and per_length is not None else [])
         release_pages(run)
         signals = signals_section(run, req, period, window_s, queue=queue)
         release_pages(run)
@@ -157,7 +172,8 @@ def analyze_run(run_or_path: Run | str | os.PathLike, *, window_s: float = 1.0,
         "rolling_lines": records["rolling_lines"],
         "distribution": records["distribution"],
         "spike_detection": detection_facts(detection, spike_rules, method, period[0] if period else None,
-                                           shortness(req, windows, spike_rules, retained) if detection is None else None),
+                                           shortness(req, windows, spike_rules, retained) if detection is None else None,
+                                           "e2e_for_answer_length" if per_length is not None else "latency", longer),
         "spikes": spikes,
         "patterns": patterns,
         "signals": signals,

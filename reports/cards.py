@@ -102,8 +102,17 @@ def unexplained(spike: dict) -> bool:
 def is_minor(spike: dict) -> bool:
     """No known cause explains it and its P99 stayed below MINOR_RATIO × the baseline P99
     (the part of the minor rule that needs no other spike; :func:`minor_flags` has all of it)."""
-    p99, baseline = spike.get("p99_ms"), spike.get("baseline_p99_ms")
+    p99, baseline = judged_p99(spike)
     return unexplained(spike) and p99 is not None and bool(baseline) and p99 < MINOR_RATIO * baseline
+
+
+def judged_p99(spike: dict) -> tuple[float | None, float | None]:
+    """(P99, baseline) in ms the spike was judged on: e2e latency, or e2e adjusted for answer length
+    where the run was judged so (``answer_length``: an LLM run whose answers differ in length)."""
+    judged = spike.get("answer_length")
+    if judged:
+        return judged.get("p99_ms"), judged.get("threshold_ms")
+    return spike.get("p99_ms"), spike.get("baseline_p99_ms")
 
 
 def ratio_text(p99, baseline) -> str:
@@ -123,15 +132,18 @@ def spike_row(number: int, spike: dict, origin_ns, minor: bool | None = None) ->
         "number": number,
         "window": f"{fmt_offset(spike['start_ns'], origin_ns)} – {fmt_offset(spike['end_ns'], origin_ns)}",
         "peak": fmt_offset(spike.get("peak_ns"), origin_ns),
-        "p99": fmt_ms(spike.get("p99_ms")), "baseline": fmt_ms(spike.get("baseline_p99_ms")),
-        "ratio": ratio_text(spike.get("p99_ms"), spike.get("baseline_p99_ms")),
-        "excess": fmt_ms(spike.get("excess_ms")), "requests": fmt_count(spike.get("requests")),
+        "p99": fmt_ms(judged_p99(spike)[0]), "baseline": fmt_ms(judged_p99(spike)[1]),
+        "ratio": ratio_text(*judged_p99(spike)),
+        "excess": (fmt_ms(spike.get("excess_ms")) if not spike.get("answer_length") else
+                   fmt_ms(judged_p99(spike)[0] - judged_p99(spike)[1]) if None not in judged_p99(spike) else "—"),
+        "requests": fmt_count(spike.get("requests")),
         "slow_requests": fmt_count(spike["slow_requests"] if spike.get("slow_requests") is not None
                                    else decomposition.get("slow_requests")),
         "dominant": dominant or "—",
         "dominant_growth": fmt_signed_ms(growth) if growth is not None else "",
         "summary": decomposition.get("summary") or "",
         "stalls": (spike.get("recurring_stalls") or {}).get("summary") or "",
+        "answer_length": (spike.get("answer_length") or {}).get("summary") or "",
         "stage_note": stage_note(decomposition),
         "top_cause": kind,
         "top_title": cause_title(kind),

@@ -34,8 +34,12 @@ def detection_text(detection: dict | None, spikes: int, minor: int) -> str:
     if not detection.get("performed"):
         return "No spike detection: too few latency samples."
     warmup = detection.get("warmup_s") or 0.0
-    text = (f"Spikes: windows holding significantly more requests above the baseline P99 "
-            f"({fmt_ms(detection.get('baseline_p99_ms'))}) than the 1% a steady run holds, tested over "
+    per_length = detection.get("judged_on") == "e2e_for_answer_length"
+    text = ("Spikes: windows holding significantly more requests above the baseline P99 "
+            + ("of e2e latency adjusted for answer length — each request's e2e scaled to the median answer "
+               "length by the run's e2e-vs-length line (the answers differ in length: a long answer is no "
+               "incident) " if per_length else "")
+            + f"({fmt_ms(detection.get('baseline_p99_ms'))}) than the 1% a steady run holds, tested over "
             f"{detection.get('detection_window_s'):g}-s windows at α = {detection.get('alpha'):g}")
     if warmup > 0:
         text += (f"; the first {warmup:g} s are warm-up and left out of detection (the rule: 5% of the load, "
@@ -44,6 +48,9 @@ def detection_text(detection: dict | None, spikes: int, minor: int) -> str:
     if minor:
         text += (f", {minor} of them minor (no known cause explains it, and its P99 stayed below twice the "
                  "baseline P99 or its impact is under a tenth of the largest spike's)")
+    longer = [entry["summary"] for entry in detection.get("longer_answers") or [] if entry.get("summary")]
+    if longer:
+        text += ". Not incidents, longer answers: " + "; ".join(longer)
     return text + "."
 
 

@@ -49,11 +49,14 @@ def write_synthetic_llm_run(path, *, duration_s: float = 60, rate: float = 20, s
                             output_tokens: tuple[int, int] = (8, 64), prompt_tokens: tuple[int, int] = (16, 512),
                             tokens_per_chunk: int = 3, error_share: float = 0.0,
                             ttft_spike: dict | None = None, slo: Sequence[str] = (),
+                            output_burst: dict | None = None, decode_spike: dict | None = None,
                             name: str = "synthetic-llm") -> dict:
     """Write the run into ``path`` (created); return its ground truth (module docstring).
 
     ``ttft_spike``: ``{"at_s", "duration_s", "extra_ms"}`` added to the TTFT of the requests
-    scheduled in ``[at_s, at_s + duration_s)`` after the first arrival."""
+    scheduled in ``[at_s, at_s + duration_s)`` after the first arrival; ``output_burst``
+    ``{"at_s", "duration_s", "factor"}`` multiplies those requests' output tokens (longer answers, same
+    per-token time), ``decode_spike`` (same keys) their time per output token (a real slowdown)."""
     os.makedirs(path, exist_ok=True)
     rng = np.random.default_rng(seed)
     start_ns = 1_700_000_000 * NS_PER_S + seed * NS_PER_S
@@ -71,6 +74,14 @@ def write_synthetic_llm_run(path, *, duration_s: float = 60, rate: float = 20, s
         ttft = ttft + np.where((scheduled >= lo) & (scheduled < hi), ttft_spike["extra_ms"], 0.0)
     decode = decode_median_ms * rng.lognormal(0.0, sigma, size=n)
     outputs = rng.integers(output_tokens[0], output_tokens[1] + 1, size=n)
+    for burst, values in ((output_burst, "outputs"), (decode_spike, "decode")):
+        if burst is not None:
+            lo = burst["at_s"] * NS_PER_S + start_ns
+            hit = (scheduled >= lo) & (scheduled < lo + burst["duration_s"] * NS_PER_S)
+            if values == "outputs":
+                outputs = np.where(hit, np.round(outputs * burst["factor"]).astype(outputs.dtype), outputs)
+            else:
+                decode = np.where(hit, decode * burst["factor"], decode)
     prompts = rng.integers(prompt_tokens[0], prompt_tokens[1] + 1, size=n)
     ok = rng.random(n) >= error_share
     first_ns = scheduled + np.round(ttft * NS_PER_MS).astype(np.int64)

@@ -33,10 +33,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from scipy import stats
 
 from tailscope.analyzers.causes.protocol import DetectorRegistry, SpikeContext, available_inputs
 from tailscope.analyzers.inputs.queues import QueuePoints
-from tailscope.analyzers.inputs.records import RequestArrays
+from tailscope.analyzers.inputs.records import RequestArrays, int_column
 from tailscope.analyzers.inputs.retained import RetainedView
 from tailscope.analyzers.inputs.run_inputs import RunInputs
 from tailscope.analyzers.spikes.evidence_series import evidence_series
@@ -82,7 +83,7 @@ def warmup_ns(origin_ns: int, end_ns: int, window_ns: int, rules: SpikeRules = S
 
 
 def detect(req: RequestArrays, windows: dict[str, np.ndarray], rules: SpikeRules = SpikeRules(),
-           retained: RetainedView | None = None) -> TailTestResult | None:
+           retained: RetainedView | None = None, per_length: np.ndarray | None = None) -> TailTestResult | None:
     """The tail-share test over a run's latency samples after the warm-up (:func:`warmup_ns`),
     on the window table's time range.
 
@@ -92,11 +93,63 @@ def detect(req: RequestArrays, windows: dict[str, np.ndarray], rules: SpikeRules
     so a sampled window holds a handful of records where the detection window was sized
     for 20, and one slow record among two passes a larger-scale group's member rule —
     a spike the exact records do not show (the window table of such a run comes from
-    the same histograms, so both are on the harness's window grid)."""
+    the same histograms, so both are on the harness's window grid).
+
+    ``per_length`` (:func:`length_adjusted_ms`, an LLM run whose answers differ in length): the
+    test runs on each request's e2e latency adjusted for its answer's length instead (ms at the
+    run's median answer length; requests without an output-token count are left out), so a burst
+    of long answers is not a spike and a slowdown per token is."""
     if retained is not None:
         time_ns, values_ms, counts = retained.latency_samples()
         return detect_series(time_ns, values_ms, windows, rules, weights=counts)
+    if per_length is not None:
+        return detect_series(req.scheduled_ns[req.in_latency], per_length[req.in_latency], windows, rules)
     return detect_series(req.scheduled_ns[req.in_latency], req.latency_ms[req.in_latency], windows, rules)
+
+
+#: Output-token spread (coefficient of variation) from which an LLM run's e2e latency is judged for
+#: its answer's length: answers of about one length leave e2e latency comparable across requests.
+OUTPUT_TOKENS_MIN_CV = 0.25
+#: Share of the latency samples that must have an output-token count for the length-adjusted test.
+OUTPUT_TOKENS_MIN_SHARE = 0.5
+#: Most requests the e2e-vs-length line is fitted on (Theil–Sen, O(k²)).
+MAX_FIT_POINTS = 1000
+
+
+def length_adjusted_ms(req: RequestArrays, output_tokens: np.ndarray | None) -> np.ndarray | None:
+    """Each request's e2e latency adjusted for its answer's length (ms; NaN without at least one
+    output token), or None when the e2e test should run on latency itself: no token counts (not an
+    LLM run), fewer than ``OUTPUT_TOKENS_MIN_SHARE`` of the latency samples with one, answers of
+    about one length (output tokens' coefficient of variation below ``OUTPUT_TOKENS_MIN_CV``), or
+    e2e latency that does not grow with the length.
+
+    The run's e2e-vs-length line ``e(n) = a + b·n`` (Theil–Sen over at most ``MAX_FIT_POINTS``
+    successful requests: robust to an incident holding up to about a quarter of them) gives each
+    request its expected e2e for its ``n`` output tokens; the adjusted value is ``e2e / e(n) ·
+    e(median n)``: what the request would have taken at the median answer length. A long answer
+    then weighs as a typical one, a slower decode raises it in proportion, and a queue delay
+    raises it too — dividing e2e by ``n`` alone would not do the last: for a short answer the
+    first token's wait dominates, so the quotient's tail is the short answers' and a queue burst
+    disappears in it (the LLM lab's overload went unseen). ``e(n)`` is floored at a tenth of
+    ``e(median n)``."""
+    if output_tokens is None or not req.in_latency.any():
+        return None
+    tokens = np.where(np.isfinite(output_tokens) & (output_tokens >= 1), output_tokens, np.nan)
+    counted = tokens[req.in_latency]
+    counted = counted[np.isfinite(counted)]
+    if len(counted) < OUTPUT_TOKENS_MIN_SHARE * int(req.in_latency.sum()) or counted.mean() <= 0:
+        return None
+    if float(counted.std() / counted.mean()) < OUTPUT_TOKENS_MIN_CV:
+        return None
+    fit = np.flatnonzero(req.is_ok & np.isfinite(tokens) & np.isfinite(req.latency_ms))
+    if len(fit) > MAX_FIT_POINTS:
+        fit = fit[np.linspace(0, len(fit) - 1, MAX_FIT_POINTS).round().astype(np.int64)]
+    slope, intercept, _, _ = stats.theilslopes(req.latency_ms[fit], tokens[fit])
+    if not slope > 0:
+        return None  # e2e does not grow with the answer's length: judged as is
+    typical = float(np.median(tokens[fit]))
+    expected = np.maximum(intercept + slope * tokens, 0.1 * (intercept + slope * typical))
+    return req.latency_ms / expected * (intercept + slope * typical)
 
 
 def detect_series(scheduled_ns: np.ndarray, values_ms: np.ndarray, windows: dict[str, np.ndarray],
@@ -147,23 +200,27 @@ def short_sentence(short: dict) -> str:
 
 
 def detection_facts(result: TailTestResult | None, rules: SpikeRules, method: str,
-                    load_start_ns: int | None = None, short: dict | None = None) -> dict:
+                    load_start_ns: int | None = None, short: dict | None = None,
+                    judged_on: str = "latency", longer: list[dict] | None = None) -> dict:
     """The ``spike_detection`` section: how spikes were looked for, after which warm-up
     (``warmup_s``: from ``load_start_ns`` to the first detection window), against what baseline
     (``baseline_p99_ms`` is τ, the quiet samples' ``baseline_quantile``: 0.99 unless fewer than
     ``min_samples`` quiet samples; ``baseline_samples`` of them). ``short``: :func:`shortness`
-    when the test did not run for that reason (``too_short``, else None)."""
+    when the test did not run for that reason (``too_short``, else None). ``judged_on``:
+    ``"latency"``, or ``"e2e_for_answer_length"`` for an LLM run whose answers differ in length
+    (``baseline_p99_ms`` is then τ of the length-adjusted e2e, :func:`length_adjusted_ms`);
+    ``longer``: :func:`longer_answers`."""
     if result is None:
         return {"performed": False, "method": method, "detection_window_s": None, "baseline_p99_ms": None,
                 "baseline_quantile": None, "baseline_samples": 0,
                 "expected_slow_share": 1.0 - rules.tail_p, "alpha": rules.alpha, "tests": 0, "iterations": 0,
-                "warmup_s": 0.0, "too_short": short}
+                "warmup_s": 0.0, "too_short": short, "judged_on": judged_on, "longer_answers": longer or []}
     warmup = (result.origin_ns - load_start_ns) / 1e9 if load_start_ns is not None else 0.0
     return {"performed": True, "method": method, "detection_window_s": result.window_ns / 1e9,
             "baseline_p99_ms": result.threshold_ms, "baseline_quantile": result.quantile,
             "baseline_samples": result.baseline_samples, "expected_slow_share": result.expected_share,
             "alpha": rules.alpha, "tests": result.tests, "iterations": result.iterations,
-            "warmup_s": max(warmup, 0.0), "too_short": None}
+            "warmup_s": max(warmup, 0.0), "too_short": None, "judged_on": judged_on, "longer_answers": longer or []}
 
 
 def _mean_p50(values: np.ndarray) -> dict:
@@ -234,7 +291,8 @@ def find_spikes(req: RequestArrays, windows: dict[str, np.ndarray], matrix: Stag
                 registry: DetectorRegistry | None = None, rules: SpikeRules = SpikeRules(),
                 stage_map=None, *, detection: TailTestResult | None = None, method: str = "detectors",
                 span_request: np.ndarray | None = None, queue: QueuePoints | None = None,
-                retained: RetainedView | None = None) -> list[dict]:
+                retained: RetainedView | None = None, per_length: np.ndarray | None = None,
+                output_tokens: np.ndarray | None = None) -> list[dict]:
     """The spikes of a run, each with decomposition, causes and a representative slow trace
     (:mod:`.traces`; ``stage_map`` names the stage of each span, default the span-name map).
 
@@ -250,10 +308,16 @@ def find_spikes(req: RequestArrays, windows: dict[str, np.ndarray], matrix: Stag
     ``span_request`` is :func:`~.stages.request_of_span` of ``run.spans`` when the caller has it
     (the detectors and the representative trace then need no span join of their own), ``queue``
     the run's :func:`~.queues.queue_points` when the caller read them.
+
+    ``per_length`` (:func:`length_adjusted_ms`, with the run's ``output_tokens``): the test ran on
+    e2e latency adjusted for answer length (:func:`detect`), a spike's slow requests are those
+    whose adjusted e2e is above its threshold, its ``baseline_p99_ms`` the normal requests' e2e P99
+    (P99 and baseline stay plain e2e; ``excess_ms`` their difference, which answers longer outside
+    the spike can make negative), and each spike gains ``answer_length`` (:func:`length_judgement`).
     """
     if method not in METHODS:
         raise ValueError(f"unknown cause method {method!r}; expected one of {', '.join(METHODS)}")
-    result = detection if detection is not None else detect(req, windows, rules)
+    result = detection if detection is not None else detect(req, windows, rules, per_length=per_length)
     if result is None:
         return []
     runs = result.episodes(rules.merge_gap)
@@ -280,9 +344,17 @@ def find_spikes(req: RequestArrays, windows: dict[str, np.ndarray], matrix: Stag
     normal = stage_side(joined_rows(normal_index, row_of), matrix)
     spikes, series_cache = [], {}
     for (first, last), (lo, hi) in zip(runs, bounds):
-        spikes.append(_spike_record(req, result, first, last, lo, hi, tau, in_any, normal_index, matrix, run,
-                                    inputs, available, registry, method, stage_map, row_of, normal, series_cache,
-                                    retained))
+        record = _spike_record(req, result, first, last, lo, hi, tau, in_any, normal_index, matrix, run,
+                               inputs, available, registry, method, stage_map, row_of, normal, series_cache,
+                               retained, per_length)
+        if per_length is not None:
+            inside = (req.scheduled_ns >= lo) & (req.scheduled_ns < hi) & req.is_ok
+            judged = length_judgement(per_length, output_tokens, inside, normal_index, tau)
+            baseline = e2e_p99(req, normal_index)
+            record = {**record, "baseline_p99_ms": baseline,
+                      "excess_ms": record["p99_ms"] - baseline if baseline is not None else None,
+                      "answer_length": judged}
+        spikes.append(record)
     if stalls is not None:
         spikes.append(_stall_record(req, result, stalls, normal_index, matrix, run, inputs, available, registry,
                                     method, stage_map, row_of, normal))
@@ -446,9 +518,96 @@ def spike_latency(req: RequestArrays, lo: int, hi: int, retained: RetainedView |
     return records, int(inside.sum()), "records"
 
 
+def e2e_p99(req: RequestArrays, index: np.ndarray) -> float | None:
+    """Nearest-rank e2e latency P99 (ms) of these requests; None without any."""
+    latency = req.latency_ms[index]
+    latency = latency[np.isfinite(latency)]
+    return nearest_rank_value(latency, 0.99) if len(latency) else None
+
+
+def length_judgement(per_length: np.ndarray, output_tokens: np.ndarray, inside: np.ndarray,
+                     normal_index: np.ndarray, tau: float) -> dict:
+    """A spike judged on e2e adjusted for answer length (:func:`length_adjusted_ms`): ``{p99_ms}``
+    of its successful requests' adjusted e2e, ``threshold_ms`` (the test's τ), their ``ratio``, the
+    median ``output_tokens_ratio`` (its requests over the normal ones) and a ``summary``: "e2e for
+    its answer length rose 2.7× (P99 3760 vs 1383 ms at the median answer length); output tokens
+    ×1.1"."""
+    values = per_length[inside]
+    values = values[np.isfinite(values)]
+    p99 = nearest_rank_value(values, 0.99) if len(values) else None
+    ratio = p99 / tau if p99 is not None and tau > 0 else None
+    tokens = output_tokens[inside]
+    tokens, normal_tokens = tokens[np.isfinite(tokens)], output_tokens[normal_index]
+    normal_tokens = normal_tokens[np.isfinite(normal_tokens)]
+    tokens_ratio = (float(np.median(tokens) / np.median(normal_tokens))
+                    if len(tokens) and len(normal_tokens) and np.median(normal_tokens) > 0 else None)
+    summary = ("e2e for its answer length rose " + (f"{ratio:.1f}×" if ratio is not None else "—")
+               + (f" (P99 {p99:.0f} vs {tau:.0f} ms at the median answer length)" if p99 is not None else "")
+               + (f"; output tokens ×{tokens_ratio:.1f}" if tokens_ratio is not None else ""))
+    return {"p99_ms": p99, "threshold_ms": tau, "ratio": ratio, "output_tokens_ratio": tokens_ratio,
+            "summary": summary}
+
+
+#: Length-adjusted e2e ratio (median of the slow requests over the normal ones) up to which a
+#: longer-answer episode counts as flat for its length.
+FLAT_FOR_LENGTH = 1.25
+
+
+def longer_answers(req: RequestArrays, windows: dict[str, np.ndarray], per_length: np.ndarray,
+                   output_tokens: np.ndarray, spikes: list[dict], rules: SpikeRules = SpikeRules()) -> list[dict]:
+    """Where e2e latency P99 rose only because answers got longer: the episodes the tail-share test
+    finds on e2e latency itself (:func:`detect` without ``per_length``) that overlap no spike of the
+    length-adjusted test (``spikes``). Each ``{start_ns, end_ns, p99_ms, baseline_p99_ms (the e2e
+    test's τ), output_tokens_ratio, length_adjusted_ratio, summary}``: the ratios are medians of the episode's
+    slow requests (e2e above τ) over the requests outside every episode; the summary reads "at 29–45 s
+    e2e P99 rose 2.6× only with output length — longer answers: output tokens ×3.2, e2e for their
+    length flat (×0.9)". Not incidents: listed in ``spike_detection.longer_answers``, never as spikes."""
+    result = detect(req, windows, rules)
+    if result is None:
+        return []
+    tau = float(result.threshold_ms)
+    origin = int(windows["start_ns"][0])
+    episodes = [result.window_bounds(first, last) for first, last in result.episodes(rules.merge_gap)]
+    outside = req.is_ok.copy()
+    for lo, hi in episodes:
+        outside &= ~((req.scheduled_ns >= lo) & (req.scheduled_ns < hi))
+
+    def median(values: np.ndarray) -> float | None:
+        values = values[np.isfinite(values)]
+        return float(np.median(values)) if len(values) else None
+    normal_tokens, normal_adjusted = median(output_tokens[outside]), median(per_length[outside])
+    out = []
+    for lo, hi in episodes:
+        if any(s["start_ns"] < hi and s["end_ns"] > lo for s in spikes):
+            continue
+        inside = (req.scheduled_ns >= lo) & (req.scheduled_ns < hi) & req.is_ok
+        slow = inside & (req.latency_ms > tau)
+        p99 = e2e_p99(req, np.flatnonzero(inside))
+        tokens, adjusted = median(output_tokens[slow]), median(per_length[slow])
+        tokens_ratio = tokens / normal_tokens if tokens is not None and normal_tokens else None
+        adjusted_ratio = adjusted / normal_adjusted if adjusted is not None and normal_adjusted else None
+        if p99 is None or tokens_ratio is None or adjusted_ratio is None:
+            continue
+        flat = "flat" if adjusted_ratio <= FLAT_FOR_LENGTH else "raised, but no spike"
+        at = f"{(lo - origin) / 1e9:.0f}–{(hi - origin) / 1e9:.0f} s"
+        out.append({"start_ns": int(lo), "end_ns": int(hi), "p99_ms": p99, "baseline_p99_ms": tau,
+                    "output_tokens_ratio": tokens_ratio, "length_adjusted_ratio": adjusted_ratio,
+                    "summary": (f"at {at} e2e P99 rose {p99 / tau:.1f}× only with output length — longer answers: "
+                                f"output tokens ×{tokens_ratio:.1f}, e2e for their length {flat} (×{adjusted_ratio:.1f})")})
+    return out
+
+
+def output_tokens_of(requests) -> np.ndarray | None:
+    """The request table's ``output_tokens`` as float64 (NaN where null), or None without that column."""
+    if "output_tokens" not in requests.column_names:
+        return None
+    values, present = int_column(requests, "output_tokens")
+    return np.where(present, values.astype(np.float64), np.nan)
+
+
 def _spike_record(req, result, first, last, lo, hi, tau, in_any, normal_index, matrix, run, inputs,
                   available, registry, method, stage_map, row_of, normal, series_cache=None,
-                  retained: RetainedView | None = None) -> dict:
+                  retained: RetainedView | None = None, per_length: np.ndarray | None = None) -> dict:
     inside = (req.scheduled_ns >= lo) & (req.scheduled_ns < hi)
     latency, requests, source = spike_latency(req, lo, hi, retained)
     p99 = float(latency[nearest_rank(len(latency), 0.99) - 1])  # never empty: see spike_latency
@@ -457,7 +616,8 @@ def _spike_record(req, result, first, last, lo, hi, tau, in_any, normal_index, m
         shares = np.where(result.n[first:last + 1] > 0, result.slow[first:last + 1] / np.maximum(result.n[first:last + 1], 1), 0)
     peak = first + int(np.argmax(shares))
     peak_lo, peak_hi = result.window_bounds(peak, peak)
-    slow_index = np.flatnonzero(inside & req.is_ok & (req.latency_ms > tau))
+    judged = per_length if per_length is not None else req.latency_ms
+    slow_index = np.flatnonzero(inside & req.is_ok & (np.nan_to_num(judged, nan=-np.inf) > tau))
     decomposition = decompose(slow_index, normal_index, matrix, req.n, row_of, normal)
     if retained is not None and len(slow_index) == 0:
         decomposition = {**decomposition, "available": False, "unavailable_reason": NO_RECORDS_KEPT,

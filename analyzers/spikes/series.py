@@ -30,7 +30,8 @@ def series_spikes(scheduled_ns: np.ndarray, values_ms: np.ndarray, windows: dict
     result = detect_series(scheduled_ns, values_ms, windows, rules) if windows is not None else None
     load_start = int(windows["start_ns"][0]) if windows is not None and len(windows["start_ns"]) else None
     facts = detection_facts(result, rules, "", load_start)
-    facts.pop("method", None)
+    for key in ("method", "judged_on", "longer_answers"):  # latency-only facts
+        facts.pop(key, None)
     return facts, _spikes(scheduled_ns, values_ms, result, rules)
 
 
