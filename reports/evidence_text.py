@@ -101,6 +101,7 @@ KNOWN_SCALARS = {
     "decode_growth_ms": ("decode time growth", lambda v: f"{v:+.1f} ms"),
     "compute_growth_ratio": ("compute time growth vs baseline", lambda v: f"{v:+.0%}"),
     "kv_pressure": ("KV-cache pressure found", lambda v: f"{100 * v:.0f}%"),
+    "kv_usage_peak": ("highest KV-cache usage reading", lambda v: f"{100 * v:.0f}% of the cache"),
 }
 #: Evidence keys read in pairs, one sentence each: (spike key, baseline key, label, shown as).
 LEVEL_PAIRS = (

@@ -92,3 +92,9 @@ def test_place_words():
     assert place_words(12 * s, 14 * s, 10 * s, 12 * s) == "in the 2 s after the spike"
     assert place_words(9 * s, 13 * s, 10 * s, 12 * s) == "from 1 s before the spike to 1 s after it"
     assert place_words(11 * s, 13 * s, 10 * s, 12 * s) == "from the spike's start to 1 s after it"
+
+
+def test_the_kv_peak_from_the_widened_spike_says_where_it_was_read():
+    evidence = {"summary": "s", "kv_usage_peak": 0.99, "places": {"kv_usage_peak": "from 2 s before the spike to 2 s after it"}}
+    assert "Highest KV-cache usage reading: 99% of the cache (from 2 s before the spike to 2 s after it)." in (
+        evidence_sentences({"kind": "kv_cache_pressure", "evidence": evidence}))

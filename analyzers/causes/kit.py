@@ -32,7 +32,7 @@ import numpy as np
 
 from tailscope.analyzers.causes.protocol import SpikeContext
 from tailscope.analyzers.inputs.run_inputs import margin_ns
-from tailscope.analyzers.inputs.signal_index import Contrast
+from tailscope.analyzers.inputs.signal_index import Contrast, place_words
 from tailscope.analyzers.stages.presets import STAGE_PRESETS, split_selector
 
 #: Robust z at which a signal's change starts / fully counts.
@@ -457,8 +457,16 @@ def kv_pressure(ctx: SpikeContext) -> KvPressure:
     return KvPressure(confidence, True, kv.spike, kv.baseline,
                       preempted.contrast.spike if preempted is not None else None,
                       preempted.contrast.baseline if preempted is not None else None, factors, names,
-                      places(kv_usage_spike=kv, preemptions_per_s=preempted.contrast if preempted is not None else None),
+                      {**places(kv_usage_spike=kv, preemptions_per_s=preempted.contrast if preempted is not None else None),
+                       **({"kv_usage_peak": widened_place(ctx)} if peak is not None else {})},
                       kv_peak=peak)
+
+
+def widened_place(ctx: SpikeContext) -> str:
+    """Where a figure taken over the spike widened by its margin was measured: "from 2 s before the
+    spike to 2 s after it" (:func:`~.signal_index.place_words`)."""
+    margin = margin_ns(ctx.start_ns, ctx.end_ns)
+    return place_words(ctx.start_ns - margin, ctx.end_ns + margin, ctx.start_ns, ctx.end_ns)
 
 
 def server_role_prefixes(*roles: str) -> tuple[str, ...]:
