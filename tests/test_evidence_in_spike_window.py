@@ -98,3 +98,19 @@ def test_the_kv_peak_from_the_widened_spike_says_where_it_was_read():
     evidence = {"summary": "s", "kv_usage_peak": 0.99, "places": {"kv_usage_peak": "from 2 s before the spike to 2 s after it"}}
     assert "Highest KV-cache usage reading: 99% of the cache (from 2 s before the spike to 2 s after it)." in (
         evidence_sentences({"kind": "kv_cache_pressure", "evidence": evidence}))
+
+
+def test_the_recurring_stalls_card_says_its_evidence_was_read_in_the_largest_stall(tmp_path):
+    """A recurring-stalls record spans every stall, but its causes are scored in one stall's window."""
+    from tailscope.analyzers.analysis import analyze_run
+    from tailscope.reports.cards import spike_row
+    from tailscope.testing.synthetic import write_synthetic_run
+
+    pauses = [{"kind": "gc", "at_s": 4.0 * k + 2.0, "duration_s": 0.15, "extra_ms": 150} for k in range(1, 14)]
+    write_synthetic_run(tmp_path / "stalls", duration_s=60, rate=50, seed=3, spikes=pauses)
+    analysis = analyze_run(tmp_path / "stalls")
+    (spike,) = analysis["spikes"]
+    lo, hi = spike["recurring_stalls"]["evidence_ns"]
+    assert spike["start_ns"] <= lo < hi <= spike["end_ns"] and hi - lo < 2 * NS
+    text = spike_row(1, spike, analysis["run"]["load_start_ns"])["stalls"]
+    assert text.startswith(spike["recurring_stalls"]["summary"] + "; the evidence below was read in the largest stall, ")

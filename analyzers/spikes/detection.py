@@ -489,7 +489,9 @@ def _stall_record(req, result, stalls, normal_index, matrix, run, inputs, availa
                              "interval_cv": found["interval_cv"], "regular": found["regular"],
                              "pause_ms": found["pause_ms"], "requests": found["requests"],
                              "quiet_p99_ms": found["quiet_p99_ms"], "summary": summary,
-                             "starts_ns": [int(st["start_ns"]) for st in found["stalls"][:MAX_STALL_STARTS]]},
+                             "starts_ns": [int(st["start_ns"]) for st in found["stalls"][:MAX_STALL_STARTS]],
+                             # the causes' evidence is read in this stall, not over the whole stretch
+                             "evidence_ns": [int(biggest["start_ns"]), int(biggest["end_ns"])]},
         "decomposition": decomposition, "causes": causes,
         "evidence_series": evidence_series(ctx, causes, {}),
         "representative_trace": representative_trace(req, slow_index, run.spans, stage_map or DEFAULT_STAGE_MAP,
