@@ -139,11 +139,13 @@ def analyze_run(run_or_path: Run | str | os.PathLike, *, window_s: float = 1.0,
         output_tokens = output_tokens_of(run.requests) if retained is None else None
         per_length = length_adjusted_ms(req, output_tokens)
         detection = detect(req, windows, spike_rules, retained, per_length) if windows else None
+        plain = detect(req, windows, spike_rules) if windows and per_length is not None else None
         spikes = (find_spikes(req, windows, matrix, run, registry, spike_rules, stage_map,
                               detection=detection, method=method, span_request=join.span_request, queue=queue,
-                              retained=retained, per_length=per_length, output_tokens=output_tokens)
+                              retained=retained, per_length=per_length, output_tokens=output_tokens,
+                              e2e_tau=plain.threshold_ms if plain is not None else None)
                   if windows else [])
-        longer = (longer_answers(req, windows, per_length, output_tokens, spikes, spike_rules)
+        longer = (longer_answers(req, windows, per_length, output_tokens, spikes, spike_rules, plain)
                   if windows and per_length is not None else [])
         release_pages(run)
         signals = signals_section(run, req, period, window_s, queue=queue)

@@ -292,7 +292,7 @@ def find_spikes(req: RequestArrays, windows: dict[str, np.ndarray], matrix: Stag
                 stage_map=None, *, detection: TailTestResult | None = None, method: str = "detectors",
                 span_request: np.ndarray | None = None, queue: QueuePoints | None = None,
                 retained: RetainedView | None = None, per_length: np.ndarray | None = None,
-                output_tokens: np.ndarray | None = None) -> list[dict]:
+                output_tokens: np.ndarray | None = None, e2e_tau: float | None = None) -> list[dict]:
     """The spikes of a run, each with decomposition, causes and a representative slow trace
     (:mod:`.traces`; ``stage_map`` names the stage of each span, default the span-name map).
 
@@ -310,8 +310,11 @@ def find_spikes(req: RequestArrays, windows: dict[str, np.ndarray], matrix: Stag
     the run's :func:`~.queues.queue_points` when the caller read them.
 
     ``per_length`` (:func:`length_adjusted_ms`, with the run's ``output_tokens``): the test ran on
-    e2e latency adjusted for answer length (:func:`detect`), a spike's slow requests are those
-    whose adjusted e2e is above its threshold, its ``baseline_p99_ms`` the normal requests' e2e P99
+    e2e latency adjusted for answer length (:func:`detect`); which windows are spikes follows that
+    test, while a spike's slow requests — the ones its causes are judged on — are, as in any run,
+    those above the plain e2e test's τ (``e2e_tau``), or, when none of the spike's requests is
+    (answers longer elsewhere raised that τ), those whose adjusted and plain e2e are both above the
+    adjusted τ; its ``baseline_p99_ms`` is the normal requests' e2e P99
     (P99 and baseline stay plain e2e; ``excess_ms`` their difference, which answers longer outside
     the spike can make negative), and each spike gains ``answer_length`` (:func:`length_judgement`).
     """
@@ -346,7 +349,7 @@ def find_spikes(req: RequestArrays, windows: dict[str, np.ndarray], matrix: Stag
     for (first, last), (lo, hi) in zip(runs, bounds):
         record = _spike_record(req, result, first, last, lo, hi, tau, in_any, normal_index, matrix, run,
                                inputs, available, registry, method, stage_map, row_of, normal, series_cache,
-                               retained, per_length)
+                               retained, per_length, e2e_tau)
         if per_length is not None:
             inside = (req.scheduled_ns >= lo) & (req.scheduled_ns < hi) & req.is_ok
             judged = length_judgement(per_length, output_tokens, inside, normal_index, tau)
@@ -556,15 +559,17 @@ FLAT_FOR_LENGTH = 1.25
 
 
 def longer_answers(req: RequestArrays, windows: dict[str, np.ndarray], per_length: np.ndarray,
-                   output_tokens: np.ndarray, spikes: list[dict], rules: SpikeRules = SpikeRules()) -> list[dict]:
+                   output_tokens: np.ndarray, spikes: list[dict], rules: SpikeRules = SpikeRules(),
+                   plain: TailTestResult | None = None) -> list[dict]:
     """Where e2e latency P99 rose only because answers got longer: the episodes the tail-share test
     finds on e2e latency itself (:func:`detect` without ``per_length``) that overlap no spike of the
     length-adjusted test (``spikes``). Each ``{start_ns, end_ns, p99_ms, baseline_p99_ms (the e2e
     test's τ), output_tokens_ratio, length_adjusted_ratio, summary}``: the ratios are medians of the episode's
     slow requests (e2e above τ) over the requests outside every episode; the summary reads "at 29–45 s
     e2e P99 rose 2.6× only with output length — longer answers: output tokens ×3.2, e2e for their
-    length flat (×0.9)". Not incidents: listed in ``spike_detection.longer_answers``, never as spikes."""
-    result = detect(req, windows, rules)
+    length flat (×0.9)". Not incidents: listed in ``spike_detection.longer_answers``, never as spikes.
+    ``plain``: the plain e2e test's result when the caller has it."""
+    result = plain if plain is not None else detect(req, windows, rules)
     if result is None:
         return []
     tau = float(result.threshold_ms)
@@ -609,7 +614,8 @@ def output_tokens_of(requests) -> np.ndarray | None:
 
 def _spike_record(req, result, first, last, lo, hi, tau, in_any, normal_index, matrix, run, inputs,
                   available, registry, method, stage_map, row_of, normal, series_cache=None,
-                  retained: RetainedView | None = None, per_length: np.ndarray | None = None) -> dict:
+                  retained: RetainedView | None = None, per_length: np.ndarray | None = None,
+                  e2e_tau: float | None = None) -> dict:
     inside = (req.scheduled_ns >= lo) & (req.scheduled_ns < hi)
     latency, requests, source = spike_latency(req, lo, hi, retained)
     p99 = float(latency[nearest_rank(len(latency), 0.99) - 1])  # never empty: see spike_latency
@@ -618,8 +624,11 @@ def _spike_record(req, result, first, last, lo, hi, tau, in_any, normal_index, m
         shares = np.where(result.n[first:last + 1] > 0, result.slow[first:last + 1] / np.maximum(result.n[first:last + 1], 1), 0)
     peak = first + int(np.argmax(shares))
     peak_lo, peak_hi = result.window_bounds(peak, peak)
-    judged = per_length if per_length is not None else req.latency_ms
-    slow_index = np.flatnonzero(inside & req.is_ok & (np.nan_to_num(judged, nan=-np.inf) > tau))
+    slow_index = np.flatnonzero(inside & req.is_ok & (req.latency_ms > (tau if e2e_tau is None else e2e_tau)))
+    if per_length is not None and (e2e_tau is None or not len(slow_index)):
+        # slow for its length, and slower than τ outright
+        slow_index = np.flatnonzero(inside & req.is_ok & (req.latency_ms > tau)
+                                    & (np.nan_to_num(per_length, nan=-np.inf) > tau))
     decomposition = decompose(slow_index, normal_index, matrix, req.n, row_of, normal)
     if retained is not None and len(slow_index) == 0:
         decomposition = {**decomposition, "available": False, "unavailable_reason": NO_RECORDS_KEPT,
