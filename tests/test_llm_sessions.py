@@ -36,7 +36,8 @@ class CaptureRelay:
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.port = self.listener.getsockname()[1]
         self.connections: list[tuple[bytearray, bytearray]] = []
-        threading.Thread(target=self._accept, daemon=True).start()
+        self.threads = [threading.Thread(target=self._accept, daemon=True)]
+        self.threads[0].start()
 
     def _accept(self) -> None:
         while True:
@@ -47,8 +48,9 @@ class CaptureRelay:
             upstream = socket.create_connection(("127.0.0.1", self.upstream_port))
             record = (bytearray(), bytearray())
             self.connections.append(record)
-            threading.Thread(target=self._pump, args=(client, upstream, record[0]), daemon=True).start()
-            threading.Thread(target=self._pump, args=(upstream, client, record[1]), daemon=True).start()
+            for args in ((client, upstream, record[0]), (upstream, client, record[1])):
+                self.threads.append(threading.Thread(target=self._pump, args=args, daemon=True))
+                self.threads[-1].start()
 
     @staticmethod
     def _pump(source: socket.socket, sink: socket.socket, keep: bytearray) -> None:
@@ -66,7 +68,16 @@ class CaptureRelay:
                     pass
 
     def close(self) -> None:
+        """Stop accepting and wait for every relay thread to end (a thread left blocked would
+        deadlock a later gevent monkey-patch in this process, e.g. when a test imports Locust)."""
+        try:
+            self.listener.shutdown(socket.SHUT_RDWR)  # wakes the blocked accept()
+        except OSError:
+            pass
         self.listener.close()
+        for thread in self.threads:
+            thread.join(timeout=10)
+        assert not any(thread.is_alive() for thread in self.threads), "a relay thread did not end"
 
     def exchanges(self) -> dict[str, tuple[dict, str]]:
         """``{X-Request-Id: (request JSON, the answer text streamed back)}`` of every chat exchange."""
