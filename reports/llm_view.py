@@ -31,6 +31,7 @@ from tailscope.reports.formatting import (
 )
 from tailscope.reports.kinds_view import kinds_data, kinds_headline
 from tailscope.reports.prefix_cache_view import prefix_cache_data, prefix_cache_headline
+from tailscope.reports.sessions_view import sessions_data, sessions_headline
 from tailscope.support.cause_words import cause_title
 
 #: The percentile-set metrics of the section, in display order: (key, label).
@@ -109,6 +110,7 @@ def llm_data(analysis: dict) -> dict | None:
         "tpot_note": TPOT_NOTE,
         "prefix_cache": prefix_cache_data(llm, origin),
         "kinds": kinds_data(llm),
+        "sessions": sessions_data(llm),
         "has_points": bool((llm.get("points") or {}).get("scheduled_ns")),
     }
 
@@ -133,6 +135,9 @@ def llm_headline(analysis: dict) -> list[dict] | None:
     out.append({"label": f"LLM goodput {fmt_share(goodput['share'])}",
                 "note": f"{fmt_count(goodput['good'])} of {fmt_count(goodput['total'])} requests"})
     out.extend(kinds_headline(analysis))
+    sessions = sessions_headline(analysis)
+    if sessions is not None:
+        out.append(sessions)
     return out
 
 
