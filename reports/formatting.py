@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-NS_PER_S = 1_000_000_000
+from tailscope.support.units import NS_PER_S
 
 
 def fmt_ms(value) -> str:
