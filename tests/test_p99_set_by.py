@@ -102,3 +102,21 @@ def test_an_llm_run_whose_long_answers_set_p99_says_output_length_not_an_inciden
     assert found["evidence"]["by"] == "output_length"
     assert found["evidence"]["output_tokens"]["ratio"] >= 5
     assert "time per output token is flat" in found["summary"]
+
+
+def test_a_train_of_tiny_pauses_that_overlaps_the_slow_requests_does_not_explain_them(tmp_path, monkeypatch):
+    """0.3-ms collections every 60 ms overlap every long request and explain none of its latency:
+    the answer is the request mix, and the pause facts say how little the pauses covered."""
+    import tailscope.analyzers.findings.tail as tail
+    from tailscope.analyzers.inputs.pauses import Pauses
+
+    truth = write_synthetic_run(tmp_path / "run", duration_s=40, rate=50, seed=1, gc_events=False)
+    start = SYNTHETIC_START_NS + np.arange(0, 40_000_000_000, 60_000_000, dtype=np.int64)
+    end = start + 300_000
+    train = Pauses(start, end, np.zeros(len(start), np.int64), np.arange(len(start), dtype=np.int64) * 300_000)
+    monkeypatch.setattr(tail, "pauses_of", lambda events, kind: train)
+    found = _p99_finding(analyze_run(truth["path"]))
+    pauses = found["evidence"]["pauses"]
+    assert pauses["source"] == "gc" and pauses["above_share"] >= 0.9 > pauses["others_share"] + 0.3
+    assert pauses["accounts_share"] < tail.PAUSE_ACCOUNTS
+    assert found["evidence"]["by"] == "class"

@@ -8,7 +8,9 @@ the first of these that accounts for them is named (the evidence keeps every mea
    cards say why;
 2. ``gc`` / ``stalls`` — the target's pauses: ``gc_pause`` events it sent, else stalls of its
    process seen in its spans (:mod:`~.inputs.span_stalls`): at least half of the requests above
-   P99 overlapped one, at least 30 points more than of the others; named with their count,
+   P99 overlapped one, at least 30 points more than of the others, and the pause time inside
+   them accounts for at least a quarter of their extra mean latency over the others (a train of
+   0.3-ms collections overlaps everything and explains nothing); named with their count,
    spacing (median time between them) and median length;
 3. ``output_length`` — an LLM run's end-to-end latency: the requests above P99 generated at
    least 1.5× the output tokens of the others while their time per output token rose less than
@@ -35,6 +37,8 @@ from tailscope.analyzers.stats.llm import llm_arrays
 SPIKE_SHARE, PAUSE_SHARE, PAUSE_LIFT, CLASS_SHARE, CLASS_OF_ALL = 0.5, 0.5, 0.3, 0.8, 0.5
 #: Output-length rule: tokens ratio at least, per-token time ratio below.
 TOKENS_RATIO, PER_TOKEN_FLAT = 1.5, 1.25
+#: Share of the above-P99 requests' extra mean latency their mean pause overlap must hold.
+PAUSE_ACCOUNTS = 0.25
 #: Share of the extra mean latency one stage must hold.
 STAGE_SHARE = 0.5
 #: Stage names in words.
@@ -46,16 +50,31 @@ def _mean(values: np.ndarray) -> float:
     return float(finite.mean()) if len(finite) else float("nan")
 
 
-def _pause_facts(pauses: Pauses, begin: np.ndarray, end: np.ndarray, above: np.ndarray) -> dict | None:
-    """Overlap of the requests above P99 and of the others with the pauses; None without pauses."""
+def _pause_facts(pauses: Pauses, begin: np.ndarray, end: np.ndarray, above: np.ndarray,
+                 latency_ms: np.ndarray) -> dict | None:
+    """Overlap of the requests above P99 and of the others with the pauses, and how much of the
+    above requests' extra mean latency (ms) their mean pause overlap (ms) covers; None without pauses."""
     if len(pauses) == 0:
         return None
-    hit = pauses.overlap_ms(begin, end) > 0
+    overlap = pauses.overlap_ms(begin, end)
+    hit = overlap > 0
     lengths = (pauses.end_ns - pauses.start_ns) / NS_PER_MS
     spacing = np.diff(pauses.start_ns) / 1e9
+    extra = _mean(latency_ms[above]) - _mean(latency_ms[~above]) if (~above).any() else float("nan")
+    mean_overlap = _mean(overlap[above])
     return {"count": int(len(pauses)), "above_share": float(hit[above].mean()),
             "others_share": float(hit[~above].mean()) if (~above).any() else 0.0,
-            "median_ms": float(np.median(lengths)), "every_s": float(np.median(spacing)) if len(spacing) else None}
+            "median_ms": float(np.median(lengths)), "every_s": float(np.median(spacing)) if len(spacing) else None,
+            "above_overlap_ms": mean_overlap, "extra_ms": extra,
+            "accounts_share": mean_overlap / extra if np.isfinite(extra) and extra > 0 else None}
+
+
+def _duration_words(seconds: float) -> str:
+    """``4.1 s``, ``350 ms``, ``0.3 ms``: two significant figures below 10, whole numbers above."""
+    if seconds >= 1:
+        return f"{seconds:.1f} s" if seconds < 10 else f"{seconds:.0f} s"
+    ms = seconds * 1e3
+    return f"{ms:.2g} ms" if ms < 10 else f"{ms:.0f} ms"
 
 
 def _stalls(inputs: FindingInputs) -> Pauses:
@@ -108,17 +127,20 @@ def check_p99_set_by(inputs: FindingInputs) -> Finding | None:
     end = req.end_ns[counted]
     gc = pauses_of(inputs.run.events, "gc_pause")
     source, pauses = ("gc", gc) if len(gc) else ("stalls", _stalls(inputs) if len(inputs.run.spans) else gc)
-    facts = _pause_facts(pauses, begin, end, above)
+    facts = _pause_facts(pauses, begin, end, above, latency)
     if facts is not None:
         evidence["pauses"] = {"source": source, **facts}
-        if facts["above_share"] >= PAUSE_SHARE and facts["above_share"] - facts["others_share"] >= PAUSE_LIFT:
+        if (facts["above_share"] >= PAUSE_SHARE and facts["above_share"] - facts["others_share"] >= PAUSE_LIFT
+                and facts["accounts_share"] is not None and facts["accounts_share"] >= PAUSE_ACCOUNTS):
             what = "GC pauses" if source == "gc" else "stalls of its process"
             seen = ("" if source == "gc" else
                     "; seen in its spans: no span started or ended while requests waited, a stop-the-world pause")
-            every = f"every ~{facts['every_s']:.1f} s, " if facts["every_s"] else ""
+            every = f"every ~{_duration_words(facts['every_s'])}, " if facts["every_s"] else ""
             summary = (f"{head} the target's pauses: {facts['above_share']:.0%} of the {n_above:,} requests above "
-                       f"it overlapped one of {facts['count']:,} {what} ({every}each ~{facts['median_ms']:.0f} ms"
-                       f"{seen}), against {facts['others_share']:.0%} of the others.")
+                       f"it overlapped one of {facts['count']:,} {what} ({every}each "
+                       f"~{_duration_words(facts['median_ms'] / 1e3)}{seen}), against {facts['others_share']:.0%} "
+                       f"of the others; paused a mean {facts['above_overlap_ms']:.1f} ms of their "
+                       f"+{facts['extra_ms']:.1f} ms extra latency.")
             return Finding("p99_set_by", "low", summary, {**evidence, "by": source})
 
     # 3. an LLM's output length
