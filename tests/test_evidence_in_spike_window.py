@@ -114,3 +114,17 @@ def test_the_recurring_stalls_card_says_its_evidence_was_read_in_the_largest_sta
     assert spike["start_ns"] <= lo < hi <= spike["end_ns"] and hi - lo < 2 * NS
     text = spike_row(1, spike, analysis["run"]["load_start_ns"])["stalls"]
     assert text.startswith(spike["recurring_stalls"]["summary"] + "; the evidence below was read in the largest stall, ")
+
+
+def test_a_level_with_an_outside_peak_keeps_each_figure_beside_its_unit():
+    """'waited 25 in the spike (peak 45 in the 2 s after the spike) ms/s' put the unit after the
+    parenthesis: each figure carries its own unit."""
+    from tailscope.analyzers.causes.detect_cpu_contention import _summary
+
+    waits = [{"series": "generator.runqueue_wait_ms", "spike": 45.0, "inside": 25.0, "baseline": 23.0,
+              "place": "in the 2 s after the spike"},
+             {"series": "proc.runqueue_wait_ns", "spike": 474e6, "inside": 474e6, "baseline": 199e6, "place": "in the spike"}]
+    text = _summary(None, None, waits, None, 0.0, 0.0, 0.0, None)
+    assert ("the generator waited for a CPU 25 ms/s in the spike (peak 45 ms/s in the 2 s after the spike) "
+            "vs 23 ms/s") in text
+    assert "target threads waited on a run queue 474 ms/s vs 199 ms/s" in text

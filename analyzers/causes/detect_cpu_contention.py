@@ -221,19 +221,20 @@ def _summary(others, cotenants: Cotenants | None, waits: list[dict], own_ratio: 
     parts = []
     if cotenants is not None and cotenants.confidence >= 0.5:
         found = cotenants.evidence.contrast
-        parts.append(f"co-tenants in the target's cgroup used {level_words(found, lambda v: f'{v:.2f}')} CPU cores vs {found.baseline:.2f} "
+        parts.append(f"co-tenants in the target's cgroup used {level_words(found, lambda v: f'{v:.2f} CPU cores')} vs {found.baseline:.2f} "
                      f"at baseline (the cgroup used {cotenants.ratio or 0:.1f}× the target's own CPU)")
     if others is not None:
-        parts.append(f"other processes used {level_words(others.contrast, lambda v: f'{v:.2f}')} CPU cores vs "
+        parts.append(f"other processes used {level_words(others.contrast, lambda v: f'{v:.2f} CPU cores')} vs "
                      f"{others.contrast.baseline:.2f} at baseline")
     named = {e["series"]: e for e in waits}
     runq = named.get("proc.runqueue_wait_ns")
     if runq and runq["spike"] is not None:
-        parts.append(f"target threads waited {level_words(runq, lambda v: f'{v / 1e6:.0f}')} ms/s on a run queue "
+        parts.append(f"target threads waited on a run queue {level_words(runq, lambda v: f'{v / 1e6:.0f} ms/s')} "
                      f"vs {runq['baseline'] / 1e6:.0f} ms/s")
     generator = named.get("generator.runqueue_wait_ms")
     if generator and generator["spike"] is not None:
-        parts.append(f"the generator waited {level_words(generator, lambda v: f'{v:.0f}')} ms/s for a CPU vs {generator['baseline']:.0f}")
+        parts.append(f"the generator waited for a CPU {level_words(generator, lambda v: f'{v:.0f} ms/s')} "
+                     f"vs {generator['baseline']:.0f} ms/s")
     psi = named.get("psi.cpu.some_us")
     if psi and psi["spike"] is not None:
         parts.append(f"CPU pressure {level_words(psi, lambda v: f'{v / 1e4:.1f}%')} vs {psi['baseline'] / 1e4:.1f}%")

@@ -33,9 +33,9 @@ class CpuThrottlingDetector(CauseDetector):
         periods = next((e for e in evidence if e["series"] == "cgroup.cpu.nr_throttled"), None)
         summary = "CFS throttling of the target's cgroup"
         if throttled and throttled["spike"] is not None:
-            summary += (f": {level_words(throttled, lambda v: f'{v / 1e6:.0f}')} ms throttled per second vs "
+            summary += (f": throttled {level_words(throttled, lambda v: f'{v / 1e6:.0f} ms/s')} vs "
                         f"{throttled['baseline'] / 1e6:.1f} ms/s at baseline (z {throttled['z']:.1f})")
         if periods and periods["spike"] is not None:
-            summary += f", {level_words(periods, lambda v: f'{v:.1f}')} throttled periods/s vs {periods['baseline']:.1f}"
+            summary += f", {level_words(periods, lambda v: f'{v:.1f} throttled periods/s')} vs {periods['baseline']:.1f}"
         return Finding(self.name, round(confidence, 4), {
             "summary": summary, "signals": evidence, "latency_split": split.as_dict(), "factors": factors})

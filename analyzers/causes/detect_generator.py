@@ -89,9 +89,9 @@ class GeneratorDetector(CauseDetector):
                    f"+{client:.1f} ms outside the server's spans, as far as its own lateness reaches); "
                    f"{percent(late_slow)} of them left more than {LATE_MS:g} ms late vs {percent(late_normal)} "
                    "of normal requests"
-                   + (f"; generator CPU {level_words(own_cpu, lambda v: f'{v:.0f}%')} of a core (baseline {own_cpu.baseline:.0f}%)"
+                   + (f"; generator CPU {level_words(own_cpu, lambda v: f'{v:.0f}% of a core')} (baseline {own_cpu.baseline:.0f}%)"
                       if own_cpu is not None else "")
-                   + (f"; its event loop waited {level_words(starved.contrast, lambda v: f'{v:.0f}')} ms/s for a CPU (baseline "
+                   + (f"; its event loop waited {level_words(starved.contrast, lambda v: f'{v:.0f} ms/s')} for a CPU (baseline "
                       f"{starved.contrast.baseline:.0f}): other processes starved it"
                       if starved is not None and starved.confidence >= 0.5 else ""))
         return Finding(self.name, round(float(confidence), 4), {

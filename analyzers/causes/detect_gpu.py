@@ -53,10 +53,10 @@ class GpuThrottlingDetector(CauseDetector):
         for entry in found:
             if entry["confidence"] >= 0.25:
                 if entry["series"].endswith("(drop)"):
-                    parts.append(f"{entry['series'][:-7]} fell to {level_words(entry, lambda v: f'{-v:.0f}')} MHz "
+                    parts.append(f"{entry['series'][:-7]} fell to {level_words(entry, lambda v: f'{-v:.0f} MHz')} "
                                  f"from {-entry['baseline']:.0f}")
                 else:
-                    parts.append(f"{entry['series']} set {level_words(entry, lambda v: f'{100 * v:.0f}%')} of the time "
+                    parts.append(f"{entry['series']} set {level_words(entry, lambda v: f'{100 * v:.0f}% of the time')} "
                                  f"(baseline {100 * entry['baseline']:.0f}%)")
         summary = "GPU clocks slowed: " + ("; ".join(parts) if parts else "no GPU signal moved")
         return Finding(self.name, round(confidence, 4), {

@@ -160,7 +160,7 @@ class QueueSaturationDetector(CauseDetector):
             parts.append(f"throughput {held:.2f}× the baseline's"
                          + (" (the service slowed: the queue is a symptom)" if held < 0.75 else ""))
         if waiting is not None:
-            parts.append(level_words(waiting.contrast, lambda v: f"{v:.0f}") + " requests waiting on the server "
+            parts.append(level_words(waiting.contrast, lambda v: f"{v:.0f} requests waiting on the server") + " "
                          f"(baseline {waiting.contrast.baseline:.0f})")
         if kv.watched and kv.confidence > 0:
             parts.append(f"KV cache {percent(kv.kv_spike)} in use"

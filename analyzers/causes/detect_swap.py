@@ -45,7 +45,7 @@ class SwapDetector(CauseDetector):
                               ("psi.memory.some_us", "µs/s memory stall")):
             entry = named.get(series)
             if entry and entry["spike"] is not None:
-                parts.append(f"{level_words(entry, lambda v: f'{v:,.0f}')} {label} (baseline {entry['baseline']:,.0f})")
+                parts.append(f"{level_words(entry, lambda v, unit=label: f'{v:,.0f} {unit}')} (baseline {entry['baseline']:,.0f})")
         summary = "memory paging: " + ("; ".join(parts) if parts else "no paging signal moved")
         if paging.watched and paging.owned < 0.5 <= max((e["confidence"] for e in evidence), default=0.0):
             summary += " (host-wide only: the target's own major faults and memory cgroup stayed flat, " \
