@@ -13,6 +13,7 @@ from rich.live import Live
 from rich.markup import escape
 from rich.table import Table
 
+from tailscope.reports.cards import judged_p99
 from tailscope.reports.formatting import fmt_metric
 from tailscope.support.units import percentile_label
 from tailscope.support.verdict_words import unclaimed_note, verdict_line
@@ -134,9 +135,11 @@ def print_summary(console: Console, analysis: dict, paths: dict) -> None:
         causes = spike.get("causes") or []
         top = causes[0] if causes else {"kind": "unexplained", "confidence": 0}
         grew = (spike.get("decomposition") or {}).get("dominant_stage")
+        p99, baseline = judged_p99(spike)  # what the spike was judged on (e2e for answer length in LLM runs)
+        judged_on = "e2e for its answer length P99" if spike.get("answer_length") else "latency P99"
         console.print(
-            f"spike {_clock(spike.get('start_ns'))}–{_clock(spike.get('end_ns'))}: latency P99 "
-            f"{spike.get('p99_ms', 0):.0f} ms vs {spike.get('baseline_p99_ms', 0):.0f} ms baseline; "
+            f"spike {_clock(spike.get('start_ns'))}–{_clock(spike.get('end_ns'))}: {judged_on} "
+            f"{p99 or 0:.0f} ms vs {baseline or 0:.0f} ms baseline; "
             f"top cause [bold]{escape(str(top.get('kind')))}[/] ({100 * (top.get('confidence') or 0):.0f}%)"
             + (f"; {escape(str(grew))} grew most" if grew else "")
             + _evidence_hint(top.get("evidence")),

@@ -94,6 +94,18 @@ def test_a_spike_line_names_its_percentile_and_the_units_of_its_evidence():
     assert "[overlap_share 75%, pause_ms 210 ms]" in text
 
 
+def test_an_llm_spike_line_quotes_what_it_was_judged_on():
+    """A spike judged for answer length quotes that P99 and baseline, not the plain e2e pair (which
+    read 'latency P99 198 ms vs 281 ms baseline': a spike below its own baseline)."""
+    analysis = _analysis("open", {"loop": "open", "process": "poisson"})
+    analysis["spikes"] = [{"start_ns": 0, "end_ns": 10**9, "p99_ms": 198.0, "baseline_p99_ms": 281.0,
+                           "answer_length": {"p99_ms": 178.0, "threshold_ms": 49.6, "ratio": 3.6},
+                           "causes": []}]
+    text = _printed(analysis)
+    assert "e2e for its answer length P99 178 ms vs 50 ms baseline" in text
+    assert "198 ms" not in text
+
+
 def test_the_summary_says_how_many_successful_requests_joined_a_server_span():
     analysis = _analysis("open", {"loop": "open", "process": "poisson"})
     analysis["summary"].update(requests=2400, errors=0)
