@@ -41,15 +41,67 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 
 from tailscope.support.registry import Registry
 from tailscope.support.units import NS_PER_S
 
-if TYPE_CHECKING:
-    from tailscope.loadgen.spec import ArrivalSpec, RateProfile
+
+class RateCurve(Protocol):
+    """What a schedule reads of a rate profile (:class:`tailscope.loadgen.spec.RateProfile` is one):
+    rates in requests/s, times in seconds."""
+
+    @property
+    def kind(self) -> str: ...  # steps | ramp | periodic
+    @property
+    def steps(self) -> tuple[tuple[float, float], ...]: ...  # (duration_s, rate)
+    @property
+    def start_rate(self) -> float: ...
+    @property
+    def end_rate(self) -> float: ...
+    @property
+    def ramp_s(self) -> float: ...
+    @property
+    def mean(self) -> float: ...
+    @property
+    def amplitude(self) -> float: ...
+    @property
+    def period_s(self) -> float: ...
+    @property
+    def phase_s(self) -> float: ...
+
+
+class OffsetsLog(Protocol):
+    """What a replay reads of an arrival log (:class:`tailscope.loadgen.spec.ArrivalLog` is one)."""
+
+    @property
+    def offsets_ns(self) -> np.ndarray: ...  # int64 ns from the log's first arrival
+
+
+class ScheduleSpec(Protocol):
+    """What a schedule reads of the arrival settings (:class:`tailscope.loadgen.spec.ArrivalSpec`
+    is one; the spec imports this module for :data:`ARRIVALS`' names, this module imports no spec)."""
+
+    @property
+    def process(self) -> str: ...
+    @property
+    def rate(self) -> float: ...  # requests/s
+    @property
+    def burstiness(self) -> float: ...
+    @property
+    def profile(self) -> RateCurve | None: ...
+    @property
+    def log(self) -> OffsetsLog | None: ...
+    @property
+    def speed(self) -> float: ...
+    @property
+    def loop(self) -> bool: ...
+    @property
+    def max_rate(self) -> float | None: ...  # requests/s
+    @property
+    def open_loop(self) -> bool: ...
 
 #: Offsets per yielded chunk.
 CHUNK_SIZE = 4096
@@ -59,7 +111,7 @@ GapDraw = Callable[[], np.ndarray]
 
 
 def schedule_offsets_ns(
-    spec: ArrivalSpec, duration_s: float, max_requests: int, seed: int
+    spec: ScheduleSpec, duration_s: float, max_requests: int, seed: int
 ) -> Iterator[np.ndarray]:
     """Yield int64 arrays of send offsets (ns from run start) for an open-loop run.
 
@@ -131,7 +183,7 @@ def _warped_chunks(unit_chunks: Iterator[np.ndarray], inverse, end_ns: int) -> I
         yield np.where(finite, np.rint(np.where(finite, seconds, 0.0) * NS_PER_S), end_ns).astype(np.int64)
 
 
-def cumulative_rate_inverse(profile: RateProfile):
+def cumulative_rate_inverse(profile: RateCurve):
     """A vectorised function u → t (seconds) with Λ(t) = u for ``profile``
     (the earliest such t; inf when the rate stays 0 and u is never reached)."""
     if profile.kind == "periodic":
@@ -139,7 +191,7 @@ def cumulative_rate_inverse(profile: RateProfile):
     return _piecewise_linear_inverse(*rate_knots(profile))
 
 
-def rate_knots(profile: RateProfile) -> tuple[np.ndarray, np.ndarray]:
+def rate_knots(profile: RateCurve) -> tuple[np.ndarray, np.ndarray]:
     """(times s, rates req/s) of a steps or ramp profile: the rate is linear
     between knots and holds the last rate after the last knot."""
     if profile.kind == "ramp":
@@ -152,7 +204,7 @@ def rate_knots(profile: RateProfile) -> tuple[np.ndarray, np.ndarray]:
     return np.array(times), np.array(rates)
 
 
-def rate_at(profile: RateProfile, t_s: np.ndarray) -> np.ndarray:
+def rate_at(profile: RateCurve, t_s: np.ndarray) -> np.ndarray:
     """The profile's rate (requests/s) at times ``t_s`` (seconds from the start)."""
     t_s = np.asarray(t_s, dtype=np.float64)
     if profile.kind == "periodic":
@@ -193,7 +245,7 @@ def _piecewise_linear_inverse(times: np.ndarray, rates: np.ndarray):
     return inverse
 
 
-def _periodic_inverse(profile: RateProfile):
+def _periodic_inverse(profile: RateCurve):
     """Inverse of Λ(t) = mean·t + A·P/2π·(cos(2π·(−phase)/P) − cos(2π·(t−phase)/P)), by bisection."""
     mean, amplitude, period = profile.mean, profile.amplitude, profile.period_s
     omega = 2 * np.pi / period
@@ -264,7 +316,7 @@ def _bounded(chunks: Iterator[np.ndarray], end_ns: int, max_requests: int) -> It
 
 
 
-def expected_arrivals(spec: ArrivalSpec, t_s: float) -> float:
+def expected_arrivals(spec: ScheduleSpec, t_s: float) -> float:
     """Expected number of requests the schedule offers in ``[0, t_s)`` (Λ(t)):
     ``rate·t`` for a flat rate, the profile's integral, or the replayed log's
     count. Raises ``ValueError`` for the closed loop (no schedule)."""
@@ -275,7 +327,7 @@ def expected_arrivals(spec: ArrivalSpec, t_s: float) -> float:
     return ARRIVALS[spec.process].expected(spec, t_s)
 
 
-def _expected_at_rate(spec: ArrivalSpec, t_s: float) -> float:
+def _expected_at_rate(spec: ScheduleSpec, t_s: float) -> float:
     """Λ(t_s) of a flat rate (``rate·t``) or of the rate profile (trapezoids on 2048 steps)."""
     if spec.profile is None:
         return spec.rate * t_s
@@ -284,7 +336,7 @@ def _expected_at_rate(spec: ArrivalSpec, t_s: float) -> float:
     return float(np.sum((rates[1:] + rates[:-1]) / 2 * np.diff(grid)))
 
 
-def _expected_replayed(spec: ArrivalSpec, t_s: float) -> float:
+def _expected_replayed(spec: ScheduleSpec, t_s: float) -> float:
     """How many of the replayed log's arrivals (sped up, looped) fall before ``t_s``."""
     scaled_ns = replayed_offsets_ns(spec.log.offsets_ns, spec.speed, spec.max_rate).astype(np.float64)
     count = float(np.searchsorted(scaled_ns, t_s * NS_PER_S, side="left"))
@@ -303,11 +355,11 @@ class ArrivalProcess:
     offsets in non-decreasing chunks (:func:`schedule_offsets_ns` cuts it at ``end_ns`` and
     ``max_requests``); ``expected(spec, t_s)``: the arrivals it offers in ``[0, t_s)``, t_s > 0."""
 
-    chunks: Callable[[ArrivalSpec, int, int], Iterator[np.ndarray]]
-    expected: Callable[[ArrivalSpec, float], float] = _expected_at_rate
+    chunks: Callable[[ScheduleSpec, int, int], Iterator[np.ndarray]]
+    expected: Callable[[ScheduleSpec, float], float] = _expected_at_rate
 
 
-def _constant(spec: ArrivalSpec, seed: int, end_ns: int) -> Iterator[np.ndarray]:
+def _constant(spec: ScheduleSpec, seed: int, end_ns: int) -> Iterator[np.ndarray]:
     """Exact multiples of the period, or where Λ crosses each integer under a rate profile."""
     if spec.profile is not None:
         return _warped_chunks(_unit_constant_chunks(), cumulative_rate_inverse(spec.profile), end_ns)
@@ -316,7 +368,7 @@ def _constant(spec: ArrivalSpec, seed: int, end_ns: int) -> Iterator[np.ndarray]
 
 def _renewal(gaps: Callable[[float, float, np.random.Generator], GapDraw]):
     """The schedule of a renewal process whose gaps ``gaps(rate, burstiness, rng)`` draws."""
-    def chunks(spec: ArrivalSpec, seed: int, end_ns: int) -> Iterator[np.ndarray]:
+    def chunks(spec: ScheduleSpec, seed: int, end_ns: int) -> Iterator[np.ndarray]:
         rng = np.random.default_rng(seed)
         if spec.profile is not None:
             return _warped_chunks(_unit_renewal_chunks(gaps(1.0, spec.burstiness, rng)),
@@ -325,7 +377,7 @@ def _renewal(gaps: Callable[[float, float, np.random.Generator], GapDraw]):
     return chunks
 
 
-def _replay(spec: ArrivalSpec, seed: int, end_ns: int) -> Iterator[np.ndarray]:
+def _replay(spec: ScheduleSpec, seed: int, end_ns: int) -> Iterator[np.ndarray]:
     """The recorded log's offsets, sped up, looped when asked."""
     return _replay_chunks(spec.log.offsets_ns, spec.speed, spec.loop, spec.max_rate)
 

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from concurrent import futures
-from typing import TYPE_CHECKING
 
 import grpc
 from opentelemetry.proto.collector.logs.v1 import logs_service_pb2
@@ -40,10 +39,7 @@ from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 
 from tailscope.tracing.ingest.otlp_decode import MalformedPayload
 from tailscope.tracing.ingest.receiver_auth import GRPC_METADATA_KEY, TlsFiles
-from tailscope.tracing.ingest.routes import PROTOBUF, ROUTES
-
-if TYPE_CHECKING:  # the receiver imports this module
-    from tailscope.tracing.ingest.receiver import OtlpReceiver
+from tailscope.tracing.ingest.routes import PROTOBUF, ROUTES, OtlpSink
 
 DEFAULT_GRPC_PORT = 4317
 #: Threads serving gRPC calls (decoding happens on them; the writer is separate).
@@ -93,7 +89,7 @@ def _single_message(request_iterator: Iterator[bytes]) -> bytes:
 class _ExportHandler:
     """One OTLP service's ``Export`` method, bound to the receiver."""
 
-    def __init__(self, receiver: OtlpReceiver, route_path: str, response: bytes):
+    def __init__(self, receiver: OtlpSink, route_path: str, response: bytes):
         self.receiver = receiver
         self.route = ROUTES[route_path]
         self.decode = self.route.decoders[PROTOBUF]
@@ -145,7 +141,7 @@ def _metadata_value(context: grpc.ServicerContext, key: str) -> str | None:
     return None
 
 
-def _generic_handlers(receiver: OtlpReceiver) -> list[grpc.GenericRpcHandler]:
+def _generic_handlers(receiver: OtlpSink) -> list[grpc.GenericRpcHandler]:
     handlers = []
     for module, name, route_path, response_type in _SERVICES:
         full_name = module.DESCRIPTOR.services_by_name[name].full_name
@@ -158,7 +154,7 @@ def _generic_handlers(receiver: OtlpReceiver) -> list[grpc.GenericRpcHandler]:
 
 
 class OtlpGrpcServer:
-    """The OTLP/gRPC endpoint of an :class:`~tailscope.tracing.ingest.receiver.OtlpReceiver`.
+    """The OTLP/gRPC endpoint of an :class:`~.routes.OtlpSink` (the receiver).
 
     ``start()`` binds ``host:port`` (0 picks a free port), over TLS when
     ``tls`` is given, and returns the port; raises OSError when the address
@@ -166,7 +162,7 @@ class OtlpGrpcServer:
     ``stop()`` refuses new calls and gives in-flight ones ``STOP_GRACE_S``.
     """
 
-    def __init__(self, receiver: OtlpReceiver, host: str, port: int, workers: int = DEFAULT_GRPC_WORKERS,
+    def __init__(self, receiver: OtlpSink, host: str, port: int, workers: int = DEFAULT_GRPC_WORKERS,
                  tls: TlsFiles | None = None):
         self.receiver = receiver
         self.tls = tls

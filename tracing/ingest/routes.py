@@ -3,15 +3,16 @@
 Shared by both transports: OTLP/HTTP (:mod:`.receiver`) looks a request's path up
 in :data:`ROUTES`; OTLP/gRPC (:mod:`.receiver_grpc`) binds each collector service's
 ``Export`` to the same route, so a span is decoded and counted the same whichever
-transport brought it. ``accept`` functions take the receiver (its ``stats_counter``
-and ``enqueue``) as an argument; this module imports neither transport.
+transport brought it. Both transports hand what they decode to an :class:`OtlpSink`
+(the receiver is one; the shape follows the OpenTelemetry SDK's span processor: the
+producer knows only the protocol), so this module and the transports import no receiver.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from tailscope.tracing.ingest.otlp_decode import (
     MetricPoints,
@@ -23,12 +24,37 @@ from tailscope.tracing.ingest.otlp_decode import (
     decode_traces_json,
     decode_traces_protobuf,
 )
-
-if TYPE_CHECKING:
-    from tailscope.tracing.ingest.receiver import OtlpReceiver
+from tailscope.tracing.ingest.receiver_auth import BearerCheck
 
 PROTOBUF = "application/x-protobuf"
 JSON = "application/json"
+
+
+class IngestCounters(Protocol):
+    """The counters a transport bumps (``receiver.json``'s; thread-safe)."""
+
+    def add(self, key: str, n: int = 1) -> None: ...
+    def count_request(self, transport: str) -> None: ...  # transport: "http" | "grpc"
+    def reject(self, reason: str) -> None: ...  # reason: unauthenticated | oversized | malformed | ...
+
+
+class OtlpSink(Protocol):
+    """Where an OTLP transport hands decoded payloads, and the rules it serves by
+    (:class:`~tailscope.tracing.ingest.receiver.OtlpReceiver` is the one sink)."""
+
+    stats_counter: IngestCounters
+    auth: BearerCheck
+    max_body_bytes: int  # the largest body accepted, bytes (after gzip inflation too)
+
+    @property
+    def closed(self) -> bool: ...  # True once the run's wait for spans is over
+
+    def request_started(self) -> None: ...
+    def request_finished(self) -> None: ...
+
+    def enqueue(self, item: object, dropped_spans: int) -> bool:
+        """Queue decoded columns; False when refused (counted ``dropped_spans`` spans lost)."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -36,19 +62,19 @@ class Route:
     """How one OTLP path decodes each content type, and what it does with the result."""
 
     decoders: dict[str, Callable[[bytes], object]]
-    accept: Callable[[OtlpReceiver, object], bool]  # False: queue full, answer 503
+    accept: Callable[[OtlpSink, object], bool]  # False: queue full, answer 503
 
 
-def _accept_spans(receiver: OtlpReceiver, columns: SpanColumns) -> bool:
+def _accept_spans(receiver: OtlpSink, columns: SpanColumns) -> bool:
     receiver.stats_counter.add("spans_received", columns.received)
     return receiver.enqueue(columns, dropped_spans=columns.received)
 
 
-def _accept_metrics(receiver: OtlpReceiver, points: MetricPoints) -> bool:
+def _accept_metrics(receiver: OtlpSink, points: MetricPoints) -> bool:
     return receiver.enqueue(points, dropped_spans=0)
 
 
-def _accept_logs(receiver: OtlpReceiver, records: int) -> bool:
+def _accept_logs(receiver: OtlpSink, records: int) -> bool:
     receiver.stats_counter.add("logs_records", records)
     return True
 
