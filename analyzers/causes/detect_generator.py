@@ -37,8 +37,7 @@ import numpy as np
 
 from tailscope.analyzers.causes.kit import latency_split, level_words, percent, places, ramp, signal_evidence
 from tailscope.analyzers.causes.protocol import CauseDetector, Finding, SpikeContext
-
-LATE_MS = 1.0
+from tailscope.support.units import LATE_THRESHOLD_MS as LATE_MS
 
 
 class GeneratorDetector(CauseDetector):

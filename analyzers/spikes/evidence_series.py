@@ -50,12 +50,11 @@ from tailscope.analyzers.inputs.records import NS_PER_S
 from tailscope.analyzers.inputs.signal_index import Contrast
 from tailscope.analyzers.inputs.signal_series import downsample_minmax
 from tailscope.analyzers.stages.presets import ROLES
+from tailscope.support.units import LATE_THRESHOLD_MS as LATE_MS
 
 MAX_SERIES = 3
 MIN_PAD_S, MAX_PAD_S = 10.0, 600.0
 MAX_POINTS = 600
-#: A send later than this (ms) is late (as in the generator detector).
-LATE_MS = 1.0
 #: Derived series: the one the CPU-contention detector computes without a sampled series.
 OTHERS_CORES = "others.cpu_cores"
 

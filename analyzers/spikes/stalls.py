@@ -37,8 +37,7 @@ import numpy as np
 from scipy import stats
 
 from tailscope.analyzers.stats.percentiles import nearest_rank_value
-
-NS_PER_MS = 1_000_000
+from tailscope.support.units import NS_PER_MS
 
 
 @dataclass(frozen=True)

@@ -45,8 +45,7 @@ from __future__ import annotations
 
 import numpy as np
 
-NS_PER_MS = 1_000_000
-NS_PER_S = 1_000_000_000
+from tailscope.support.units import NS_PER_S
 
 
 def ttft_ns(scheduled_ns: int, first_token_ns: int | None) -> int | None:

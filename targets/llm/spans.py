@@ -40,17 +40,17 @@ from typing import Any
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
+from tailscope.support.units import NS_PER_S
 from tailscope.targets.llm.sequence import Sequence
 
 LLM_REQUEST = "llm_request"
 MAX_RECORDS = 10_000
-_NS_PER_S = 1e9
 
 
 def _interval(start_ns: int | None, end_ns: int | None) -> float | None:
     if start_ns is None or end_ns is None:
         return None
-    return max(0, end_ns - start_ns) / _NS_PER_S
+    return max(0, end_ns - start_ns) / NS_PER_S
 
 
 def span_attributes(seq: Sequence) -> dict[str, Any]:
