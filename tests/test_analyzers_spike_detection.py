@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from tailscope.analyzers.analysis import analyze_run
-from tailscope.analyzers.spikes.tail_test import TailTestRules, detection_window_ns, merge_runs, tail_test
+from tailscope.analyzers.spikes.tail_share import TailTestRules, detection_window_ns, merge_runs, tail_test
 from tailscope.testing.synthetic import write_synthetic_run
 
 NS = 1_000_000_000

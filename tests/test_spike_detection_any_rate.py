@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tailscope.analyzers.spikes.tail_test import TailTestRules, tail_test
+from tailscope.analyzers.spikes.tail_share import TailTestRules, tail_test
 
 NS = 1_000_000_000
 

@@ -1,13 +1,13 @@
 """P99 spikes: detection, per-spike stage decomposition, and ranked causes.
 
-Detection is the tail-share test of :mod:`.tail_test`: windows holding
+Detection is the tail-share test of :mod:`.tail_share`: windows holding
 significantly (Bonferroni over all windows and scales, alpha 1%) and
 materially more requests above the baseline P99 than the 1% a steady run
 holds. It works from 0.5 to 20,000 requests/s and for incidents up to half
 the run (benchmarks/detection_sweep.py, docs/analyzers/spikes.md), keeps a
 steady run free of spikes with probability at least 99%, and calls a run with
 too few samples after the warm-up too short to tell (:func:`shortness`).
-Flagged detection windows of one episode (:meth:`~.tail_test.TailTestResult.episodes`)
+Flagged detection windows of one episode (:meth:`~.tail_share.TailTestResult.episodes`)
 are one spike with start, end, peak (its window with the highest slow share)
 and excess (the spike's P99 over the baseline).
 
@@ -42,7 +42,7 @@ from tailscope.analyzers.inputs.retained import RetainedView
 from tailscope.analyzers.inputs.run_inputs import RunInputs
 from tailscope.analyzers.spikes.evidence_series import evidence_series
 from tailscope.analyzers.spikes.stalls import NS_PER_MS, StallRules, find_stalls, group, quiet_tail, stall_sentence
-from tailscope.analyzers.spikes.tail_test import TailTestResult, TailTestRules, tail_test, too_short
+from tailscope.analyzers.spikes.tail_share import TailTestResult, TailTestRules, tail_test, too_short
 from tailscope.analyzers.stages.decomposition import DEFAULT_STAGE_MAP, StageMatrix
 from tailscope.analyzers.stages.representative_trace import representative_trace
 from tailscope.analyzers.stats.percentiles import min_samples_for_claim, nearest_rank, nearest_rank_value
@@ -57,7 +57,7 @@ NO_SPANS_JOINED = "no spans joined to the slow or normal requests"
 
 @dataclass(frozen=True)
 class SpikeRules(TailTestRules):
-    """The tail-share test's thresholds (:class:`~.tail_test.TailTestRules`) plus how windows merge."""
+    """The tail-share test's thresholds (:class:`~.tail_share.TailTestRules`) plus how windows merge."""
 
     merge_gap: int = 1
     #: Warm-up kept out of detection: this share of the load period, clamped to
@@ -157,7 +157,7 @@ def detect_series(scheduled_ns: np.ndarray, values_ms: np.ndarray, windows: dict
     """The tail-share test over any per-request series in ms (latency, or an LLM request's
     TTFT or TPOT), each value placed at its request's scheduled send, after the warm-up, on
     the window table's time range. NaN values are left out. ``weights``: how many requests
-    each value stands for (histogram counts, :func:`~.tail_test.tail_test`; None: one each).
+    each value stands for (histogram counts, :func:`~.tail_share.tail_test`; None: one each).
     None without windows."""
     if len(windows["start_ns"]) == 0:
         return None
@@ -172,7 +172,7 @@ def detect_series(scheduled_ns: np.ndarray, values_ms: np.ndarray, windows: dict
 def shortness(req: RequestArrays, windows: dict[str, np.ndarray] | None, rules: SpikeRules = SpikeRules(),
               retained: RetainedView | None = None) -> dict | None:
     """Why the run is too short to tell whether its P99 spiked, or None when it is not (or has no
-    windows): :func:`~.tail_test.too_short` of the latency samples after the warm-up, with the
+    windows): :func:`~.tail_share.too_short` of the latency samples after the warm-up, with the
     warm-up (``warmup_s``) and the load it takes in all (``enough_s`` + ``warmup_s``: ``load_s``)."""
     if windows is None or len(windows["start_ns"]) == 0:
         return None

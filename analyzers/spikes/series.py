@@ -1,7 +1,7 @@
 """Spikes in a per-request series other than latency: an LLM request's TTFT or TPOT.
 
 A TTFT (or TPOT) spike is found exactly like a latency spike: the tail-share
-test of :mod:`.tail_test` (:func:`~.detection.detect_series`: after the
+test of :mod:`.tail_share` (:func:`~.detection.detect_series`: after the
 warm-up, Bonferroni over every window and scale, alpha 1%, material excess)
 on the series' values, each placed at its request's scheduled send. Flagged
 detection windows at most ``merge_gap`` apart merge into one spike. No cause
@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from tailscope.analyzers.spikes.detection import SpikeRules, detect_series, detection_facts
-from tailscope.analyzers.spikes.tail_test import TailTestResult
+from tailscope.analyzers.spikes.tail_share import TailTestResult
 from tailscope.analyzers.stats.percentiles import min_samples_for_claim, nearest_rank
 
 

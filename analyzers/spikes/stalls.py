@@ -1,7 +1,7 @@
 """Recurring stalls: short stop-the-world pauses that recur, found against the quiet time between them.
 
 A 150-ms pause every 4 s slows 4% of a run's requests — more than the 1% above a P99 —
-so the windowed tail test (:mod:`.tail_test`) takes it into its baseline: τ lies inside the
+so the windowed tail test (:mod:`.tail_share`) takes it into its baseline: τ lies inside the
 stalls and no window stands out ("No latency P99 spike rose significantly"). A pause leaves
 a sharper mark than any window statistic: every request in service during it finishes at
 its end, so the *completion times* of the raised requests bunch within a service time of
