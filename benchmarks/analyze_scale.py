@@ -84,7 +84,7 @@ def main() -> int:
     parser.add_argument("--span-names", action="store_true",
                         help="also analyse with the stage spans unmapped (stages named after the spans)")
     args = parser.parse_args()
-    from tailscope.testing.synthetic import write_synthetic_run
+    from tailscope.testkit.synthetic import write_synthetic_run
 
     root = args.keep or tempfile.mkdtemp(prefix="tailscope-scale-")
     print(f"{'requests':>10} {'spans':>11} {'signals':>9} {'write s':>8} {'load s':>7} {'sort s':>7} "

@@ -1,6 +1,6 @@
 """Spike detection over rates, incident shares and run lengths (issue 28's measure).
 
-Each cell is seeded runs of :func:`tailscope.testing.synthetic_series.latency_series`
+Each cell is seeded runs of :func:`tailscope.testkit.synthetic_series.latency_series`
 (Poisson arrivals, the synthetic target's five lognormal stages) tested exactly as
 ``tailscope`` tests a run's latency (:func:`~tailscope.analyzers.spikes.detection.detect_series`:
 warm-up, windows, the tail-share test, episodes). An *incident run* multiplies the
@@ -28,8 +28,8 @@ import time
 import numpy as np
 
 from tailscope.analyzers.spikes.detection import SpikeRules, detect_series, warmup_ns
-from tailscope.testing.synthetic import NS_PER_S, SYNTHETIC_START_NS
-from tailscope.testing.synthetic_series import latency_series
+from tailscope.testkit.synthetic import NS_PER_S, SYNTHETIC_START_NS
+from tailscope.testkit.synthetic_series import latency_series
 
 RATES = (0.5, 2, 20, 200, 2_000, 20_000)
 SHARES = (0.01, 0.05, 0.2, 0.5)

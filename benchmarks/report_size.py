@@ -1,6 +1,6 @@
 """Report size and time to plotted charts: a 60 s run and a synthetic 24-hour run.
 
-Writes seeded synthetic runs (testing/synthetic.py: Poisson arrivals, spans,
+Writes seeded synthetic runs (testkit/synthetic.py: Poisson arrivals, spans,
 signals, GC pauses, injected spikes), analyses them, renders report.html and
 prints, as ratios against references measured in the same run:
 
@@ -25,7 +25,7 @@ import time
 from tailscope.analyzers.analysis import analyze_run
 from tailscope.reports.data import build_report_data
 from tailscope.reports.html import inline_script, plotly_source, render_html
-from tailscope.testing.synthetic import write_synthetic_run
+from tailscope.testkit.synthetic import write_synthetic_run
 
 CHROMIUM = "/usr/bin/chromium"
 GOAL_BYTES = 10_000_000

@@ -1,6 +1,6 @@
 """Building retained run directories (a ``retention`` policy's output) for the tests, in the real format.
 
-:func:`retain_in_place` turns a full run directory (e.g. :func:`tailscope.testing.synthetic.write_synthetic_run`)
+:func:`retain_in_place` turns a full run directory (e.g. :func:`tailscope.testkit.synthetic.write_synthetic_run`)
 into what the harness would have left under a retention policy with the given keep intervals and
 sample rate: ``windows.arrow`` histograms counting every request (through the harness's own
 :class:`~tailscope.loadgen.window_stats.WindowAggregator`), ``requests.arrow`` holding only every

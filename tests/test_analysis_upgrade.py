@@ -9,7 +9,7 @@ from tailscope.analyzers.analysis import ANALYSIS_FORMAT_VERSION, analyze_run
 from tailscope.reports.data import build_report_data
 from tailscope.reports.html import render_html
 from tailscope.reports.upgrade import upgrade_analysis
-from tailscope.testing.synthetic import write_synthetic_run
+from tailscope.testkit.synthetic import write_synthetic_run
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,7 @@ import pytest
 from cli_helpers import run_tailscope
 
 from tailscope.analyzers.comparison.baseline import CompareRules, _interval, bootstrap_quantiles, compare_runs
-from tailscope.testing.synthetic import write_synthetic_run
+from tailscope.testkit.synthetic import write_synthetic_run
 
 
 def test_beta_bootstrap_matches_resampling():

@@ -11,7 +11,7 @@ it declares its kind, the fault kinds it answers and the series it reads; a
 seeded synthetic run with its fault gets its kind as the top cause; a control
 run gets none; and every table derived from the declarations covers it.
 
-Confounded runs (``SPIKE_DISTRACTIONS``, ``DISTRACTIONS`` in testing/synthetic.py):
+Confounded runs (``SPIKE_DISTRACTIONS``, ``DISTRACTIONS`` in testkit/synthetic.py):
 the target's own cause and another process's trouble at once; the cause the
 declarations give the spike's own fault ranks first (for every registered
 detector beside every distraction), and host-wide evidence alone names no cause.
@@ -45,7 +45,7 @@ from tailscope.lab.plan import LAB_PARAMS
 from tailscope.lab.scoring import CAUSE_ALIASES, names_fault
 from tailscope.rundir import load_run
 from tailscope.support.cause_words import CAUSE_TITLES
-from tailscope.testing.synthetic import (
+from tailscope.testkit.synthetic import (
     DISTRACTIONS,
     SIGNAL_FOOTPRINTS,
     SPIKE_DISTRACTIONS,

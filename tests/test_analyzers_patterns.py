@@ -9,7 +9,7 @@ import pytest
 
 from tailscope.analyzers.analysis import analyze_run
 from tailscope.analyzers.patterns.trends import PatternRules, spectral_period
-from tailscope.testing.synthetic import write_synthetic_run
+from tailscope.testkit.synthetic import write_synthetic_run
 
 
 def test_periodic_spikes_are_found_every_15_s(tmp_path):

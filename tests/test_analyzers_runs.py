@@ -11,7 +11,7 @@ from tailscope.analyzers.analysis import SCHEMA_PATH, analyze_run
 from tailscope.analyzers.causes.protocol import DetectorRegistry, Finding
 from tailscope.analyzers.inputs.signal_series import downsample_minmax
 from tailscope.rundir import RunWriter, load_run
-from tailscope.testing.synthetic import write_synthetic_run
+from tailscope.testkit.synthetic import write_synthetic_run
 
 SPIKES = [{"kind": "gc", "at_s": 20, "duration_s": 3, "extra_ms": 150},
           {"kind": "queue", "at_s": 40, "duration_s": 2, "extra_ms": 100}]

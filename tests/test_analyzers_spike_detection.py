@@ -12,7 +12,7 @@ import pytest
 
 from tailscope.analyzers.analysis import analyze_run
 from tailscope.analyzers.spikes.tail_share import TailTestRules, detection_window_ns, merge_runs, tail_test
-from tailscope.testing.synthetic import write_synthetic_run
+from tailscope.testkit.synthetic import write_synthetic_run
 
 NS = 1_000_000_000
 

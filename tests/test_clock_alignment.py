@@ -26,7 +26,7 @@ from tailscope.analyzers.stages.clock_alignment import (
     starts_fit,
 )
 from tailscope.rundir import load_run, schema
-from tailscope.testing.synthetic import write_synthetic_run
+from tailscope.testkit.synthetic import write_synthetic_run
 from tailscope.tracing.ingest.importers import import_spans
 
 SKEW_NS = 37_000_000  # the target's clock runs 37 ms ahead of the generator's

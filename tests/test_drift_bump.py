@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tailscope.analyzers.analysis import analyze_run
-from tailscope.testing.synthetic import write_synthetic_run
+from tailscope.testkit.synthetic import write_synthetic_run
 
 #: (rate req/s, run s): 1 req/s needs minutes for enough requests to judge a trend.
 RATES = [(1, 300), (100, 60), (5000, 60)]

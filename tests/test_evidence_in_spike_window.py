@@ -104,7 +104,7 @@ def test_the_recurring_stalls_card_says_its_evidence_was_read_in_the_largest_sta
     """A recurring-stalls record spans every stall, but its causes are scored in one stall's window."""
     from tailscope.analyzers.analysis import analyze_run
     from tailscope.reports.cards import spike_row
-    from tailscope.testing.synthetic import write_synthetic_run
+    from tailscope.testkit.synthetic import write_synthetic_run
 
     pauses = [{"kind": "gc", "at_s": 4.0 * k + 2.0, "duration_s": 0.15, "extra_ms": 150} for k in range(1, 14)]
     write_synthetic_run(tmp_path / "stalls", duration_s=60, rate=50, seed=3, spikes=pauses)

@@ -29,7 +29,7 @@ ALLOWED = {
     "analyzers": {"rundir", "support"},
     "reports": {"support"},
     # the synthetic-run generator names the cause each spike should get from the detectors' declarations
-    "testing": {"analyzers", "rundir", "support"},
+    "testkit": {"analyzers", "rundir", "support"},
     "scenario_model": {"loadgen", "faults", "analyzers", "rundir", "support"},
     "conductor": {"scenario_model", "loadgen", "tracing/ingest", "tracing/signals", "faults", "analyzers",
                   "reports", "rundir", "support"},

@@ -1,5 +1,5 @@
 """The ``llm`` analysis on seeded synthetic runs with known token timings
-(tailscope.testing.synthetic_llm): TTFT, TPOT, per-token ITL, e2e, token
+(tailscope.testkit.synthetic_llm): TTFT, TPOT, per-token ITL, e2e, token
 counts and rates against the ground truth computed here from the generator's
 own values, DistServe goodput, the SLOs on ttft/tpot/itl/e2e/output_tokens_per_s,
 a TTFT spike found where it was injected, and the report's LLM section drawn
@@ -19,8 +19,8 @@ from tailscope.analyzers.analysis import analyze_run
 from tailscope.analyzers.stats.slo import evaluate, parse_slo
 from tailscope.reports.data import build_report_data
 from tailscope.reports.writer import write_outputs
-from tailscope.testing.synthetic import write_synthetic_run
-from tailscope.testing.synthetic_llm import write_synthetic_llm_run
+from tailscope.testkit.synthetic import write_synthetic_run
+from tailscope.testkit.synthetic_llm import write_synthetic_llm_run
 
 SCHEMA_PATH = os.path.join(os.path.dirname(__file__), "..", "analyzers", "analysis.schema.json")
 TOKENS_PER_CHUNK = 3
@@ -184,7 +184,7 @@ def _restream(path, seed: int) -> dict:
     and token counts (after each request's first chunk), and the server's per-token gaps."""
     from tailscope.rundir import read_stream
     from tailscope.rundir import schema as fmt
-    from tailscope.testing.synthetic import StreamFile
+    from tailscope.testkit.synthetic import StreamFile
 
     rng = np.random.default_rng(seed)
     old = read_stream(path / fmt.CHUNKS, fmt.CHUNKS_SCHEMA).table

@@ -14,7 +14,7 @@ import pytest
 
 from tailscope.analyzers.analysis import analyze_run
 from tailscope.analyzers.spikes.detection import length_adjusted_ms
-from tailscope.testing.synthetic_llm import write_synthetic_llm_run
+from tailscope.testkit.synthetic_llm import write_synthetic_llm_run
 
 NS = 1_000_000_000
 SCHEMA_PATH = os.path.join(os.path.dirname(__file__), "..", "analyzers", "analysis.schema.json")

@@ -1,7 +1,7 @@
 """The LLM-server cause detectors beyond the contract (tests/test_analyzers_detectors.py runs that
 over every registered detector): their evidence in numbers, and how they share a queue.
 
-Seeded synthetic runs of an LLM server (testing/synthetic.py ``llm``: vLLM's series under the
+Seeded synthetic runs of an LLM server (testkit/synthetic.py ``llm``: vLLM's series under the
 ``vllm`` preset's metric map). A ``kv_cache`` spike fills the KV cache (99% in use, from 45%),
 preempts 6 requests/s and piles the slow requests up in the queue; here it comes with a burst of
 requests (twice the rate), which queue_saturation alone would take for an overload. A ``queue``
@@ -27,7 +27,7 @@ from tailscope.analyzers.spikes.detection import decompose
 from tailscope.analyzers.stages.decomposition import stage_matrix
 from tailscope.analyzers.stages.rules import rules_for_scenario
 from tailscope.rundir import load_run
-from tailscope.testing.synthetic import LLM_PROMPT_TOKENS, PREFILL_PROMPT_FACTOR, write_synthetic_run
+from tailscope.testkit.synthetic import LLM_PROMPT_TOKENS, PREFILL_PROMPT_FACTOR, write_synthetic_run
 
 SPIKE = {"at_s": 18, "duration_s": 4, "extra_ms": 80}
 

@@ -1,8 +1,8 @@
 """The report of an LLM run: server panels, the other-traffic band, LLM cause cards, the slow/normal
 stage split, summary.md and the baseline comparison's LLM figures.
 
-View data over seeded synthetic runs (tailscope.testing.synthetic: a ``kv_cache`` spike fills the
-KV cache to 99% from 45% and preempts ~6 requests/s; tailscope.testing.synthetic_llm: streamed
+View data over seeded synthetic runs (tailscope.testkit.synthetic: a ``kv_cache`` spike fills the
+KV cache to 99% from 45% and preempts ~6 requests/s; tailscope.testkit.synthetic_llm: streamed
 chat with known TTFT/TPOT), and headless Chromium over the report of the synthetic KV-pressure run
 and of a real ``tailscope demo --llm`` (the LLM reference server, its ``llm_request`` spans under
 the vllm preset and its /metrics scraped).
@@ -27,8 +27,8 @@ from tailscope.reports.evidence_text import evidence_sentences
 from tailscope.reports.markdown import render_comparison_markdown, render_markdown
 from tailscope.reports.server_view import other_traffic_chart, other_traffic_text, server_panels
 from tailscope.reports.writer import write_outputs
-from tailscope.testing.synthetic import write_synthetic_run
-from tailscope.testing.synthetic_llm import write_synthetic_llm_run
+from tailscope.testkit.synthetic import write_synthetic_run
+from tailscope.testkit.synthetic_llm import write_synthetic_llm_run
 
 CHROMIUM = "/usr/bin/chromium"
 NS = 1_000_000_000

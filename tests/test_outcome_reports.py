@@ -10,7 +10,7 @@ import pytest
 
 from tailscope.cli.commands.common import EXIT_INCONCLUSIVE, EXIT_INTERNAL, EXIT_OK
 from tailscope.cli.main import INTERNAL_ERROR, main
-from tailscope.testing.synthetic import write_synthetic_run
+from tailscope.testkit.synthetic import write_synthetic_run
 
 
 def _edit_manifest(path, edit) -> None:

@@ -19,7 +19,7 @@ from tailscope.analyzers.inputs.records import request_arrays
 from tailscope.analyzers.stages.decomposition import join_spans, stage_matrix
 from tailscope.analyzers.stages.rules import rules_for_scenario
 from tailscope.rundir import RunWriter, load_run
-from tailscope.testing.synthetic import SYNTHETIC_START_NS, write_synthetic_run
+from tailscope.testkit.synthetic import SYNTHETIC_START_NS, write_synthetic_run
 
 
 def validate_analysis(analysis: dict) -> None:

@@ -1,6 +1,6 @@
 """Stalls of a target that sends no GC events, from its spans alone (issue 28, 4 a–d).
 
-Seeded synthetic runs (``testing/synthetic.py`` kind ``stall``: the target's process stops
+Seeded synthetic runs (``testkit/synthetic.py`` kind ``stall``: the target's process stops
 ``extra_ms`` every 2 × ``extra_ms``; no span starts, ends or records an event inside a stop,
 requests sent during one wait outside the server's spans), plus the silences a stop does not
 make: one request alone in a long span, every request inside one long stage.
@@ -21,7 +21,7 @@ from reliability_helpers import OwnedProcess, write_scenario
 
 from tailscope.analyzers.analysis import analyze_run
 from tailscope.analyzers.inputs.span_stalls import MIN_GAPS, STALL_ALPHA, find_stalls
-from tailscope.testing.synthetic import write_synthetic_run
+from tailscope.testkit.synthetic import write_synthetic_run
 
 MS = 1_000_000
 

@@ -25,8 +25,8 @@ from tailscope.analyzers.analysis import analyze_run
 from tailscope.reports.data import build_report_data
 from tailscope.reports.formatting import fmt_ms, fmt_share
 from tailscope.reports.writer import write_comparison_outputs, write_outputs
-from tailscope.testing.synthetic import write_synthetic_run
-from tailscope.testing.synthetic_llm import write_synthetic_llm_run
+from tailscope.testkit.synthetic import write_synthetic_run
+from tailscope.testkit.synthetic_llm import write_synthetic_llm_run
 
 CHROMIUM = "/usr/bin/chromium"
 LAUNCH_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",

@@ -27,7 +27,7 @@ from tailscope.reports.html import render_html
 from tailscope.reports.llm_view import token_spike_cards
 from tailscope.reports.loadgen_view import generator_verdict
 from tailscope.reports.signal_view import summarise_panels
-from tailscope.testing.synthetic import write_synthetic_run
+from tailscope.testkit.synthetic import write_synthetic_run
 
 NS = 1_000_000_000
 

@@ -13,7 +13,7 @@ from tailscope.analyzers.analysis import analyze_run
 from tailscope.reports.data import build_report_data
 from tailscope.reports.html import json_for_script, render_html
 from tailscope.reports.writer import write_outputs
-from tailscope.testing.synthetic import write_synthetic_run
+from tailscope.testkit.synthetic import write_synthetic_run
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,7 @@ from tailscope.reports.junit import render_junit
 from tailscope.reports.markdown import cell, render_comparison_markdown
 from tailscope.reports.timeline import MAX_LINE_POINTS, latency_lines, signal_panels
 from tailscope.rundir import load_run
-from tailscope.testing.synthetic import write_synthetic_run
+from tailscope.testkit.synthetic import write_synthetic_run
 
 NS = 1_000_000_000
 

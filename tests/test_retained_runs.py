@@ -25,7 +25,7 @@ from tailscope.analyzers.spikes.detection import NO_RECORDS_KEPT
 from tailscope.conductor.reporting import analyse_and_write
 from tailscope.reports.writer import OUTPUT_FILES
 from tailscope.rundir import load_run
-from tailscope.testing.synthetic import SYNTHETIC_START_NS, write_synthetic_run
+from tailscope.testkit.synthetic import SYNTHETIC_START_NS, write_synthetic_run
 
 S = 10**9
 

@@ -23,7 +23,7 @@ from reliability_helpers import OwnedProcess, write_scenario
 from tailscope.conductor.target_probe import TargetUnreachable, wait_until_accepting
 from tailscope.conductor.terminal import _plain_line
 from tailscope.rundir import read_stream, schema
-from tailscope.testing.synthetic import write_synthetic_run
+from tailscope.testkit.synthetic import write_synthetic_run
 
 PLAIN_SDK_SERVICE = os.path.join(os.path.dirname(__file__), "plain_sdk_service.py")
 

@@ -95,7 +95,7 @@ def test_a_run_too_short_to_tell_is_not_tested():
 
 def test_the_analysis_says_a_run_is_too_short_to_tell_and_how_long_would_be_enough(tmp_path):
     from tailscope.analyzers.analysis import analyze_run
-    from tailscope.testing.synthetic import write_synthetic_run
+    from tailscope.testkit.synthetic import write_synthetic_run
 
     write_synthetic_run(tmp_path / "short", duration_s=60, rate=0.5, seed=2, with_signals=False)
     analysis = analyze_run(tmp_path / "short")
@@ -115,7 +115,7 @@ def test_recurring_stalls_are_found_against_the_quiet_time_between_them():
     bunch at each pause's end: found from 20 req/s,
     the rhythm and length stated; steady runs show none."""
     from tailscope.analyzers.spikes.stalls import find_stalls, stall_sentence
-    from tailscope.testing.synthetic_series import latency_series
+    from tailscope.testkit.synthetic_series import latency_series
 
     for rate, seed in ((20, 1), (200, 2), (5000, 3)):
         t, latency = latency_series(rate, 60, seed, stalls=(4.0, 150, 0.05))
@@ -135,7 +135,7 @@ def test_recurring_stalls_are_one_spike_with_their_cause(tmp_path):
     import html
 
     from tailscope.conductor.reporting import analyse_and_write
-    from tailscope.testing.synthetic import write_synthetic_run
+    from tailscope.testkit.synthetic import write_synthetic_run
 
     pauses = [{"kind": "gc", "at_s": 4.0 * k + 2.0, "duration_s": 0.15, "extra_ms": 150} for k in range(1, 14)]
     write_synthetic_run(tmp_path / "stalls", duration_s=60, rate=50, seed=3, spikes=pauses)
@@ -158,7 +158,7 @@ def test_the_drift_check_tells_a_mid_run_bump_from_a_trend(tmp_path):
     trend ("trending", Mann–Kendall p < 0.001) and showed as several short spikes. It is one spike,
     and outside it there is no trend: a bump."""
     from tailscope.analyzers.analysis import analyze_run
-    from tailscope.testing.synthetic import write_synthetic_run
+    from tailscope.testkit.synthetic import write_synthetic_run
 
     write_synthetic_run(tmp_path / "bump", duration_s=60, rate=50, seed=1, with_signals=False,
                         spikes=[{"kind": "postprocess", "at_s": 38, "duration_s": 15, "extra_ms": 40}])
@@ -178,7 +178,7 @@ def test_the_latency_chart_draws_p50_and_p90_at_two_requests_a_second(tmp_path):
     P90 now come from rolling samples that claim them; every line drawn has values."""
     from tailscope.conductor.reporting import analyse_and_write
     from tailscope.reports.timeline import timeline_charts
-    from tailscope.testing.synthetic import write_synthetic_run
+    from tailscope.testkit.synthetic import write_synthetic_run
 
     write_synthetic_run(tmp_path / "slow", duration_s=60, rate=2, seed=1, with_signals=False)
     charts = timeline_charts(analyse_and_write(str(tmp_path / "slow")).analysis)
@@ -191,7 +191,7 @@ def test_the_latency_chart_draws_p50_and_p90_at_two_requests_a_second(tmp_path):
 def test_the_ttft_and_tpot_charts_draw_rolling_lines_at_two_requests_a_second(tmp_path):
     from tailscope.analyzers.analysis import analyze_run
     from tailscope.reports.llm_view import llm_charts
-    from tailscope.testing.synthetic_llm import write_synthetic_llm_run
+    from tailscope.testkit.synthetic_llm import write_synthetic_llm_run
 
     write_synthetic_llm_run(tmp_path / "llm", duration_s=60, rate=2, seed=3)
     charts = llm_charts(analyze_run(tmp_path / "llm"))

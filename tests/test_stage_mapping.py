@@ -22,7 +22,7 @@ from tailscope.analyzers.stages.rules import (
 )
 from tailscope.rundir import load_run, schema
 from tailscope.scenario_model.scenario import ScenarioError, parse_scenario
-from tailscope.testing.synthetic import write_synthetic_run
+from tailscope.testkit.synthetic import write_synthetic_run
 from tailscope.tracing.ingest.importers import import_spans
 
 TRITON_STAGES = ("request_parse", "enqueue", "queue", "compute_input", "inference", "compute_output",

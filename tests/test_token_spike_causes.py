@@ -1,6 +1,6 @@
 """TTFT and TPOT spikes get causes, from detectors told which metric rose (issue 28, "what to build" 2).
 
-Seeded synthetic LLM runs that stream (``testing/synthetic.py`` ``stream=True``: the first token as
+Seeded synthetic LLM runs that stream (``testkit/synthetic.py`` ``stream=True``: the first token as
 decode starts, the rest at its end): KV-cache pressure and a queue burst raise TTFT (queue wait),
 other prompts' prefill raises TPOT (decode), a stopped process raises TTFT. Before, each such card
 read "TTFT spike: no cause attributed".
@@ -14,7 +14,7 @@ import pytest
 from tailscope.analyzers.analysis import analyze_run
 from tailscope.analyzers.causes.protocol import OFF_METRIC_CAP, DetectorRegistry, Finding, SpikeContext
 from tailscope.reports.llm_view import token_spike_cards
-from tailscope.testing.synthetic import write_synthetic_run
+from tailscope.testkit.synthetic import write_synthetic_run
 
 
 @pytest.fixture(scope="module")

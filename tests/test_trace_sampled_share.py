@@ -14,7 +14,7 @@ from tailscope.analyzers.analysis import analyze_run
 from tailscope.analyzers.inputs.trace_join import sampled_mask
 from tailscope.rundir import load_run
 from tailscope.rundir.retention_policy import trace_sampled
-from tailscope.testing.synthetic import write_synthetic_run
+from tailscope.testkit.synthetic import write_synthetic_run
 
 RATE = 0.3
 #: A seed whose run drew fewer sampled trace ids than 0.9 × RATE (checked below).

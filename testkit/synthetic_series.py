@@ -2,10 +2,10 @@
 
 The spike test's sweeps and unit cases need millions of latencies at rates from 0.5 to
 20,000 requests/s and runs up to an hour; writing a run directory for each would take
-minutes (:func:`~tailscope.testing.synthetic.write_synthetic_run`, about 4 s per million
+minutes (:func:`~tailscope.testkit.synthetic.write_synthetic_run`, about 4 s per million
 requests). These are the same requests' latencies: Poisson arrivals at ``rate``, each the
 sum of the five stages of the synthetic target's ``short`` class (lognormal, medians and
-sigmas :data:`~tailscope.testing.synthetic.STAGE_MEDIANS_MS` and ``STAGE_SIGMAS``, about
+sigmas :data:`~tailscope.testkit.synthetic.STAGE_MEDIANS_MS` and ``STAGE_SIGMAS``, about
 12 ms at the median) plus 0.4 ms of network and unaccounted time.
 
 An *incident* multiplies the latency of the requests scheduled in ``[at_s, at_s +
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tailscope.testing.synthetic import NS_PER_MS, NS_PER_S, STAGE_MEDIANS_MS, STAGE_SIGMAS, SYNTHETIC_START_NS
+from tailscope.testkit.synthetic import NS_PER_MS, NS_PER_S, STAGE_MEDIANS_MS, STAGE_SIGMAS, SYNTHETIC_START_NS
 
 #: Network both ways plus unaccounted server time (ms) added to the stage sum.
 OVERHEAD_MS = 0.4

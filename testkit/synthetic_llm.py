@@ -34,7 +34,7 @@ import pyarrow as pa
 
 from tailscope.rundir import schema as fmt
 from tailscope.rundir.manifest import RunWriter
-from tailscope.testing.synthetic import StreamFile, constant_strings, hex_ids
+from tailscope.testkit.synthetic import StreamFile, constant_strings, hex_ids
 
 NS_PER_MS = 1_000_000
 NS_PER_S = 1_000_000_000
