@@ -23,7 +23,7 @@ import pyarrow.compute as pc
 from tailscope.analyzers.causes.protocol import DetectorRegistry
 from tailscope.analyzers.findings.protocol import FindingInputs
 from tailscope.analyzers.findings.registry import whole_run_findings
-from tailscope.analyzers.health.generator import generator_section
+from tailscope.analyzers.health.generator_health import generator_section
 from tailscope.analyzers.health.lateness_rule import lateness_judgement, material_intervals
 from tailscope.analyzers.health.load_checks import abort_verdict, load_warnings
 from tailscope.analyzers.health.outages import find_outages
@@ -433,7 +433,7 @@ def run_warnings(run: Run, analysis: dict, windows, rules: SpikeRules, detection
     if summary["requests"] == 0:
         warnings.append({"code": "no_requests", "message": "the run recorded no requests"})
         return warnings
-    # generator-limited: a whole-run finding (analyzers/findings/generator.py), not a warning
+    # generator-limited: a whole-run finding (analyzers/findings/generator_limited.py), not a warning
     p99 = summary["latency_ms"]["p99"]
     if not p99["claimed"]:
         warnings.append({"code": "too_few_samples", "message": (

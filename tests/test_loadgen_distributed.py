@@ -300,7 +300,7 @@ def _generator_run(signal_rows: list[tuple], gc_events: list[tuple], origin: int
 def test_generator_analysis_keeps_worker_processes_apart():
     """Two workers' labelled gauges: per window the busiest process's CPU and run-queue wait,
     the sum of in-flight requests; each process's own totals in ``processes``."""
-    from tailscope.analyzers.health.generator import generator_section
+    from tailscope.analyzers.health.generator_health import generator_section
 
     origin = 1_800_000_000_000_000_000
     cpu = {0: (20.0, 20.0, 95.0, 20.0), 1: (30.0, 30.0, 30.0, 30.0)}

@@ -6,7 +6,7 @@ and registering it here; docs/analyzers/findings.md gets a section for it.
 
 from __future__ import annotations
 
-from tailscope.analyzers.findings.generator import GENERATOR_LIMITED
+from tailscope.analyzers.findings.generator_limited import GENERATOR_LIMITED
 from tailscope.analyzers.findings.network import OUTSIDE_SERVER, TCP_DELAYED_ACK
 from tailscope.analyzers.findings.protocol import FindingCheck, FindingInputs, run_checks
 from tailscope.analyzers.findings.tail import P99_SET_BY

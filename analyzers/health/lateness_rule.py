@@ -3,7 +3,7 @@
 Latency is measured from the scheduled send (DESIGN.md, decision 3), so every
 late send is inside the percentiles the report claims: latency = lateness +
 service time. A run is generator-limited when more than 1% of its sends left
-more than 1 ms late (:mod:`.generator`), but a millisecond of lateness on a
+more than 1 ms late (:mod:`.generator_health`), but a millisecond of lateness on a
 16 ms P99 changes no conclusion. The rule: lateness **matters** when it moves
 a claimed latency percentile (P50 or P99) by more than ``MATERIAL_SHARE``
 (5%) — when that percentile of latency (from the scheduled send) exceeds the

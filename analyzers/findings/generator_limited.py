@@ -8,7 +8,7 @@ when it *matters*: when it changes a claimed percentile (the rule of
 otherwise the report states it in its load-generator section. The finding names
 the late share, how much of each claimed percentile is lateness, the rule, and
 the generator-limited intervals that matter with their likely causes
-(``generator.limited_windows``, :mod:`tailscope.analyzers.health.generator`).
+(``generator.limited_windows``, :mod:`tailscope.analyzers.health.generator_health`).
 """
 
 from __future__ import annotations
