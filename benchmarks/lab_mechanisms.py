@@ -20,7 +20,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import numpy as np  # noqa: E402
 
-from tailscope.targets.reference.gc_pressure import GcPressure  # noqa: E402
+from tailscope.targets.reference.gc_load import GcPressure  # noqa: E402
 from tailscope.targets.reference.generation import DecoderModel  # noqa: E402
 
 DIM = 128

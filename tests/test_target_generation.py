@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from test_target_service import OtlpCollector, TargetProcess, traceparent
 
-from tailscope.targets.reference.gc_pressure import GcPressure, make_request_garbage
+from tailscope.targets.reference.gc_load import GcPressure, make_request_garbage
 from tailscope.targets.reference.generation import GENERATION_VOCAB, DecoderModel, token_text
 from tailscope.targets.reference.resident import ResidentSet
 

@@ -47,9 +47,9 @@ from tailscope.targets.reference.asgi_io import (
 )
 from tailscope.targets.reference.batcher import BatcherStoppedError, BatchPolicy, DynamicBatcher, QueueFullError
 from tailscope.targets.reference.config import TargetConfig
-from tailscope.targets.reference.gc_pressure import GcPressure, make_request_garbage
+from tailscope.targets.reference.fsync_writes import IoStall
+from tailscope.targets.reference.gc_load import GcPressure, make_request_garbage
 from tailscope.targets.reference.generation import DecoderModel, DecodeScheduler
-from tailscope.targets.reference.io_stall import IoStall
 from tailscope.targets.reference.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from tailscope.targets.reference.metrics import TargetMetrics
 from tailscope.targets.reference.model import ReferenceModel
