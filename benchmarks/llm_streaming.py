@@ -96,7 +96,7 @@ def _window():
 """
 
 TAILSCOPE = """
-from tailscope.loadgen.runner import run_load
+from tailscope.loadgen.local_runner import run_load
 """ + WINDOW + """
 from tailscope.loadgen.spec import ArrivalSpec, LLMSpec, LoadPlan, RequestClass, SessionSpec, SizeSpec
 from tailscope.rundir import Appender, schema

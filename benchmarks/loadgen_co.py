@@ -25,7 +25,7 @@ from bench_common import load_average, loopback_server, run_python
 STALL_EVERY_S, STALL_FOR_S = 5.0, 1.0
 
 TAILSCOPE = """
-from tailscope.loadgen.runner import run_load
+from tailscope.loadgen.local_runner import run_load
 import tempfile
 from tailscope.loadgen.spec import ArrivalSpec, LoadPlan, RequestClass
 from tailscope.rundir import Appender, read_stream, schema

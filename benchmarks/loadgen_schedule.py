@@ -56,7 +56,7 @@ print(json.dumps({"p50": float(np.percentile(late_ms, 50)), "p99": float(np.perc
 """
 
 GENERATOR = STEAL + """
-from tailscope.loadgen.runner import run_load
+from tailscope.loadgen.local_runner import run_load
 import resource, tempfile
 import numpy as np
 from tailscope.loadgen.spec import ArrivalSpec, LoadPlan, RequestClass

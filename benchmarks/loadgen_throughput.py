@@ -25,7 +25,7 @@ import statistics
 from bench_common import load_average, loopback_server, run_python
 
 TAILSCOPE = """
-from tailscope.loadgen.runner import run_load
+from tailscope.loadgen.local_runner import run_load
 import resource, tempfile, time
 from tailscope.loadgen.spec import ArrivalSpec, LoadPlan, RequestClass
 from tailscope.rundir import Appender, schema

@@ -1,7 +1,7 @@
 """One run, start to finish: children up, load, children down, analysis, reports.
 
 The conductor owns orchestration only. Load generation is
-:func:`tailscope.loadgen.runner.run_load`; spans arrive through the receiver
+:func:`tailscope.loadgen.local_runner.run_load`; spans arrive through the receiver
 process; signals through the sampler process; the analysis and the reports are
 computed afterwards from the run directory alone, exactly as
 ``tailscope report`` would.
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 # Locust first: it monkey-patches the standard library with gevent, which must
 # happen before threading, socket or subprocess are used.
-from tailscope.loadgen.runner import run_load  # noqa: I001  (import order matters)
+from tailscope.loadgen.local_runner import run_load  # noqa: I001  (import order matters)
 
 # isort: split
 

@@ -27,7 +27,7 @@ from tailscope.conductor.children import ChildError
 from tailscope.conductor.reporting import analyse_and_write
 from tailscope.conductor.run_setup import safe_name
 from tailscope.conductor.session import RunOptions, SetupError, execute_run
-from tailscope.loadgen.runner import LoadError
+from tailscope.loadgen.local_runner import LoadError
 from tailscope.loadgen.spec import ArrivalSpec
 from tailscope.loadgen.sweep_rates import PeakSearch, SweepPolicy, early_stop_note
 from tailscope.reports.sweep_report import render_sweep_html

@@ -26,8 +26,8 @@ from collections.abc import Callable, Sequence
 import gevent
 from locust.env import Environment
 
+from tailscope.loadgen.local_runner import LoadError, LoadResult, Progress, StopFlag
 from tailscope.loadgen.process_load import ScheduleHolder
-from tailscope.loadgen.runner import LoadError, LoadResult, Progress, StopFlag
 from tailscope.loadgen.spec import LoadPlan
 from tailscope.loadgen.users import DRAIN_GRACE_S
 from tailscope.support.python_child import python_module
@@ -100,7 +100,7 @@ def run_distributed_load(
     signals=None,
 ) -> LoadResult:
     """Run ``plan`` on ``workers`` local Locust worker processes; rows go to ``sink``
-    (``append(*values)`` in REQUESTS_SCHEMA order, as for :func:`~.runner.run_load`).
+    (``append(*values)`` in REQUESTS_SCHEMA order, as for :func:`~.local_runner.run_load`).
     Optional sinks, as for run_load: ``chunks`` (every worker's streamed chunks),
     ``events`` (their ``generator_gc`` events), ``signals`` (their self-check
     gauges, labelled ``{worker="i"}``).

@@ -88,7 +88,7 @@ class ProcessLoad:
     record per request to ``sink`` (``append(*values)``, REQUESTS_SCHEMA order)
     and firing Locust's ``request`` event for each.
 
-    Optional sinks, as for :func:`~.runner.run_load`: ``chunks`` (CHUNKS_SCHEMA
+    Optional sinks, as for :func:`~.local_runner.run_load`: ``chunks`` (CHUNKS_SCHEMA
     rows of streamed responses), ``events`` and ``signals`` (the generator's
     self-check, :class:`~.selfcheck.GeneratorMonitor`, polled every
     :data:`MONITOR_TICK_S`; with a ``share`` its series and events are labelled

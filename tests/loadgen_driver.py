@@ -1,4 +1,4 @@
-"""Runs one load plan with tailscope.loadgen.runner.run_load in its own process.
+"""Runs one load plan with tailscope.loadgen.local_runner.run_load in its own process.
 
 Locust monkey-patches the process with gevent, so the loadgen tests never
 import it in the pytest process; they run this script instead:
@@ -15,7 +15,7 @@ Prints one JSON line: {"result": LoadResult fields, "progress": [Progress ...]}.
 
 from __future__ import annotations
 
-from tailscope.loadgen.runner import run_load  # noqa: I001  (Locust first: gevent patching)
+from tailscope.loadgen.local_runner import run_load  # noqa: I001  (Locust first: gevent patching)
 
 # isort: split
 

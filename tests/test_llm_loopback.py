@@ -10,7 +10,7 @@ Run as a script, this file is the driver subprocess (Locust imported first)."""
 from __future__ import annotations
 
 if __name__ == "__main__":  # the driver subprocess: Locust (gevent patching) before anything else
-    from tailscope.loadgen.runner import run_load  # noqa: F401
+    from tailscope.loadgen.local_runner import run_load  # noqa: F401
 
 import json
 import os
@@ -284,7 +284,7 @@ def _driver(config: dict) -> dict:
     import dataclasses
 
     from tailscope.loadgen.llm_fields import openai_class_fields
-    from tailscope.loadgen.runner import run_load
+    from tailscope.loadgen.local_runner import run_load
     from tailscope.loadgen.spec import ArrivalSpec, LoadPlan, RequestClass
     from tailscope.rundir import Appender
 

@@ -66,7 +66,7 @@ def test_the_probe_waits_for_a_target_that_starts_listening_and_gives_up_on_one_
 
 
 def test_progress_never_shows_a_negative_time():
-    # the fields of tailscope.loadgen.runner.Progress (not imported: it would import Locust's gevent here)
+    # the fields of tailscope.loadgen.local_runner.Progress (not imported: it would import Locust's gevent here)
     draining = SimpleNamespace(elapsed_s=61.2, remaining_s=-1.4, scheduled=10, completed=9, errors=0, rps=9.0,
                                p50_ms=1.0, p99_ms=2.0, in_flight=1, late_share=0.0)
     line = _plain_line(draining)

@@ -32,7 +32,7 @@ UNCLAIMED_POLICIES = ("pass", "inconclusive", "fail")
 DEFAULT_UNCLAIMED = "inconclusive"
 #: The ``verdict:`` section's fields and their defaults.
 VERDICT_DEFAULTS = {"unclaimed": DEFAULT_UNCLAIMED}
-#: How a run's stop reason is named when it was not the plan (loadgen/runner.py ``stop_reason``).
+#: How a run's stop reason is named when it was not the plan (loadgen/local_runner.py ``stop_reason``).
 PLANNED_STOPS = ("duration", "max_requests")
 
 _STATUS_REASONS = {

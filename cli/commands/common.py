@@ -209,7 +209,7 @@ def run_and_report(scenario, options, launch_target=None, console=None,
     from tailscope.conductor.children import ChildError
     from tailscope.conductor.session import SetupError, execute_run
     from tailscope.conductor.terminal import ProgressDisplay
-    from tailscope.loadgen.runner import LoadError
+    from tailscope.loadgen.local_runner import LoadError
 
     console = console or Console()
     try:
