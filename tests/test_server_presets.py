@@ -34,7 +34,7 @@ from tailscope.rundir import load_run, schema
 from tailscope.scenario_model.scenario import ScenarioError, parse_scenario
 from tailscope.support.registry import UnknownName
 from tailscope.tracing.signals.prometheus import PrometheusSampler
-from tailscope.tracing.signals.runner import ArrowSink, signals_metadata
+from tailscope.tracing.signals.sampling_loop import ArrowSink, signals_metadata
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures", "server_presets")
 SCHEMA_PATH = os.path.join(os.path.dirname(__file__), "..", "analyzers", "analysis.schema.json")

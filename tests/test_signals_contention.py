@@ -17,7 +17,7 @@ from signals_helpers import read_series, start_burner, stop_process
 
 from tailscope.tracing.signals.process import ProcessSampler
 from tailscope.tracing.signals.psi import PressureSampler
-from tailscope.tracing.signals.runner import run_sampling
+from tailscope.tracing.signals.sampling_loop import run_sampling
 
 PHASE_S = 1.2
 CORE = 0

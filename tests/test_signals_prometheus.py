@@ -11,7 +11,7 @@ from signals_helpers import read_series, read_signals_meta
 
 from tailscope.tracing.signals.config import SamplerConfig
 from tailscope.tracing.signals.prometheus import PrometheusSampler, parse_exposition
-from tailscope.tracing.signals.runner import run_sampling
+from tailscope.tracing.signals.sampling_loop import run_sampling
 
 
 def _registry():

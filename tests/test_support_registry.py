@@ -13,7 +13,7 @@ from tailscope.scenario_model.sections import SECTION_PARSERS
 from tailscope.support.registry import Registry, UnknownName
 from tailscope.tracing.signals.config import SamplerConfig
 from tailscope.tracing.signals.registry import SAMPLERS
-from tailscope.tracing.signals.runner import default_samplers
+from tailscope.tracing.signals.sampling_loop import default_samplers
 
 
 class _Plugin:

@@ -55,7 +55,7 @@ def handle(args) -> int:
     from tailscope.tracing.signals.discovery import TargetNotFound
     from tailscope.tracing.signals.launch import TargetChoice, find_target
     from tailscope.tracing.signals.remote_agent import run_agent
-    from tailscope.tracing.signals.runner import SamplerConfig
+    from tailscope.tracing.signals.sampling_loop import SamplerConfig
 
     if not 0.1 <= args.rate <= 1000:
         return error(f"--rate must be between 0.1 and 1000 Hz, got {args.rate}")

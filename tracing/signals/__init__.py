@@ -4,8 +4,8 @@ Run as a process with ``python -m tailscope.tracing.signals``, or in-process
 with :func:`run_sampling`.
 """
 
-from tailscope.tracing.signals.runner import SamplingSummary, default_samplers, run_sampling
 from tailscope.tracing.signals.sampler import COUNTER, GAUGE, Sampler, SeriesMeta
+from tailscope.tracing.signals.sampling_loop import SamplingSummary, default_samplers, run_sampling
 
 __all__ = [
     "COUNTER",

@@ -16,7 +16,7 @@ from tailscope.rundir.appender import EXIT_DISK_FULL
 from tailscope.support.cgroups import locate_cgroup_path
 from tailscope.support.procfs import read_text
 from tailscope.tracing.signals.config import SamplerConfig
-from tailscope.tracing.signals.runner import DEFAULT_RATE_HZ, run_sampling
+from tailscope.tracing.signals.sampling_loop import DEFAULT_RATE_HZ, run_sampling
 
 
 def add_sampler_arguments(parser: argparse.ArgumentParser) -> None:

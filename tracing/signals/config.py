@@ -1,7 +1,8 @@
 """What the sampling process watches besides the host: one config type.
 
 Its own module so the sampler registry (which builds samplers from it) and the
-runner (which is given it) both import it without importing each other.
+sampling loop (:mod:`.sampling_loop`, which is given it) both import it without
+importing each other.
 """
 
 from __future__ import annotations

@@ -178,7 +178,7 @@ class AgentStats:
 
 
 class OtlpSink:
-    """A :class:`~.runner.SignalSink` that exports rows to the harness as OTLP metrics.
+    """A :class:`~.sampling_loop.SignalSink` that exports rows to the harness as OTLP metrics.
 
     Export and clock estimation run on their own thread, so a slow or absent
     harness never delays the sampling schedule; rows wait in a bounded buffer.
@@ -281,7 +281,7 @@ def run_agent(harness_url: str, config, rate_hz: float, stop_event: threading.Ev
 
     Raises OSError / ValueError when the harness's receiver does not answer its
     clock echo at start, or refuses the token (nothing would arrive)."""
-    from tailscope.tracing.signals.runner import default_samplers, sample_loop
+    from tailscope.tracing.signals.sampling_loop import default_samplers, sample_loop
 
     estimate_clock_offset(harness_url, token=token, ca_file=ca_file)
     sink = OtlpSink(harness_url, host=host, export_interval_s=export_interval_s, token=token, ca_file=ca_file)
