@@ -247,6 +247,9 @@ def pair_sentences(evidence: dict) -> list[str]:
                 + (f", sent {long['sent']}" if long.get("sent") else "") + ") were being prefilled while the slow streams decoded")
         if largest:
             text += "; the largest " + ", ".join(fmt_number(v) for v in largest if v is not None) + " tokens"
+        if isinstance(long.get("chance"), (int, float)) and long.get("requests"):
+            text += (f"; {long['count']:,} of {long['requests']:,} requests sent then, a chance of "
+                     f"{long['chance']:.2g} under the baseline's prompts")
         out.append(text + ".")
     waiting = evidence.get("server_waiting")
     if isinstance(waiting, dict) and waiting.get("spike") is not None:

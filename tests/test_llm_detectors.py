@@ -18,7 +18,7 @@ import pytest
 
 from tailscope.analyzers.analysis import analyze_run
 from tailscope.analyzers.causes.detect_kv_cache import KvCacheDetector
-from tailscope.analyzers.causes.detect_prefill import PrefillInterferenceDetector
+from tailscope.analyzers.causes.detect_prefill import PrefillInterferenceDetector, chance_of_long_prompts
 from tailscope.analyzers.causes.detect_queue import QueueSaturationDetector
 from tailscope.analyzers.causes.protocol import SpikeContext, available_inputs
 from tailscope.analyzers.inputs.records import request_arrays
@@ -32,9 +32,12 @@ from tailscope.testkit.synthetic import LLM_PROMPT_TOKENS, PREFILL_PROMPT_FACTOR
 SPIKE = {"at_s": 18, "duration_s": 4, "extra_ms": 80}
 
 
-def _spike_context(path, truth: dict) -> SpikeContext:
-    """The injected spike's context, as find_spikes builds it: slow = inside and above the run's P99."""
+def _spike_context(path, truth: dict, edit=None) -> SpikeContext:
+    """The injected spike's context, as find_spikes builds it: slow = inside and above the run's P99.
+    ``edit(run)``: changes the loaded run first."""
     run = load_run(path)
+    if edit is not None:
+        edit(run)
     req = request_arrays(run.requests)
     matrix = stage_matrix(req, run.spans, rules_for_scenario(run.manifest["scenario"]).rules)
     lo, hi = truth["spikes"][0]["start_ns"], truth["spikes"][0]["end_ns"]
@@ -208,3 +211,47 @@ def test_a_preempting_engines_kv_peaks_count_though_its_average_stays_below_the_
     assert kv.evidence["factors"]["kv_pressure"] >= 0.7 and kv.confidence >= 0.5
     quiet = KvCacheDetector().score(_kv_context_with(path, truth, oscillating, preempting=False))
     assert quiet.evidence["factors"]["kv_pressure"] < 0.5
+
+
+def _keep_long_prompts(run, lo: int, hi: int, keep: int, seed: int) -> None:
+    """The prompts of the requests scheduled in [lo, hi) drawn again from the run's own prompt mix
+    (uniform ``LLM_PROMPT_TOKENS``), but the first ``keep``: a surge of ``keep`` long prompts."""
+    scheduled = run.requests.column("scheduled_ns").to_numpy()
+    prompts = run.requests.column("prompt_tokens").to_numpy(zero_copy_only=False).astype(float)
+    inside = np.flatnonzero((scheduled >= lo) & (scheduled < hi))
+    redrawn = np.random.default_rng(seed).uniform(*LLM_PROMPT_TOKENS, len(inside) - keep).round()
+    prompts[inside[keep:]] = redrawn
+    index = run.requests.schema.get_field_index("prompt_tokens")
+    run.requests = run.requests.set_column(index, run.requests.schema.field(index),
+                                           pa.array(prompts).cast(run.requests.schema.field(index).type))
+
+
+def test_a_few_long_prompts_that_chance_explains_are_no_surge(tmp_path):
+    """At 4 requests/s three long prompts among a spike's 16 requests make a 3x prompt-token "surge"
+    (the lab's 1-req/s control named prefill_interference for three 213-433-token prompts). Under
+    the baseline's mix (10 % above its P90) 5 long prompts of the 27 sent in the widened spike (the
+    3 and two of chance) have a chance of 0.11: the surge does not count. All 16 long (chance
+    < 1e-9) still do."""
+    path = tmp_path / "run"
+    truth = write_synthetic_run(path, duration_s=60, rate=4, seed=41,
+                                spikes=[{"kind": "prefill", "at_s": 30, "duration_s": 4, "extra_ms": 80}])
+    lo, hi = truth["spikes"][0]["start_ns"], truth["spikes"][0]["end_ns"]
+    full = PrefillInterferenceDetector().score(_spike_context(path, truth))
+    assert full.confidence >= 0.9 and full.evidence["long_prompts"]["chance"] < 1e-9
+    assert full.evidence["factors"]["surge_not_chance"] == 1.0
+    few = PrefillInterferenceDetector().score(_spike_context(path, truth, lambda run: _keep_long_prompts(run, lo, hi, 3, 7)))
+    factors, long = few.evidence["factors"], few.evidence["long_prompts"]
+    assert 3 <= long["count"] <= 6 and long["requests"] >= 16
+    assert long["chance"] == pytest.approx(chance_of_long_prompts(long["count"], long["requests"], long["baseline_share"]))
+    assert long["chance"] > 0.01 and factors["surge_not_chance"] == 0.0
+    without_chance = np.prod([v for k, v in factors.items() if k != "surge_not_chance"])
+    assert factors["prompt_surge"] > 0.5 and without_chance >= 0.5  # the rule before named it
+    assert few.confidence == 0.0
+    assert "chance" in few.evidence["summary"]
+
+
+def test_the_chance_of_long_prompts_is_the_binomial_tail():
+    """P(X >= k), X ~ Binomial(n, q): 3 of 5 at q 0.1 is 0.00856; none is certain."""
+    assert chance_of_long_prompts(3, 5, 0.1) == pytest.approx(10 * 0.001 * 0.81 + 5 * 0.0001 * 0.9 + 1e-5)
+    assert chance_of_long_prompts(0, 5, 0.1) == 1.0
+    assert chance_of_long_prompts(5, 10, 0.1) == pytest.approx(0.00163, rel=0.01)

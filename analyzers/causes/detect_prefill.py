@@ -12,11 +12,20 @@ makes every step longer, so the running streams' time per output token grows. Ev
   against the baseline;
 - the long prompts (above the baseline's P90) sent during the widened spike: how many, the
   largest, and whether they were ours or other traffic's;
+- whether the surge could be chance: of the N harness requests sent in the widened spike, k had a
+  prompt above the baseline's P90, which a baseline prompt exceeds with probability q (the share of
+  the baseline's prompts above it, about 0.1). Under the baseline's prompt mix k is Binomial(N, q),
+  and p = P(X ≥ k) is the chance of at least that many long prompts. A surge of our own prompts
+  counts fully when p ≤ 0.001 and not at all when p ≥ 0.01 (log-linear between); three long prompts
+  among five requests (p = 0.0086) are no surge, five of ten (p = 0.0016) nearly one. Other
+  traffic's prompt tokens are load from elsewhere, not the baseline's mix: a surge counts fully
+  when at least half of its extra prompt tokens/s were other traffic's (not at all below a quarter);
+  ``surge_not_chance`` = max(other traffic's share factor, own-prompt improbability);
 - neither KV pressure (:func:`~.kit.kv_pressure`) nor queue growth (the queue stage's share of
   the slow requests' server growth) explains it.
 
 confidence = ramp(TPOT ratio, 1.2, 2) × ramp(prompt surge ratio, 1.5, 3) × ramp(its robust z, 2, 6)
-× (1 − KV pressure) × (1 − ramp(queue share, 0.3, 0.7)) × target side.
+× surge_not_chance × (1 − KV pressure) × (1 − ramp(queue share, 0.3, 0.7)) × target side.
 The server's own prompt-token rate (the preset's ``prompt_tokens`` role: vLLM's
 ``prompt_tokens_by_source_total{source="local_compute"}``, the tokens actually prefilled with
 prefix-cache hits left out) is a series this cause reads (``reads``: the signals tied to it).
@@ -27,6 +36,7 @@ says nothing without a ``decode`` stage or without token counts.
 from __future__ import annotations
 
 import numpy as np
+from scipy import stats
 
 from tailscope.analyzers.causes.kit import (
     Z_HIGH,
@@ -48,6 +58,26 @@ QUEUE_STAGES = ("queue", "batch_wait")
 DECODE_STAGE = "decode"
 #: Most long prompts listed in the evidence.
 MAX_LONG_PROMPTS = 5
+#: The chance of at least the widened spike's count of long prompts under the baseline's prompt mix
+#: (binomial tail): a surge of our own prompts counts fully at or below SURGE_P_FULL, not at all at or
+#: above SURGE_P_NONE (module docstring).
+SURGE_P_FULL, SURGE_P_NONE = 0.001, 0.01
+#: Share of the surge's extra prompt tokens/s from other traffic: counts from the first, fully at the second.
+OTHER_SHARE_LOW, OTHER_SHARE_HIGH = 0.25, 0.5
+
+
+def chance_of_long_prompts(count: int, sent: int, share: float) -> float:
+    """P(X ≥ ``count``) for X ~ Binomial(``sent``, ``share``): the chance that at least ``count`` of
+    ``sent`` prompts drawn from the baseline's mix exceed a threshold ``share`` of them exceed (1.0
+    for ``count`` 0)."""
+    if count <= 0:
+        return 1.0
+    return float(stats.binom.sf(count - 1, sent, min(max(share, 0.0), 1.0)))
+
+
+def improbability(p_value: float) -> float:
+    """0 → 1 as ``p_value`` falls from :data:`SURGE_P_NONE` to :data:`SURGE_P_FULL` (log-linear)."""
+    return ramp(-np.log10(max(p_value, 1e-300)), -np.log10(SURGE_P_NONE), -np.log10(SURGE_P_FULL))
 
 
 def _tpot_ms(ctx: SpikeContext, index: np.ndarray) -> np.ndarray:
@@ -94,15 +124,20 @@ class PrefillInterferenceDetector(CauseDetector):
         queue_share = queue_growth / server_growth if server_growth else 0.0
         kv = kv_pressure(ctx)
         split = latency_split(ctx)
+        long_prompts = self._long_prompts(ctx)
+        excess = surge.spike - surge.baseline if surge is not None else 0.0
+        other_excess = other_surge.spike - other_surge.baseline if other_surge is not None else 0.0
+        other_share = other_excess / excess if excess > 0 else 0.0
         factors = {
             "streams_slowed": ramp(tpot_ratio, 1.2, 2.0),
             "prompt_surge": ramp(surge_ratio, 1.5, 3.0) * ramp(surge.z if surge is not None else None, Z_LOW, Z_HIGH),
+            "surge_not_chance": max(ramp(other_share, OTHER_SHARE_LOW, OTHER_SHARE_HIGH),
+                                    improbability(long_prompts["chance"])),
             "kv_cache_not_full": 1.0 - kv.confidence,
             "queue_not_grown": 1.0 - ramp(queue_share, 0.3, 0.7),
             "target_side": server_side_factor(split),
         }
         confidence = float(np.prod(list(factors.values())))
-        long_prompts = self._long_prompts(ctx)
         parts = [f"the slow streams' time per output token {np.median(slow_tpot):.1f} ms vs "
                  f"{np.median(normal_tpot):.1f} ms normal ({tpot_ratio:.2f}×)"]
         if surge is not None:
@@ -113,7 +148,8 @@ class PrefillInterferenceDetector(CauseDetector):
         if long_prompts["count"]:
             parts.append(f"{long_prompts['count']} long prompts (> {long_prompts['threshold_tokens']:.0f} tokens, "
                          f"largest {long_prompts['largest'][0]['prompt_tokens']:.0f}, sent {long_prompts['sent']}) "
-                         "overlapped the slow streams")
+                         f"of {long_prompts['requests']} requests overlapped the slow streams (chance "
+                         f"{_chance_words(long_prompts['chance'])} under the baseline's prompts)")
         parts.append(f"queue {percent(max(queue_share, 0.0))} of the extra server time")
         return Finding(self.name, round(confidence, 4), {
             "summary": "; ".join(parts),
@@ -124,6 +160,7 @@ class PrefillInterferenceDetector(CauseDetector):
             "own_prompt_tokens_per_s": own_surge.spike if own_surge is not None else None,
             "other_traffic_prompt_tokens_per_s": other_surge.spike if other_surge is not None else None,
             "long_prompts": long_prompts,
+            "other_traffic_share_of_surge": other_share,
             "queue_share_of_server_growth": queue_share,
             "kv_pressure": kv.confidence,
             "latency_split": split.as_dict(),
@@ -134,7 +171,10 @@ class PrefillInterferenceDetector(CauseDetector):
 
     @staticmethod
     def _long_prompts(ctx: SpikeContext) -> dict:
-        """The harness's requests sent in the widened spike with a prompt above the baseline's P90."""
+        """The harness's requests sent in the widened spike with a prompt above the baseline's P90:
+        ``count`` of ``requests`` sent there, the threshold, the largest, and ``chance``, the
+        probability of at least ``count`` under the baseline's prompt mix
+        (:func:`chance_of_long_prompts` with ``baseline_share``, the baseline's share above it)."""
         inputs = ctx.inputs
         prompts = inputs.llm.prompt_tokens
         sent = inputs.req.sent_ns
@@ -146,10 +186,19 @@ class PrefillInterferenceDetector(CauseDetector):
         in_baseline[on_grid] = inputs.baseline_bins[bins[on_grid]]
         baseline = prompts[in_baseline]
         if not len(baseline):
-            return {"count": 0, "threshold_tokens": None, "largest": [], "sent": None}
+            return {"count": 0, "requests": int(inside.sum()), "threshold_tokens": None, "baseline_share": None,
+                    "chance": 1.0, "largest": [], "sent": None}
         threshold = float(np.quantile(baseline, 0.9))
         long = np.flatnonzero(inside & (prompts > threshold))
+        share = float(np.mean(baseline > threshold))
+        requests = int(inside.sum())
         largest = long[np.argsort(-prompts[long], kind="stable")[:MAX_LONG_PROMPTS]]
-        return {"count": int(len(long)), "threshold_tokens": threshold,
+        return {"count": int(len(long)), "requests": requests, "threshold_tokens": threshold, "baseline_share": share,
+                "chance": chance_of_long_prompts(len(long), requests, share),
                 "sent": place_words(ctx.start_ns - margin, ctx.end_ns + margin, ctx.start_ns, ctx.end_ns),
                 "largest": [{"sent_ns": int(sent[i]), "prompt_tokens": float(prompts[i])} for i in largest]}
+
+
+def _chance_words(p_value: float) -> str:
+    """A probability in words that keep its size: '0.0086', '2e-07'."""
+    return f"{p_value:.2g}" if p_value >= 1e-3 else f"{p_value:.1e}"
