@@ -11,8 +11,10 @@ slice fits a few minutes on a shared machine; ``table`` then scores every slice 
 
 ``--seeds 1,2,3`` runs those seeds of the suite (the vLLM suite's load levels: 4, 2 and 8 requests/s
 for seeds 1, 2, 3); ``--rates`` gives every experiment of the slice that rate instead (seed 1, 2, 3, …
-in turn). ``table`` prints, per target, rate and run length, each kind's scored runs, detection, AC@1, AC@3,
-BARO's AC@1 and mean P99 impact, and the control runs' false-alarm rate, plus each miss's top causes;
+in turn; the LLM suite runs ``--seeds`` at each rate, each run as long as the spike test needs at
+that rate — ``--duration`` is then the floor — and its fault sized for it). ``table`` prints, per
+target, rate and run length, each kind's scored runs, detection, AC@1, AC@3, BARO's AC@1 and mean
+P99 impact, and the control runs' false-alarm rate, plus each miss's top causes;
 ``table --rescore`` analyses every run again with this checkout's detectors first (the lab scored
 each run with the detectors of its time).
 Nothing is asserted.
@@ -50,7 +52,14 @@ def run_slice(args) -> None:
     full = build_suite(quick=False, seeds=max(seeds), only=only, duration_s=args.duration, target=args.target,
                        tokenizer=vllm.tokenizer if vllm else "")
     suite = [e for e in full if e.seed in seeds]
-    if rates:
+    if rates and args.target == LLM:
+        # the LLM suite sizes each run and its fault for the rate (plan.llm_run_length_s, llm_params_for_rate)
+        suite = [dataclasses.replace(e, name=f"{e.kind}-{e.scenario}-r{rate:g}-s{e.seed}")
+                 for rate in rates
+                 for e in build_suite(quick=False, seeds=max(seeds), only=only, duration_s=args.duration,
+                                      target=args.target, rate=rate)
+                 if e.seed in seeds]
+    elif rates:
         base = [e for e in full if e.seed == 1]
         suite = [dataclasses.replace(e, seed=index + 1, rate=rate, name=f"{e.kind}-{e.scenario}-r{rate:g}")
                  for e in base for index, rate in enumerate(rates)]
@@ -62,7 +71,7 @@ def run_slice(args) -> None:
                                             f"{r.get('error') or (r.get('score') or {}).get('top_causes') or ''}",
                                             flush=True))
     print(markdown_table(lab["scores"]))
-    print(f"{len(suite)} experiments of {args.duration:g} s in {time.monotonic() - started:.0f} s → {out}")
+    print(f"{len(suite)} experiments of {sum(e.duration_s for e in suite):g} s in all in {time.monotonic() - started:.0f} s → {out}")
 
 
 def _results(root: str, rescore: bool) -> list[dict]:

@@ -19,7 +19,9 @@ The *LLM suite* (``build_suite(..., llm=True)``, ``tailscope lab --llm``) runs
 (:data:`LLM_TARGET_ARGS`) under the :data:`LLM_SCENARIOS` chat workload, with
 the ``vllm`` stage preset and the server's ``/metrics`` scraped. The classic
 suite runs the fault kinds that need no LLM server (an injector's
-``target_kind``).
+``target_kind``). ``build_suite(..., rate=R)`` (``--rate``) runs it at R requests/s, each run
+long enough for the spike test at R (:func:`llm_run_length_s`) and its faults sized for R
+(:func:`llm_params_for_rate`).
 
 The *vLLM suite* (``build_suite(..., target=VLLM)``, ``tailscope lab --target vllm``) runs
 :data:`VLLM_KINDS` and control runs against the real vLLM CPU build serving a tiny local Llama
@@ -32,8 +34,10 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+import numpy as np
 import yaml
 
+from tailscope.analyzers.spikes.detection import SpikeRules
 from tailscope.faults.injector import FaultSpec
 from tailscope.faults.registry import INJECTORS, build_spec
 
@@ -98,6 +102,43 @@ LLM_PARAMS: dict[str, dict] = {
     "llm_overload": {"rate": 50.0, "prompt_tokens": 64, "max_tokens": 64},
     "cpu_throttle": {"cpus": 0.2},
 }
+
+
+#: The LLM reference server's CPU use (CPUs) under the LLM chat load at r requests/s is about
+#: ``LLM_SERVER_CPU_IDLE + r × LLM_SERVER_CPU_PER_RPS`` (:data:`LLM_TARGET_ARGS`; control runs on the
+#: development container: 0.05 CPUs at 1/s, 0.12 at 3/s, 0.19 at 10/s, ~0.4 at 16/s).
+LLM_SERVER_CPU_IDLE = 0.04
+LLM_SERVER_CPU_PER_RPS = 0.02
+#: The LLM suite's cpu_throttle holds the server to this share of its CPU use at the run's rate, so
+#: the throttle bites at every rate (a fixed 0.2 CPUs is half of it at 16/s, more than all of it at 3/s).
+LLM_THROTTLE_SHARE = 0.5
+#: Storm prompts open at once in the LLM suite's llm_prompt_storm: the engine prefills one long prompt
+#: per step budget, so a second open one keeps the next chunk ready and more only wait in its queue
+#: (an open-loop storm on a busy host overran it: 63 waiting, and queue_saturation was the right name).
+LLM_STORM_IN_FLIGHT = 2
+
+
+def llm_run_length_s(rate: float, default_s: float) -> float:
+    """Seconds an LLM-suite run at ``rate`` requests/s lasts: ``default_s``, or longer where the fault
+    window (:data:`FAULT_LENGTH_FRACTION` of the run) would hold fewer requests than the spike test
+    needs to run at all (:meth:`~tailscope.analyzers.spikes.tail_test.TailTestRules.samples_to_tell`,
+    the count its ``too_short`` rule asks for): 192 s at 1/s, 64 s at 3/s. Raises ValueError for a
+    rate that is not positive."""
+    if not rate > 0:
+        raise ValueError(f"the request rate must be > 0, got {rate:g}")
+    needed = SpikeRules().samples_to_tell()
+    return max(default_s, float(np.ceil(needed / (rate * FAULT_LENGTH_FRACTION))))
+
+
+def llm_params_for_rate(rate: float) -> dict[str, dict]:
+    """:data:`LLM_PARAMS` sized for a chat load of ``rate`` requests/s: cpu_throttle's ``cpus`` is
+    :data:`LLM_THROTTLE_SHARE` of the server's CPU use at that rate (at least the injector's 0.01);
+    the prompt storm keeps at most :data:`LLM_STORM_IN_FLIGHT` prompts open. The long generations
+    and the overload do not depend on the rate (they fill the KV cache, the running batch)."""
+    use = LLM_SERVER_CPU_IDLE + rate * LLM_SERVER_CPU_PER_RPS
+    return {**LLM_PARAMS,
+            "cpu_throttle": {"cpus": round(max(0.01, LLM_THROTTLE_SHARE * use), 3)},
+            "llm_prompt_storm": {**LLM_PARAMS["llm_prompt_storm"], "max_in_flight": LLM_STORM_IN_FLIGHT}}
 
 
 #: The real vLLM as the vLLM lab runs it, beyond :class:`~.vllm_target.VllmServer`'s own flags
@@ -328,15 +369,19 @@ def _suite_hint(target: str, unknown: list[str]) -> str:
 
 def build_suite(*, quick: bool, seeds: int | None = None, only: list[str] | None = None,
                 duration_s: float | None = None, llm: bool = False, target: str | None = None,
-                tokenizer: str = "") -> list[Experiment]:
+                tokenizer: str = "", rate: float | None = None) -> list[Experiment]:
     """The experiments of a suite, faults first, controls last.
 
     ``only`` restricts to some fault kinds (``control`` names the control
     runs, a :data:`CONFOUNDED_CASES` name a confounded case). ``target``
     (:data:`TARGETS`; ``llm`` is ``target=LLM``): the suite of that target
     (:func:`suite_kinds`); ``tokenizer``: the ``tokenizer.json`` the vLLM suite's
-    scenario sizes prompts with. Raises ValueError for an unknown kind (one of
-    another suite's is named so) or a bad count.
+    scenario sizes prompts with. ``rate`` (requests/s, the LLM suite only) runs every
+    experiment at that rate instead of the scenario's rate × :data:`LLM_LOAD_LEVELS`. The LLM
+    suite sizes each experiment for its rate: its length is :func:`llm_run_length_s`
+    (``duration_s`` or the default as the floor), its fault :func:`llm_params_for_rate`.
+    Raises ValueError for an unknown kind (one of another suite's is named so), a bad count, or
+    a ``rate`` that is not positive or not for the LLM suite.
     """
     target = target or (LLM if llm else REFERENCE)
     if target not in TARGETS:
@@ -347,6 +392,9 @@ def build_suite(*, quick: bool, seeds: int | None = None, only: list[str] | None
     if unknown:
         raise ValueError(f"unknown lab kind(s) {', '.join(unknown)} for the {SUITE_NAMES[target]} suite"
                          f"{_suite_hint(target, unknown)}; known: {', '.join(kinds)}")
+    if rate is not None and (target != LLM or not rate > 0):
+        raise ValueError(f"a request rate is for the LLM suite and must be > 0, got {rate:g} for the "
+                         f"{SUITE_NAMES[target]} suite")
     count = seeds if seeds is not None else (1 if quick else 3)
     if count < 1:
         raise ValueError(f"--seeds must be >= 1, got {count}")
@@ -357,7 +405,6 @@ def build_suite(*, quick: bool, seeds: int | None = None, only: list[str] | None
     length = duration_s or default_length
     if length < 8:
         raise ValueError(f"experiments need at least 8 s to have a fault window and clean stretches, got {length:g}")
-    at_s, window_s = fault_window(length)
     scenarios = scenarios_of(target)
     scenario_names = list(scenarios)
     levels = {LLM: LLM_LOAD_LEVELS, VLLM: VLLM_LOAD_LEVELS}.get(target, LOAD_LEVELS)
@@ -368,10 +415,14 @@ def build_suite(*, quick: bool, seeds: int | None = None, only: list[str] | None
         for index in range(count):
             seed = index + 1
             scenario = scenario_names[index % len(scenario_names)]
-            rate = scenarios[scenario]["rate"] * levels[index % len(levels)]
-            fault, distractions, case = _faults_of(kind, at_s, window_s, params)
-            suite.append(Experiment(name=f"{kind}-{scenario}-s{seed}", scenario=scenario, seed=seed, rate=rate,
-                                    duration_s=length, fault=fault, distractions=distractions, case=case,
+            run_rate = rate if rate is not None else scenarios[scenario]["rate"] * levels[index % len(levels)]
+            run_length, run_params = length, params
+            if target == LLM:
+                run_length, run_params = llm_run_length_s(run_rate, length), llm_params_for_rate(run_rate)
+            at_s, window_s = fault_window(run_length)
+            fault, distractions, case = _faults_of(kind, at_s, window_s, run_params)
+            suite.append(Experiment(name=f"{kind}-{scenario}-s{seed}", scenario=scenario, seed=seed, rate=run_rate,
+                                    duration_s=run_length, fault=fault, distractions=distractions, case=case,
                                     target=target, target_args=target_args,
                                     tokenizer=tokenizer if target == VLLM else ""))
     return suite

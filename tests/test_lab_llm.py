@@ -12,6 +12,7 @@ import yaml
 from cli_helpers import run_tailscope
 
 from tailscope.analyzers.causes.registry import cause_of_fault
+from tailscope.analyzers.spikes.detection import SpikeRules
 from tailscope.faults.cgroupfs import target_cgroup
 from tailscope.faults.injector import FaultSpecError
 from tailscope.faults.registry import INJECTORS, build_spec, parse_fault_option
@@ -20,11 +21,14 @@ from tailscope.lab.plan import (
     LLM,
     LLM_KINDS,
     LLM_PARAMS,
+    LLM_STORM_IN_FLIGHT,
     LLM_TARGET_ARGS,
     REFERENCE,
     Experiment,
     build_suite,
     fault_window,
+    llm_params_for_rate,
+    llm_run_length_s,
 )
 from tailscope.rundir import load_run
 
@@ -39,7 +43,8 @@ def test_llm_suite_runs_the_llm_kinds_and_control_against_the_llm_server():
     kinds = [e.kind for e in suite]
     assert list(dict.fromkeys(kinds)) == [*LLM_KINDS, CONTROL] and {kinds.count(k) for k in kinds} == {3}
     assert {e.target for e in suite} == {LLM} and {e.target_args for e in suite} == {LLM_TARGET_ARGS}
-    assert all(e.fault.params == build_spec(e.kind, 0, 1, LLM_PARAMS[e.kind]).params for e in suite if e.fault)
+    assert all(e.fault.params == build_spec(e.kind, 0, 1, llm_params_for_rate(e.rate)[e.kind]).params
+               for e in suite if e.fault)
     assert len({e.rate for e in suite if e.kind == CONTROL}) == 3
     quick = build_suite(quick=True, llm=True, only=["llm_prompt_storm", "control"], duration_s=14)
     assert [e.kind for e in quick] == ["llm_prompt_storm", CONTROL] and quick[0].name == "llm_prompt_storm-chat-s1"
@@ -52,6 +57,35 @@ def test_llm_suite_runs_the_llm_kinds_and_control_against_the_llm_server():
     assert "stages" not in classic and "prometheus" not in classic["signals"]
     for fault in LLM_KINDS:
         assert cause_of_fault(fault) == EXPECTED[fault]
+
+
+def test_llm_suite_sizes_each_run_and_its_fault_for_the_rate():
+    """At 1, 3 and 10 requests/s every run's fault window holds the requests the spike test needs
+    (its too_short count), the throttle is half the server's CPU use at the rate, and the storm keeps
+    LLM_STORM_IN_FLIGHT prompts open; at the suite's own 16/s the runs keep the asked length."""
+    needed = SpikeRules().samples_to_tell()
+    lengths = {}
+    for rate in (1.0, 3.0, 10.0):
+        suite = build_suite(quick=False, seeds=1, llm=True, rate=rate, duration_s=40)
+        assert {e.rate for e in suite} == {rate} and len({e.duration_s for e in suite}) == 1
+        length = suite[0].duration_s
+        assert rate * length * 0.25 >= needed and length >= 40
+        assert length == llm_run_length_s(rate, 40)
+        lengths[rate] = length
+        faults = {e.kind: e.fault for e in suite if e.fault}
+        assert (faults["cpu_throttle"].at_s, faults["cpu_throttle"].duration_s) == fault_window(length)
+        assert faults["llm_prompt_storm"].params["max_in_flight"] == LLM_STORM_IN_FLIGHT
+        assert faults["llm_overload"].params["rate"] == LLM_PARAMS["llm_overload"]["rate"]
+    assert lengths == {1.0: 192.0, 3.0: 64.0, 10.0: 40.0}
+    throttles = [llm_params_for_rate(r)["cpu_throttle"]["cpus"] for r in (1, 3, 10, 16)]
+    assert throttles == sorted(throttles) and throttles[0] < 0.05 and throttles[-1] == pytest.approx(0.18)
+    assert {e.duration_s for e in build_suite(quick=True, llm=True)} == {20.0}
+    with pytest.raises(ValueError, match="for the LLM suite"):
+        build_suite(quick=True, rate=3.0)
+    with pytest.raises(ValueError, match="must be > 0"):
+        build_suite(quick=True, llm=True, rate=0.0)
+    refused = run_tailscope("lab", "--rate", "3", "--only", "control", timeout=60)
+    assert refused.returncode == 2 and "a request rate is for the LLM suite" in refused.stdout + refused.stderr
 
 
 def test_suites_refuse_the_other_suites_kinds_with_a_hint():

@@ -49,6 +49,9 @@ def register(sub) -> None:
     p.add_argument("--duration", type=duration_arg, default=None, metavar="D",
                    help="length of each experiment (default 40s; 20s with --quick); the fault runs from "
                         "35%% to 60%% of it")
+    p.add_argument("--rate", type=float, default=None, metavar="R",
+                   help="with --llm: every experiment at R requests/s, each run long enough for the spike "
+                        "test at R and its fault sized for R (default: 16/s × 1, 0.8 or 1.2 by seed)")
     p.add_argument("--out", default=None, metavar="DIR",
                    help="output folder (default runs/lab-<UTC time>)")
     p.set_defaults(handler=handle)
@@ -76,13 +79,14 @@ def handle(args) -> int:
     only = [kind.strip() for kind in args.only.split(",") if kind.strip()] if args.only else None
     try:
         suite = build_suite(quick=args.quick, seeds=args.seeds, only=only, duration_s=args.duration, target=target,
-                            tokenizer=vllm.tokenizer if vllm else "")
+                            tokenizer=vllm.tokenizer if vllm else "", rate=args.rate)
     except ValueError as exc:
         return error(str(exc))
     out_dir = args.out or f"runs/lab-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"
     console = Console()
     name = ("" if target == REFERENCE else f"{target}-") + ("quick" if args.quick else "full")
-    console.print(f"tailscope lab ({name}): {len(suite)} experiments of {suite[0].duration_s:g} s → {out_dir}")
+    console.print(f"tailscope lab ({name}): {len(suite)} experiments of "
+                  f"{'–'.join(sorted({f'{e.duration_s:g}' for e in suite}, key=float))} s → {out_dir}")
 
     def progress(result: dict) -> None:
         score = result.get("score") or {}
