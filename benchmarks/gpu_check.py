@@ -27,9 +27,9 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def load_gpu_module():
-    """``tailscope.tracing.signals.gpu``, installed or straight from this checkout."""
+    """``tailscope.signals.gpu``, installed or straight from this checkout."""
     try:
-        from tailscope.tracing.signals import gpu
+        from tailscope.signals import gpu
 
         return gpu
     except ImportError:

@@ -1,6 +1,6 @@
 """What the signal samplers cost, and how well they keep their schedule.
 
-Runs the real sampler process (``python -m tailscope.tracing.signals``) with
+Runs the real sampler process (``python -m tailscope.signals``) with
 every default sampler against a 9-thread target process, for ``--seconds``
 each at 10 Hz and 100 Hz, and once at 10 Hz with a Prometheus endpoint (a real
 prometheus_client exposition of ~100 samples on loopback) scraped every tick.
@@ -78,7 +78,7 @@ def schedule_deviation_p99_ms(run_dir: str, rate_hz: float) -> float | None:
 def measure(label: str, args: list[str], seconds: float) -> dict:
     """Run the sampler process with ``args`` for ``seconds`` (+ warm-up); its CPU share and jitter."""
     run_dir = tempfile.mkdtemp(prefix="tailscope-bench-signals-")
-    sampler = subprocess.Popen(python_module("tailscope.tracing.signals", "--run-dir", run_dir, *args))
+    sampler = subprocess.Popen(python_module("tailscope.signals", "--run-dir", run_dir, *args))
     try:
         time.sleep(WARMUP_S)
         cpu0, wall0 = cpu_seconds(sampler.pid), time.monotonic()

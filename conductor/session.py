@@ -150,7 +150,7 @@ class _Session:
             _check_target_listening(plan.target)
             children.start(Child(
                 "signal sampler",
-                python_module("tailscope.tracing.signals", "--run-dir", run_dir,
+                python_module("tailscope.signals", "--run-dir", run_dir,
                               *_sampler_arguments(target_proc, scenario, plan.target)),
                 log_path=os.path.join(run_dir, "signals.log"), niceness=BOOKKEEPING_NICENESS,
             ))
@@ -348,8 +348,8 @@ def _find_target_process(url: str, pid: int | None, child: Child | None,
                          options: RunOptions | None = None) -> dict:
     """The target's process (and cgroup), for the samplers: started by us, or
     found by pid, name, container, cgroup or listening port (docs/signals.md)."""
-    from tailscope.tracing.signals.discovery import TargetNotFound, describe_process
-    from tailscope.tracing.signals.launch import TargetChoice, find_target
+    from tailscope.signals.discovery import TargetNotFound, describe_process
+    from tailscope.signals.launch import TargetChoice, find_target
 
     if child is not None:
         return {**describe_process(child.pid), "found_by": "started by tailscope"}
@@ -365,7 +365,7 @@ def _find_target_process(url: str, pid: int | None, child: Child | None,
 
 def _sampler_arguments(target_proc: dict, scenario: Scenario, target_url: str) -> list[str]:
     """The sampler process's flags: rate, pid, cgroup, Prometheus URLs, process tree."""
-    from tailscope.tracing.signals.launch import prometheus_urls, sampler_arguments
+    from tailscope.signals.launch import prometheus_urls, sampler_arguments
 
     return sampler_arguments(target_proc, scenario.signal_rate_hz,
                              prometheus_urls(scenario.signal_prometheus, target_url),

@@ -2,7 +2,7 @@
 
 Both cgroup v1 (per-controller hierarchies) and v2 (unified) are supported. A leaf
 module (it imports only :mod:`tailscope.support.procfs`): the cgroup sampler
-(``tracing/signals/cgroup.py``) reads the directories it finds, the fault injectors
+(``signals/cgroup.py``) reads the directories it finds, the fault injectors
 (``faults/cgroupfs.py``) create child cgroups below them.
 
 The cgroup is found from a pid (:func:`locate_process_cgroups`), from a cgroup path

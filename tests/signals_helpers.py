@@ -76,8 +76,8 @@ def stop_process(process: subprocess.Popen) -> None:
 
 
 def run_sampler_process(run_dir: str, pid: int | None, rate_hz: float, duration_s: float) -> int:
-    """Run ``python -m tailscope.tracing.signals`` for ``duration_s``, SIGTERM it, return its exit code."""
-    cmd = [sys.executable, "-m", "tailscope.tracing.signals", "--run-dir", run_dir, "--rate", str(rate_hz)]
+    """Run ``python -m tailscope.signals`` for ``duration_s``, SIGTERM it, return its exit code."""
+    cmd = [sys.executable, "-m", "tailscope.signals", "--run-dir", run_dir, "--rate", str(rate_hz)]
     if pid is not None:
         cmd += ["--pid", str(pid)]
     sampler = subprocess.Popen(cmd)

@@ -15,7 +15,7 @@ from tailscope.analyzers.inputs.queues import queue_depth_series, queue_points
 from tailscope.analyzers.inputs.records import request_arrays
 from tailscope.reports.signal_panels import PANELS, build_panels
 from tailscope.rundir import RunWriter, schema
-from tailscope.tracing.signals.sampling_loop import run_sampling
+from tailscope.signals.sampling_loop import run_sampling
 
 T0 = 1_767_225_600_000_000_000
 MS = 1_000_000

@@ -22,7 +22,7 @@ ALLOWED = {
     "tracing/kit": {"support"},
     "targets": {"tracing/kit", "support"},
     "tracing/ingest": {"rundir", "support"},
-    "tracing/signals": {"rundir", "support"},
+    "signals": {"rundir", "support"},
     "loadgen": {"rundir", "support"},
     # the LLM fault traffic sizes its prompts with loadgen's tokenizer-exact prompt maker (a peer, not a cycle)
     "faults": {"loadgen", "rundir", "support"},
@@ -31,10 +31,10 @@ ALLOWED = {
     # the synthetic-run generator names the cause each spike should get from the detectors' declarations
     "testkit": {"analyzers", "rundir", "support"},
     "scenario_model": {"loadgen", "faults", "analyzers", "rundir", "support"},
-    "conductor": {"scenario_model", "loadgen", "tracing/ingest", "tracing/signals", "faults", "analyzers",
+    "conductor": {"scenario_model", "loadgen", "tracing/ingest", "signals", "faults", "analyzers",
                   "reports", "rundir", "support"},
     "lab": {"conductor", "scenario_model", "faults", "analyzers", "reports", "rundir", "support"},
-    "cli": {"lab", "conductor", "scenario_model", "loadgen", "tracing/ingest", "tracing/signals", "faults",
+    "cli": {"lab", "conductor", "scenario_model", "loadgen", "tracing/ingest", "signals", "faults",
             "analyzers", "reports", "targets", "rundir", "support"},
     "scenarios": {"conductor", "loadgen"},
 }

@@ -30,10 +30,10 @@ from reliability_helpers import OwnedProcess, write_scenario
 from tailscope.analyzers.analysis import analyze_run
 from tailscope.analyzers.inputs.runtime_gc import _match, _split
 from tailscope.rundir import schema
+from tailscope.signals.prometheus import parse_exposition
+from tailscope.signals.prometheus import series_name as prom_series_name
 from tailscope.testkit.synthetic import write_synthetic_run
 from tailscope.tracing.ingest.otlp_decode import decode_metrics_json, decode_metrics_protobuf
-from tailscope.tracing.signals.prometheus import parse_exposition
-from tailscope.tracing.signals.prometheus import series_name as prom_series_name
 
 CUMULATIVE = m.AGGREGATION_TEMPORALITY_CUMULATIVE
 DELTA = m.AGGREGATION_TEMPORALITY_DELTA

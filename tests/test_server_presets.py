@@ -32,9 +32,9 @@ from tailscope.analyzers.stages.server_metrics import run_server_series, server_
 from tailscope.analyzers.stages.server_tokens import SERVER_SPAN_SOURCE, merged_token_counts
 from tailscope.rundir import load_run, schema
 from tailscope.scenario_model.scenario import ScenarioError, parse_scenario
+from tailscope.signals.prometheus import PrometheusSampler
+from tailscope.signals.sampling_loop import ArrowSink, signals_metadata
 from tailscope.support.registry import UnknownName
-from tailscope.tracing.signals.prometheus import PrometheusSampler
-from tailscope.tracing.signals.sampling_loop import ArrowSink, signals_metadata
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures", "server_presets")
 SCHEMA_PATH = os.path.join(os.path.dirname(__file__), "..", "analyzers", "analysis.schema.json")

@@ -15,8 +15,8 @@ from signals_helpers import start_burner, stop_process
 
 from tailscope.analyzers.inputs.signal_series import load_receiver_meta, signal_series
 from tailscope.rundir import read_stream, schema
+from tailscope.signals.remote_agent import build_metrics_data, estimate_clock_offset, split_series
 from tailscope.tracing.ingest.receiver import OtlpReceiver
-from tailscope.tracing.signals.remote_agent import build_metrics_data, estimate_clock_offset, split_series
 
 HOST = "gpu-box-7"
 

@@ -15,9 +15,9 @@ import time
 import pytest
 from signals_helpers import read_series, start_burner, stop_process
 
-from tailscope.tracing.signals.process import ProcessSampler
-from tailscope.tracing.signals.psi import PressureSampler
-from tailscope.tracing.signals.sampling_loop import run_sampling
+from tailscope.signals.process import ProcessSampler
+from tailscope.signals.psi import PressureSampler
+from tailscope.signals.sampling_loop import run_sampling
 
 PHASE_S = 1.2
 CORE = 0

@@ -9,8 +9,8 @@ import sys
 import psutil
 from signals_helpers import stop_process
 
-from tailscope.tracing.signals.discovery import describe_process, find_listening_pid, service_root
-from tailscope.tracing.signals.launch import TargetChoice, find_target
+from tailscope.signals.discovery import describe_process, find_listening_pid, service_root
+from tailscope.signals.launch import TargetChoice, find_target
 
 SERVER_CODE = (
     "import socket, sys\n"

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from tailscope.tracing.signals.gpu import GpuSampler
+from tailscope.signals.gpu import GpuSampler
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

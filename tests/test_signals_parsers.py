@@ -6,25 +6,25 @@ import os
 
 import pytest
 
-from tailscope.support.cgroups import CgroupLocation, locate_cgroups
-from tailscope.tracing.signals.cgroup import (
+from tailscope.signals.cgroup import (
     parse_cpu_v1,
     parse_cpu_v2,
     parse_memory_v1,
     parse_memory_v2,
     read_cgroup_values,
 )
-from tailscope.tracing.signals.gpu import GpuSampler, decode_clocks_event_reasons
-from tailscope.tracing.signals.host import parse_diskstats, parse_meminfo, parse_proc_stat, physical_disks
-from tailscope.tracing.signals.process import (
+from tailscope.signals.gpu import GpuSampler, decode_clocks_event_reasons
+from tailscope.signals.host import parse_diskstats, parse_meminfo, parse_proc_stat, physical_disks
+from tailscope.signals.process import (
     ThreadSumCounter,
     parse_pid_io,
     parse_pid_stat,
     parse_status_blocked,
     parse_status_ctxt,
 )
-from tailscope.tracing.signals.psi import parse_pressure
-from tailscope.tracing.signals.sampler import CLOCK_TICKS_PER_S
+from tailscope.signals.psi import parse_pressure
+from tailscope.signals.sampler import CLOCK_TICKS_PER_S
+from tailscope.support.cgroups import CgroupLocation, locate_cgroups
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures")
 V1 = os.path.join(FIXTURES, "cgroup_v1")
@@ -359,7 +359,7 @@ def test_gpu_sampler_without_gpu_on_this_machine_degrades():
 
 
 def test_find_line_int_matches_whole_key_at_line_start():
-    from tailscope.tracing.signals.sampler import find_line_int
+    from tailscope.signals.sampler import find_line_int
 
     text = "nr_free_pages 10\npswpin 3\npswpout 4\npgmajfault 7"
     assert find_line_int(text, "nr_free_pages ") == 10

@@ -9,9 +9,9 @@ import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Summary, generate_latest, start_http_server
 from signals_helpers import read_series, read_signals_meta
 
-from tailscope.tracing.signals.config import SamplerConfig
-from tailscope.tracing.signals.prometheus import PrometheusSampler, parse_exposition
-from tailscope.tracing.signals.sampling_loop import run_sampling
+from tailscope.signals.config import SamplerConfig
+from tailscope.signals.prometheus import PrometheusSampler, parse_exposition
+from tailscope.signals.sampling_loop import run_sampling
 
 
 def _registry():

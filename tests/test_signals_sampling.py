@@ -15,8 +15,8 @@ from signals_helpers import (
     stop_process,
 )
 
-from tailscope.tracing.signals import SeriesMeta, default_samplers, run_sampling
-from tailscope.tracing.signals.sampler import GAUGE
+from tailscope.signals import SeriesMeta, default_samplers, run_sampling
+from tailscope.signals.sampler import GAUGE
 
 
 def test_sampler_process_watches_a_cpu_burner(tmp_path):

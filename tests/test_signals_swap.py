@@ -18,10 +18,10 @@ import time
 import pytest
 from signals_helpers import read_series, read_signals_meta, stop_process
 
-from tailscope.tracing.signals.cgroup import CgroupSampler
-from tailscope.tracing.signals.host import MemorySampler, VmstatSampler
-from tailscope.tracing.signals.process import ProcessSampler
-from tailscope.tracing.signals.sampling_loop import run_sampling
+from tailscope.signals.cgroup import CgroupSampler
+from tailscope.signals.host import MemorySampler, VmstatSampler
+from tailscope.signals.process import ProcessSampler
+from tailscope.signals.sampling_loop import run_sampling
 
 SWAP_MB = 256
 LIMIT_BYTES = 64 * 2**20

@@ -13,9 +13,7 @@ import time
 import pytest
 from signals_helpers import stop_process
 
-from tailscope.support.cgroups import CgroupLocation, find_container_cgroup, locate_cgroup_path
-from tailscope.support.procfs import read_text
-from tailscope.tracing.signals.cgroup import (
+from tailscope.signals.cgroup import (
     CgroupSampler,
     is_cgroup2_root,
     parse_cgroup_pressure,
@@ -23,9 +21,11 @@ from tailscope.tracing.signals.cgroup import (
     parse_memory_v2,
     read_cgroup_values,
 )
-from tailscope.tracing.signals.discovery import TargetNotFound, find_cgroup_target, find_container_target, find_process_target
-from tailscope.tracing.signals.launch import TargetChoice, find_target, prometheus_urls, sampler_arguments
-from tailscope.tracing.signals.process import ConnectionsSampler, ProcessSampler
+from tailscope.signals.discovery import TargetNotFound, find_cgroup_target, find_container_target, find_process_target
+from tailscope.signals.launch import TargetChoice, find_target, prometheus_urls, sampler_arguments
+from tailscope.signals.process import ConnectionsSampler, ProcessSampler
+from tailscope.support.cgroups import CgroupLocation, find_container_cgroup, locate_cgroup_path
+from tailscope.support.procfs import read_text
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures")
 V1, V2 = os.path.join(FIXTURES, "cgroup_v1"), os.path.join(FIXTURES, "cgroup_v2")

@@ -10,10 +10,10 @@ from tailscope.faults.registry import INJECTORS, injector_class
 from tailscope.loadgen.arrivals import ARRIVALS
 from tailscope.loadgen.spec import ARRIVAL_PROCESSES, ArrivalSpec, SpecError
 from tailscope.scenario_model.sections import SECTION_PARSERS
+from tailscope.signals.config import SamplerConfig
+from tailscope.signals.registry import SAMPLERS
+from tailscope.signals.sampling_loop import default_samplers
 from tailscope.support.registry import Registry, UnknownName
-from tailscope.tracing.signals.config import SamplerConfig
-from tailscope.tracing.signals.registry import SAMPLERS
-from tailscope.tracing.signals.sampling_loop import default_samplers
 
 
 class _Plugin:

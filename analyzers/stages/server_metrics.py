@@ -6,7 +6,7 @@ A stage preset (:mod:`.presets`) declares, for each *role* (``waiting``, ``runni
 play it, newest first. :func:`server_series` finds them among a run's signals:
 
 * a signal ``prom.<metric>`` or ``prom.<metric>{labels}`` (the Prometheus sampler's names,
-  tracing/signals/prometheus.py) — or ``<metric>{labels}`` as an OTLP metric received by the
+  signals/prometheus.py) — or ``<metric>{labels}`` as an OTLP metric received by the
   harness — belongs to ``<metric>``;
 * a candidate name with a label selector (``metric{source="local_compute"}``) keeps only the
   label sets that carry those labels;

@@ -52,10 +52,10 @@ def register(sub) -> None:
 
 def handle(args) -> int:
     # the samplers import psutil, numpy and the OTLP client: only when the agent runs
-    from tailscope.tracing.signals.discovery import TargetNotFound
-    from tailscope.tracing.signals.launch import TargetChoice, find_target
-    from tailscope.tracing.signals.remote_agent import run_agent
-    from tailscope.tracing.signals.sampling_loop import SamplerConfig
+    from tailscope.signals.discovery import TargetNotFound
+    from tailscope.signals.launch import TargetChoice, find_target
+    from tailscope.signals.remote_agent import run_agent
+    from tailscope.signals.sampling_loop import SamplerConfig
 
     if not 0.1 <= args.rate <= 1000:
         return error(f"--rate must be between 0.1 and 1000 Hz, got {args.rate}")

@@ -25,9 +25,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Protocol
 
 from tailscope.rundir import Appender, PeriodicFlusher, schema, write_json_atomic
-from tailscope.tracing.signals.config import SamplerConfig
-from tailscope.tracing.signals.registry import SAMPLERS
-from tailscope.tracing.signals.sampler import Sampler
+from tailscope.signals.config import SamplerConfig
+from tailscope.signals.registry import SAMPLERS
+from tailscope.signals.sampler import Sampler
 
 DEFAULT_RATE_HZ = 10.0
 #: Tick lateness values kept for the end-of-run percentiles (≈ 2.8 h at 10 Hz; 800 kB).

@@ -34,7 +34,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from tailscope.tracing.signals.sampler import COUNTER, GAUGE, SeriesMeta
+from tailscope.signals.sampler import COUNTER, GAUGE, SeriesMeta
 
 #: Longest a scrape may take, in seconds, before it counts as failed.
 DEFAULT_SCRAPE_TIMEOUT_S = 0.5

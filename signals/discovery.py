@@ -12,9 +12,9 @@ import os
 
 import psutil
 
+from tailscope.signals.cgroup import cgroup_pids
 from tailscope.support.cgroups import CgroupLocation, find_container_cgroup, locate_cgroup_path, locate_process_cgroups
 from tailscope.support.procfs import read_text
-from tailscope.tracing.signals.cgroup import cgroup_pids
 
 _ANY_ADDRESSES = ("0.0.0.0", "::", "")
 MOUNTINFO = "/proc/self/mountinfo"

@@ -28,9 +28,9 @@ import os
 import time
 from collections.abc import Iterable
 
+from tailscope.signals.sampler import COUNTER, GAUGE, OpenFiles, SeriesMeta
 from tailscope.support.cgroups import CgroupLocation, locate_process_cgroups
 from tailscope.support.procfs import parse_key_value_lines, read_text
-from tailscope.tracing.signals.sampler import COUNTER, GAUGE, OpenFiles, SeriesMeta
 
 #: v1 memory limits at or above this mean "no limit" (the kernel reports ~2^63 rounded to pages).
 V1_UNLIMITED_BYTES = 1 << 62
@@ -248,7 +248,7 @@ def is_cgroup2_root(directory: str) -> bool:
 
 def parse_cgroup_pressure(texts: dict[str, str | None]) -> dict[str, float]:
     """``{resource: <resource>.pressure text or None}`` → ``cgroup.psi.<resource>.<scope>_us`` totals."""
-    from tailscope.tracing.signals.psi import parse_pressure
+    from tailscope.signals.psi import parse_pressure
 
     out: dict[str, float] = {}
     for resource, text in texts.items():

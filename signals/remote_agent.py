@@ -53,8 +53,8 @@ from opentelemetry.sdk.metrics.export import (
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
+from tailscope.signals.sampler import COUNTER
 from tailscope.support.receiver_token import authorization_header
-from tailscope.tracing.signals.sampler import COUNTER
 
 TIME_PATH = "/v1/time"
 METRICS_PATH = "/v1/metrics"
@@ -281,7 +281,7 @@ def run_agent(harness_url: str, config, rate_hz: float, stop_event: threading.Ev
 
     Raises OSError / ValueError when the harness's receiver does not answer its
     clock echo at start, or refuses the token (nothing would arrive)."""
-    from tailscope.tracing.signals.sampling_loop import default_samplers, sample_loop
+    from tailscope.signals.sampling_loop import default_samplers, sample_loop
 
     estimate_clock_offset(harness_url, token=token, ca_file=ca_file)
     sink = OtlpSink(harness_url, host=host, export_interval_s=export_interval_s, token=token, ca_file=ca_file)

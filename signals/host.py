@@ -9,8 +9,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 
-from tailscope.support.procfs import read_text
-from tailscope.tracing.signals.sampler import (
+from tailscope.signals.sampler import (
     CLOCK_TICKS_PER_S,
     COUNTER,
     GAUGE,
@@ -19,6 +18,7 @@ from tailscope.tracing.signals.sampler import (
     find_line_int,
     probe_readable,
 )
+from tailscope.support.procfs import read_text
 
 PROC_STAT = "/proc/stat"
 PROC_LOADAVG = "/proc/loadavg"

@@ -1,4 +1,4 @@
-"""``python -m tailscope.tracing.signals --run-dir DIR [--pid PID] [--rate 10]
+"""``python -m tailscope.signals --run-dir DIR [--pid PID] [--rate 10]
 [--cgroup PATH] [--prometheus URL ...] [--no-children]``.
 
 Samples until SIGTERM/SIGINT, then flushes and closes ``signals.arrow`` and
@@ -13,10 +13,10 @@ import sys
 import threading
 
 from tailscope.rundir.appender import EXIT_DISK_FULL
+from tailscope.signals.config import SamplerConfig
+from tailscope.signals.sampling_loop import DEFAULT_RATE_HZ, run_sampling
 from tailscope.support.cgroups import locate_cgroup_path
 from tailscope.support.procfs import read_text
-from tailscope.tracing.signals.config import SamplerConfig
-from tailscope.tracing.signals.sampling_loop import DEFAULT_RATE_HZ, run_sampling
 
 
 def add_sampler_arguments(parser: argparse.ArgumentParser) -> None:
@@ -43,7 +43,7 @@ def sampler_config(args: argparse.Namespace) -> SamplerConfig:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="python -m tailscope.tracing.signals",
+        prog="python -m tailscope.signals",
         description="Sample host, process, cgroup, PSI, Prometheus and GPU signals into a run directory.",
     )
     parser.add_argument("--run-dir", required=True, help="run directory to write into")

@@ -12,15 +12,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from tailscope.signals.cgroup import CgroupSampler
+from tailscope.signals.config import SamplerConfig
+from tailscope.signals.gpu import GpuSampler
+from tailscope.signals.host import DiskSampler, HostCpuSampler, LoadAvgSampler, MemorySampler, VmstatSampler
+from tailscope.signals.process import ConnectionsSampler, ProcessSampler
+from tailscope.signals.prometheus import PrometheusSampler
+from tailscope.signals.psi import PressureSampler
+from tailscope.signals.sampler import Sampler
 from tailscope.support.registry import Registry
-from tailscope.tracing.signals.cgroup import CgroupSampler
-from tailscope.tracing.signals.config import SamplerConfig
-from tailscope.tracing.signals.gpu import GpuSampler
-from tailscope.tracing.signals.host import DiskSampler, HostCpuSampler, LoadAvgSampler, MemorySampler, VmstatSampler
-from tailscope.tracing.signals.process import ConnectionsSampler, ProcessSampler
-from tailscope.tracing.signals.prometheus import PrometheusSampler
-from tailscope.tracing.signals.psi import PressureSampler
-from tailscope.tracing.signals.sampler import Sampler
 
 SamplerFactory = Callable[[int | None, SamplerConfig], Sampler]
 

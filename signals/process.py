@@ -16,8 +16,8 @@ from collections.abc import Iterable
 
 import psutil
 
+from tailscope.signals.sampler import CLOCK_TICKS_PER_S, COUNTER, GAUGE, OpenFiles, SeriesMeta, find_line_int
 from tailscope.support.procfs import read_text
-from tailscope.tracing.signals.sampler import CLOCK_TICKS_PER_S, COUNTER, GAUGE, OpenFiles, SeriesMeta, find_line_int
 
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from tailscope.tracing.signals.cgroup import CgroupLocation
-from tailscope.tracing.signals.prometheus import DEFAULT_SCRAPE_TIMEOUT_S
+from tailscope.signals.cgroup import CgroupLocation
+from tailscope.signals.prometheus import DEFAULT_SCRAPE_TIMEOUT_S
 
 
 @dataclass

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from tailscope.signals.sampler import COUNTER, OpenFiles, SeriesMeta
 from tailscope.support.procfs import read_text
-from tailscope.tracing.signals.sampler import COUNTER, OpenFiles, SeriesMeta
 
 PRESSURE_DIR = "/proc/pressure"
 RESOURCES = ("cpu", "memory", "io")

@@ -2,7 +2,7 @@
 
 Kept here, beside the samplers, so the conductor needs two calls:
 :func:`find_target` (manifest ``target_process``) and
-:func:`sampler_arguments` (the ``python -m tailscope.tracing.signals`` flags).
+:func:`sampler_arguments` (the ``python -m tailscope.signals`` flags).
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from urllib.parse import urljoin
 
-from tailscope.tracing.signals.discovery import (
+from tailscope.signals.discovery import (
     TargetNotFound,
     describe_process,
     find_cgroup_target,
@@ -84,7 +84,7 @@ def prometheus_urls(entries, target_url: str) -> list[str]:
 
 
 def sampler_arguments(target_process: dict, rate_hz: float, prometheus: list[str], process_tree: bool) -> list[str]:
-    """Flags of ``python -m tailscope.tracing.signals`` (after ``--run-dir``)."""
+    """Flags of ``python -m tailscope.signals`` (after ``--run-dir``)."""
     args = ["--rate", str(rate_hz)]
     if target_process.get("pid"):
         args += ["--pid", str(target_process["pid"])]

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from tailscope.tracing.signals.sampler import COUNTER, GAUGE, SeriesMeta
+from tailscope.signals.sampler import COUNTER, GAUGE, SeriesMeta
 
 #: NVML clocks-event (formerly "throttle") reason bits and their series names.
 CLOCKS_EVENT_REASONS = {
