@@ -18,13 +18,17 @@ users are split by :func:`cap_share` (parts differ by at most one, add up to
 N), each worker running its part from the shared origin for the duration;
 so is ``max_requests``.
 
-**Merge.** A worker's recorder writes rows into a :class:`ColumnBuffer`, and
+**Merge.** A worker's recorder writes its
+:class:`~tailscope.rundir.request_record.RequestRecord` records into a
+:class:`ColumnBuffer` (``append_record``: straight into columns), and
 so do its streamed-chunk timer and its self-check (:class:`WorkerOutbox`:
 request rows, ``chunks.arrow`` rows, generator gauges for
 ``signals.generator.arrow`` and ``generator_gc`` events). Every
 :data:`BATCH_INTERVAL_S` the buffers' columns travel to the master in Locust
 messages of at most :data:`MAX_MESSAGE_ROWS` rows per kind, and the master
-appends them unchanged to the run directory's streams (:class:`MergedRecords`).
+appends them unchanged to the run directory's streams (:class:`MergedRecords`):
+column-wise into a sink that takes columns (an Appender), else as one
+``RequestRecord`` per row (the record keeper, which counts each request).
 A worker ends with a report of its totals (rows of each kind, scheduled, sent,
 completed, errors); the master checks that it received every row each worker
 reported. The merged table holds exactly the concatenation of the workers'
@@ -47,6 +51,7 @@ import numpy as np
 import pyarrow as pa
 
 from tailscope.loadgen.recorder import LIVE_WINDOW_S, LiveStats, WindowedStats
+from tailscope.rundir.request_record import RequestRecord, latency_ns, lateness_ns
 from tailscope.rundir.schema import CHUNKS_SCHEMA, EVENTS_SCHEMA, REQUESTS_SCHEMA, SIGNALS_SCHEMA
 from tailscope.support.units import LATE_THRESHOLD_NS
 
@@ -65,7 +70,7 @@ ORIGIN_LEAD_S = 0.5
 #: Most rows of one kind in one records message; a fuller buffer goes in several messages.
 MAX_MESSAGE_ROWS = 20_000
 
-REQUEST_COLUMNS = tuple(REQUESTS_SCHEMA.names)
+REQUEST_COLUMNS = RequestRecord._fields
 #: The companion rows a records message may carry, by message key: the schema of their rows
 #: (the run directory's ``chunks.arrow``, ``signals.generator.arrow`` and ``events.arrow``).
 PART_SCHEMAS = {"chunks": CHUNKS_SCHEMA, "signals": SIGNALS_SCHEMA, "events": EVENTS_SCHEMA}
@@ -165,6 +170,13 @@ class ColumnBuffer:
         if len(values) < len(self._columns):
             for column in self._columns[len(values):]:
                 column.append(None)
+        self.appended += 1
+
+    def append_record(self, record: tuple) -> None:
+        """One row given as a tuple of every column in ``names`` order (a
+        :class:`~tailscope.rundir.request_record.RequestRecord` for the request buffer)."""
+        for column, value in zip(self._columns, record):
+            column.append(value)
         self.appended += 1
 
     def append_columns(self, columns: dict) -> None:
@@ -285,8 +297,9 @@ _TOTALS_COUNTS = ("worker", "records", "scheduled", "sent", "completed", "errors
 class MergedRecords:
     """The master's side of the merge: every worker's rows into the run's sinks.
 
-    ``sink`` has ``append(*values)`` in REQUESTS_SCHEMA order (a
-    :class:`tailscope.rundir.Appender` or the conductor's record keeper);
+    ``sink`` takes :class:`~tailscope.rundir.request_record.RequestRecord` records
+    (``append_record``: the conductor's record keeper) or, cheaper, columns
+    (``append_columns``: a :class:`tailscope.rundir.Appender`);
     ``chunks``, ``signals`` and ``events`` (optional, :class:`~tailscope.rundir.Appender`
     or anything with ``append(*values)``) take the companion rows of the same
     names (:data:`PART_SCHEMAS`); a part without a sink is dropped and not
@@ -330,8 +343,13 @@ class MergedRecords:
         in_flight = data.get("in_flight", 0)
         self._in_flight[worker] = in_flight if isinstance(in_flight, int) else 0
         n = len(columns["scheduled_ns"])
-        for row in zip(*(columns[name] for name in REQUEST_COLUMNS)):
-            self.sink.append(*row)
+        append_columns = getattr(self.sink, "append_columns", None)
+        if append_columns is not None:
+            append_columns(columns)
+        else:
+            append_record = self.sink.append_record
+            for record in map(RequestRecord._make, zip(*(columns[name] for name in REQUEST_COLUMNS))):
+                append_record(record)
         self.received[worker] = self.received.get(worker, 0) + n
         self._count(columns)
         for key, part in parts.items():
@@ -355,8 +373,8 @@ class MergedRecords:
             self.completed += 1
             # The master learns of a send only from its row (when the request ended):
             # counted under its due second, while that second is still in the window.
-            self.live.add_due(scheduled, sent - scheduled > LATE_THRESHOLD_NS)
-            self.live.add(end, end - scheduled, is_error)
+            self.live.add_due(scheduled, lateness_ns(scheduled, sent) > LATE_THRESHOLD_NS)
+            self.live.add(end, latency_ns(scheduled, end), is_error)
 
     def finish(self, data) -> WorkerTotals:
         """Record one worker's :data:`MESSAGE_DONE` report (:class:`ProtocolError` when malformed)."""

@@ -27,7 +27,8 @@ from __future__ import annotations
 import os
 
 from tailscope.rundir.manifest import write_json_atomic
-from tailscope.rundir.schema import ERROR_SAMPLES, REQUESTS_SCHEMA
+from tailscope.rundir.request_record import RequestRecord
+from tailscope.rundir.schema import ERROR_SAMPLES
 
 #: Distinct errors kept per request class.
 MAX_SAMPLES_PER_CLASS = 20
@@ -35,8 +36,6 @@ MAX_SAMPLES_PER_CLASS = 20
 BODY_BYTES = 256
 #: Characters of an error message kept.
 MESSAGE_CHARS = 256
-_COL = {name: i for i, name in enumerate(REQUESTS_SCHEMA.names)}
-_FIELDS = ("cls", "status", "error_kind", "error", "end_ns", "error_body")
 
 
 def _message(value) -> str | None:
@@ -78,14 +77,11 @@ class ErrorSamples:
         else:
             self._unsampled[cls] = self._unsampled.get(cls, 0) + 1
 
-    def add_record(self, values) -> None:
-        """Count a request record (REQUESTS_SCHEMA order; trailing columns may be left out)
-        when it is an error."""
-        if len(values) <= _COL["error_kind"] or values[_COL["error_kind"]] is None:
+    def add_record(self, record: RequestRecord) -> None:
+        """Count a request's record when it is an error."""
+        if record.error_kind is None:
             return
-        cls, status, kind, error, end_ns, body = (values[_COL[name]] if _COL[name] < len(values) else None
-                                                  for name in _FIELDS)
-        self.add(cls, status, kind, error, body, end_ns)
+        self.add(record.cls, record.status, record.error_kind, record.error, record.error_body, record.end_ns)
 
     def as_dict(self) -> dict:
         """The ``error_samples.json`` object (module docstring)."""

@@ -61,9 +61,10 @@ from tailscope.loadgen import arrival_stamps
 from tailscope.loadgen.clock import RunClock
 from tailscope.loadgen.mix import PreparedRequest
 from tailscope.loadgen.openai_stream import ERROR_BODY_BYTES, OpenAIReply
-from tailscope.loadgen.recorder import Recorder, TokenRecord
+from tailscope.loadgen.recorder import Recorder
 from tailscope.loadgen.stream_reader import StreamReader
 from tailscope.loadgen.streams import ChunkTimer
+from tailscope.rundir.request_record import KIND_FIELDS, RequestRecord, latency_ns
 
 _REFUSED_ERRNOS = frozenset({errno.ECONNREFUSED})
 #: Send errors after which the server may still have answered (it rejected the
@@ -264,19 +265,22 @@ class Exchanger:
             bytes_in = self._record_llm(request, reply, scheduled_ns, sent_ns, end_ns, first_byte_ns, status,
                                         error_kind, error)
         elif chunks is not None:
-            self._recorder.record(scheduled_ns, sent_ns, end_ns, first_byte_ns, cls.name, status,
-                                  len(request.body), chunks.bytes, request.trace_id, error_kind, error,
-                                  len(chunks.times), chunks.max_gap_ns)
+            self._recorder.record(RequestRecord(
+                scheduled_ns=scheduled_ns, sent_ns=sent_ns, end_ns=end_ns, first_byte_ns=first_byte_ns,
+                cls=cls.name, status=status, bytes_out=len(request.body), bytes_in=chunks.bytes,
+                trace_id=request.trace_id, error_kind=error_kind, error=error, chunks=len(chunks.times),
+                max_gap_ns=chunks.max_gap_ns, worker=self._recorder.worker))
             self._recorder.record_chunks(request.trace_id, chunks.times)
         else:
-            self._recorder.record(scheduled_ns, sent_ns, end_ns, first_byte_ns, cls.name, status,
-                                  len(request.body), bytes_in, request.trace_id, error_kind, error,
-                                  tokens=None if error_body is None
-                                  else TokenRecord(error_body=error_body.decode("utf-8", "replace")))
+            self._recorder.record(RequestRecord(
+                scheduled_ns=scheduled_ns, sent_ns=sent_ns, end_ns=end_ns, first_byte_ns=first_byte_ns,
+                cls=cls.name, status=status, bytes_out=len(request.body), bytes_in=bytes_in,
+                trace_id=request.trace_id, error_kind=error_kind, error=error, worker=self._recorder.worker,
+                error_body=None if error_body is None else error_body.decode("utf-8", "replace")))
         self._request_event.fire(
             request_type=cls.method,
             name=cls.name,
-            response_time=(end_ns - scheduled_ns) / 1e6,
+            response_time=latency_ns(scheduled_ns, end_ns) / 1e6,
             response_length=bytes_in,
             exception=RequestFailed(error) if error_kind is not None else None,
             context={"trace_id": request.trace_id},
@@ -296,26 +300,33 @@ class Exchanger:
         """Record an OpenAI-API exchange (its row, and its content chunks when streamed)
         from a finished ``reply`` (None: no response head arrived); returns the body bytes read."""
         cls, info = request.cls, request.llm
-        tokens = TokenRecord(prompt_tokens=info.prompt_tokens)
+        llm: dict = {"prompt_tokens": info.prompt_tokens}  # the record's token fields
         chunk_count, max_gap_ns, bytes_in = 0, None, 0
         if reply is not None:
             bytes_in = reply.bytes
             source = reply.token_count_source
             if source is None and not cls.llm.generates:
                 source = "tokenizer" if info.counter.exact else "words"
-            tokens = TokenRecord(
+            llm.update(
                 prompt_tokens=reply.prompt_tokens if reply.prompt_tokens is not None else info.prompt_tokens,
-                output_tokens=reply.output_tokens, source=source, finish_reason=reply.finish_reason,
-                last_token_ns=reply.last_token_ns, error_body=reply.error_text(status),
-                kinds=reply.kinds() if cls.llm.generates else None)
+                output_tokens=reply.output_tokens, token_count_source=source, finish_reason=reply.finish_reason,
+                last_token_ns=reply.last_token_ns, error_body=reply.error_text(status))
+            if cls.llm.generates:
+                llm.update(zip(KIND_FIELDS, reply.kinds()))
             if cls.stream:
                 chunk_count, max_gap_ns = len(reply.times), reply.max_gap_ns
         if info.session is not None:
-            tokens.session_id, tokens.turn, tokens.session_turns = (info.session.session_id, info.session.turn,
-                                                                    info.session.turns)
-        tokens.images, tokens.ranking = info.images, info.ranking
-        self._recorder.record(scheduled_ns, sent_ns, end_ns, first_byte_ns, cls.name, status, len(request.body),
-                              bytes_in, request.trace_id, error_kind, error, chunk_count, max_gap_ns, tokens=tokens)
+            llm.update(session_id=info.session.session_id, turn=info.session.turn,
+                       session_turns=info.session.turns)
+        if info.images is not None:
+            llm["images"], llm["image_pixels"] = info.images
+        if info.ranking is not None:
+            llm["documents"], llm["document_tokens"] = info.ranking
+        self._recorder.record(RequestRecord(
+            scheduled_ns=scheduled_ns, sent_ns=sent_ns, end_ns=end_ns, first_byte_ns=first_byte_ns, cls=cls.name,
+            status=status, bytes_out=len(request.body), bytes_in=bytes_in, trace_id=request.trace_id,
+            error_kind=error_kind, error=error, chunks=chunk_count, max_gap_ns=max_gap_ns,
+            worker=self._recorder.worker, **llm))
         if reply is not None and cls.stream:
             self._recorder.record_chunks(request.trace_id, reply.times, reply.tokens)
         return bytes_in

@@ -1,8 +1,9 @@
 """The generator's request sink: every request counted, its record kept by policy.
 
-No Locust or gevent import. :class:`RecordKeeper` has the ``append(*values)``
-of an Appender (``REQUESTS_SCHEMA`` order), so the :class:`~.recorder.Recorder`
-writes through it unchanged. For each request it
+No Locust or gevent import. :class:`RecordKeeper` takes
+:class:`~tailscope.rundir.request_record.RequestRecord` records through the
+``append_record`` of an Appender, so the :class:`~.recorder.Recorder` writes
+through it unchanged. For each request it
 
 1. counts it in ``windows.arrow`` (:class:`~.window_stats.WindowAggregator`,
    increments emitted every ``EMIT_INTERVAL_S``) and, when it failed, in
@@ -35,16 +36,13 @@ from tailscope.loadgen.disk_budget import DiskBudget
 from tailscope.loadgen.error_samples import ErrorSamples
 from tailscope.loadgen.retention_section import RetentionPolicy
 from tailscope.loadgen.window_stats import SpikeWatch, WindowAggregator
+from tailscope.rundir.request_record import RequestRecord, latency_ns
 from tailscope.rundir.retention_policy import RetentionState, save_retention, trace_sampled
-from tailscope.rundir.schema import REQUESTS_SCHEMA
 
 #: How often window increments are appended (seconds of request end time).
 EMIT_INTERVAL_S = 1.0
 #: How often the disk budget is measured, seconds.
 BUDGET_CHECK_S = 1.0
-_COL = {name: i for i, name in enumerate(REQUESTS_SCHEMA.names)}
-_SCHEDULED, _SENT, _END = _COL["scheduled_ns"], _COL["sent_ns"], _COL["end_ns"]
-_CLS, _TRACE, _ERROR = _COL["cls"], _COL["trace_id"], _COL["error_kind"]
 
 
 class RecordKeeper:
@@ -73,7 +71,7 @@ class RecordKeeper:
         self._hold_ns = self._around_ns + int((timeout_s + 2 * window_s + 1) * 1e9)
         self.watch = SpikeWatch(window_s, settle_s=timeout_s + 1.0, factor=policy.spike_factor,
                                 baseline_windows=policy.baseline_windows)
-        self._ring: deque = deque()  # (end_ns, values), in append order
+        self._ring: deque = deque()  # (end_ns, RequestRecord), in append order
         self.state = RetentionState(sample_rate=policy.sample_rate,
                                     configured_sample_rate=policy.sample_rate,
                                     full_records_around_spikes_s=policy.full_records_around_spikes_s,
@@ -87,21 +85,26 @@ class RecordKeeper:
 
     # -- the sink interface ------------------------------------------------------
     def append(self, *values) -> None:
-        """One request record (REQUESTS_SCHEMA order). Once the disk budget is used
-        up, records are no longer written (histograms still are) and
-        :attr:`failure` says why the run must stop."""
-        scheduled, end = values[_SCHEDULED], values[_END]
+        """One request record given as values in REQUESTS_SCHEMA order (trailing ones
+        left out are null): :meth:`append_record` of ``RequestRecord(*values)``."""
+        self.append_record(RequestRecord(*values))
+
+    def append_record(self, record: RequestRecord) -> None:
+        """One request's record. Once the disk budget is used up, records are no
+        longer written (histograms still are) and :attr:`failure` says why the run
+        must stop."""
+        scheduled, end = record.scheduled_ns, record.end_ns
         now = end if end is not None else scheduled
         if self.policy is None:
-            self.requests.append(*values)
+            self.requests.append_record(record)
             self.kept += 1
             kept = True
         else:
-            kept = self._keep_or_hold(values, now)
-            self._watch(values)
-        self.windows.add(scheduled, values[_SENT], end, values[_CLS], values[_ERROR], kept)
-        if values[_ERROR] is not None:
-            self.errors.add_record(values)
+            kept = self._keep_or_hold(record, now)
+            self._watch(record)
+        self.windows.add(scheduled, record.sent_ns, end, record.cls, record.error_kind, kept)
+        if record.error_kind is not None:
+            self.errors.add_record(record)
         if now >= self._next_emit_ns:
             self.windows.emit()
             self._save_errors()
@@ -133,28 +136,28 @@ class RecordKeeper:
             pass
 
     # -- retention -----------------------------------------------------------------
-    def _keep_or_hold(self, values, now: int) -> bool:
+    def _keep_or_hold(self, record: RequestRecord, now: int) -> bool:
         state = self.state
-        is_error = values[_ERROR] is not None
+        is_error = record.error_kind is not None
         if self.failure is not None:
             return False
         if ((is_error and self.policy.keep_errors and state.sample_rate > 0)
-                or trace_sampled(values[_TRACE], state.sample_rate)
-                or state.keeps(values[_SCHEDULED])):
-            self.requests.append(*values)
+                or trace_sampled(record.trace_id, state.sample_rate)
+                or state.keeps(record.scheduled_ns)):
+            self.requests.append_record(record)
             self.kept += 1
             return True
-        self._ring.append((now, values))
+        self._ring.append((now, record))
         ring, horizon = self._ring, now - self._hold_ns
         while ring and ring[0][0] < horizon:
             ring.popleft()
             self.held_dropped += 1
         return False
 
-    def _watch(self, values) -> None:
-        end, sent = values[_END], values[_SENT]
-        ok = values[_ERROR] is None and end is not None and sent is not None
-        self.watch.add(values[_SCHEDULED], end - values[_SCHEDULED] if ok else None)
+    def _watch(self, record: RequestRecord) -> None:
+        end = record.end_ns
+        ok = record.error_kind is None and end is not None and record.sent_ns is not None
+        self.watch.add(record.scheduled_ns, latency_ns(record.scheduled_ns, end) if ok else None)
 
     def _settle(self, now: int) -> None:
         for window in self.watch.settle(now):
@@ -172,10 +175,10 @@ class RecordKeeper:
             keep.append((lo, hi))
         held = []
         for entry in self._ring:
-            values = entry[1]
-            if lo <= values[_SCHEDULED] <= hi:
-                self.requests.append(*values)
-                self.windows.add_kept(values[_SCHEDULED], values[_CLS])
+            record = entry[1]
+            if lo <= record.scheduled_ns <= hi:
+                self.requests.append_record(record)
+                self.windows.add_kept(record.scheduled_ns, record.cls)
                 self.kept += 1
             else:
                 held.append(entry)

@@ -1,13 +1,16 @@
 """Per-request records and the live statistics shown while a run is going.
 
-No Locust or gevent import. :class:`Recorder` appends one row per request, in
-:data:`tailscope.rundir.schema.REQUESTS_SCHEMA` column order, to a sink with
-``append(*values)`` (a :class:`tailscope.rundir.Appender`), and keeps live
+No Locust or gevent import. :class:`Recorder` hands one
+:class:`~tailscope.rundir.request_record.RequestRecord` per request (a row of
+``requests.arrow``) to a sink with ``append_record(record)`` (a
+:class:`tailscope.rundir.Appender`, the record keeper or a worker's column
+buffer), and keeps live
 statistics over a recent window with bounded memory: one log-bucketed latency
 histogram (2 % relative precision) per second of the window, plus counters.
 
-Latency is measured from the scheduled send time (``end - scheduled``), so time
-a request spent waiting in the generator counts (no coordinated omission).
+Latency is measured from the scheduled send time
+(:func:`~tailscope.rundir.request_record.latency_ns`), so time a request spent
+waiting in the generator counts (no coordinated omission).
 Requests that were never sent (``dropped``) count as errors and late, but have
 no latency and stay out of the percentiles.
 
@@ -26,6 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tailscope.rundir import histograms as hist
+from tailscope.rundir.request_record import RequestRecord, latency_ns, lateness_ns
 from tailscope.support.units import LATE_THRESHOLD_NS, NS_PER_S
 
 #: Default length of the window for live percentiles, seconds.
@@ -154,29 +158,6 @@ def _percentile_ms(histogram: np.ndarray, q: float) -> float | None:
     return bucket_value_ms(index)
 
 
-@dataclass
-class TokenRecord:
-    """The token facts of one OpenAI-API request (``REQUESTS_SCHEMA``'s columns from ``prompt_tokens`` on).
-
-    Counts in tokens; ``last_token_ns`` epoch ns; ``error_body`` at most 256 bytes of text."""
-
-    prompt_tokens: int | None = None
-    output_tokens: int | None = None
-    source: str | None = None  # usage | tokenizer | chunks | words
-    finish_reason: str | None = None
-    last_token_ns: int | None = None
-    error_body: str | None = None
-    #: A multi-turn session's turn (``arrival.sessions``): its session, its index (1 = first), the session's turns.
-    session_id: int | None = None
-    turn: int | None = None
-    session_turns: int | None = None
-    #: Kinds of output (format 1.3; ``REQUESTS_SCHEMA`` order): token counts, epoch ns, tool-call count.
-    kinds: tuple | None = None  # (reasoning_tokens, answer_tokens, first_reasoning_ns, last_reasoning_ns,
-    #                              first_answer_ns, last_answer_ns, tool_calls, tool_call_ns)
-    images: tuple | None = None  # chat classes with images: (images, image_pixels)
-    ranking: tuple | None = None  # rerank / score classes: (documents, document_tokens)
-
-
 class Recorder:
     """Writes one row per request to ``sink`` and keeps run totals and live stats.
 
@@ -194,54 +175,29 @@ class Recorder:
         self.dropped = 0  # rows of requests that were never sent
         self.errors = 0  # rows with an error kind (dropped ones included)
 
-    def record(
-        self,
-        scheduled_ns: int,
-        sent_ns: int | None,
-        end_ns: int,
-        first_byte_ns: int | None,
-        cls: str,
-        status: int,
-        bytes_out: int,
-        bytes_in: int,
-        trace_id: str | None,
-        error_kind: str | None,
-        error: str | None,
-        chunks: int = 0,
-        max_gap_ns: int | None = None,
-        tokens: TokenRecord | None = None,
-    ) -> None:
-        """Append one request's row. Times are epoch ns; ``sent_ns`` is None for
-        a request that was never sent (``error_kind`` ``dropped``). ``tokens``:
-        the token facts of an OpenAI-API request (None: plain HTTP, nulls)."""
-        if tokens is None:
-            self.sink.append(
-                scheduled_ns, sent_ns, end_ns, first_byte_ns, cls, status, bytes_out, bytes_in,
-                trace_id, error_kind, error, chunks, max_gap_ns, self.worker,
-            )
-        else:
-            self.sink.append(
-                scheduled_ns, sent_ns, end_ns, first_byte_ns, cls, status, bytes_out, bytes_in,
-                trace_id, error_kind, error, chunks, max_gap_ns, self.worker,
-                tokens.prompt_tokens, tokens.output_tokens, tokens.source, tokens.finish_reason,
-                tokens.last_token_ns, tokens.error_body, tokens.session_id, tokens.turn, tokens.session_turns,
-                *(tokens.kinds or (None,) * 8), *(tokens.images or (None, None)), *(tokens.ranking or ()),
-            )
+    def record(self, record: RequestRecord) -> None:
+        """Hand one request's record to the sink (``append_record``) and count it.
+        ``record.sent_ns`` is None for a request that was never sent (``error_kind``
+        ``dropped``); its ``worker`` is written as the recorder's :attr:`worker` (callers
+        that set it save a copy)."""
+        if record.worker != self.worker:
+            record = record._replace(worker=self.worker)
+        self.sink.append_record(record)
         self.recorded += 1
-        is_error = error_kind is not None
+        is_error = record.error_kind is not None
         self.errors += is_error
-        if sent_ns is None:
+        if record.sent_ns is None:
             self.dropped += 1
-            self.live.add_due(scheduled_ns, True)
-            self.live.add(end_ns, None, is_error)
+            self.live.add_due(record.scheduled_ns, True)
+            self.live.add(record.end_ns, None, is_error)
             return
         self.completed += 1
-        self.live.add(end_ns, end_ns - scheduled_ns, is_error)
+        self.live.add(record.end_ns, latency_ns(record.scheduled_ns, record.end_ns), is_error)
 
     def sent(self, scheduled_ns: int, sent_ns: int) -> None:
         """Count a request as due and sent, at the moment it is sent (epoch ns), for
         the live late share; its row follows when it ends (:meth:`record`)."""
-        self.live.add_due(scheduled_ns, sent_ns - scheduled_ns > LATE_THRESHOLD_NS)
+        self.live.add_due(scheduled_ns, lateness_ns(scheduled_ns, sent_ns) > LATE_THRESHOLD_NS)
 
     def record_chunks(self, trace_id: str, times_ns: list[int], tokens: list[int] | None = None) -> None:
         """Append one row per streamed chunk (``CHUNKS_SCHEMA`` order) when a chunk sink is set, in

@@ -51,6 +51,7 @@ from tailscope.loadgen.recorder import Recorder
 from tailscope.loadgen.senders import SenderPool
 from tailscope.loadgen.spec import LoadPlan
 from tailscope.loadgen.stream_reader import StreamReader
+from tailscope.rundir.request_record import RequestRecord
 
 #: Extra time, beyond the client timeout, that in-flight requests get to end
 #: after the schedule is over before they are abandoned.
@@ -296,8 +297,10 @@ def _record_dropped_at_cap(session: LoadSession, offset: int, cls_name: str) -> 
     clock = session.clock
     session.scheduled += 1
     session.dropped_at_cap += 1
-    session.recorder.record(clock.start_ns + offset, None, clock.now_ns(), None, cls_name, 0, 0, 0, None,
-                            "dropped", f"in-flight cap of {session.plan.max_in_flight} full (drop policy)")
+    session.recorder.record(RequestRecord(
+        scheduled_ns=clock.start_ns + offset, sent_ns=None, end_ns=clock.now_ns(), first_byte_ns=None, cls=cls_name,
+        status=0, bytes_out=0, bytes_in=0, trace_id=None, error_kind="dropped",
+        error=f"in-flight cap of {session.plan.max_in_flight} full (drop policy)", worker=session.recorder.worker))
 
 
 def _record_dropped(session: LoadSession, first_offset: int, later_offsets, first_cls: str) -> None:
@@ -309,8 +312,10 @@ def _record_dropped(session: LoadSession, first_offset: int, later_offsets, firs
     offset, cls_name = first_offset, first_cls
     while offset is not None and offset <= halt_elapsed_ns:
         session.scheduled += 1
-        recorder.record(clock.start_ns + offset, None, clock.start_ns + halt_elapsed_ns, None,
-                        cls_name, 0, 0, 0, None, "dropped", message)
+        recorder.record(RequestRecord(
+            scheduled_ns=clock.start_ns + offset, sent_ns=None, end_ns=clock.start_ns + halt_elapsed_ns,
+            first_byte_ns=None, cls=cls_name, status=0, bytes_out=0, bytes_in=0, trace_id=None,
+            error_kind="dropped", error=message, worker=recorder.worker))
         offset = next(later_offsets, None)
         cls_name = mix.classes[mix.draw_class()].name
 

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tailscope.rundir import histograms as hist
+from tailscope.rundir.request_record import latency_ns, lateness_ns, service_ns
 from tailscope.rundir.schema import ERROR_KINDS
 from tailscope.support.units import LATE_THRESHOLD_NS
 
@@ -86,17 +87,19 @@ class WindowAggregator:
         cell = self._cell(scheduled_ns, cls)
         cell.requests += 1
         cell.kept += kept
-        if sent_ns is None or sent_ns - scheduled_ns > LATE_THRESHOLD_NS:
+        if sent_ns is None:
             cell.late += 1
-        if sent_ns is not None:
-            cell.lateness[hist.bucket_of(sent_ns - scheduled_ns)] += 1
+        else:
+            lateness = lateness_ns(scheduled_ns, sent_ns)
+            cell.late += lateness > LATE_THRESHOLD_NS
+            cell.lateness[hist.bucket_of(lateness)] += 1
         if error_kind is not None:
             cell.errors[_KIND_INDEX.get(error_kind, _KIND_INDEX["other"])] += 1
         elif end_ns is not None:
             cell.ok += 1
-            cell.latency[hist.bucket_of(end_ns - scheduled_ns)] += 1
+            cell.latency[hist.bucket_of(latency_ns(scheduled_ns, end_ns))] += 1
             if sent_ns is not None:
-                cell.service[hist.bucket_of(end_ns - sent_ns)] += 1
+                cell.service[hist.bucket_of(service_ns(sent_ns, end_ns))] += 1
 
     def add_kept(self, scheduled_ns: int, cls: str, n: int = 1) -> None:
         """Count ``n`` records of already-counted requests written later (a spike's ring)."""

@@ -68,6 +68,16 @@ class Appender:
                 for column in self._columns[len(values):]:
                     column.append(None)
 
+    def append_record(self, record: tuple) -> None:
+        """Append one row given as a tuple of every column in schema order (a
+        :class:`~tailscope.rundir.request_record.RequestRecord` for ``REQUESTS_SCHEMA``)."""
+        with self._lock:
+            if self.error is not None:
+                self.rows_lost += 1
+                return
+            for column, value in zip(self._columns, record):
+                column.append(value)
+
     def append_row(self, row: dict) -> None:
         """Append one row given as a dict; missing columns are null."""
         self.append(*(row.get(name) for name in self._names))

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import pyarrow as pa
 
+from tailscope.rundir.request_record import RequestRecord, arrow_schema
+
 #: Bumped when a file or column changes meaning. Readers accept runs whose
 #: major version they know and reject newer majors with a clear message.
 FORMAT_VERSION = "1.3"  # 1.1: spans.events; 1.2: requests' token columns, chunks.tokens; 1.3: output kinds, sessions
@@ -29,53 +31,10 @@ RECEIVER_STATS = "receiver.json"
 ANALYSIS = "analysis.json"
 REPORT = "report.html"
 
-#: One row per request the generator scheduled (sent or not).
-REQUESTS_SCHEMA = pa.schema(
-    [
-        ("scheduled_ns", pa.int64()),  # intended send time (open loop) or send time (closed loop)
-        ("sent_ns", pa.int64()),  # when the request left the generator
-        ("end_ns", pa.int64()),  # last byte received, error or timeout
-        ("first_byte_ns", pa.int64()),  # first response byte (TTFB / TTFT); null if none
-        ("cls", pa.string()),  # request class name
-        ("status", pa.int32()),  # HTTP status; 0 when no response arrived
-        ("bytes_out", pa.int64()),
-        ("bytes_in", pa.int64()),
-        ("trace_id", pa.string()),  # 32 lowercase hex digits, W3C trace id
-        ("error_kind", pa.string()),  # null, or http|timeout|refused|reset|dropped|other
-        ("error", pa.string()),  # error message, null on success
-        ("chunks", pa.int32()),  # streamed chunks received (0 when not streamed)
-        ("max_gap_ns", pa.int64()),  # largest inter-chunk gap (streaming), null otherwise
-        ("worker", pa.int32()),  # generator worker index (0 for a single process)
-        # OpenAI-API classes (``api:``) only; null for plain HTTP classes and in runs before 1.2.
-        # first_byte_ns is then the first content chunk: TTFT = first_byte_ns - scheduled_ns.
-        ("prompt_tokens", pa.int32()),  # the server's usage.prompt_tokens, else the client's count
-        ("output_tokens", pa.int32()),  # usage.completion_tokens, else tokenizer or chunk count; null: embeddings
-        ("token_count_source", pa.string()),  # usage | tokenizer | chunks | words (TOKEN_COUNT_SOURCES)
-        ("finish_reason", pa.string()),  # the server's last finish_reason (stop, length, ...); null if none
-        ("last_token_ns", pa.int64()),  # last content chunk (the usage chunk and [DONE] do not count)
-        ("error_body", pa.string()),  # first 256 bytes: an OpenAI-API class's error JSON; any unstreamed HTTP error's body
-        # Multi-turn sessions (arrival.sessions) only; null otherwise and in runs before 1.3.
-        ("session_id", pa.int64()),  # the session (conversation) the request is a turn of: random, > 0
-        ("turn", pa.int32()),  # the turn's index in its session, 1 = the first
-        ("session_turns", pa.int32()),  # turns the session was to have (complete when all ended without error)
-        # Kinds of output of generating OpenAI-API classes (1.3; null otherwise and before 1.3):
-        # reasoning (reasoning_content / reasoning deltas), answer (content / text), tool calls.
-        ("reasoning_tokens", pa.int32()),  # usage.completion_tokens_details.reasoning_tokens, else its chunks' tokens
-        ("answer_tokens", pa.int32()),  # tokens of the answer chunks (output - reasoning - tool-call tokens)
-        ("first_reasoning_ns", pa.int64()),  # first / last chunk with reasoning text; null: none
-        ("last_reasoning_ns", pa.int64()),
-        ("first_answer_ns", pa.int64()),  # first / last answer chunk; null: none
-        ("last_answer_ns", pa.int64()),
-        ("tool_calls", pa.int32()),  # tool calls in the reply (assembled by index)
-        ("tool_call_ns", pa.int64()),  # the last tool call complete (its last piece of arguments); null: none
-        # Chat classes with `images` (1.3; null otherwise): PNGs sent as image_url data URLs (bytes_out holds them).
-        ("images", pa.int32()),  # images in the request
-        ("image_pixels", pa.int64()),  # their pixels in total (width x height, summed)
-        # rerank / score classes (1.3; null otherwise): one query against several documents.
-        ("documents", pa.int32()),  # documents in the request
-        ("document_tokens", pa.int64()),  # their tokens in total, by the client's count (words or tokenizer)
-    ]
-)
+#: One row per request the generator scheduled (sent or not): the fields of
+#: :class:`~tailscope.rundir.request_record.RequestRecord`, in order, with their
+#: Arrow types (that record type is the columns' one description).
+REQUESTS_SCHEMA = arrow_schema(RequestRecord)
 #: Where a request's token counts came from: the response's ``usage``; the
 #: class's tokenizer (no usage); one token per content chunk (neither). A class
 #: without output (embeddings) and without usage counts its prompt with the

@@ -14,9 +14,10 @@ from tailscope.analyzers.inputs.error_samples import error_samples_section
 from tailscope.loadgen.distributed import MergedRecords, WorkerOutbox
 from tailscope.loadgen.error_samples import BODY_BYTES, MAX_SAMPLES_PER_CLASS, ErrorSamples
 from tailscope.loadgen.record_keeper import RecordKeeper
-from tailscope.loadgen.recorder import Recorder, TokenRecord
+from tailscope.loadgen.recorder import Recorder
 from tailscope.rundir import schema
 from tailscope.rundir.appender import Appender
+from tailscope.rundir.request_record import RequestRecord
 
 T0 = 1_700_000_000_000_000_000
 MS = 1_000_000
@@ -31,8 +32,8 @@ def keeper(run_dir: str) -> RecordKeeper:
 def record(recorder: Recorder, i: int, cls: str, status: int = 200, kind: str | None = None,
            error: str | None = None, body: str | None = None) -> None:
     t = T0 + i * MS
-    recorder.record(t, t, t + 5 * MS, t + 4 * MS, cls, status, 10, 10, f"{i:032x}", kind, error,
-                    tokens=TokenRecord(error_body=body) if body is not None else None)
+    recorder.record(RequestRecord(t, t, t + 5 * MS, t + 4 * MS, cls, status, 10, 10, f"{i:032x}", kind, error,
+                                  error_body=body))
 
 
 def test_twenty_distinct_errors_per_class_then_counts_only():

@@ -17,6 +17,7 @@ from tailscope.loadgen.spec import PayloadSpec, RequestClass, SizeSpec
 from tailscope.loadgen.tracecontext import new_traceparent
 from tailscope.rundir import Appender, read_stream, schema
 from tailscope.rundir import histograms as hist
+from tailscope.rundir.request_record import RequestRecord
 from tailscope.rundir.retention_policy import trace_sampled
 
 TRACEPARENT = re.compile(r"^00-([0-9a-f]{32})-([0-9a-f]{16})-01$")
@@ -191,10 +192,10 @@ def test_recorder_writes_schema_rows_and_counts(tmp_path):
     sink = Appender(path, schema.REQUESTS_SCHEMA)
     recorder = Recorder(sink, worker=3)
     t0 = 1_700_000_000 * 10**9
-    recorder.record(t0, t0 + 2_000_000, t0 + 9_000_000, t0 + 8_000_000, "a", 200, 10, 20,
-                    "ab" * 16, None, None)
-    recorder.record(t0 + 10**6, None, t0 + 50_000_000, None, "a", 0, 0, 0, None,
-                    "dropped", "not sent")
+    recorder.record(RequestRecord(t0, t0 + 2_000_000, t0 + 9_000_000, t0 + 8_000_000, "a", 200, 10, 20,
+                                  "ab" * 16, None, None))
+    recorder.record(RequestRecord(t0 + 10**6, None, t0 + 50_000_000, None, "a", 0, 0, 0, None,
+                                  "dropped", "not sent"))
     sink.close()
     table = read_stream(path, schema.REQUESTS_SCHEMA).table.to_pylist()
     assert [row["error_kind"] for row in table] == [None, "dropped"]

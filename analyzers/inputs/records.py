@@ -4,9 +4,10 @@ Time columns stay int64 epoch ns (float64 would lose ~256 ns of precision at
 today's epoch); nulls are replaced by 0 and tracked by masks. Derived
 durations are float64 ms with NaN where a timestamp is missing.
 
-Definitions (DESIGN.md, decision 3):
-``latency = end − scheduled``, ``service_time = end − sent``,
-``lateness = sent − scheduled``. A request is an *error* when its
+Definitions (DESIGN.md, decision 3), one home each in
+:mod:`tailscope.rundir.request_record` (the generator uses the same functions):
+``latency = end − scheduled`` (:func:`latency_ns`), ``service_time = end − sent``
+(:func:`service_ns`), ``lateness = sent − scheduled`` (:func:`lateness_ns`). A request is an *error* when its
 ``error_kind`` is set; it is *ok* when it has no error and an ``end_ns``.
 
 Which requests count in latency percentiles (``in_latency``): every request
@@ -28,6 +29,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from tailscope.rundir.request_record import latency_ns, lateness_ns, service_ns
 from tailscope.support.units import NS_PER_MS, NS_PER_S  # noqa: F401 (re-exported to the analyzers)
 
 #: Error kinds whose requests still count in latency percentiles (see module docstring).
@@ -97,9 +99,10 @@ def _category_objects(codes: np.ndarray, values: list) -> np.ndarray:
     return names[codes]
 
 
-def _duration_ms(later: np.ndarray, earlier: np.ndarray, valid: np.ndarray) -> np.ndarray:
-    out = np.full(len(later), np.nan)
-    out[valid] = (later[valid] - earlier[valid]) / NS_PER_MS
+def _duration_ms(duration_ns, first: np.ndarray, second: np.ndarray, valid: np.ndarray) -> np.ndarray:
+    """``duration_ns(first, second)`` (one of request_record's durations) in ms where ``valid``, NaN elsewhere."""
+    out = np.full(len(first), np.nan)
+    out[valid] = duration_ns(first[valid], second[valid]) / NS_PER_MS
     return out
 
 
@@ -185,7 +188,7 @@ def request_arrays(requests: pa.Table) -> RequestArrays:
         is_error=is_error,
         is_ok=~is_error & has_end,
         in_latency=has_end & (~is_error | latency_error),
-        latency_ms=_duration_ms(end, scheduled, has_end),
-        service_ms=_duration_ms(end, sent, has_end & has_sent),
-        lateness_ms=_duration_ms(sent, scheduled, has_sent),
+        latency_ms=_duration_ms(latency_ns, scheduled, end, has_end),
+        service_ms=_duration_ms(service_ns, sent, end, has_end & has_sent),
+        lateness_ms=_duration_ms(lateness_ns, scheduled, sent, has_sent),
     )
