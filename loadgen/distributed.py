@@ -154,8 +154,8 @@ def share_seed(seed: int, index: int, count: int) -> int:
 
 
 class ColumnBuffer:
-    """A sink (``append(*values)`` in ``names`` order, by default REQUESTS_SCHEMA's)
-    that keeps rows column-wise until :meth:`take` hands them over. Memory: the
+    """A sink of rows in ``names`` order (by default a RequestRecord's fields: ``append_record``;
+    ``append(*values)`` for the companion rows) that keeps them column-wise until :meth:`take` hands them over. Memory: the
     rows appended since the last take (one batch interval's worth)."""
 
     def __init__(self, names: tuple[str, ...] = REQUEST_COLUMNS):

@@ -100,7 +100,8 @@ def run_distributed_load(
     signals=None,
 ) -> LoadResult:
     """Run ``plan`` on ``workers`` local Locust worker processes; rows go to ``sink``
-    (``append(*values)`` in REQUESTS_SCHEMA order, as for :func:`~.local_runner.run_load`).
+    (``append_record`` of a :class:`~tailscope.rundir.request_record.RequestRecord`, as for
+    :func:`~.local_runner.run_load`).
     Optional sinks, as for run_load: ``chunks`` (every worker's streamed chunks),
     ``events`` (their ``generator_gc`` events), ``signals`` (their self-check
     gauges, labelled ``{worker="i"}``).

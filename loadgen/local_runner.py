@@ -121,7 +121,8 @@ def run_load(
 ) -> LoadResult:
     """Generate the load ``plan`` describes, writing one record per request to ``sink``.
 
-    ``sink`` has ``append(*values)`` in ``REQUESTS_SCHEMA`` order (a
+    ``sink`` has ``append_record(record)`` taking a
+    :class:`~tailscope.rundir.request_record.RequestRecord` (a
     :class:`tailscope.rundir.Appender`); the caller flushes and closes it.
     Optional sinks: ``chunks`` (``CHUNKS_SCHEMA`` rows of streamed responses),
     ``events`` (``EVENTS_SCHEMA``: the generator's GC pauses), ``signals``

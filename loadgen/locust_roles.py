@@ -67,7 +67,7 @@ class RunHandle(Protocol):
     generator's SIGNALS_SCHEMA rows; absent or None: not recorded)."""
 
     path: str
-    sink: object  # append(*values) in REQUESTS_SCHEMA order (rundir.Appender)
+    sink: object  # append_record(RequestRecord) (rundir.Appender, loadgen.record_keeper.RecordKeeper)
 
     def close(self, load: dict | None, problems: list[str]) -> None: ...
 

@@ -85,7 +85,7 @@ def _poll_forever(monitor: GeneratorMonitor) -> None:
 
 class ProcessLoad:
     """Walks ``plan``'s schedule (or ``share`` of it) in one greenlet, writing a
-    record per request to ``sink`` (``append(*values)``, REQUESTS_SCHEMA order)
+    record per request to ``sink`` (``append_record`` of a ``RequestRecord``)
     and firing Locust's ``request`` event for each.
 
     Optional sinks, as for :func:`~.local_runner.run_load`: ``chunks`` (CHUNKS_SCHEMA
