@@ -130,7 +130,8 @@ LLM_LABELS = {"ttft_ms": "TTFT", "tpot_ms": "TPOT", "output_tokens_per_s": "outp
 LLM_LABELS.update({"ttft_first_turn_ms": "TTFT turn 1", "ttft_later_turns_ms": "TTFT later turns",
                    "session_duration_ms": "session duration", "session_tokens": "tokens per session"})
 LLM_LABELS["prefix_cache_hit_rate"] = "server prefix-cache hit rate"
-LLM_LABELS.update({"ttfa_ms": "time to first answer token", "time_to_tool_call_ms": "time to complete tool call",
+LLM_LABELS.update({"ttfa_ms": "time to first answer token", "reasoning_tpot_ms": "reasoning TPOT",
+                   "time_to_tool_call_ms": "time to complete tool call",
                    "image_ttft_ms": "TTFT with images", "ranking_e2e_ms": "rerank/score end-to-end"})
 
 

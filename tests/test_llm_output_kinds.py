@@ -343,12 +343,15 @@ def test_analysis_report_and_compare_carry_reasoning_and_tool_calls(kinds_server
     # 18 reasoning tokens before the answer instead of 6: the first answer comes later
     assert ttfa["current"] > ttfa["baseline"] * 1.5 and ttfa["change"] > 0, ttfa
     assert ("time_to_tool_call_ms", "p99") in by_metric
+    # the same server on both sides decodes reasoning at the same pace: a row, not a regression
+    reasoning_tpot = by_metric[("reasoning_tpot_ms", "p99")]
+    assert reasoning_tpot["baseline"] > 0 and reasoning_tpot["current"] > 0 and not reasoning_tpot["regressed"]
     from tailscope.reports.compare_html import llm_change_rows
     shown = {(r["metric"], r["percentile"]) for r in llm_change_rows(comparison["llm"])}
     assert {("time to first answer token", "P99"), ("time to complete tool call", "P50"),
             ("TTFT with images", "P99"), ("rerank/score end-to-end", "P99")} <= shown
     names = {c["name"] for c in comparison["checks"]}
-    assert {"LLM time to first answer token P99", "LLM time to complete tool call P99",
+    assert {"LLM time to first answer token P99", "LLM reasoning TPOT P99", "LLM time to complete tool call P99",
             "LLM TTFT with images P99", "LLM rerank/score end-to-end P99"} <= names
     assert any(label.startswith("rerank/score P99") for label in labels)
 

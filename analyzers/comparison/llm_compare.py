@@ -11,7 +11,8 @@ runs, then time blocks within each run, with the side's replicate weights (:mod:
 - ``output_tokens_per_s``: the output tokens that arrived per second over the load periods (each
   run's 1-s windows; a replicate's rate is the tokens of its drawn blocks over their windows);
   claimable when both sides have at least ``MIN_RATE_WINDOWS`` windows. *Lower is worse.*
-- ``ttfa_ms`` (time to the first answer token of the requests that reasoned),
+- ``ttfa_ms`` (time to the first answer token of the requests that reasoned), ``reasoning_tpot_ms``
+  (their time per reasoning token after the first),
   ``time_to_tool_call_ms`` (to the complete tool call), ``image_ttft_ms`` (TTFT of the
   requests that sent images) and ``ranking_e2e_ms`` (end-to-end of the rerank / score requests)
   at P50 and P99, from the scheduled send
@@ -70,7 +71,7 @@ LLM_FAMILY = 4
 #: (metric, percentile name, quantile) of the per-request rows.
 PERCENTILE_ROWS = (("ttft_ms", "p50", 0.50), ("ttft_ms", "p99", 0.99), ("tpot_ms", "p50", 0.50), ("tpot_ms", "p99", 0.99))
 LABELS = {"ttft_ms": "TTFT", "tpot_ms": "TPOT", "output_tokens_per_s": "output tokens/s", "goodput": "goodput",
-          "ttfa_ms": "time to first answer token", "time_to_tool_call_ms": "time to complete tool call",
+          "ttfa_ms": "time to first answer token", "reasoning_tpot_ms": "reasoning TPOT", "time_to_tool_call_ms": "time to complete tool call",
           "image_ttft_ms": "TTFT with images", "ranking_e2e_ms": "rerank/score end-to-end"}
 LABELS.update({"ttft_first_turn_ms": "TTFT turn 1", "ttft_later_turns_ms": "TTFT later turns",
                "session_duration_ms": "session duration", "session_tokens": "tokens per session"})
@@ -82,7 +83,8 @@ SESSION_ROWS = (("ttft_first_turn_ms", "p50", 0.50, "ms"), ("ttft_later_turns_ms
 UNJUDGED = frozenset({"session_tokens"})
 LABELS["prefix_cache_hit_rate"] = "server prefix-cache hit rate"
 #: The output-kind rows (analyzers/stats/llm_kinds.py ``kind_series`` key, metric), when both sides have them.
-KIND_ROWS = (("ttfa", "ttfa_ms"), ("time_to_tool_call", "time_to_tool_call_ms"), ("image_ttft", "image_ttft_ms"),
+KIND_ROWS = (("ttfa", "ttfa_ms"), ("reasoning_tpot", "reasoning_tpot_ms"), ("time_to_tool_call", "time_to_tool_call_ms"),
+             ("image_ttft", "image_ttft_ms"),
              ("ranking_e2e", "ranking_e2e_ms"))
 
 

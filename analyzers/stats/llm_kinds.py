@@ -156,7 +156,8 @@ def kinds_metrics(kinds: KindArrays | None, scheduled_ns: np.ndarray, ok: np.nda
 def kind_series(kinds: KindArrays | None, scheduled_ns: np.ndarray, ttft_ms: np.ndarray,
                 ok_latency_ms: np.ndarray | None = None) -> dict[str, np.ndarray]:
     """Per request (NaN where it has none) of the requests with a TTFT (``ttft_ms``, NaN: none): ``ttfa``
-    (ms to the first answer token, reasoning requests), ``time_to_tool_call`` (ms) and ``image_ttft``
+    (ms to the first answer token, reasoning requests), ``reasoning_tpot`` (ms per reasoning token after
+    the first, requests with at least 2), ``time_to_tool_call`` (ms) and ``image_ttft``
     (TTFT of the requests with images); and ``ranking_e2e`` (end − scheduled send of the completed
     rerank / score requests: ``ok_latency_ms``, NaN where not completed), for ``compare``; ``{}`` without kinds."""
     if kinds is None:
@@ -171,4 +172,9 @@ def kind_series(kinds: KindArrays | None, scheduled_ns: np.ndarray, ttft_ms: np.
         values = np.full(len(scheduled_ns), np.nan)
         values[rows] = (kinds.values[column][rows] - scheduled_ns[rows]) / NS_PER_MS
         out[key] = values
+    reasoning = keep & kinds.present["first_reasoning_ns"] & kinds.present["last_reasoning_ns"]
+    reasoning &= kinds.values["reasoning_tokens"] >= 2
+    out["reasoning_tpot"] = np.full(len(scheduled_ns), np.nan)
+    out["reasoning_tpot"][reasoning] = _tpot_ms(kinds, "first_reasoning_ns", "last_reasoning_ns", "reasoning_tokens",
+                                                reasoning)
     return out
