@@ -87,11 +87,10 @@ from tailscope.analyzers.causes.registry import cause_of_fault
 from tailscope.rundir import schema as fmt
 from tailscope.rundir.manifest import RunWriter, write_json_atomic
 from tailscope.rundir.retention_policy import trace_sampled
+from tailscope.support.units import NS_PER_MS, NS_PER_S
 
 #: 2026-01-01T00:00:00Z in epoch ns: synthetic runs are reproducible to the ns.
 SYNTHETIC_START_NS = 1_767_225_600 * 1_000_000_000
-NS_PER_MS = 1_000_000
-NS_PER_S = 1_000_000_000
 
 #: Stage spans in trace order: (span name, stage).
 STAGE_SPANS = (("preprocess", "preprocess"), ("queue_wait", "queue"), ("batch_wait", "batch_wait"),

@@ -34,10 +34,9 @@ import pyarrow as pa
 
 from tailscope.rundir import schema as fmt
 from tailscope.rundir.manifest import RunWriter
+from tailscope.support.units import NS_PER_MS, NS_PER_S
 from tailscope.testkit.synthetic import StreamFile, constant_strings, hex_ids
 
-NS_PER_MS = 1_000_000
-NS_PER_S = 1_000_000_000
 #: Time from the last token to the response's end (the usage chunk and [DONE]), ms.
 END_AFTER_LAST_MS = 1.0
 MODEL = "synthetic-llm"
