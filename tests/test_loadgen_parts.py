@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import random
 import re
+import subprocess
 import sys
 
 import numpy as np
@@ -24,9 +25,15 @@ TRACEPARENT = re.compile(r"^00-([0-9a-f]{32})-([0-9a-f]{16})-01$")
 
 
 def test_no_locust_or_gevent_in_the_shared_modules():
-    """These modules run in the receiver, samplers and tests: no monkey-patching."""
-    assert "locust" not in sys.modules
-    assert "gevent" not in sys.modules
+    """These modules run in the receiver, samplers and tests: no monkey-patching. Checked in a
+    fresh interpreter, so a test that ran Locust in this process earlier cannot hide or fake it."""
+    shared = ("loadgen.mix", "loadgen.payloads", "loadgen.recorder", "loadgen.spec", "loadgen.tracecontext",
+              "rundir", "rundir.histograms", "rundir.request_record", "rundir.retention_policy")
+    code = ("import sys\n" + "".join(f"import tailscope.{name}\n" for name in shared)
+            + "print(sorted(m for m in ('locust', 'gevent') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
 
 
 def _sizes(spec: PayloadSpec, n: int = 3000, seed: int = 3) -> np.ndarray:
