@@ -64,7 +64,7 @@ from tailscope.loadgen.openai_stream import ERROR_BODY_BYTES, OpenAIReply
 from tailscope.loadgen.recorder import Recorder
 from tailscope.loadgen.stream_reader import StreamReader
 from tailscope.loadgen.streams import ChunkTimer
-from tailscope.rundir.request_record import KIND_FIELDS, RequestRecord, latency_ns
+from tailscope.rundir.request_record import KIND_FIELDS, RequestRecord, http_record, latency_ns
 
 _REFUSED_ERRNOS = frozenset({errno.ECONNREFUSED})
 #: Send errors after which the server may still have answered (it rejected the
@@ -265,14 +265,14 @@ class Exchanger:
             bytes_in = self._record_llm(request, reply, scheduled_ns, sent_ns, end_ns, first_byte_ns, status,
                                         error_kind, error)
         elif chunks is not None:
-            self._recorder.record(RequestRecord(
+            self._recorder.record(http_record(
                 scheduled_ns=scheduled_ns, sent_ns=sent_ns, end_ns=end_ns, first_byte_ns=first_byte_ns,
                 cls=cls.name, status=status, bytes_out=len(request.body), bytes_in=chunks.bytes,
                 trace_id=request.trace_id, error_kind=error_kind, error=error, chunks=len(chunks.times),
                 max_gap_ns=chunks.max_gap_ns, worker=self._recorder.worker))
             self._recorder.record_chunks(request.trace_id, chunks.times)
         else:
-            self._recorder.record(RequestRecord(
+            self._recorder.record(http_record(
                 scheduled_ns=scheduled_ns, sent_ns=sent_ns, end_ns=end_ns, first_byte_ns=first_byte_ns,
                 cls=cls.name, status=status, bytes_out=len(request.body), bytes_in=bytes_in,
                 trace_id=request.trace_id, error_kind=error_kind, error=error, worker=self._recorder.worker,

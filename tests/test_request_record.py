@@ -4,6 +4,7 @@ defined once, and every path a record takes to the Arrow writer writes the same 
 from __future__ import annotations
 
 import ast
+import inspect
 import os
 import re
 import typing
@@ -16,9 +17,11 @@ from tailscope.loadgen.record_keeper import RecordKeeper
 from tailscope.loadgen.recorder import Recorder
 from tailscope.rundir import Appender, read_stream, schema
 from tailscope.rundir.request_record import (
+    HTTP_FIELDS,
     KIND_FIELDS,
     RequestRecord,
     arrow_schema,
+    http_record,
     latency_ns,
     lateness_ns,
     service_ns,
@@ -66,6 +69,18 @@ def test_the_three_durations_on_ints_and_arrays():
     assert lateness_ns(T0, T0 + 2 * MS) == 2 * MS
     scheduled, end = np.array([T0, T0 + 1], dtype=np.int64), np.array([T0 + 5, T0 + 9], dtype=np.int64)
     assert latency_ns(scheduled, end).tolist() == [5, 8]
+
+
+def test_the_fast_http_record_equals_the_keyword_record():
+    fields = dict(scheduled_ns=T0, sent_ns=T0 + 5, end_ns=T0 + 9 * MS, first_byte_ns=T0 + 8 * MS, cls="a",
+                  status=200, bytes_out=10, bytes_in=20, trace_id="ab" * 16, error_kind=None, error=None,
+                  chunks=3, max_gap_ns=MS, worker=2)
+    record = http_record(**fields)
+    assert type(record) is RequestRecord and record == RequestRecord(**fields)
+    assert record.prompt_tokens is None and record.document_tokens is None and len(record) == len(HTTP_FIELDS) + 21
+    failed = dict(fields, status=503, error_kind="http", error="HTTP 503")
+    assert http_record(**failed, error_body="busy") == RequestRecord(**failed, error_body="busy")
+    assert HTTP_FIELDS == tuple(inspect.signature(http_record).parameters)[:14]
 
 
 def _subtractions(path: str) -> list[str]:
