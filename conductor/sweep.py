@@ -16,7 +16,6 @@ Raises ``ReportWriteError`` when a step's report cannot be written.
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import os
 from collections.abc import Callable
@@ -28,11 +27,11 @@ from tailscope.conductor.reporting import analyse_and_write
 from tailscope.conductor.run_setup import safe_name
 from tailscope.conductor.session import RunOptions, SetupError, execute_run
 from tailscope.loadgen.local_runner import LoadError
-from tailscope.loadgen.spec import ArrivalSpec
 from tailscope.loadgen.sweep_rates import PeakSearch, SweepPolicy, early_stop_note
 from tailscope.reports.sweep_report import render_sweep_html
 from tailscope.reports.writer import write_text_atomic
 from tailscope.rundir import new_run_dir, write_json_atomic
+from tailscope.scenario_model.sweep_steps import at_concurrency, at_rate
 
 SWEEP_JSON = "sweep.json"
 SWEEP_HTML = "sweep.html"
@@ -68,29 +67,6 @@ class SweepResult:
     steps: list
     interrupted: bool
     setup_error: str | None = None
-
-
-def at_rate(scenario, rate: float):
-    """The scenario with its arrival rate replaced (in the manifest's copy too); ``rate`` in req/s."""
-    raw = copy.deepcopy(scenario.raw)
-    arrival = raw.setdefault("arrival", {})
-    (arrival["sessions"] if scenario.arrival.sessions is not None else arrival)["rate"] = rate  # sessions/s
-    return dataclasses.replace(scenario, arrival=dataclasses.replace(scenario.arrival, rate=rate),
-                               name=f"{scenario.name}-{rate:g}rps", raw=raw)
-
-
-def at_concurrency(scenario, concurrency: int):
-    """The scenario in concurrency mode: ``concurrency`` requests kept in flight (in the manifest's copy too);
-    a multi-turn session scenario keeps its sessions, ``concurrency`` of them at a time."""
-    raw = copy.deepcopy(scenario.raw)
-    sessions = scenario.arrival.sessions
-    if sessions is not None:
-        fields = {k: v for k, v in ((raw.get("arrival") or {}).get("sessions") or {}).items() if k != "rate"}
-        raw["arrival"] = {"sessions": {**fields, "concurrency": concurrency}}
-    else:
-        raw["arrival"] = {"concurrency": concurrency}
-    return dataclasses.replace(scenario, arrival=ArrivalSpec(process="closed", users=concurrency, sessions=sessions),
-                               name=f"{scenario.name}-c{concurrency}", raw=raw)
 
 
 def level_text(level: float, concurrency: bool) -> str:

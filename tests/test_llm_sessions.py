@@ -450,7 +450,7 @@ def test_session_fields_errors_name_file_line_field(arrival, line, field, messag
 def test_a_concurrency_sweep_of_sessions_keeps_them():
     """``tailscope sweep --concurrency`` / ``--rates`` on a session scenario: each step still runs
     sessions (N at a time, or N started per second), in the plan and in the manifest's copy."""
-    from tailscope.conductor.sweep import at_concurrency, at_rate
+    from tailscope.scenario_model.sweep_steps import at_concurrency, at_rate
 
     scenario = parse_scenario(textwrap.dedent("""\
         name: s

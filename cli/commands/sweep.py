@@ -33,6 +33,7 @@ from tailscope.loadgen.sweep_rates import (  # noqa: F401  (early_stop_note: re-
     parse_concurrency,
     parse_rates,
 )
+from tailscope.scenario_model.sweep_steps import at_concurrency
 
 
 def register(sub) -> None:
@@ -88,8 +89,6 @@ def handle(args) -> int:
     if variable == "concurrency" and args.search:
         return error("--search looks for a peak rate: use it with --rates LOW:HIGH")
     if variable == "concurrency":
-        from tailscope.conductor.sweep import at_concurrency
-
         try:
             levels = parse_concurrency(args.concurrency)
         except ValueError as exc:
