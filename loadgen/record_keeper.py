@@ -84,11 +84,6 @@ class RecordKeeper:
         save_retention(run_dir, self.state)
 
     # -- the sink interface ------------------------------------------------------
-    def append(self, *values) -> None:
-        """One request record given as values in REQUESTS_SCHEMA order (trailing ones
-        left out are null): :meth:`append_record` of ``RequestRecord(*values)``."""
-        self.append_record(RequestRecord(*values))
-
     def append_record(self, record: RequestRecord) -> None:
         """One request's record. Once the disk budget is used up, records are no
         longer written (histograms still are) and :attr:`failure` says why the run

@@ -19,6 +19,7 @@ from tailscope.loadgen.retention_section import RetentionPolicy
 from tailscope.loadgen.window_stats import SpikeWatch
 from tailscope.rundir import RunWriter, load_run
 from tailscope.rundir import histograms as hist
+from tailscope.rundir.request_record import RequestRecord
 from tailscope.rundir.retention_policy import load_retention, trace_sampled
 
 START_NS = 1_767_225_600 * 10**9
@@ -83,7 +84,7 @@ def _write(path, rows, policy):
     writer = RunWriter(str(path), {"name": "keeper", "scenario": {}})
     keeper = RecordKeeper(writer.requests, writer.windows, str(path), policy=policy, timeout_s=2.0)
     for row in rows:
-        keeper.append(*row)
+        keeper.append_record(RequestRecord(*row))
     keeper.close()
     writer.close()
     return keeper
@@ -166,7 +167,7 @@ def test_ring_of_held_records_is_bounded_by_the_hold_time(tmp_path):
     keeper = RecordKeeper(writer.requests, writer.windows, str(tmp_path / "r"), policy=policy, timeout_s=1.0)
     longest = 0
     for row in rows:
-        keeper.append(*row)
+        keeper.append_record(RequestRecord(*row))
         longest = max(longest, len(keeper._ring))
     keeper.close()
     writer.close()
@@ -193,7 +194,7 @@ def test_record_keeper_stops_keeping_when_the_budget_is_used_up(tmp_path):
                           end_ns=START_NS + 60 * 10**9)
     (tmp_path / "b" / "spans.arrow").write_bytes(b"x" * 39_500_000)
     for row in _requests(rate=50, seconds=5):
-        keeper.append(*row)
+        keeper.append_record(RequestRecord(*row))
     keeper.close()
     writer.close()
     assert keeper.failure and "disk budget exhausted" in keeper.failure
