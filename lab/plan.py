@@ -112,10 +112,11 @@ LLM_SERVER_CPU_PER_RPS = 0.02
 #: The LLM suite's cpu_throttle holds the server to this share of its CPU use at the run's rate, so
 #: the throttle bites at every rate (a fixed 0.2 CPUs is half of it at 16/s, more than all of it at 3/s).
 LLM_THROTTLE_SHARE = 0.5
-#: Storm prompts open at once in the LLM suite's llm_prompt_storm: the engine prefills one long prompt
-#: per step budget, so a second open one keeps the next chunk ready and more only wait in its queue
-#: (an open-loop storm on a busy host overran it: 63 waiting, and queue_saturation was the right name).
-LLM_STORM_IN_FLIGHT = 2
+#: Storm prompts open at once in the LLM suite's llm_prompt_storm: a 3,000-token prompt takes two
+#: 2,048-token steps, so 4 open keep a chunk in nearly every step while at most a few wait (an
+#: open-loop storm on a busy host overran the engine: 63 waiting, and queue_saturation was the right
+#: name; 2 open were too few at 16/s: a 14-s run's P99 rose only 1.9×).
+LLM_STORM_IN_FLIGHT = 4
 
 
 def llm_run_length_s(rate: float, default_s: float) -> float:
