@@ -14,8 +14,7 @@ from datetime import UTC, datetime
 from rich.table import Table
 
 from tailscope.reports.formatting import fault_counts_text
-
-NS_PER_S = 1_000_000_000
+from tailscope.support.units import NS_PER_S
 
 
 def _pct(value: float | None) -> str:

@@ -38,10 +38,10 @@ from __future__ import annotations
 import statistics
 
 from tailscope.analyzers.causes.registry import cause_names_by_fault
+from tailscope.support.units import NS_PER_S
 
 #: How long after a fault ends a spike still counts as its effect (s).
 LAG_S = 5.0
-NS_PER_S = 1_000_000_000
 UNEXPLAINED = "unexplained"
 
 #: Cause kinds that name each fault kind, besides the kind itself: derived from the detectors'
