@@ -110,5 +110,7 @@ def test_the_analysis_shows_the_vllm_stages_tokens_and_server_metrics(vllm_run):
                                                      "prompt_tokens", "generation_tokens")} == {
         "waiting": "vllm:num_requests_waiting", "running": "vllm:num_requests_running",
         "kv_usage": "vllm:kv_cache_usage_perc", "preemptions": "vllm:num_preemptions_total",
-        "prompt_tokens": "vllm:prompt_tokens_total", "generation_tokens": "vllm:generation_tokens_total"}
+        # the server splits prompt tokens by source (as vLLM >= 0.10 does): the role reads those it computed
+        "prompt_tokens": 'vllm:prompt_tokens_by_source_total{source="local_compute"}',
+        "generation_tokens": "vllm:generation_tokens_total"}
     assert roles["waiting"]["series"] == ['prom.vllm:num_requests_waiting{engine="0",model_name="tailscope-llm"}']
