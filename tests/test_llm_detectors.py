@@ -213,6 +213,20 @@ def test_a_preempting_engines_kv_peaks_count_though_its_average_stays_below_the_
     assert quiet.evidence["factors"]["kv_pressure"] < 0.5
 
 
+def test_rising_preemptions_are_kv_pressure_when_the_scrapes_missed_the_full_cache(kv_run):
+    """An engine too busy to answer /metrics is scraped seconds apart, and the readings it answers
+    may all be low (the real vLLM under CI load: 0.41 at most while it preempted 30 times). An
+    engine preempts only when it cannot allocate a KV block, so rising preemptions alone are the
+    cache at its limit; the same low readings without preemptions are no pressure."""
+    path, truth = kv_run
+    sparse_low = [0.41, 0.2, 0.35]
+    kv = KvCacheDetector().score(_kv_context_with(path, truth, sparse_low, preempting=True))
+    assert kv.evidence["kv_usage_peak"] < 0.5
+    assert kv.evidence["factors"]["kv_pressure"] >= 0.7 and kv.confidence >= 0.5
+    quiet = KvCacheDetector().score(_kv_context_with(path, truth, sparse_low, preempting=False))
+    assert quiet.evidence["factors"]["kv_pressure"] < 0.1
+
+
 def _keep_long_prompts(run, lo: int, hi: int, keep: int, seed: int) -> None:
     """The prompts of the requests scheduled in [lo, hi) drawn again from the run's own prompt mix
     (uniform ``LLM_PROMPT_TOKENS``), but the first ``keep``: a surge of ``keep`` long prompts."""

@@ -389,12 +389,15 @@ class KvPressure:
     ``confidence`` = near limit × max(ramp(its rise, KV_RISE_LOW, KV_RISE_HIGH), preemptions) ×
     (0.75 + 0.25 × preemptions), where *preemptions* is the preemption rate's signal evidence
     (robust z and PREEMPTIONS_MATERIAL per s) and *near limit* = max(ramp(spike KV use, KV_NEAR_LIMIT,
-    KV_FULL), preemptions × ramp(peak KV use, KV_NEAR_LIMIT, KV_FULL)): an engine that preempts
-    frees blocks as it does, so its KV use averaged over the spike sits below the limit it keeps
-    hitting (the real vLLM with a 64-block cache: 0.84–0.89 over the spike, 1.0 at its peaks); the
-    peak is the highest raw reading (0..1, :func:`kv_peak`) in the spike widened by its margin, where
-    the spike's KV use is judged too. ``watched``: the run has a KV-use
-    series; the rest are the numbers behind it."""
+    KV_FULL), preemptions): an engine preempts a running request only when it cannot allocate a KV
+    block (vLLM's scheduler, SGLang's retraction), so rising preemptions are the engine's own word that
+    the cache ran full — whatever the scrapes of its usage gauge caught. Preempting frees blocks, so
+    KV use averaged over the spike sits below the limit it keeps hitting (the real vLLM with a 64-block
+    cache: 0.84–0.89 over the spike, 1.0 at its peaks), and an engine too busy to answer ``/metrics``
+    promptly is scraped seconds apart (the real vLLM on 2 busy cores: 2.8-s scrapes, 4-s gaps; the
+    readings it did answer read 0.41 at most while it preempted 30 times). The peak is the highest
+    raw reading (0..1, :func:`kv_peak`) in the spike widened by its margin, quoted as evidence.
+    ``watched``: the run has a KV-use series; the rest are the numbers behind it."""
 
     confidence: float
     watched: bool
@@ -448,8 +451,7 @@ def kv_pressure(ctx: SpikeContext) -> KvPressure:
                  if rate is not None else None)
     preempting = preempted.confidence if preempted is not None else 0.0
     peak = kv_peak(ctx)
-    factors = {"near_limit": max(ramp(kv.spike, KV_NEAR_LIMIT, KV_FULL),
-                                 preempting * ramp(peak, KV_NEAR_LIMIT, KV_FULL)),
+    factors = {"near_limit": max(ramp(kv.spike, KV_NEAR_LIMIT, KV_FULL), preempting),
                "rose": ramp(kv.spike - kv.baseline, KV_RISE_LOW, KV_RISE_HIGH),
                "preempting": preempting}
     confidence = factors["near_limit"] * max(factors["rose"], preempting) * (0.75 + 0.25 * preempting)
