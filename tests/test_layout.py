@@ -26,15 +26,17 @@ ALLOWED = {
     "loadgen": {"rundir", "support"},
     # the LLM fault traffic sizes its prompts with loadgen's tokenizer-exact prompt maker (a peer, not a cycle)
     "faults": {"loadgen", "rundir", "support"},
-    "analyzers": {"rundir", "support"},
-    "reports": {"support"},
+    # the analysis's types: what the analyzers build and the report, compare and the CLI read
+    "analysis_model": {"support"},
+    "analyzers": {"analysis_model", "rundir", "support"},
+    "reports": {"analysis_model", "support"},
     # the synthetic-run generator names the cause each spike should get from the detectors' declarations
-    "testkit": {"analyzers", "rundir", "support"},
-    "scenario_model": {"loadgen", "faults", "analyzers", "rundir", "support"},
-    "conductor": {"scenario_model", "loadgen", "tracing/ingest", "signals", "faults", "analyzers",
+    "testkit": {"analysis_model", "analyzers", "rundir", "support"},
+    "scenario_model": {"analysis_model", "loadgen", "faults", "analyzers", "rundir", "support"},
+    "conductor": {"analysis_model", "scenario_model", "loadgen", "tracing/ingest", "signals", "faults", "analyzers",
                   "reports", "rundir", "support"},
-    "lab": {"conductor", "scenario_model", "faults", "analyzers", "reports", "rundir", "support"},
-    "cli": {"lab", "conductor", "scenario_model", "loadgen", "tracing/ingest", "signals", "faults",
+    "lab": {"analysis_model", "conductor", "scenario_model", "faults", "analyzers", "reports", "rundir", "support"},
+    "cli": {"analysis_model", "lab", "conductor", "scenario_model", "loadgen", "tracing/ingest", "signals", "faults",
             "analyzers", "reports", "targets", "rundir", "support"},
     "scenarios": {"conductor", "loadgen"},
 }

@@ -1,0 +1,17 @@
+"""Which parts of the analysis have a type, by their place in analysis.json.
+
+:data:`TYPED` maps a JSON path — a top-level key (``"verdict"``) or a ``$defs`` entry
+(``"$defs/percentile"``) of analyzers/analysis.schema.json — to its section type. The schema test
+checks each against the schema; a section gains its type by being added here.
+"""
+
+from __future__ import annotations
+
+from tailscope.analysis_model.percentiles import MaxValue, Percentile, PercentileSet
+
+TYPED: dict[str, type] = {
+    "$defs/percentile": Percentile,
+    "$defs/percentile_set": PercentileSet,
+}
+
+__all__ = ["TYPED", "MaxValue", "Percentile", "PercentileSet"]
