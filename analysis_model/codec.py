@@ -14,7 +14,9 @@ Guarantees:
   default that is missing raises :class:`AnalysisShapeError` naming where (``verdict.slos[2].observed``);
 - a value of the wrong JSON type raises :class:`AnalysisShapeError` naming where; an ``int`` is
   accepted for a ``float`` field (JSON does not tell 1 from 1.0);
-- keys the type does not declare are ignored (an analysis from a newer tailscope still reads).
+- keys the type does not declare are ignored (an analysis from a newer tailscope still reads);
+- a field declared with :func:`written_when_set` is left out of the JSON while it is None (a part that
+  is there only when it applies, e.g. ``llm.sessions``), instead of being written as null.
 """
 
 from __future__ import annotations
@@ -26,6 +28,16 @@ import typing
 from typing import Any, Literal, TypeVar, Union
 
 T = TypeVar("T")
+
+#: Field metadata key of :func:`written_when_set`.
+OMIT_NONE = "omit_none"
+
+
+def written_when_set() -> Any:
+    """A section field (type ``X | None``) whose key the analysis holds only when the value is not
+    None: encoded without the key while None, decoded as None where the key is absent. The schema
+    states it as a non-required ``X`` (analysis_model/schema_check.py)."""
+    return dataclasses.field(default=None, metadata={OMIT_NONE: True})
 
 
 class AnalysisShapeError(ValueError):
@@ -46,10 +58,11 @@ def is_section(tp: Any) -> bool:
 
 def encode(value: Any) -> Any:
     """``value`` as JSON-ready data: a section becomes a dict of its fields in declaration order
-    (each encoded), a tuple or list a list, a dict a dict of encoded values; anything else is
-    returned as it is."""
+    (each encoded; a :func:`written_when_set` field only when not None), a tuple or list a list, a
+    dict a dict of encoded values; anything else is returned as it is."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: encode(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        return {f.name: encode(item) for f in dataclasses.fields(value)
+                if (item := getattr(value, f.name)) is not None or not f.metadata.get(OMIT_NONE)}
     if isinstance(value, (list, tuple)):
         return [encode(item) for item in value]
     if isinstance(value, dict):

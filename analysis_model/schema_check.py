@@ -4,23 +4,27 @@ The schema keeps what types cannot hold (descriptions, units, minimums); the typ
 code builds and reads. :func:`schema_mismatches` lists every place where they disagree:
 
 - a section is an object whose ``properties`` are exactly its fields, and whose ``required`` are
-  exactly its fields without a default (a field with a default is one older analyses may lack);
+  exactly its fields without a default (a field with a default is one older analyses may lack); a
+  :func:`~.codec.written_when_set` field ``X | None`` is stated as ``X`` (its null is never written);
 - ``str``/``int``/``float``/``bool``/``None`` are the JSON types ``string``/``integer``/``number``/
   ``boolean``/``null`` (``X | None`` allows ``null`` as well); a ``Literal`` is an ``enum`` of its
-  values; ``list``/``tuple`` an ``array`` whose ``items`` agree; ``dict[str, X]`` an ``object``
-  whose ``additionalProperties`` agree; ``Any`` agrees with anything.
+  values (or the ``const`` of its one value); ``list``/``tuple`` an ``array`` whose ``items`` agree;
+  ``dict[str, X]`` an ``object`` whose ``additionalProperties`` agree; ``Any`` agrees with anything.
 
-``$ref`` (``#/$defs/…``), ``anyOf`` and ``oneOf`` are followed.
+``$ref`` (``#/$defs/…``), ``anyOf`` and ``oneOf`` are followed; an ``allOf`` object's ``properties``
+and ``required`` are those of its parts and its own together.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
+import operator
 import types
 import typing
 from typing import Any, Literal, Union
 
-from tailscope.analysis_model.codec import field_types, is_section
+from tailscope.analysis_model.codec import OMIT_NONE, field_types, is_section
 
 _JSON_NAMES = {str: "string", int: "integer", float: "number", bool: "boolean", type(None): "null"}
 
@@ -35,6 +39,8 @@ def schema_mismatches(tp: Any, node: dict, defs: dict, where: str) -> list[str]:
         return _union_mismatches(tp, node, defs, where)
     if typing.get_origin(tp) is Literal:
         values = set(typing.get_args(tp))
+        if "const" in node:
+            node = {**node, "enum": [node["const"]]}
         if "enum" not in node:
             return [f"{where}: the type is an enum of {sorted(map(repr, values))}, the schema has no enum"]
         if set(node["enum"]) != values:
@@ -70,10 +76,18 @@ def _section_mismatches(tp: type, node: dict, defs: dict, where: str) -> list[st
         out.append(f"{where}.{name}: no default in {tp.__name__} (always written), not required in the schema")
     for name in sorted(required - without_default):
         out.append(f"{where}.{name}: required in the schema, has a default in {tp.__name__}")
+    omitted = {f.name for f in dataclasses.fields(tp) if f.metadata.get(OMIT_NONE)}
     for name in fields:
         if name in properties:
-            out += schema_mismatches(fields[name], properties[name], defs, f"{where}.{name}")
+            field_tp = _without_none(fields[name]) if name in omitted else fields[name]
+            out += schema_mismatches(field_tp, properties[name], defs, f"{where}.{name}")
     return out
+
+
+def _without_none(tp: Any) -> Any:
+    """``X`` of ``X | None`` (a union of the rest when several)."""
+    rest = [o for o in typing.get_args(tp) if o is not type(None)]
+    return functools.reduce(operator.or_, rest)
 
 
 def _union_mismatches(tp: Any, node: dict, defs: dict, where: str) -> list[str]:
@@ -97,6 +111,11 @@ def _union_mismatches(tp: Any, node: dict, defs: dict, where: str) -> list[str]:
 def _resolve(node: dict, defs: dict) -> dict:
     while "$ref" in node:
         node = defs[node["$ref"].removeprefix("#/$defs/")]
+    if "allOf" in node:
+        parts = [_resolve(part, defs) for part in node["allOf"]] + [node]
+        node = {key: value for key, value in node.items() if key != "allOf"}
+        node["properties"] = {k: v for part in parts for k, v in part.get("properties", {}).items()}
+        node["required"] = [k for part in parts for k in part.get("required", [])]
     return node
 
 

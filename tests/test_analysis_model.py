@@ -10,7 +10,7 @@ from typing import Literal
 
 import pytest
 
-from tailscope.analysis_model.codec import AnalysisShapeError, decode, encode
+from tailscope.analysis_model.codec import AnalysisShapeError, decode, encode, written_when_set
 from tailscope.analysis_model.schema_check import schema_mismatches
 from tailscope.analysis_model.sections import TYPED
 
@@ -87,3 +87,30 @@ def test_the_schema_check_finds_each_kind_of_disagreement():
                      "s.rows[].kind: enum",
                      "s.counts.*: schema type ['string'], type int"):
         assert expected in found, found
+
+
+@dataclass(frozen=True)
+class _WhenSet:
+    kind: Literal["k"]
+    total: int
+    extra: _Row | None = written_when_set()
+
+
+def test_a_field_written_when_set_is_left_out_while_none():
+    assert encode(_WhenSet("k", 1)) == {"kind": "k", "total": 1}
+    assert decode(_WhenSet, {"kind": "k", "total": 1}) == _WhenSet("k", 1)
+    full = _WhenSet("k", 1, _Row("x", None))
+    assert decode(_WhenSet, encode(full)) == full and "extra" in encode(full)
+
+
+def test_the_schema_check_reads_all_of_const_and_fields_written_when_set():
+    defs = {"base": {"type": "object", "required": ["kind"], "properties": {"kind": {"const": "k"}}}}
+    row = {"type": "object", "required": ["name", "share"],
+           "properties": {"name": {"type": "string"}, "share": {"type": ["number", "null"]}, "kind": {"enum": ["a", "b"]}}}
+    node = {"allOf": [{"$ref": "#/$defs/base"}], "type": "object", "required": ["total"],
+            "properties": {"total": {"type": "integer"}, "extra": row}}
+    assert schema_mismatches(_WhenSet, node, defs, "w") == []
+    nullable = {**node, "properties": {**node["properties"], "extra": {"type": "null"}}}
+    assert schema_mismatches(_WhenSet, nullable, defs, "w") != []
+    wrong = {"base": {**defs["base"], "properties": {"kind": {"const": "j"}}}}
+    assert "w.kind: enum" in "\n".join(schema_mismatches(_WhenSet, node, wrong, "w"))
