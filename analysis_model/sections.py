@@ -8,10 +8,16 @@ checks each against the schema; a section gains its type by being added here.
 from __future__ import annotations
 
 from tailscope.analysis_model.percentiles import MaxValue, Percentile, PercentileSet
+from tailscope.analysis_model.spikes import CauseFinding, Decomposition, Spike, SpikeDetection
 
 TYPED: dict[str, type] = {
     "$defs/percentile": Percentile,
     "$defs/percentile_set": PercentileSet,
+    "$defs/spike": Spike,
+    "$defs/finding": CauseFinding,
+    "$defs/decomposition": Decomposition,
+    "spikes": tuple[Spike, ...],
+    "spike_detection": SpikeDetection,
 }
 
 __all__ = ["TYPED", "MaxValue", "Percentile", "PercentileSet"]
