@@ -7,12 +7,17 @@ checks each against the schema; a section gains its type by being added here.
 
 from __future__ import annotations
 
+from tailscope.analysis_model.llm import Llm, LlmGoodput, LlmMetrics, TokenStats
 from tailscope.analysis_model.percentiles import MaxValue, Percentile, PercentileSet
 from tailscope.analysis_model.spikes import CauseFinding, Decomposition, Spike, SpikeDetection
 
 TYPED: dict[str, type] = {
     "$defs/percentile": Percentile,
     "$defs/percentile_set": PercentileSet,
+    "$defs/llm_metrics": LlmMetrics,
+    "$defs/token_stats": TokenStats,
+    "$defs/llm_goodput": LlmGoodput,
+    "llm": Llm | None,  # null in a run without OpenAI-API requests
     "$defs/spike": Spike,
     "$defs/finding": CauseFinding,
     "$defs/decomposition": Decomposition,
