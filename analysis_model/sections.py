@@ -7,9 +7,12 @@ checks each against the schema; a section gains its type by being added here.
 
 from __future__ import annotations
 
+from tailscope.analysis_model.events import Event, Events
 from tailscope.analysis_model.llm import Llm, LlmGoodput, LlmMetrics, TokenStats
 from tailscope.analysis_model.percentiles import MaxValue, Percentile, PercentileSet
+from tailscope.analysis_model.server import OtherTraffic, ServerLoad
 from tailscope.analysis_model.spikes import CauseFinding, Decomposition, Spike, SpikeDetection
+from tailscope.analysis_model.stages import NameCount, Stages, StageStats
 
 TYPED: dict[str, type] = {
     "$defs/percentile": Percentile,
@@ -23,6 +26,13 @@ TYPED: dict[str, type] = {
     "$defs/decomposition": Decomposition,
     "spikes": tuple[Spike, ...],
     "spike_detection": SpikeDetection,
+    "$defs/stage_stats": StageStats,
+    "$defs/name_count": NameCount,
+    "$defs/event": Event,
+    "stages": Stages,
+    "events": Events,
+    "server_load": ServerLoad | None,  # null without mapped server series
+    "other_traffic": OtherTraffic,
 }
 
 __all__ = ["TYPED", "MaxValue", "Percentile", "PercentileSet"]
