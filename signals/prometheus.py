@@ -23,21 +23,46 @@ A runtime's GC metrics scraped this way (``jvm_gc_duration_seconds``, ``python_g
 ``_sum``/``_count``/``_total`` series (``analyzers/inputs/runtime_gc.py``).
 A scrape costs one HTTP GET over a kept-alive connection plus a parse that is
 linear in the page size (~2 µs per sample line).
+
+Scraping is off the sampling loop's critical path: each endpoint is scraped by
+its own daemon thread at the loop's rate (absolute deadlines; a scrape that
+overruns the next deadline skips to the one ahead, so one endpoint has one
+scrape at a time), and ``read()`` only hands over the scrapes completed since
+the last read, as :class:`~.sampler.Batch` items, never waiting on the
+network. A busy server that answers late delays only its own next scrape; the
+host, process, cgroup and PSI samplers keep their cadence. Each scrape's rows
+are stamped with its **answer time** (epoch ns when the page's last byte
+arrived): a gauge describes the server when it rendered the page, and a busy
+server renders it late, just before it sends it; the request's start would
+date a page answered 2 s late 2 s too early. A failed scrape's ``prom.up`` 0
+is stamped when it failed (for a timeout, at its deadline).
+
+The timeout is a deadline on the whole fetch (connect, request, answer, body),
+not on each socket operation: a scrape still running when it passes is a
+failed scrape (``prom.up`` 0, its page dropped). Its default,
+:data:`DEFAULT_SCRAPE_TIMEOUT_S` = 2 s, is long because a late answer is still
+a true reading and waiting for it stalls nothing else.
 """
 
 from __future__ import annotations
 
+import collections
 import http.client
 import math
+import socket
+import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from tailscope.signals.sampler import COUNTER, GAUGE, SeriesMeta
+from tailscope.signals.sampler import COUNTER, DEFAULT_RATE_HZ, GAUGE, Batch, SeriesMeta
 
-#: Longest a scrape may take, in seconds, before it counts as failed.
-DEFAULT_SCRAPE_TIMEOUT_S = 0.5
+#: Longest a scrape (connect, request, the whole answer) may take, in seconds, before it counts as failed.
+DEFAULT_SCRAPE_TIMEOUT_S = 2.0
+#: Completed scrapes kept per sampler until the loop reads them (older ones are dropped; ≈ 100 s at 10 Hz).
+MAX_PENDING_SCRAPES = 1000
+_READ_CHUNK = 65536
 _ACCEPT = "text/plain;version=0.0.4;q=0.9,*/*;q=0.1"
 #: Sample-name suffixes never stored (histogram buckets, creation timestamps).
 _NEVER_STORED = ("_bucket", "_created")
@@ -186,9 +211,9 @@ def series_name(sample: PromSample, instance: str | None) -> str:
 
 
 class _Endpoint:
-    """One /metrics URL with a kept-alive HTTP connection."""
+    """One /metrics URL with a kept-alive HTTP connection, used by one thread at a time."""
 
-    def __init__(self, url: str, timeout_s: float):
+    def __init__(self, url: str):
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"not an http(s) URL: {url!r}")
@@ -197,21 +222,33 @@ class _Endpoint:
         self._path = (parts.path or "/metrics") + (f"?{parts.query}" if parts.query else "")
         self._connection_class = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
         self._host, self._port = parts.hostname, parts.port
-        self._timeout_s = timeout_s
         self._connection: http.client.HTTPConnection | None = None
+        self._interrupted = False
 
-    def fetch(self) -> str:
-        """The page's text; raises OSError / http.client.HTTPException / ValueError on failure."""
-        for attempt in (0, 1):  # a kept-alive connection the server closed is retried once
+    def fetch(self, deadline: float) -> str:
+        """The page's text, all of it received before ``deadline`` (``time.monotonic()`` s).
+
+        Every socket operation waits at most the time left; past the deadline
+        raises TimeoutError. Raises OSError / http.client.HTTPException /
+        ValueError on failure; a kept-alive connection the server closed is
+        retried once on a new one, within the same deadline.
+        """
+        for attempt in (0, 1):
+            reused = self._connection is not None
             if self._connection is None:
-                self._connection = self._connection_class(self._host, self._port, timeout=self._timeout_s)
+                self._connection = self._connection_class(self._host, self._port, timeout=_time_left(deadline))
+            connection = self._connection
             try:
-                self._connection.request("GET", self._path, headers={"Accept": _ACCEPT})
-                response = self._connection.getresponse()
-                body = response.read()
+                connection.timeout = _time_left(deadline)  # connect() reads it
+                if connection.sock is not None:
+                    connection.sock.settimeout(_time_left(deadline))
+                connection.request("GET", self._path, headers={"Accept": _ACCEPT})
+                connection.sock.settimeout(_time_left(deadline))
+                response = connection.getresponse()
+                body = _read_body(response, connection, deadline)
             except (OSError, http.client.HTTPException):
                 self.close()
-                if attempt:
+                if attempt or not reused or self._interrupted or time.monotonic() >= deadline:
                     raise
                 continue
             if response.status != 200:
@@ -219,37 +256,85 @@ class _Endpoint:
             return body.decode("utf-8", "replace")
         raise AssertionError("unreachable")
 
+    def interrupt(self) -> None:
+        """Wake a fetch blocked on this endpoint's socket (from another thread): it fails at once."""
+        self._interrupted = True
+        connection = self._connection
+        sock = connection.sock if connection is not None else None
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass  # already closed
+
     def close(self) -> None:
         if self._connection is not None:
             self._connection.close()
             self._connection = None
 
 
+def _time_left(deadline: float) -> float:
+    """Seconds until ``deadline`` (monotonic); TimeoutError once it has passed."""
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise TimeoutError("scrape deadline passed")
+    return left
+
+
+def _read_body(response: http.client.HTTPResponse, connection: http.client.HTTPConnection, deadline: float) -> bytes:
+    """The whole body, one socket read at a time, each given only the time left before ``deadline``."""
+    chunks = []
+    while True:
+        if connection.sock is not None:
+            connection.sock.settimeout(_time_left(deadline))
+        chunk = response.read1(_READ_CHUNK)
+        if not chunk:
+            break
+        chunks.append(chunk)
+    chunks.append(response.read())  # b"" at the end; marks the response done so the connection is reused
+    return b"".join(chunks)
+
+
 class PrometheusSampler:
-    """Scrapes each configured ``/metrics`` URL once per tick (see module docstring)."""
+    """Scrapes each configured ``/metrics`` URL on its own thread at ``rate_hz`` (see module docstring).
+
+    ``probe()`` scrapes every endpoint once, synchronously (its readings are the
+    first ones ``read()`` returns); the first ``read()`` starts the scraping
+    threads and ``close()`` stops and joins them, waking a scrape blocked on a
+    hung server. ``timeout_s`` is the whole-scrape deadline in seconds.
+    """
 
     name = "prometheus"
 
-    def __init__(self, urls: Iterable[str], timeout_s: float = DEFAULT_SCRAPE_TIMEOUT_S):
+    def __init__(self, urls: Iterable[str], timeout_s: float = DEFAULT_SCRAPE_TIMEOUT_S,
+                 rate_hz: float = DEFAULT_RATE_HZ):
+        if timeout_s <= 0 or rate_hz <= 0:
+            raise ValueError(f"timeout_s and rate_hz must be positive, got {timeout_s}, {rate_hz}")
         self.urls = list(urls)
         self.timeout_s = timeout_s
+        self.rate_hz = rate_hz
         self.series_version = 0
         self._endpoints: list[_Endpoint] = []
         self._series: dict[str, SeriesMeta] = {}
+        self._lock = threading.Lock()  # guards _series, series_version and _completed
+        self._completed: collections.deque[Batch] = collections.deque(maxlen=MAX_PENDING_SCRAPES)
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
 
     def probe(self) -> str | None:
         if not self.urls:
             return "no Prometheus endpoint configured (scenario signals.prometheus)"
         try:
-            self._endpoints = [_Endpoint(url, self.timeout_s) for url in self.urls]
+            self._endpoints = [_Endpoint(url) for url in self.urls]
         except ValueError as exc:
             return str(exc)
         errors = []
         for endpoint in self._endpoints:
-            try:
-                self._store(endpoint, parse_exposition(endpoint.fetch()))
-            except (OSError, http.client.HTTPException, ValueError) as exc:
-                errors.append(f"{endpoint.url}: {exc}")
+            batch, error = self._scrape(endpoint)
+            with self._lock:
+                self._completed.append(batch)
+            if error is not None:
+                errors.append(f"{endpoint.url}: {error}")
         if len(errors) == len(self._endpoints):
             return "no Prometheus endpoint answered (" + "; ".join(errors) + ")"
         return None
@@ -257,27 +342,77 @@ class PrometheusSampler:
     def series(self) -> dict[str, SeriesMeta]:
         out = {}
         for endpoint in self._endpoints:
-            instance = self._instance_label(endpoint)
-            suffix = f'{{instance="{endpoint.instance}"}}' if instance else ""
+            suffix = self._suffix(endpoint)
             out[f"prom.up{suffix}"] = SeriesMeta("bool", GAUGE, f"1 when the last scrape of {endpoint.url} succeeded")
             out[f"prom.scrape_duration_s{suffix}"] = SeriesMeta("s", GAUGE, f"time to fetch and parse {endpoint.url}")
-        out.update(self._series)
+        with self._lock:
+            out.update(self._series)
         return out
 
-    def read(self, now_ns: int) -> Iterable[tuple[str, float]]:
-        out = []
+    def read(self, now_ns: int) -> list[Batch]:
+        """The scrapes completed since the last read, oldest first, each at its own time; never blocks
+        on the network (the first call starts the scraping threads)."""
+        if not self._threads and not self._stop.is_set():
+            self._threads = [threading.Thread(target=self._scrape_forever, args=(endpoint,), daemon=True,
+                                              name=f"tailscope-scrape-{endpoint.instance}")
+                             for endpoint in self._endpoints]
+            for thread in self._threads:
+                thread.start()
+        with self._lock:
+            batches = list(self._completed)
+            self._completed.clear()
+        return batches
+
+    def scrape_all(self) -> list[Batch]:
+        """Scrape every endpoint once now, on the calling thread (after ``probe()``, while no
+        scraping thread runs: a one-shot reading); one batch per endpoint."""
+        if self._threads:
+            raise RuntimeError("the scraping threads own the endpoints; read() their scrapes instead")
+        return [self._scrape(endpoint)[0] for endpoint in self._endpoints]
+
+    def close(self) -> None:
+        """Stop the scraping threads and join them (a blocked scrape is woken); close the connections."""
+        self._stop.set()
         for endpoint in self._endpoints:
-            suffix = f'{{instance="{endpoint.instance}"}}' if self._instance_label(endpoint) else ""
-            started = time.perf_counter()
-            try:
-                samples = parse_exposition(endpoint.fetch())
-            except (OSError, http.client.HTTPException, ValueError):
-                out.append((f"prom.up{suffix}", 0.0))
-                continue
-            out.extend(self._store(endpoint, samples))
-            out.append((f"prom.up{suffix}", 1.0))
-            out.append((f"prom.scrape_duration_s{suffix}", time.perf_counter() - started))
-        return out
+            endpoint.interrupt()
+        for thread in self._threads:
+            thread.join(timeout=self.timeout_s + 1.0)
+        if not any(thread.is_alive() for thread in self._threads):
+            for endpoint in self._endpoints:
+                endpoint.close()
+
+    def _scrape_forever(self, endpoint: _Endpoint) -> None:
+        """Scrape ``endpoint`` at absolute deadlines ``start + k / rate_hz`` (the probe's scrape was the
+        first) until closed; a scrape that overruns the next deadline skips to the one ahead."""
+        period_ns = int(1e9 / self.rate_hz)
+        start = time.monotonic_ns()
+        k = 1
+        while not self._stop.wait(max(0.0, (start + k * period_ns - time.monotonic_ns()) / 1e9)):
+            batch, _ = self._scrape(endpoint)
+            if self._stop.is_set():
+                return  # a scrape cut short by close() says nothing about the server
+            with self._lock:
+                self._completed.append(batch)
+            k = max(k + 1, (time.monotonic_ns() - start) // period_ns + 1)
+
+    def _scrape(self, endpoint: _Endpoint) -> tuple[Batch, str | None]:
+        """One scrape of ``endpoint``: its rows stamped with the answer time, or ``prom.up`` 0 stamped
+        when it failed, and the error (None on success)."""
+        suffix = self._suffix(endpoint)
+        started = time.perf_counter()
+        try:
+            text = endpoint.fetch(time.monotonic() + self.timeout_s)
+            answered_ns = time.time_ns()
+            samples = parse_exposition(text)
+        except (OSError, http.client.HTTPException, ValueError) as exc:
+            return Batch(time.time_ns(), [(f"prom.up{suffix}", 0.0)]), str(exc) or type(exc).__name__
+        rows = self._store(endpoint, samples)
+        rows.append((f"prom.up{suffix}", 1.0))
+        rows.append((f"prom.scrape_duration_s{suffix}", time.perf_counter() - started))
+        return Batch(answered_ns, rows), None
+
+    def _suffix(self, endpoint: _Endpoint) -> str:
+        return f'{{instance="{endpoint.instance}"}}' if self._instance_label(endpoint) else ""
 
     def _instance_label(self, endpoint: _Endpoint) -> str | None:
         return endpoint.instance if len(self._endpoints) > 1 else None
@@ -285,15 +420,12 @@ class PrometheusSampler:
     def _store(self, endpoint: _Endpoint, samples: list[PromSample]) -> list[tuple[str, float]]:
         """Rows of one scrape; series seen for the first time are described (series_version += 1)."""
         instance = self._instance_label(endpoint)
-        rows = []
-        grew = False
-        for sample in samples:
-            name = series_name(sample, instance)
-            if name not in self._series:
-                description = sample.help or f"{sample.name} from {endpoint.url}"
-                self._series[name] = SeriesMeta(sample.unit, sample.kind, description)
-                grew = True
-            rows.append((name, sample.value))
-        if grew:
-            self.series_version += 1
+        rows = [(series_name(sample, instance), sample.value) for sample in samples]
+        new = [(name, sample) for (name, _), sample in zip(rows, samples) if name not in self._series]
+        if new:
+            with self._lock:
+                for name, sample in new:
+                    description = sample.help or f"{sample.name} from {endpoint.url}"
+                    self._series.setdefault(name, SeriesMeta(sample.unit, sample.kind, description))
+                self.series_version += 1
         return rows

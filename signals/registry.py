@@ -1,8 +1,9 @@
 """The samplers tailscope ships, declared once, with how each is built for a sampling run.
 
-:data:`SAMPLERS` maps each sampler's ``name`` to a factory ``(pid, config) ->
+:data:`SAMPLERS` maps each sampler's ``name`` to a factory ``(pid, config, rate_hz) ->
 Sampler`` (``pid``: the target process, None for none; ``config``: the run's
-:class:`~.config.SamplerConfig`), in the order the runner reads them each tick.
+:class:`~.config.SamplerConfig`; ``rate_hz``: the run's ticks per second, for a
+sampler that keeps its own schedule), in the order the runner reads them each tick.
 The sampler classes live one per source (host, psi, process, cgroup,
 prometheus, gpu); importing them registers nothing. Adding a sampler is one
 class and one registration here.
@@ -22,12 +23,12 @@ from tailscope.signals.psi import PressureSampler
 from tailscope.signals.sampler import Sampler
 from tailscope.support.registry import Registry
 
-SamplerFactory = Callable[[int | None, SamplerConfig], Sampler]
+SamplerFactory = Callable[[int | None, SamplerConfig, float], Sampler]
 
 
 def _unconfigured(sampler: Callable[[], Sampler]) -> SamplerFactory:
     """The factory of a sampler with nothing to configure (host-wide, pressure, GPU)."""
-    return lambda pid, config: sampler()
+    return lambda pid, config, rate_hz: sampler()
 
 
 #: Every sampler tailscope ships, by name, in reading order.
@@ -38,11 +39,12 @@ SAMPLERS.register(_unconfigured(MemorySampler), name=MemorySampler.name)
 SAMPLERS.register(_unconfigured(VmstatSampler), name=VmstatSampler.name)
 SAMPLERS.register(_unconfigured(DiskSampler), name=DiskSampler.name)
 SAMPLERS.register(_unconfigured(PressureSampler), name=PressureSampler.name)
-SAMPLERS.register(lambda pid, config: ProcessSampler(pid, include_children=config.include_children),
+SAMPLERS.register(lambda pid, config, rate_hz: ProcessSampler(pid, include_children=config.include_children),
                   name=ProcessSampler.name)
-SAMPLERS.register(lambda pid, config: ConnectionsSampler(pid, include_children=config.include_children),
+SAMPLERS.register(lambda pid, config, rate_hz: ConnectionsSampler(pid, include_children=config.include_children),
                   name=ConnectionsSampler.name)
-SAMPLERS.register(lambda pid, config: CgroupSampler(pid, location=config.cgroup), name=CgroupSampler.name)
-SAMPLERS.register(lambda pid, config: PrometheusSampler(config.prometheus_urls, config.prometheus_timeout_s),
+SAMPLERS.register(lambda pid, config, rate_hz: CgroupSampler(pid, location=config.cgroup), name=CgroupSampler.name)
+SAMPLERS.register(lambda pid, config, rate_hz: PrometheusSampler(
+    config.prometheus_urls, config.prometheus_timeout_s, rate_hz),
                   name=PrometheusSampler.name)
 SAMPLERS.register(_unconfigured(GpuSampler), name=GpuSampler.name)

@@ -9,7 +9,7 @@ local name and gains the attribute ``host`` (so ``host.cpu.user_s`` arrives as
 ``host.cpu.user_s{host="gpu-7"}``); units and descriptions travel in the
 metric descriptors, counters as cumulative monotonic sums, gauges as gauges;
 the receiver records them in ``signals.receiver.json``. Timestamps are the
-agent's own clock, exactly as read.
+agent's own clock, exactly as read (a Prometheus scrape's: its answer time).
 
 Clock offset: NTP-style against the receiver's ``GET /v1/time`` echo. Each
 estimate takes :data:`CLOCK_PROBES` round trips ``(t0 send, t1 receiver stamp,
@@ -286,7 +286,7 @@ def run_agent(harness_url: str, config, rate_hz: float, stop_event: threading.Ev
     estimate_clock_offset(harness_url, token=token, ca_file=ca_file)
     sink = OtlpSink(harness_url, host=host, export_interval_s=export_interval_s, token=token, ca_file=ca_file)
     try:
-        summary = sample_loop(default_samplers(config.pid, config), rate_hz, stop_event, sink, config.pid)
+        summary = sample_loop(default_samplers(config.pid, config, rate_hz), rate_hz, stop_event, sink, config.pid)
     finally:
         sink.close()
     return summary, sink.stats

@@ -11,6 +11,13 @@ A sampler whose series are discovered while it runs (a Prometheus endpoint
 that grows a new label set) also has an integer ``series_version`` that it
 increments whenever ``series()`` gains entries; the runner then rewrites
 ``signals.json`` so every stored series stays described.
+
+A sampler that reads off the tick (a Prometheus endpoint scraped by its own
+thread, so a slow server never delays the others) returns :class:`Batch`
+items from ``read()`` instead of rows: each batch's rows are written at the
+batch's own ``t_ns``, the time they describe, not the tick's. A sampler that
+holds threads or connections has a ``close()``, which the runner calls once
+at the end (:func:`close_sampler`; samplers without one hold nothing).
 """
 
 from __future__ import annotations
@@ -24,6 +31,9 @@ from tailscope.support.procfs import READ_CHUNK, read_text
 
 GAUGE = "gauge"
 COUNTER = "counter"
+
+#: Default sampling rate of the runner and of samplers that keep their own schedule, ticks per second.
+DEFAULT_RATE_HZ = 10.0
 
 #: /proc times are in clock ticks (USER_HZ); this converts them to seconds.
 CLOCK_TICKS_PER_S = os.sysconf("SC_CLK_TCK")
@@ -39,6 +49,14 @@ class SeriesMeta:
     description: str
 
 
+@dataclass(frozen=True, slots=True)
+class Batch:
+    """Rows ``(series, value)`` that describe the moment ``t_ns`` (epoch ns), read off the tick."""
+
+    t_ns: int
+    rows: list[tuple[str, float]]
+
+
 @runtime_checkable
 class Sampler(Protocol):
     """One source of signals (see module docstring)."""
@@ -51,8 +69,17 @@ class Sampler(Protocol):
     def series(self) -> dict[str, SeriesMeta]:
         """Every series this sampler may emit, with its meaning."""
 
-    def read(self, now_ns: int) -> Iterable[tuple[str, float]]:
-        """One tick's values; ``now_ns`` is the tick time in epoch ns."""
+    def read(self, now_ns: int) -> Iterable[tuple[str, float]] | list[Batch]:
+        """One tick's values; ``now_ns`` is the tick time in epoch ns. Either rows that
+        describe ``now_ns``, or :class:`Batch` items (never both) each at its own time."""
+
+
+def close_sampler(sampler: Sampler) -> None:
+    """Release what ``sampler`` holds (threads, connections) by its ``close()``;
+    a sampler without one holds nothing and this does nothing."""
+    close = getattr(sampler, "close", None)
+    if close is not None:
+        close()
 
 
 class OpenFiles:

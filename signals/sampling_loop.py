@@ -7,7 +7,10 @@ missed ticks instead of bunching them. Each tick's rows go to a
 every 0.5 s) and ``signals.json`` (every series and every source); the remote
 agent's sink sends OTLP metrics instead (:mod:`.agent`). A sampler that fails
 mid-run (e.g. the target exited) is disabled and the metadata is rewritten
-with the reason; so it is when a sampler discovers new series.
+with the reason; so it is when a sampler discovers new series. Rows are
+written at the tick's time, except a sampler's :class:`~.sampler.Batch`
+items, written at their own (a Prometheus scrape's answer time). Every
+sampler is closed at the end (:func:`~.sampler.close_sampler`).
 
 At the end the loop records how it kept its schedule and what it cost: tick
 lateness (how long after its deadline each tick started; P50/P99/max over the
@@ -27,18 +30,19 @@ from typing import Protocol
 from tailscope.rundir import Appender, PeriodicFlusher, schema, write_json_atomic
 from tailscope.signals.config import SamplerConfig
 from tailscope.signals.registry import SAMPLERS
-from tailscope.signals.sampler import Sampler
+from tailscope.signals.sampler import DEFAULT_RATE_HZ, Batch, Sampler, close_sampler
 
-DEFAULT_RATE_HZ = 10.0
 #: Tick lateness values kept for the end-of-run percentiles (≈ 2.8 h at 10 Hz; 800 kB).
 MAX_LATENESS_SAMPLES = 100_000
 
 
-def default_samplers(pid: int | None, config: SamplerConfig | None = None) -> list[Sampler]:
+def default_samplers(pid: int | None, config: SamplerConfig | None = None,
+                     rate_hz: float = DEFAULT_RATE_HZ) -> list[Sampler]:
     """A new instance of every sampler tailscope ships (:data:`~.registry.SAMPLERS`, in its order);
-    the per-process ones watch ``pid`` (None: none)."""
+    the per-process ones watch ``pid`` (None: none); ``rate_hz`` is the run's ticks per second
+    (the Prometheus scrapes keep that rate on their own threads)."""
     config = config or SamplerConfig(pid=pid)
-    return [build(pid, config) for build in SAMPLERS.values()]
+    return [build(pid, config, rate_hz) for build in SAMPLERS.values()]
 
 
 def probe_samplers(samplers: list[Sampler]) -> dict[str, dict]:
@@ -132,7 +136,7 @@ def run_sampling(
     """
     if rate_hz <= 0:
         raise ValueError(f"rate_hz must be positive, got {rate_hz}")
-    samplers = default_samplers(pid, config) if samplers is None else samplers
+    samplers = default_samplers(pid, config, rate_hz) if samplers is None else samplers
     sink = ArrowSink(run_dir)
     try:
         summary = sample_loop(samplers, rate_hz, stop_event, sink, pid)
@@ -147,9 +151,19 @@ def sample_loop(samplers: list[Sampler], rate_hz: float, stop_event: threading.E
                 sink: SignalSink, pid: int | None = None) -> SamplingSummary:
     """Probe ``samplers``, then read them every ``1 / rate_hz`` s into ``sink`` until
     ``stop_event`` is set or the sink fails; describe the sources and series to
-    the sink at start, on every change, and with the summary at the end."""
+    the sink at start, on every change, and with the summary at the end. Every
+    sampler is closed on the way out (its threads joined), whatever happened."""
     if rate_hz <= 0:
         raise ValueError(f"rate_hz must be positive, got {rate_hz}")
+    try:
+        return _loop(samplers, rate_hz, stop_event, sink, pid)
+    finally:
+        for sampler in samplers:
+            close_sampler(sampler)
+
+
+def _loop(samplers: list[Sampler], rate_hz: float, stop_event: threading.Event,
+          sink: SignalSink, pid: int | None) -> SamplingSummary:
     sources = probe_samplers(samplers)
     active = [s for s in samplers if sources[s.name]["available"]]
     sink.describe(signals_metadata(rate_hz, pid, samplers, sources))
@@ -202,7 +216,8 @@ def _series_versions(samplers: list[Sampler]) -> tuple:
 
 
 def _sample_once(samplers: list[Sampler], sink: SignalSink, summary: SamplingSummary) -> list:
-    """Read every sampler once into the sink; return [(sampler, exception)] of failures."""
+    """Read every sampler once into the sink (rows at the read's time, a :class:`Batch` at its own);
+    return [(sampler, exception)] of failures."""
     failed = []
     for sampler in samplers:
         t_ns = time.time_ns()
@@ -211,6 +226,11 @@ def _sample_once(samplers: list[Sampler], sink: SignalSink, summary: SamplingSum
         except Exception as exc:  # noqa: BLE001 — one broken source must not stop the others
             failed.append((sampler, exc))
             continue
-        sink.write(t_ns, rows)
-        summary.rows += len(rows)
+        if rows and isinstance(rows[0], Batch):
+            for batch in rows:
+                sink.write(batch.t_ns, batch.rows)
+                summary.rows += len(batch.rows)
+        else:
+            sink.write(t_ns, rows)
+            summary.rows += len(rows)
     return failed

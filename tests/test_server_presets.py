@@ -296,7 +296,7 @@ def scraped_run(path, fixture: str, preset: str) -> str:
         assert sampler.probe() is None
         for k, page in enumerate(pages):
             handler.page = page
-            sink.write(T0 + k * S, list(sampler.read(T0 + k * S)))
+            sink.write(T0 + k * S, [row for batch in sampler.scrape_all() for row in batch.rows])
         sink.describe(signals_metadata(1.0, None, [sampler], {"prometheus": {"available": True, "reason": None}}))
     finally:
         sink.close()

@@ -1,17 +1,21 @@
 """Prometheus /metrics scraping: the parser on real prometheus_client output, and the
-sampler against a real exposition served on loopback."""
+sampler against a real exposition served on loopback (a fast one, and a slow one that
+must stall neither the sampling loop nor its end)."""
 
 from __future__ import annotations
 
+import http.server
 import threading
+import time
 
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Summary, generate_latest, start_http_server
 from signals_helpers import read_series, read_signals_meta
 
 from tailscope.signals.config import SamplerConfig
+from tailscope.signals.host import HostCpuSampler
 from tailscope.signals.prometheus import PrometheusSampler, parse_exposition
-from tailscope.signals.sampling_loop import run_sampling
+from tailscope.signals.sampling_loop import run_sampling, sample_loop
 
 
 def _registry():
@@ -108,7 +112,8 @@ def test_sampler_scrapes_a_real_endpoint_every_tick(tmp_path, exposition):
     assert summary.ticks >= 8
     series = read_series(str(tmp_path))
     depth = [v for _, v in series['prom.vllm:num_requests_waiting{model_name="m"}']]
-    assert depth[0] <= 2 and max(depth) >= 8 and len(depth) == summary.ticks  # one point per tick
+    # one scrape per period on the scraper's own schedule (the probe's first; the last may end after the last tick)
+    assert depth[0] <= 2 and max(depth) >= 8 and abs(len(depth) - summary.ticks) <= 2
     done_total = [v for _, v in series["prom.inference_requests_total"]]
     assert done_total == sorted(done_total) and done_total[-1] >= 40  # stored cumulative
     assert all(v == 1.0 for _, v in series["prom.up"])
@@ -124,7 +129,7 @@ def test_new_label_sets_are_described_and_down_endpoints_reported(exposition):
     assert sampler.probe() is None  # one of two endpoints answers
     version = sampler.series_version
     waiting.labels(model_name="new").set(3)
-    rows = dict(sampler.read(0))
+    rows = {series: value for batch in sampler.scrape_all() for series, value in batch.rows}
     instance = url.split("/")[2]
     assert rows[f'prom.vllm:num_requests_waiting{{instance="{instance}",model_name="new"}}'] == 3.0
     assert rows[f'prom.up{{instance="{instance}"}}'] == 1.0
@@ -138,3 +143,168 @@ def test_sampler_without_endpoints_or_with_none_answering_says_why():
     reason = PrometheusSampler(["http://127.0.0.1:9/metrics"], timeout_s=0.3).probe()
     assert reason.startswith("no Prometheus endpoint answered (http://127.0.0.1:9/metrics:")
     assert "not an http(s) URL" in PrometheusSampler(["ftp://127.0.0.1/metrics"]).probe()
+
+
+class _SlowMetrics(http.server.BaseHTTPRequestHandler):
+    """/metrics over kept-alive HTTP/1.1: request n (from 1) answers after ``delay_s(n)`` seconds, its
+    body sent in ``pieces`` parts spread over ``trickle_s``; the page's gauge ``served`` is n."""
+
+    protocol_version = "HTTP/1.1"
+    delay_s = staticmethod(lambda n: 0.0)
+    pieces = 1
+    trickle_s = 0.0
+
+    def do_GET(self):
+        server = self.server
+        with server.lock:
+            server.count += 1
+            n = server.count
+        received_ns = time.time_ns()
+        server.arrived.set()
+        server.release.wait(self.delay_s(n))
+        body = f"# TYPE served gauge\nserved {n}\n".encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain; version=0.0.4")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        step = -(-len(body) // self.pieces)
+        for i in range(0, len(body), step):
+            if i:
+                server.release.wait(self.trickle_s / (self.pieces - 1))
+            try:
+                self.wfile.write(body[i:i + step])
+                self.wfile.flush()
+            except OSError:
+                return  # the scraper gave up on this answer
+        server.answers[n] = (received_ns, time.time_ns())
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def slow_metrics():
+    """Start a :class:`_SlowMetrics` server on 127.0.0.1 with the given behaviour; yields a starter that
+    returns (url, server); ``server.answers[n]`` = (received, last byte sent) epoch ns of request n."""
+    servers = []
+
+    def start(delay_s=lambda n: 0.0, pieces=1, trickle_s=0.0):
+        handler = type("Handler", (_SlowMetrics,), {"delay_s": staticmethod(delay_s), "pieces": pieces,
+                                                    "trickle_s": trickle_s})
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        server.lock, server.count, server.answers = threading.Lock(), 0, {}
+        server.arrived, server.release = threading.Event(), threading.Event()
+        thread = threading.Thread(target=server.serve_forever, daemon=True)
+        thread.start()
+        servers.append((server, thread))
+        return f"http://127.0.0.1:{server.server_address[1]}/metrics", server
+
+    yield start
+    for server, thread in servers:
+        server.release.set()
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+
+
+class _ListSink:
+    """A SignalSink keeping every write: [(t_ns, rows)]."""
+
+    def __init__(self):
+        self.writes = []
+
+    def write(self, t_ns, rows):
+        self.writes.append((t_ns, list(rows)))
+
+    def describe(self, metadata):
+        pass
+
+    def failure(self):
+        return None
+
+
+def _scrape_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name.startswith("tailscope-scrape-") and t.is_alive()]
+
+
+def test_a_hanging_endpoint_stalls_neither_the_host_samplers_nor_the_loop(slow_metrics):
+    # after the probe, every scrape hangs 1.5 s: past its 1-s deadline (old behaviour: the loop waited each time)
+    url, server = slow_metrics(delay_s=lambda n: 0.0 if n == 1 else 1.5)
+    rate_hz = 10.0
+    stop = threading.Event()
+    timer = threading.Timer(3.5, stop.set)
+    timer.start()
+    sink = _ListSink()
+    try:
+        summary = sample_loop([HostCpuSampler(), PrometheusSampler([url], timeout_s=1.0, rate_hz=rate_hz)],
+                              rate_hz, stop, sink)
+    finally:
+        timer.cancel()
+    period_ns = 1e9 / rate_hz
+    host_times = [t for t, rows in sink.writes if any(name.startswith("host.cpu") for name, _ in rows)]
+    gaps = [b - a for a, b in zip(host_times, host_times[1:])]
+    assert summary.ticks >= 30 and summary.missed_ticks <= 2
+    assert len(host_times) == summary.ticks and max(gaps) <= 2 * period_ns
+    ups = [(t, v) for t, rows in sink.writes for name, v in rows if name == "prom.up"]
+    assert ups[0][1] == 1.0 and [v for _, v in ups[1:]] == [0.0] * (len(ups) - 1)  # every hung scrape failed
+    assert 2 <= len(ups) - 1 <= 4  # one scrape at a time: ~1 s each (deadline), not one per tick
+    assert not _scrape_threads()  # the loop closed the sampler: its thread is joined
+
+
+def test_a_late_answer_is_a_reading_stamped_with_its_answer_time(slow_metrics):
+    url, server = slow_metrics(delay_s=lambda n: 0.0 if n == 1 else 1.5)
+    sampler = PrometheusSampler([url], timeout_s=3.0, rate_hz=10.0)
+    assert sampler.probe() is None
+    try:
+        started = time.monotonic()
+        (probed,) = sampler.read(time.time_ns())  # the probe's scrape; starts the scraping thread
+        assert dict(probed.rows)["prom.served"] == 1.0
+        assert time.monotonic() - started < 0.1  # read() never waits on the network
+        batches = []
+        while not batches and time.monotonic() - started < 3.0:
+            time.sleep(0.05)
+            batches = sampler.read(time.time_ns())
+            assert time.monotonic() - started < 3.0
+    finally:
+        sampler.close()
+    rows = dict(batches[0].rows)
+    received_ns, sent_ns = server.answers[int(rows["prom.served"])]
+    assert rows["prom.up"] == 1.0 and rows["prom.scrape_duration_s"] >= 1.4
+    assert sent_ns <= batches[0].t_ns < sent_ns + 200_000_000  # stamped at the answer, not the request
+    assert batches[0].t_ns - received_ns >= 1_400_000_000
+
+
+def test_the_timeout_is_a_deadline_on_the_whole_scrape(slow_metrics):
+    # after the probe, the answer's body trickles in 4 pieces over 1.2 s: each socket read is quick,
+    # the scrape is not (a per-operation timeout of 0.5 s let such a scrape take 2.77 s against vLLM)
+    url, server = slow_metrics(pieces=4, trickle_s=1.2)
+    sampler = PrometheusSampler([url], timeout_s=3.0)
+    assert sampler.probe() is None
+    sampler.timeout_s = 0.5
+    try:
+        started_ns = time.time_ns()
+        (batch,) = sampler.scrape_all()
+        took_ns = time.time_ns() - started_ns
+        sampler.timeout_s = 3.0  # the abandoned connection is replaced: the next scrape, given time, succeeds
+        (answered,) = sampler.scrape_all()
+    finally:
+        sampler.close()
+    assert batch.rows == [("prom.up", 0.0)]
+    assert 500_000_000 <= took_ns < 800_000_000
+    assert 500_000_000 <= batch.t_ns - started_ns < 800_000_000  # a failed scrape is stamped when it failed
+    assert dict(answered.rows)["prom.up"] == 1.0
+
+
+def test_close_wakes_a_scrape_blocked_on_a_hung_endpoint(slow_metrics):
+    url, server = slow_metrics(delay_s=lambda n: 0.0 if n == 1 else 60.0)
+    sampler = PrometheusSampler([url], timeout_s=30.0, rate_hz=10.0)
+    assert sampler.probe() is None
+    server.arrived.clear()
+    sampler.read(time.time_ns())
+    assert server.arrived.wait(2.0)  # the thread's scrape is in flight, its server silent
+    time.sleep(0.1)
+    started = time.monotonic()
+    sampler.close()
+    assert time.monotonic() - started < 1.0
+    assert not _scrape_threads()
+    assert sampler.read(time.time_ns()) == []  # a scrape cut short by close() is no reading
