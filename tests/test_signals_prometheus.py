@@ -5,6 +5,9 @@ must stall neither the sampling loop nor its end)."""
 from __future__ import annotations
 
 import http.server
+import signal
+import subprocess
+import sys
 import threading
 import time
 
@@ -308,3 +311,25 @@ def test_close_wakes_a_scrape_blocked_on_a_hung_endpoint(slow_metrics):
     assert time.monotonic() - started < 1.0
     assert not _scrape_threads()
     assert sampler.read(time.time_ns()) == []  # a scrape cut short by close() is no reading
+
+
+def test_the_sampler_process_exits_promptly_on_sigterm_while_its_endpoint_hangs(tmp_path, slow_metrics):
+    url, server = slow_metrics(delay_s=lambda n: 0.0 if n == 1 else 60.0)
+    process = subprocess.Popen([sys.executable, "-m", "tailscope.signals", "--run-dir", str(tmp_path),
+                                "--prometheus", url, "--rate", "10"])
+    try:
+        deadline = time.monotonic() + 20
+        while server.count < 2 and time.monotonic() < deadline:  # probed, then a scrape hangs
+            time.sleep(0.05)
+        assert server.count >= 2
+        time.sleep(0.5)
+        started = time.monotonic()
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=10) == 0
+        assert time.monotonic() - started < 2.0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    sampling = read_signals_meta(str(tmp_path))["sampling"]
+    assert sampling["ticks"] >= 5 and sampling["missed_ticks"] <= 2
