@@ -27,7 +27,7 @@ def add_sampler_arguments(parser: argparse.ArgumentParser) -> None:
                         help="cgroup to watch (a directory under /sys/fs/cgroup or a cgroup path "
                              "such as /docker/ID); default: the pid's own")
     parser.add_argument("--prometheus", metavar="URL", action="append", default=[],
-                        help="a /metrics URL to scrape every tick (repeatable)")
+                        help="a /metrics URL to scrape at the sampling rate (repeatable)")
     parser.add_argument("--no-children", dest="include_children", action="store_false",
                         help="watch the pid alone, not summed with its descendants")
 
