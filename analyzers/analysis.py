@@ -20,6 +20,7 @@ from functools import partial
 import numpy as np
 import pyarrow.compute as pc
 
+from tailscope.analysis_model.codec import encode
 from tailscope.analyzers.causes.protocol import DetectorRegistry
 from tailscope.analyzers.findings.protocol import FindingInputs
 from tailscope.analyzers.findings.registry import whole_run_findings
@@ -173,10 +174,11 @@ def analyze_run(run_or_path: Run | str | os.PathLike, *, window_s: float = 1.0,
         "tail_line": records["tail_line"],
         "rolling_lines": records["rolling_lines"],
         "distribution": records["distribution"],
-        "spike_detection": detection_facts(detection, spike_rules, method, period[0] if period else None,
-                                           shortness(req, windows, spike_rules, retained) if detection is None else None,
-                                           "e2e_for_answer_length" if per_length is not None else "latency", longer),
-        "spikes": spikes,
+        "spike_detection": encode(detection_facts(
+            detection, spike_rules, method, period[0] if period else None,
+            shortness(req, windows, spike_rules, retained) if detection is None else None,
+            "e2e_for_answer_length" if per_length is not None else "latency", longer)),
+        "spikes": encode(spikes),
         "patterns": patterns,
         "signals": signals,
         "events": event_digest(run),

@@ -13,6 +13,7 @@ import os
 
 import numpy as np
 
+from tailscope.analysis_model.codec import encode
 from tailscope.analyzers.inputs.records import request_arrays
 from tailscope.analyzers.spikes.detection import decompose
 from tailscope.analyzers.stages.decomposition import DEFAULT_STAGE_MAP, stage_matrix
@@ -65,7 +66,10 @@ def spike_with_known_causes(run_path: str, start_ns: int, end_ns: int, causes: l
         "start_ns": int(start_ns), "end_ns": int(end_ns), "peak_ns": int((start_ns + end_ns) // 2),
         "p99_ms": p99, "peak_window_p99_ms": p99, "baseline_p99_ms": baseline, "baseline_mad_ms": 1.0,
         "excess_ms": p99 - baseline, "requests": int(inside.sum()), "windows": 1,
-        "decomposition": decompose(slow_index, np.flatnonzero(outside_ok), matrix, req.n),
+        "p99_claimed": len(latency) >= 459, "percentiles_from": "records", "records_kept": int(inside.sum()),
+        "slow_requests": len(slow_index), "slow_share": len(slow_index) / max(int(inside.sum()), 1),
+        "expected_slow_share": 0.01, "p_value": 0.0, "peak_window_slow_share": len(slow_index) / max(int(inside.sum()), 1),
+        "decomposition": encode(decompose(slow_index, np.flatnonzero(outside_ok), matrix, req.n)),
         "causes": causes,
-        "representative_trace": representative_trace(req, slow_index, run.spans, DEFAULT_STAGE_MAP),
+        "representative_trace": encode(representative_trace(req, slow_index, run.spans, DEFAULT_STAGE_MAP)),
     }

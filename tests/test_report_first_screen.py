@@ -13,6 +13,7 @@ from html.parser import HTMLParser
 
 import pytest
 
+from tailscope.analysis_model.spikes import Decomposition
 from tailscope.analyzers.analysis import analyze_run
 from tailscope.analyzers.causes.protocol import Finding, unexplained
 from tailscope.analyzers.comparison.baseline import CompareRules, verdict_summary
@@ -174,8 +175,8 @@ def test_ttft_and_tpot_spikes_are_cards_ranked_with_the_latency_spikes_by_impact
 
 
 def test_an_unexplained_spike_says_what_was_checked_and_what_grew():
-    decomposition = {"dominant_stage": "batch_wait", "summary": "batch_wait grew most: mean 0.3 ms → 8.5 ms "
-                     "(+8.2 ms) in 5 slow requests vs 2228 normal requests"}
+    decomposition = Decomposition(5, 5, 2228, 2228, {}, "batch_wait", "batch_wait grew most: mean 0.3 ms → 8.5 ms "
+                                  "(+8.2 ms) in 5 slow requests vs 2228 normal requests", True, None)
     weak = [Finding("cpu_contention", 0.28), Finding("generator", 0.06)]
     found = unexplained(decomposition, weak, ["gc", "cpu_contention", "queue_saturation", "generator"],
                         ["cpu_throttling"])

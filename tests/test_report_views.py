@@ -86,13 +86,13 @@ def test_representative_trace_is_a_median_slow_request_with_relative_spans(gc_ru
     slow = np.flatnonzero(req.is_ok & (req.scheduled_ns >= spike["start_ns"]) & (req.scheduled_ns < spike["end_ns"])
                           & (req.latency_ms > 100))
     trace = representative_trace(req, slow, run.spans, {"inference": "inference", "queue_wait": "queue"})
-    assert trace["latency_ms"] == pytest.approx(np.sort(req.latency_ms[slow])[(len(slow) - 1) // 2])
-    names = [s["name"] for s in trace["spans"]]
+    assert trace.latency_ms == pytest.approx(np.sort(req.latency_ms[slow])[(len(slow) - 1) // 2])
+    names = [s.name for s in trace.spans]
     assert names[0] == "POST /v1/infer/text" and "inference" in names
-    inference = trace["spans"][names.index("inference")]
-    assert inference["stage"] == "inference" and inference["depth"] == 1 and inference["end_ms"] - inference["start_ms"] > 100
-    assert trace["spans"][names.index("preprocess")]["stage"] is None  # not in the given map
-    assert 0 <= trace["spans"][0]["start_ms"] < trace["spans"][0]["end_ms"] <= trace["end_ms"]
+    inference = trace.spans[names.index("inference")]
+    assert inference.stage == "inference" and inference.depth == 1 and inference.end_ms - inference.start_ms > 100
+    assert trace.spans[names.index("preprocess")].stage is None  # not in the given map
+    assert 0 <= trace.spans[0].start_ms < trace.spans[0].end_ms <= trace.end_ms
     assert representative_trace(req, slow[:0], run.spans, {}) is None
     assert span_depths(["a", "b", "c"], [None, "a", "b"]) == [0, 1, 2]
 

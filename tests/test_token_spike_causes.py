@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tailscope.analysis_model.spikes import Decomposition
 from tailscope.analyzers.analysis import analyze_run
 from tailscope.analyzers.causes.protocol import OFF_METRIC_CAP, DetectorRegistry, Finding, SpikeContext
 from tailscope.reports.llm_view import token_spike_cards
@@ -71,14 +72,15 @@ def test_a_cause_that_does_not_raise_the_metric_is_weak_at_most_and_says_why(met
     registry.register(_Fixed("queueing", ("latency", "ttft")))
     registry.register(_Fixed("stop", ("latency", "ttft", "tpot")))
     empty = np.zeros(0, np.int64)
-    ctx = SpikeContext(None, 0, 1, 0, empty, empty, {}, frozenset(), metric=metric)
+    nothing = Decomposition(0, 0, 0, 0, {}, None, None, False, "no spans joined to the slow or normal requests")
+    ctx = SpikeContext(None, 0, 1, 0, empty, empty, nothing, frozenset(), metric=metric)
     causes = registry.attribute(ctx)
-    assert [c["kind"] for c in causes] == named
+    assert [c.kind for c in causes] == named
     if metric == "tpot":
         lone = DetectorRegistry()
         lone.register(_Fixed("queueing", ("latency", "ttft")))
         (cause,) = lone.attribute(ctx)
-        assert cause["kind"] == "unexplained"
-        (weak,) = cause["evidence"]["weak_findings"]
+        assert cause.kind == "unexplained"
+        (weak,) = cause.evidence["weak_findings"]
         assert weak["confidence"] == OFF_METRIC_CAP
         assert weak["evidence"]["off_metric"] == "queueing raises latency and TTFT, not TPOT"

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tailscope.analysis_model.spikes import CauseFinding
 from tailscope.analyzers.causes.protocol import SpikeContext
 from tailscope.analyzers.causes.registry import series_kinds
 from tailscope.analyzers.inputs.run_inputs import margin_ns
@@ -114,8 +115,8 @@ def rank_series(ctx: SpikeContext) -> list[tuple[str, float]]:
     return scored
 
 
-def baro_causes(ctx: SpikeContext) -> list[dict]:
-    """Cause kinds ranked by their best series' robust score, as ``{kind, confidence, evidence}``."""
+def baro_causes(ctx: SpikeContext) -> list[CauseFinding]:
+    """Cause kinds ranked by their best series' robust score (confidence: its share of the kinds' scores)."""
     scored = rank_series(ctx)
     best: dict[str, tuple[str, float]] = {}
     for name, score in scored:
@@ -125,12 +126,12 @@ def baro_causes(ctx: SpikeContext) -> list[dict]:
     total = sum(score for _, score in best.values())
     top = [{"series": name, "score": round(score, 4), "kind": kind_of(name)} for name, score in scored[:TOP_SERIES]]
     if not best:
-        return [{"kind": "unexplained", "confidence": 0.0,
-                 "evidence": {"summary": "BARO: no series to rank", "method": "baro", "top_series": top}}]
+        return [CauseFinding("unexplained", 0.0,
+                             {"summary": "BARO: no series to rank", "method": "baro", "top_series": top})]
     causes = []
     for kind, (name, score) in sorted(best.items(), key=lambda item: -item[1][1]):
         confidence = score / total if total > 0 else 0.0
-        causes.append({"kind": kind, "confidence": round(float(confidence), 4), "evidence": {
+        causes.append(CauseFinding(kind, round(float(confidence), 4), {
             "summary": f"BARO: {name} moved {score:.1f} IQRs from its pre-spike median",
-            "method": "baro", "series": name, "score": score, "top_series": top}})
+            "method": "baro", "series": name, "score": score, "top_series": top}))
     return causes

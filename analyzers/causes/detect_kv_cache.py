@@ -21,6 +21,7 @@ without a ``kv_usage`` series among them it has nothing to say.
 
 from __future__ import annotations
 
+from tailscope.analysis_model.spikes import StageGrowth
 from tailscope.analyzers.causes.kit import (
     kv_pressure,
     latency_split,
@@ -35,8 +36,9 @@ QUEUE_STAGES = ("queue", "batch_wait")
 DECODE_STAGES = ("decode",)
 
 
-def _growth(stages: dict, names: tuple[str, ...]) -> float:
-    return sum((stages[s]["growth_ms"] or 0.0) for s in names if s in stages)
+def _growth(stages: dict[str, StageGrowth], names: tuple[str, ...]) -> float:
+    """Sum of the named stages' mean growth (ms) over those present."""
+    return sum((stages[s].growth_ms or 0.0) for s in names if s in stages)
 
 
 def _at(pressure, key: str) -> str:
@@ -57,8 +59,8 @@ class KvCacheDetector(CauseDetector):
         pressure = kv_pressure(ctx)
         if not pressure.watched:
             return None
-        stages = ctx.decomposition.get("stages") or {}
-        server_growth = (stages.get("server") or {}).get("growth_ms")
+        stages = ctx.decomposition.stages
+        server_growth = stages["server"].growth_ms if "server" in stages else None
         queue_growth, decode_growth = _growth(stages, QUEUE_STAGES), _growth(stages, DECODE_STAGES)
         positive = server_growth is not None and server_growth > 0
         queue_share = queue_growth / server_growth if positive else None

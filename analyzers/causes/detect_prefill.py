@@ -118,9 +118,9 @@ class PrefillInterferenceDetector(CauseDetector):
         surge_ratio = surge.spike / surge.baseline if surge is not None and surge.baseline > 0 else None
         own_surge = inputs.contrast_values(own, ctx.start_ns, ctx.end_ns)
         other_surge = inputs.contrast_values(other, ctx.start_ns, ctx.end_ns) if other.any() else None
-        stages = ctx.decomposition.get("stages") or {}
-        server_growth = (stages.get("server") or {}).get("growth_ms")
-        queue_growth = sum((stages[s]["growth_ms"] or 0.0) for s in QUEUE_STAGES if s in stages)
+        stages = ctx.decomposition.stages
+        server_growth = stages["server"].growth_ms if "server" in stages else None
+        queue_growth = sum((stages[s].growth_ms or 0.0) for s in QUEUE_STAGES if s in stages)
         queue_share = queue_growth / server_growth if server_growth else 0.0
         kv = kv_pressure(ctx)
         split = latency_split(ctx)

@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tailscope.analysis_model.spikes import StageGrowth
 from tailscope.analyzers.causes.kit import (
     kv_pressure,
     latency_split,
@@ -68,10 +69,10 @@ COMPUTE_STAGES = ("preprocess", "inference", "postprocess")
 WAITING_MATERIAL = 4.0
 
 
-def _growth(stages: dict, names) -> tuple[float, float]:
-    """(sum of mean growth, sum of normal means) over the named stages present."""
-    growth = sum((stages[s]["growth_ms"] or 0.0) for s in names if s in stages)
-    normal = sum((stages[s]["normal"]["mean_ms"] or 0.0) for s in names if s in stages)
+def _growth(stages: dict[str, StageGrowth], names) -> tuple[float, float]:
+    """(sum of mean growth, sum of normal means) over the named stages present (ms)."""
+    growth = sum((stages[s].growth_ms or 0.0) for s in names if s in stages)
+    normal = sum((stages[s].normal.mean_ms or 0.0) for s in names if s in stages)
     return growth, normal
 
 
@@ -107,8 +108,8 @@ class QueueSaturationDetector(CauseDetector):
     raises = ("latency", "ttft")  # the metrics it raises (CauseDetector.raises)
 
     def score(self, ctx: SpikeContext) -> Finding | None:
-        stages = ctx.decomposition.get("stages") or {}
-        server_growth = (stages.get("server") or {}).get("growth_ms")
+        stages = ctx.decomposition.stages
+        server_growth = stages["server"].growth_ms if "server" in stages else None
         if not stages or server_growth is None:
             return None
         queue_growth, _ = _growth(stages, QUEUE_STAGES)

@@ -187,9 +187,9 @@ def latency_split(ctx: SpikeContext) -> LatencySplit:
         a, b = a[np.isfinite(a)], b[np.isfinite(b)]
         return float(a.mean() - b.mean()) if len(a) and len(b) else 0.0
 
-    stages = ctx.decomposition.get("stages") or {}
-    server = stages.get("server", {}).get("growth_ms")
-    client = stages.get("outside_server", {}).get("growth_ms")
+    stages = ctx.decomposition.stages
+    server = stages["server"].growth_ms if "server" in stages else None
+    client = stages["outside_server"].growth_ms if "outside_server" in stages else None
     return LatencySplit(growth(req.latency_ms), server, client, growth(np.nan_to_num(req.lateness_ms)))
 
 

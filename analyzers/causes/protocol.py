@@ -35,6 +35,8 @@ from typing import ClassVar, Protocol, runtime_checkable
 
 import numpy as np
 
+from tailscope.analysis_model.codec import encode
+from tailscope.analysis_model.spikes import CauseFinding, Decomposition
 from tailscope.rundir import Run
 from tailscope.support.cause_words import HOW_TO_CHECK, cause_title, word_list
 from tailscope.support.registry import Registry
@@ -72,6 +74,10 @@ class Finding:
     def as_dict(self) -> dict:
         return {"kind": self.kind, "confidence": float(self.confidence), "evidence": self.evidence}
 
+    def as_cause(self) -> CauseFinding:
+        """The finding as a spike's cause in the analysis (``$defs/finding``)."""
+        return CauseFinding(self.kind, float(self.confidence), self.evidence)
+
 
 @dataclass(frozen=True)
 class SpikeContext:
@@ -91,7 +97,7 @@ class SpikeContext:
     peak_ns: int
     slow_request_index: np.ndarray
     normal_request_index: np.ndarray
-    decomposition: dict
+    decomposition: Decomposition
     available: frozenset[str]
     inputs: object = None
     threshold_ms: float | None = None
@@ -182,7 +188,7 @@ class DetectorRegistry:
         """Detectors whose needs are all available."""
         return [d for d in self._detectors.values() if all(need_met(n, available) for n in d.needs)]
 
-    def attribute(self, ctx: SpikeContext) -> list[dict]:
+    def attribute(self, ctx: SpikeContext) -> list[CauseFinding]:
         """The spike's causes, highest confidence first, or ``[unexplained]``. On a spike of
         ``ctx.metric`` a finding whose detector does not declare it ``raises`` that metric counts at
         most :data:`OFF_METRIC_CAP` (its evidence says so)."""
@@ -193,13 +199,13 @@ class DetectorRegistry:
         fired = sorted((f for f in findings if f.confidence >= self.min_confidence),
                        key=lambda f: -f.confidence)
         if fired:
-            return [f.as_dict() for f in fired]
+            return [f.as_cause() for f in fired]
         consulted = [d.name for d in self.eligible(ctx.available) if d.name not in unjudged]
         skipped = [name for name in self._detectors if name not in consulted]
         checked_with = {d.name: words for d in self.eligible(ctx.available)
                         if (words := getattr(d, "checked_with", lambda available: None)(ctx.available))}
         return [unexplained(ctx.decomposition, findings, consulted, skipped, self.min_confidence,
-                            checked_with).as_dict()]
+                            checked_with).as_cause()]
 
 
 def on_metric(detector: Detector, finding: Finding, metric: str) -> Finding:
@@ -225,10 +231,10 @@ def need_met(need: str, available: frozenset[str]) -> bool:
     return need in available
 
 
-def unexplained(decomposition: dict, weak: list[Finding], consulted: list[str],
+def unexplained(decomposition: Decomposition, weak: list[Finding], consulted: list[str],
                 skipped: list[str] = (), min_confidence: float = DEFAULT_MIN_CONFIDENCE,
                 checked_with: dict[str, str] | None = None) -> Finding:
-    """The ``unexplained`` finding: no detector fired; evidence is the decomposition.
+    """The ``unexplained`` finding: no detector fired; evidence is the decomposition (as JSON).
 
     Confidence = coverage × (1 − strongest weak confidence), coverage =
     consulted / (consulted + skipped); with no detector registered at all,
@@ -243,14 +249,14 @@ def unexplained(decomposition: dict, weak: list[Finding], consulted: list[str],
     return Finding("unexplained", round(coverage * (1.0 - strongest), 6), {
         "summary": summary,
         "coverage": coverage,
-        "decomposition": decomposition,
+        "decomposition": encode(decomposition),
         "detectors_consulted": consulted,
         "detectors_without_inputs": list(skipped),
         "weak_findings": [f.as_dict() for f in weak],
     })
 
 
-def unexplained_summary(decomposition: dict, weak: list[Finding], consulted: list[str],
+def unexplained_summary(decomposition: Decomposition, weak: list[Finding], consulted: list[str],
                         skipped: list[str] = (), min_confidence: float = DEFAULT_MIN_CONFIDENCE,
                         checked_with: dict[str, str] | None = None) -> str:
     """What was checked and what grew, in words, e.g. "No known cause explains it. Checked: GC
@@ -276,9 +282,8 @@ def unexplained_summary(decomposition: dict, weak: list[Finding], consulted: lis
         hints = [f"{cause_title(name)}: {HOW_TO_CHECK[name]}" for name in skipped if name in HOW_TO_CHECK]
         if hints:
             parts.append("To check " + "; ".join(hints) + ".")
-    if decomposition.get("dominant_stage"):
-        parts.append(f"What grew: {decomposition.get('summary')}.")
+    if decomposition.dominant_stage:
+        parts.append(f"What grew: {decomposition.summary}.")
     else:
-        parts.append("What grew: unknown — " + str(decomposition.get("summary")
-                                                    or "no spans joined the slow requests") + ".")
+        parts.append("What grew: unknown — " + str(decomposition.summary or "no spans joined the slow requests") + ".")
     return " ".join(parts)

@@ -48,6 +48,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
+from tailscope.analysis_model.spikes import Spike
 from tailscope.analyzers.inputs.records import NS_PER_S, RequestArrays
 from tailscope.analyzers.inputs.signal_index import SignalIndex
 from tailscope.analyzers.stats.percentiles import grouped_quantile, min_samples_for_claim, nearest_rank_value, stable_group_order
@@ -71,7 +72,7 @@ class PatternRules:
     max_trend_points: int = 500
 
 
-def analyze_patterns(req: RequestArrays, spikes: list[dict], signals: SignalIndex,
+def analyze_patterns(req: RequestArrays, spikes: list[Spike], signals: SignalIndex,
                      period: tuple[int, int] | None, rules: PatternRules = PatternRules()) -> dict:
     """The ``patterns`` section: ``{"periodic", "drift", "leak"}``."""
     return {"periodic": periodicity(req, spikes, period, rules),
@@ -80,11 +81,11 @@ def analyze_patterns(req: RequestArrays, spikes: list[dict], signals: SignalInde
 
 
 # ---------------------------------------------------------------- periodicity
-def spike_interval_period(spikes: list[dict], rules: PatternRules) -> dict | None:
+def spike_interval_period(spikes: list[Spike], rules: PatternRules) -> dict | None:
     """Period (s) from regularly spaced spike starts, or None."""
     if len(spikes) < 3:
         return None
-    starts = np.array(sorted(s["start_ns"] for s in spikes), dtype=np.float64) / NS_PER_S
+    starts = np.array(sorted(s.start_ns for s in spikes), dtype=np.float64) / NS_PER_S
     intervals = np.diff(starts)
     mean = float(intervals.mean())
     cv = float(intervals.std() / mean) if mean > 0 else np.inf
@@ -157,18 +158,19 @@ def fundamental(power: np.ndarray, peak: int, lowest: int) -> int:
     return best
 
 
-def periodicity(req: RequestArrays, spikes: list[dict], period: tuple[int, int] | None,
+def periodicity(req: RequestArrays, spikes: list[Spike], period: tuple[int, int] | None,
                 rules: PatternRules) -> dict:
     """``{"detected", "period_s", "method", "summary", "spike_intervals", "spectrum"}``; a regular
     group of recurring stalls (a spike's ``recurring_stalls``, :mod:`~..spikes.stalls`) gives the
     period first (``method`` ``"recurring_stalls"``)."""
-    stalls = next((s["recurring_stalls"] for s in spikes if s.get("recurring_stalls", {}).get("regular")), None)
-    by_spikes = spike_interval_period([s for s in spikes if "recurring_stalls" not in s], rules)
+    stalls = next((s.recurring_stalls for s in spikes if s.recurring_stalls is not None and s.recurring_stalls.regular),
+                  None)
+    by_spikes = spike_interval_period([s for s in spikes if s.recurring_stalls is None], rules)
     spectrum = spectral_period(tail_share_series(req, period), rules) if period else None
     spectral_hit = (spectrum is not None and spectrum["p_value"] < rules.alpha
                     and spectrum["autocorrelation"] >= rules.min_autocorrelation)
     if stalls is not None:
-        chosen, method = stalls["period_s"], "recurring_stalls"
+        chosen, method = stalls.period_s, "recurring_stalls"
     elif by_spikes is not None:
         chosen, method = by_spikes["period_s"], "spike_intervals"
     elif spectral_hit:

@@ -30,11 +30,22 @@ whole-run number; ``spike_detection.warmup_s`` says how long it was.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from scipy import stats
 
+from tailscope.analysis_model.spikes import (
+    AnswerLength,
+    Decomposition,
+    LongerAnswer,
+    MeanP50,
+    RecurringStalls,
+    Spike,
+    SpikeDetection,
+    StageGrowth,
+    TooShort,
+)
 from tailscope.analyzers.causes.protocol import DetectorRegistry, SpikeContext, available_inputs
 from tailscope.analyzers.inputs.queues import QueuePoints
 from tailscope.analyzers.inputs.records import RequestArrays, int_column
@@ -170,7 +181,7 @@ def detect_series(scheduled_ns: np.ndarray, values_ms: np.ndarray, windows: dict
 
 
 def shortness(req: RequestArrays, windows: dict[str, np.ndarray] | None, rules: SpikeRules = SpikeRules(),
-              retained: RetainedView | None = None) -> dict | None:
+              retained: RetainedView | None = None) -> TooShort | None:
     """Why the run is too short to tell whether its P99 spiked, or None when it is not (or has no
     windows): :func:`~.tail_share.too_short` of the latency samples after the warm-up, with the
     warm-up (``warmup_s``) and the load it takes in all (``enough_s`` + ``warmup_s``: ``load_s``)."""
@@ -187,11 +198,13 @@ def shortness(req: RequestArrays, windows: dict[str, np.ndarray] | None, rules: 
     if short is None:
         return None
     load = short["enough_s"] + warmup / 1e9 if short["enough_s"] is not None else None
-    return {**short, "warmup_s": warmup / 1e9, "load_s": load}
+    return TooShort(samples=short["samples"], needed=short["needed"], rate_per_s=short["rate_per_s"],
+                    enough_s=short["enough_s"], warmup_s=warmup / 1e9, load_s=load)
 
 
 def short_sentence(short: dict) -> str:
-    """What :func:`shortness` found, in words: "too short to tell: …"."""
+    """What :func:`shortness` found (``spike_detection.too_short`` as JSON), in words: "too short to
+    tell: …"."""
     rate = short["rate_per_s"]
     enough = (f"; at {rate:.3g} requests/s about {short['load_s']:.0f} s of load would be enough"
               if short["load_s"] is not None else "")
@@ -200,8 +213,8 @@ def short_sentence(short: dict) -> str:
 
 
 def detection_facts(result: TailTestResult | None, rules: SpikeRules, method: str,
-                    load_start_ns: int | None = None, short: dict | None = None,
-                    judged_on: str = "latency", longer: list[dict] | None = None) -> dict:
+                    load_start_ns: int | None = None, short: TooShort | None = None,
+                    judged_on: str = "latency", longer: list[LongerAnswer] | None = None) -> SpikeDetection:
     """The ``spike_detection`` section: how spikes were looked for, after which warm-up
     (``warmup_s``: from ``load_start_ns`` to the first detection window), against what baseline
     (``baseline_p99_ms`` is τ, the quiet samples' ``baseline_quantile``: 0.99 unless fewer than
@@ -211,24 +224,24 @@ def detection_facts(result: TailTestResult | None, rules: SpikeRules, method: st
     (``baseline_p99_ms`` is then τ of the length-adjusted e2e, :func:`length_adjusted_ms`);
     ``longer``: :func:`longer_answers`."""
     if result is None:
-        return {"performed": False, "method": method, "detection_window_s": None, "baseline_p99_ms": None,
-                "baseline_quantile": None, "baseline_samples": 0,
-                "expected_slow_share": 1.0 - rules.tail_p, "alpha": rules.alpha, "tests": 0, "iterations": 0,
-                "warmup_s": 0.0, "too_short": short, "judged_on": judged_on, "longer_answers": longer or []}
+        return SpikeDetection(performed=False, method=method, detection_window_s=None, baseline_p99_ms=None,
+                              baseline_quantile=None, baseline_samples=0, expected_slow_share=1.0 - rules.tail_p,
+                              alpha=rules.alpha, tests=0, iterations=0, warmup_s=0.0, too_short=short,
+                              judged_on=judged_on, longer_answers=tuple(longer or ()))
     warmup = (result.origin_ns - load_start_ns) / 1e9 if load_start_ns is not None else 0.0
-    return {"performed": True, "method": method, "detection_window_s": result.window_ns / 1e9,
-            "baseline_p99_ms": result.threshold_ms, "baseline_quantile": result.quantile,
-            "baseline_samples": result.baseline_samples, "expected_slow_share": result.expected_share,
-            "alpha": rules.alpha, "tests": result.tests, "iterations": result.iterations,
-            "warmup_s": max(warmup, 0.0), "too_short": None, "judged_on": judged_on, "longer_answers": longer or []}
+    return SpikeDetection(performed=True, method=method, detection_window_s=result.window_ns / 1e9,
+                          baseline_p99_ms=result.threshold_ms, baseline_quantile=result.quantile,
+                          baseline_samples=result.baseline_samples, expected_slow_share=result.expected_share,
+                          alpha=rules.alpha, tests=result.tests, iterations=result.iterations,
+                          warmup_s=max(warmup, 0.0), too_short=None, judged_on=judged_on,
+                          longer_answers=tuple(longer or ()))
 
 
-def _mean_p50(values: np.ndarray) -> dict:
+def _mean_p50(values: np.ndarray) -> MeanP50:
     values = values[~np.isnan(values)]
     if len(values) == 0:
-        return {"mean_ms": None, "p50_ms": None, "count": 0}
-    return {"mean_ms": float(values.mean()),
-            "p50_ms": float(np.quantile(values, 0.5, method="inverted_cdf")), "count": int(len(values))}
+        return MeanP50(None, None, 0)
+    return MeanP50(float(values.mean()), float(np.quantile(values, 0.5, method="inverted_cdf")), int(len(values)))
 
 
 def matrix_rows(matrix: StageMatrix, n_requests: int) -> np.ndarray:
@@ -238,8 +251,8 @@ def matrix_rows(matrix: StageMatrix, n_requests: int) -> np.ndarray:
     return row_of
 
 
-def stage_side(rows: np.ndarray, matrix: StageMatrix) -> dict[str, dict]:
-    """``{stage: {"mean_ms", "p50_ms", "count"}}`` over these stage-matrix rows."""
+def stage_side(rows: np.ndarray, matrix: StageMatrix) -> dict[str, MeanP50]:
+    """Each stage's mean and median (ms) over these stage-matrix rows."""
     return {stage: _mean_p50(matrix.ms[rows, j]) for j, stage in enumerate(matrix.stages)}
 
 
@@ -250,7 +263,7 @@ def joined_rows(index: np.ndarray, row_of: np.ndarray) -> np.ndarray:
 
 
 def decompose(slow_index: np.ndarray, normal_index: np.ndarray, matrix: StageMatrix, n_requests: int,
-              row_of: np.ndarray | None = None, normal: dict[str, dict] | None = None) -> dict:
+              row_of: np.ndarray | None = None, normal: dict[str, MeanP50] | None = None) -> Decomposition:
     """Stage means/medians of slow vs normal requests and the stage that grew most.
 
     ``row_of`` (:func:`matrix_rows`) and ``normal`` (:func:`stage_side` of the normal
@@ -261,30 +274,29 @@ def decompose(slow_index: np.ndarray, normal_index: np.ndarray, matrix: StageMat
         row_of = matrix_rows(matrix, n_requests)
     slow_rows = joined_rows(slow_index, row_of)
     normal_rows = joined_rows(normal_index, row_of)
-    result = {"slow_requests": int(len(slow_index)), "joined_slow_requests": int(len(slow_rows)),
-              "normal_requests": int(len(normal_index)), "joined_normal_requests": int(len(normal_rows)),
-              "stages": {}, "dominant_stage": None, "summary": None, "available": True,
-              "unavailable_reason": None}
+    counts = {"slow_requests": int(len(slow_index)), "joined_slow_requests": int(len(slow_rows)),
+              "normal_requests": int(len(normal_index)), "joined_normal_requests": int(len(normal_rows))}
     if len(slow_rows) == 0 or len(normal_rows) == 0:
-        result.update(available=False, unavailable_reason=NO_SPANS_JOINED,
-                      summary=f"{NO_SPANS_JOINED}; no stage decomposition")
-        return result
+        return Decomposition(**counts, stages={}, dominant_stage=None,
+                             summary=f"{NO_SPANS_JOINED}; no stage decomposition", available=False,
+                             unavailable_reason=NO_SPANS_JOINED)
     slow_side = stage_side(slow_rows, matrix)
     normal_side = normal if normal is not None else stage_side(normal_rows, matrix)
+    stages = {}
     for stage in matrix.stages:
         slow, normal = slow_side[stage], normal_side[stage]
-        growth = (slow["mean_ms"] - normal["mean_ms"]) if slow["count"] and normal["count"] else None
-        result["stages"][stage] = {"slow": slow, "normal": normal, "growth_ms": growth}
-    candidates = {s: v["growth_ms"] for s, v in result["stages"].items()
-                  if s != "server" and v["growth_ms"] is not None}
+        growth = (slow.mean_ms - normal.mean_ms) if slow.count and normal.count else None
+        stages[stage] = StageGrowth(slow, normal, growth)
+    candidates = {s: v.growth_ms for s, v in stages.items() if s != "server" and v.growth_ms is not None}
+    dominant, summary = None, None
     if candidates:
         dominant = max(candidates, key=candidates.get)
-        entry = result["stages"][dominant]
-        result["dominant_stage"] = dominant
-        result["summary"] = (f"{dominant} grew most: mean {entry['normal']['mean_ms']:.1f} ms → "
-                             f"{entry['slow']['mean_ms']:.1f} ms (+{entry['growth_ms']:.1f} ms) in "
-                             f"{len(slow_rows)} slow requests vs {len(normal_rows)} normal requests")
-    return result
+        entry = stages[dominant]
+        summary = (f"{dominant} grew most: mean {entry.normal.mean_ms:.1f} ms → "
+                   f"{entry.slow.mean_ms:.1f} ms (+{entry.growth_ms:.1f} ms) in "
+                   f"{len(slow_rows)} slow requests vs {len(normal_rows)} normal requests")
+    return Decomposition(**counts, stages=stages, dominant_stage=dominant, summary=summary, available=True,
+                         unavailable_reason=None)
 
 
 def find_spikes(req: RequestArrays, windows: dict[str, np.ndarray], matrix: StageMatrix, run,
@@ -292,7 +304,7 @@ def find_spikes(req: RequestArrays, windows: dict[str, np.ndarray], matrix: Stag
                 stage_map=None, *, detection: TailTestResult | None = None, method: str = "detectors",
                 span_request: np.ndarray | None = None, queue: QueuePoints | None = None,
                 retained: RetainedView | None = None, per_length: np.ndarray | None = None,
-                output_tokens: np.ndarray | None = None, e2e_tau: float | None = None) -> list[dict]:
+                output_tokens: np.ndarray | None = None, e2e_tau: float | None = None) -> list[Spike]:
     """The spikes of a run, each with decomposition, causes and a representative slow trace
     (:mod:`.traces`; ``stage_map`` names the stage of each span, default the span-name map).
 
@@ -354,14 +366,14 @@ def find_spikes(req: RequestArrays, windows: dict[str, np.ndarray], matrix: Stag
             inside = (req.scheduled_ns >= lo) & (req.scheduled_ns < hi) & req.is_ok
             judged = length_judgement(per_length, output_tokens, inside, normal_index, tau)
             baseline = e2e_p99(req, normal_index)
-            record = {**record, "baseline_p99_ms": baseline,
-                      "excess_ms": record["p99_ms"] - baseline if baseline is not None else None,
-                      "answer_length": judged}
+            record = replace(record, baseline_p99_ms=baseline,
+                             excess_ms=record.p99_ms - baseline if baseline is not None else None,
+                             answer_length=judged)
         spikes.append(record)
     if stalls is not None:
         spikes.append(_stall_record(req, result, stalls, normal_index, matrix, run, inputs, available, registry,
                                     method, stage_map, row_of, normal))
-        spikes.sort(key=lambda spike: spike["start_ns"])
+        spikes.sort(key=lambda spike: spike.start_ns)
     return spikes
 
 
@@ -460,7 +472,7 @@ MAX_STALL_STARTS = 500
 
 
 def _stall_record(req, result, stalls, normal_index, matrix, run, inputs, available, registry, method,
-                  stage_map, row_of, normal) -> dict:
+                  stage_map, row_of, normal) -> Spike:
     """Recurring stalls as one spike record (``recurring_stalls`` set): from the first stall's start to
     the last one's end; P99 the tested samples', baseline the quiet time's P99 (outside every stall and
     spike); causes from the detectors on the stall requests, in the largest stall's interval."""
@@ -478,28 +490,28 @@ def _stall_record(req, result, stalls, normal_index, matrix, run, inputs, availa
     else:
         causes = registry.attribute(ctx)
     tested = found["tested_requests"]
-    summary = stall_sentence(found, causes[0]["kind"] if causes and causes[0]["kind"] != "unexplained" else None)
-    return {
-        "start_ns": int(lo), "end_ns": int(hi), "peak_ns": int(peak),
-        "p99_ms": found["p99_ms"], "p99_claimed": tested >= min_samples_for_claim(0.99, 0),
-        "percentiles_from": "records", "records_kept": tested,
-        "baseline_p99_ms": found["quiet_p99_ms"], "baseline_quantile": 0.99,
-        "excess_ms": found["p99_ms"] - found["quiet_p99_ms"],
-        "slow_requests": found["requests"], "slow_share": found["requests"] / tested if tested else 0.0,
-        "expected_slow_share": result.expected_share, "p_value": found["p_value"],
-        "peak_window_slow_share": 1.0, "requests": tested, "windows": found["count"],
-        "recurring_stalls": {"count": found["count"], "period_s": found["period_s"],
-                             "interval_cv": found["interval_cv"], "regular": found["regular"],
-                             "pause_ms": found["pause_ms"], "requests": found["requests"],
-                             "quiet_p99_ms": found["quiet_p99_ms"], "summary": summary,
-                             "starts_ns": [int(st["start_ns"]) for st in found["stalls"][:MAX_STALL_STARTS]],
-                             # the causes' evidence is read in this stall, not over the whole stretch
-                             "evidence_ns": [int(biggest["start_ns"]), int(biggest["end_ns"])]},
-        "decomposition": decomposition, "causes": causes,
-        "evidence_series": evidence_series(ctx, causes, {}),
-        "representative_trace": representative_trace(req, slow_index, run.spans, stage_map or DEFAULT_STAGE_MAP,
-                                                     inputs.span_request),
-    }
+    summary = stall_sentence(found, causes[0].kind if causes and causes[0].kind != "unexplained" else None)
+    return Spike(
+        start_ns=int(lo), end_ns=int(hi), peak_ns=int(peak),
+        p99_ms=found["p99_ms"], p99_claimed=tested >= min_samples_for_claim(0.99, 0),
+        percentiles_from="records", records_kept=tested,
+        baseline_p99_ms=found["quiet_p99_ms"], baseline_quantile=0.99,
+        excess_ms=found["p99_ms"] - found["quiet_p99_ms"],
+        slow_requests=found["requests"], slow_share=found["requests"] / tested if tested else 0.0,
+        expected_slow_share=result.expected_share, p_value=found["p_value"],
+        peak_window_slow_share=1.0, requests=tested, windows=found["count"],
+        recurring_stalls=RecurringStalls(
+            count=found["count"], period_s=found["period_s"], interval_cv=found["interval_cv"],
+            regular=found["regular"], pause_ms=found["pause_ms"], requests=found["requests"],
+            quiet_p99_ms=found["quiet_p99_ms"], summary=summary,
+            starts_ns=tuple(int(st["start_ns"]) for st in found["stalls"][:MAX_STALL_STARTS]),
+            # the causes' evidence is read in this stall, not over the whole stretch
+            evidence_ns=(int(biggest["start_ns"]), int(biggest["end_ns"]))),
+        decomposition=decomposition, causes=tuple(causes),
+        evidence_series=evidence_series(ctx, causes, {}),
+        representative_trace=representative_trace(req, slow_index, run.spans, stage_map or DEFAULT_STAGE_MAP,
+                                                  inputs.span_request),
+    )
 
 
 def spike_latency(req: RequestArrays, lo: int, hi: int, retained: RetainedView | None):
@@ -531,8 +543,8 @@ def e2e_p99(req: RequestArrays, index: np.ndarray) -> float | None:
 
 
 def length_judgement(per_length: np.ndarray, output_tokens: np.ndarray, inside: np.ndarray,
-                     normal_index: np.ndarray, tau: float) -> dict:
-    """A spike judged on e2e adjusted for answer length (:func:`length_adjusted_ms`): ``{p99_ms}``
+                     normal_index: np.ndarray, tau: float) -> AnswerLength:
+    """A spike judged on e2e adjusted for answer length (:func:`length_adjusted_ms`): ``p99_ms``
     of its successful requests' adjusted e2e, ``threshold_ms`` (the test's τ), their ``ratio``, the
     median ``output_tokens_ratio`` (its requests over the normal ones) and a ``summary``: "e2e for
     its answer length rose 2.7× (P99 3760 vs 1383 ms at the median answer length); output tokens
@@ -549,8 +561,7 @@ def length_judgement(per_length: np.ndarray, output_tokens: np.ndarray, inside: 
     summary = ("e2e for its answer length rose " + (f"{ratio:.1f}×" if ratio is not None else "—")
                + (f" (P99 {p99:.0f} vs {tau:.0f} ms at the median answer length)" if p99 is not None else "")
                + (f"; output tokens ×{tokens_ratio:.1f}" if tokens_ratio is not None else ""))
-    return {"p99_ms": p99, "threshold_ms": tau, "ratio": ratio, "output_tokens_ratio": tokens_ratio,
-            "summary": summary}
+    return AnswerLength(p99_ms=p99, threshold_ms=tau, ratio=ratio, output_tokens_ratio=tokens_ratio, summary=summary)
 
 
 #: Length-adjusted e2e ratio (median of the slow requests over the normal ones) up to which a
@@ -559,8 +570,8 @@ FLAT_FOR_LENGTH = 1.25
 
 
 def longer_answers(req: RequestArrays, windows: dict[str, np.ndarray], per_length: np.ndarray,
-                   output_tokens: np.ndarray, spikes: list[dict], rules: SpikeRules = SpikeRules(),
-                   plain: TailTestResult | None = None) -> list[dict]:
+                   output_tokens: np.ndarray, spikes: list[Spike], rules: SpikeRules = SpikeRules(),
+                   plain: TailTestResult | None = None) -> list[LongerAnswer]:
     """Where e2e latency P99 rose only because answers got longer: the episodes the tail-share test
     finds on e2e latency itself (:func:`detect` without ``per_length``) that overlap no spike of the
     length-adjusted test (``spikes``). Each ``{start_ns, end_ns, p99_ms, baseline_p99_ms (the e2e
@@ -585,7 +596,7 @@ def longer_answers(req: RequestArrays, windows: dict[str, np.ndarray], per_lengt
     normal_tokens, normal_adjusted = median(output_tokens[outside]), median(per_length[outside])
     out = []
     for lo, hi in episodes:
-        if any(s["start_ns"] < hi and s["end_ns"] > lo for s in spikes):
+        if any(s.start_ns < hi and s.end_ns > lo for s in spikes):
             continue
         inside = (req.scheduled_ns >= lo) & (req.scheduled_ns < hi) & req.is_ok
         slow = inside & (req.latency_ms > tau)
@@ -597,10 +608,11 @@ def longer_answers(req: RequestArrays, windows: dict[str, np.ndarray], per_lengt
             continue
         flat = "flat" if adjusted_ratio <= FLAT_FOR_LENGTH else "raised, but no spike"
         at = f"{(lo - origin) / 1e9:.0f}–{(hi - origin) / 1e9:.0f} s"
-        out.append({"start_ns": int(lo), "end_ns": int(hi), "p99_ms": p99, "baseline_p99_ms": tau,
-                    "output_tokens_ratio": tokens_ratio, "length_adjusted_ratio": adjusted_ratio,
-                    "summary": (f"at {at} e2e P99 rose {p99 / tau:.1f}× only with output length — longer answers: "
-                                f"output tokens ×{tokens_ratio:.1f}, e2e for their length {flat} (×{adjusted_ratio:.1f})")})
+        out.append(LongerAnswer(
+            start_ns=int(lo), end_ns=int(hi), p99_ms=p99, baseline_p99_ms=tau, output_tokens_ratio=tokens_ratio,
+            length_adjusted_ratio=adjusted_ratio,
+            summary=(f"at {at} e2e P99 rose {p99 / tau:.1f}× only with output length — longer answers: "
+                     f"output tokens ×{tokens_ratio:.1f}, e2e for their length {flat} (×{adjusted_ratio:.1f})")))
     return out
 
 
@@ -615,7 +627,7 @@ def output_tokens_of(requests) -> np.ndarray | None:
 def _spike_record(req, result, first, last, lo, hi, tau, in_any, normal_index, matrix, run, inputs,
                   available, registry, method, stage_map, row_of, normal, series_cache=None,
                   retained: RetainedView | None = None, per_length: np.ndarray | None = None,
-                  e2e_tau: float | None = None) -> dict:
+                  e2e_tau: float | None = None) -> Spike:
     inside = (req.scheduled_ns >= lo) & (req.scheduled_ns < hi)
     latency, requests, source = spike_latency(req, lo, hi, retained)
     p99 = float(latency[nearest_rank(len(latency), 0.99) - 1])  # never empty: see spike_latency
@@ -631,12 +643,12 @@ def _spike_record(req, result, first, last, lo, hi, tau, in_any, normal_index, m
                                     & (np.nan_to_num(per_length, nan=-np.inf) > tau))
     decomposition = decompose(slow_index, normal_index, matrix, req.n, row_of, normal)
     if retained is not None and len(slow_index) == 0:
-        decomposition = {**decomposition, "available": False, "unavailable_reason": NO_RECORDS_KEPT,
-                         "summary": f"stage split unavailable: {NO_RECORDS_KEPT}"}
-    elif retained is not None and len(slow_index) < n_slow and decomposition["available"]:
-        decomposition = {**decomposition, "summary": (
-            f"{decomposition['summary']} (the {len(slow_index)} of {n_slow} slow requests whose "
-            "records retention kept)")}
+        decomposition = replace(decomposition, available=False, unavailable_reason=NO_RECORDS_KEPT,
+                                summary=f"stage split unavailable: {NO_RECORDS_KEPT}")
+    elif retained is not None and len(slow_index) < n_slow and decomposition.available:
+        decomposition = replace(decomposition, summary=(
+            f"{decomposition.summary} (the {len(slow_index)} of {n_slow} slow requests whose "
+            "records retention kept)"))
     ctx = SpikeContext(run, lo, hi, (peak_lo + peak_hi) // 2, slow_index, normal_index, decomposition, available,
                        inputs, tau)
     if method == "baro":
@@ -644,18 +656,18 @@ def _spike_record(req, result, first, last, lo, hi, tau, in_any, normal_index, m
         causes = baro_causes(ctx)
     else:
         causes = registry.attribute(ctx)
-    return {
-        "start_ns": lo, "end_ns": hi, "peak_ns": (peak_lo + peak_hi) // 2,
-        "p99_ms": p99, "p99_claimed": len(latency) >= min_samples_for_claim(0.99, 0),
-        "percentiles_from": source, "records_kept": int(inside.sum()),
-        "baseline_p99_ms": tau, "baseline_quantile": result.quantile, "excess_ms": p99 - tau,
-        "slow_requests": n_slow, "slow_share": n_slow / n_all if n_all else 0.0,
-        "expected_slow_share": result.expected_share,
-        "p_value": result.tail_p_value(n_slow, n_all),
-        "peak_window_slow_share": float(shares[peak - first]),
-        "requests": requests, "windows": last - first + 1,
-        "decomposition": decomposition, "causes": causes,
-        "evidence_series": evidence_series(ctx, causes, series_cache),
-        "representative_trace": representative_trace(req, slow_index, run.spans, stage_map or DEFAULT_STAGE_MAP,
-                                                     inputs.span_request),
-    }
+    return Spike(
+        start_ns=lo, end_ns=hi, peak_ns=(peak_lo + peak_hi) // 2,
+        p99_ms=p99, p99_claimed=len(latency) >= min_samples_for_claim(0.99, 0),
+        percentiles_from=source, records_kept=int(inside.sum()),
+        baseline_p99_ms=tau, baseline_quantile=result.quantile, excess_ms=p99 - tau,
+        slow_requests=n_slow, slow_share=n_slow / n_all if n_all else 0.0,
+        expected_slow_share=result.expected_share,
+        p_value=result.tail_p_value(n_slow, n_all),
+        peak_window_slow_share=float(shares[peak - first]),
+        requests=requests, windows=last - first + 1,
+        decomposition=decomposition, causes=tuple(causes),
+        evidence_series=evidence_series(ctx, causes, series_cache),
+        representative_trace=representative_trace(req, slow_index, run.spans, stage_map or DEFAULT_STAGE_MAP,
+                                                   inputs.span_request),
+    )

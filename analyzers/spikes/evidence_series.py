@@ -8,12 +8,9 @@ entries, each on the detectors' 1-s grid (``RunInputs.edges``) from ``pad``
 before the spike to ``pad`` after it (``pad`` = the spike's length, at least
 ``MIN_PAD_S`` = 10 s and at most ``MAX_PAD_S`` = 600 s), in the units the
 detector read them (a counter as its rate per second in its own unit, a gauge
-as read)::
-
-    {"name", "kind": "signal" | "events", "unit", "counter": bool,
-     "t_ns": [bin centres or event starts], "values": [...],
-     "spike": float | None, "baseline": float | None, "spread": float | None,
-     "marks": [{"value", "label"}]}
+as read): each an :class:`~tailscope.analysis_model.spikes.EvidenceSeries` (``name``, ``kind``
+``"signal"`` or ``"events"``, ``unit``, ``counter``, ``t_ns``: bin centres or event starts,
+``values``, ``spike``/``baseline``/``spread``, ``place``, ``marks``: ``{"value", "label"}``).
 
 ``spike``/``baseline``/``spread`` are the numbers the finding states (its
 contrast: the spike level, the baseline median, the robust spread); ``marks``
@@ -45,6 +42,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tailscope.analysis_model.spikes import CauseFinding, EvidenceSeries
 from tailscope.analyzers.causes.protocol import SpikeContext
 from tailscope.analyzers.inputs.records import NS_PER_S
 from tailscope.analyzers.inputs.signal_index import Contrast
@@ -74,7 +72,7 @@ def window_bins(ctx: SpikeContext) -> slice:
 
 
 def _grid_entry(ctx: SpikeContext, name: str, values: np.ndarray, unit: str, counter: bool,
-                found: dict | Contrast | None, marks: list[dict] | None = None) -> dict | None:
+                found: dict | Contrast | None, marks: list[dict] | None = None) -> EvidenceSeries | None:
     part = window_bins(ctx)
     edges = ctx.inputs.edges
     centres = (edges[part] + edges[part.start + 1:part.stop + 1]) // 2
@@ -86,10 +84,11 @@ def _grid_entry(ctx: SpikeContext, name: str, values: np.ndarray, unit: str, cou
     if isinstance(found, Contrast):
         found = found.as_dict()
     found = found or {}
-    return {"name": name, "kind": "signal", "unit": unit, "counter": counter,
-            "t_ns": [int(x) for x in t], "values": [float(x) for x in v],
-            "spike": _number(found.get("spike")), "baseline": _number(found.get("baseline")),
-            "spread": _number(found.get("spread")), "place": found.get("place"), "marks": marks or []}
+    return EvidenceSeries(
+        name=name, kind="signal", unit=unit, counter=counter, t_ns=tuple(int(x) for x in t),
+        values=tuple(float(x) for x in v), spike=_number(found.get("spike")),
+        baseline=_number(found.get("baseline")), spread=_number(found.get("spread")),
+        marks=tuple(marks or ()), place=found.get("place"))
 
 
 def _cached(cache: dict, key: str, compute) -> np.ndarray:
@@ -98,7 +97,7 @@ def _cached(cache: dict, key: str, compute) -> np.ndarray:
     return cache[key]
 
 
-def signal_entries(ctx: SpikeContext, evidence: dict, cache: dict) -> list[dict]:
+def signal_entries(ctx: SpikeContext, evidence: dict, cache: dict) -> list[EvidenceSeries]:
     """Entries of the contrasted signal series a finding lists, strongest first."""
     listed = [e for e in (evidence.get("signals") or []) if isinstance(e, dict) and e.get("series")]
     runqueue = evidence.get("generator_runqueue_wait")
@@ -128,17 +127,17 @@ def signal_entries(ctx: SpikeContext, evidence: dict, cache: dict) -> list[dict]
     return out
 
 
-def gc_entries(ctx: SpikeContext, evidence: dict) -> list[dict]:
+def gc_entries(ctx: SpikeContext, evidence: dict) -> list[EvidenceSeries]:
     """The target's GC pauses inside the window, the longest marked."""
     return pause_entries(ctx, ctx.inputs.gc_pauses, "gc.pause_ms", evidence.get("longest_pause_ms"))
 
 
-def stall_entries(ctx: SpikeContext, evidence: dict) -> list[dict]:
+def stall_entries(ctx: SpikeContext, evidence: dict) -> list[EvidenceSeries]:
     """The target's stalls seen in its spans (:mod:`~.inputs.span_stalls`) inside the window, the longest marked."""
     return pause_entries(ctx, ctx.inputs.span_stalls.pauses, "target.stall_ms", evidence.get("longest_stall_ms"))
 
 
-def pause_entries(ctx: SpikeContext, pauses, name: str, longest) -> list[dict]:
+def pause_entries(ctx: SpikeContext, pauses, name: str, longest) -> list[EvidenceSeries]:
     """One ``events`` entry ``name``: each pause inside the window at its start, its length in ms."""
     if len(pauses) == 0:
         return []
@@ -151,12 +150,12 @@ def pause_entries(ctx: SpikeContext, pauses, name: str, longest) -> list[dict]:
     t = pauses.start_ns[inside]
     ms = (pauses.end_ns[inside] - pauses.start_ns[inside]) / 1e6
     t, ms = downsample_minmax(t, ms, MAX_POINTS)
-    return [{"name": name, "kind": "events", "unit": "ms", "counter": False,
-             "t_ns": [int(x) for x in t], "values": [float(x) for x in ms],
-             "spike": _number(longest), "baseline": None, "spread": None, "marks": []}]
+    return [EvidenceSeries(name=name, kind="events", unit="ms", counter=False, t_ns=tuple(int(x) for x in t),
+                           values=tuple(float(x) for x in ms), spike=_number(longest), baseline=None, spread=None,
+                           marks=())]
 
 
-def queue_entries(ctx: SpikeContext, evidence: dict, cache: dict) -> list[dict]:
+def queue_entries(ctx: SpikeContext, evidence: dict, cache: dict) -> list[EvidenceSeries]:
     """Offered load per second with its contrast; mean queue depth per second with the finding's levels."""
     inputs = ctx.inputs
     out = []
@@ -185,7 +184,7 @@ def queue_entries(ctx: SpikeContext, evidence: dict, cache: dict) -> list[dict]:
     return out
 
 
-def generator_entries(ctx: SpikeContext, cache: dict) -> list[dict]:
+def generator_entries(ctx: SpikeContext, cache: dict) -> list[EvidenceSeries]:
     """Share of sends more than 1 ms late per second (with its contrast), and the generator's CPU."""
     inputs = ctx.inputs
     req = inputs.req
@@ -222,7 +221,7 @@ SERVER_ROLE_ENTRIES = {
 }
 
 
-def server_entries(ctx: SpikeContext, kind: str, evidence: dict, cache: dict) -> list[dict]:
+def server_entries(ctx: SpikeContext, kind: str, evidence: dict, cache: dict) -> list[EvidenceSeries]:
     """An LLM cause's server roles (:data:`SERVER_ROLE_ENTRIES`), each named ``server.<role>`` in the
     role's unit (analyzers/stages/presets.py ``ROLES``), with the levels the finding states. For
     ``prefill_interference`` without a ``prompt_tokens`` series, the prompt tokens sent per second
@@ -246,12 +245,12 @@ def server_entries(ctx: SpikeContext, kind: str, evidence: dict, cache: dict) ->
     return out
 
 
-def evidence_series(ctx: SpikeContext, causes: list[dict], cache: dict | None = None) -> list[dict]:
-    """The series the spike's top cause rests on (module docstring); [] for ``unexplained``."""
+def evidence_series(ctx: SpikeContext, causes: list[CauseFinding], cache: dict | None = None) -> tuple[EvidenceSeries, ...]:
+    """The series the spike's top cause rests on (module docstring); none for ``unexplained``."""
     if not causes:
-        return []
+        return ()
     top = causes[0]
-    kind, evidence = top.get("kind"), top.get("evidence") or {}
+    kind, evidence = top.kind, top.evidence or {}
     cache = {} if cache is None else cache
     if kind == "gc":
         found = gc_entries(ctx, evidence)
@@ -268,4 +267,4 @@ def evidence_series(ctx: SpikeContext, causes: list[dict], cache: dict | None = 
         found = []
     else:
         found = signal_entries(ctx, evidence, cache)
-    return found[:MAX_SERIES]
+    return tuple(found[:MAX_SERIES])

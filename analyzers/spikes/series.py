@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tailscope.analysis_model.codec import encode
 from tailscope.analyzers.spikes.detection import SpikeRules, detect_series, detection_facts
 from tailscope.analyzers.spikes.tail_share import TailTestResult
 from tailscope.analyzers.stats.percentiles import min_samples_for_claim, nearest_rank
@@ -29,7 +30,7 @@ def series_spikes(scheduled_ns: np.ndarray, values_ms: np.ndarray, windows: dict
     slow_requests, slow_share}`` (``requests``: values in it; ``slow``: above the baseline P99)."""
     result = detect_series(scheduled_ns, values_ms, windows, rules) if windows is not None else None
     load_start = int(windows["start_ns"][0]) if windows is not None and len(windows["start_ns"]) else None
-    facts = detection_facts(result, rules, "", load_start)
+    facts = encode(detection_facts(result, rules, "", load_start))
     for key in ("method", "judged_on", "longer_answers"):  # latency-only facts
         facts.pop(key, None)
     return facts, _spikes(scheduled_ns, values_ms, result, rules)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tailscope.analysis_model.codec import encode
 from tailscope.analyzers.causes.protocol import DetectorRegistry, SpikeContext, available_inputs
 from tailscope.analyzers.inputs.queues import QueuePoints
 from tailscope.analyzers.inputs.records import RequestArrays
@@ -65,5 +66,6 @@ def token_spike_causes(spikes: dict[str, list[dict]], values: dict[str, np.ndarr
                 causes = baro_causes(ctx)
             else:
                 causes = registry.attribute(ctx)
-            out[metric].append({**spike, "decomposition": decomposition, "causes": causes})
+            # the llm section is still assembled as JSON: its spikes hold the two as they are written
+            out[metric].append({**spike, "decomposition": encode(decomposition), "causes": encode(causes)})
     return out

@@ -22,6 +22,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from tailscope.analysis_model.spikes import RepresentativeTrace, TraceSpan
 from tailscope.analyzers.inputs.records import NS_PER_MS, RequestArrays, take_rows
 
 MAX_SPANS = 200
@@ -87,7 +88,7 @@ def span_depths(span_ids: list, parent_ids: list) -> list[int]:
 
 
 def trace_spans(spans: pa.Table, trace_id: str, origin_ns: int, stage_map: Mapping[str, str],
-                rows: np.ndarray | None = None) -> list[dict]:
+                rows: np.ndarray | None = None) -> list[TraceSpan]:
     """The spans of one trace, by start time, as waterfall rows (ms since ``origin_ns``).
 
     ``rows``: the rows of ``spans`` in that trace when known (no pass over the trace ids)."""
@@ -102,24 +103,23 @@ def trace_spans(spans: pa.Table, trace_id: str, origin_ns: int, stage_map: Mappi
     for row, depth in zip(rows, depths):
         name = row["name"] or ""
         is_server = row["kind"] == SPAN_KIND_SERVER
-        out.append({
-            "name": _text(name), "stage": "server" if is_server else stage_map.get(name),
-            "service": row["service"], "depth": depth,
-            "start_ms": ((row["start_ns"] or origin_ns) - origin_ns) / NS_PER_MS,
-            "end_ms": ((row["end_ns"] or origin_ns) - origin_ns) / NS_PER_MS,
-            "error": row["status_code"] == STATUS_ERROR,
-            "attributes": bounded_attributes(row["attributes"]),
-        })
+        out.append(TraceSpan(
+            name=_text(name), stage="server" if is_server else stage_map.get(name),
+            service=row["service"], depth=depth,
+            start_ms=((row["start_ns"] or origin_ns) - origin_ns) / NS_PER_MS,
+            end_ms=((row["end_ns"] or origin_ns) - origin_ns) / NS_PER_MS,
+            error=row["status_code"] == STATUS_ERROR,
+            attributes=bounded_attributes(row["attributes"]),
+        ))
     return out
 
 
 def representative_trace(req: RequestArrays, slow_index: np.ndarray, spans: pa.Table,
-                         stage_map: Mapping[str, str], span_request: np.ndarray | None = None) -> dict | None:
+                         stage_map: Mapping[str, str], span_request: np.ndarray | None = None,
+                         ) -> RepresentativeTrace | None:
     """The waterfall of a typical slow request of a spike, or None when no slow request joined a span.
 
-    ``{"trace_id", "cls", "latency_ms", "scheduled_ns", "sent_ms", "end_ms", "spans": [{"name",
-    "stage", "service", "depth", "start_ms", "end_ms", "error", "attributes"}]}``; ``sent_ms`` and
-    ``end_ms`` are the client's send and completion times relative to the scheduled send.
+    ``sent_ms`` and ``end_ms`` are the client's send and completion times relative to the scheduled send.
     ``span_request``: :func:`~.stages.request_of_span` of ``spans`` when known.
     """
     index = pick_representative(req, slow_index, spans, span_request)
@@ -128,12 +128,12 @@ def representative_trace(req: RequestArrays, slow_index: np.ndarray, spans: pa.T
     origin = int(req.scheduled_ns[index])
     trace_id = str(req.trace_ids[index].as_py())
     rows = None if span_request is None else np.flatnonzero(span_request == index)
-    return {
-        "trace_id": trace_id,
-        "cls": None if req.cls[index] is None else str(req.cls[index]),
-        "latency_ms": float(req.latency_ms[index]),
-        "scheduled_ns": origin,
-        "sent_ms": float(req.lateness_ms[index]) if req.has_sent[index] else None,
-        "end_ms": float(req.latency_ms[index]),
-        "spans": trace_spans(spans, trace_id, origin, stage_map, rows),
-    }
+    return RepresentativeTrace(
+        trace_id=trace_id,
+        cls=None if req.cls[index] is None else str(req.cls[index]),
+        latency_ms=float(req.latency_ms[index]),
+        scheduled_ns=origin,
+        sent_ms=float(req.lateness_ms[index]) if req.has_sent[index] else None,
+        end_ms=float(req.latency_ms[index]),
+        spans=tuple(trace_spans(spans, trace_id, origin, stage_map, rows)),
+    )
