@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import json
 
+from tailscope.analysis_model.stages import Stages
 from tailscope.reports import extras, llm_view, loadgen_view, reliability_view, server_view
 from tailscope.reports.cards import rank_cards, spike_cards
 from tailscope.reports.distribution_view import distribution_charts
-from tailscope.reports.findings_view import error_sample_rows, findings_data, missing_spans_text
+from tailscope.reports.findings_view import error_sample_rows, findings_data
 from tailscope.reports.formatting import (  # noqa: F401
     NS_PER_S,
     fault_counts_text,
@@ -29,7 +30,7 @@ from tailscope.reports.formatting import (  # noqa: F401
 from tailscope.reports.overview_view import detection_text, signals_text, slo_chips, tail_text
 from tailscope.reports.signal_view import summarise_panels
 from tailscope.reports.timeline import fault_label, timeline_charts
-from tailscope.reports.tracing_view import clock_text, occurred_stages, receiver_rows, rules_text
+from tailscope.reports.tracing_view import receiver_rows, stage_data, stage_section
 from tailscope.reports.upgrade import upgrade_analysis
 from tailscope.support.units import percentile_label
 from tailscope.support.verdict_words import unclaimed_note
@@ -89,22 +90,6 @@ def class_rows(classes: dict) -> list[dict]:
         "p999": fmt_ms(s["latency_ms"]["p999"]["value_ms"]),
         "p99_claimed": "claimed" if s["latency_ms"]["p99"]["claimed"] else "not claimed",
     } for name, s in classes.items()]
-
-
-def stage_data(stages: dict) -> dict:
-    return {
-        "joined": f"{fmt_share(stages['joined_fraction'])} of successful requests "
-                  f"({fmt_count(stages['joined_requests'])}) joined a server span"
-                  + (f" ({fmt_share(stages['traced_fraction'])} were sent for tracing)"
-                     if stages.get("traced_fraction", 1.0) < 1.0 else ""),
-        "rows": [{"stage": name, "p50": fmt_ms(s["p50_ms"]), "p99": fmt_ms(s["p99_ms"]),
-                  "mean": fmt_ms(s["mean_ms"]), "count": fmt_count(s["count"])}
-                 for name, s in occurred_stages(stages["by_stage"]).items()],
-        "unmapped": [{"name": str(u["name"]), "count": fmt_count(u["count"])} for u in stages["unmapped_span_names"]],
-        "missing": missing_spans_text(stages),
-        "rules": rules_text(stages),
-        "clock": clock_text(stages),
-    }
 
 
 def _key_values(mapping: dict) -> list[dict]:
@@ -169,18 +154,18 @@ def event_data(events: dict, origin_ns) -> dict:
     }
 
 
-def chart_data(analysis: dict, cards: dict) -> tuple[dict, dict]:
+def chart_data(analysis: dict, cards: dict, stages: Stages) -> tuple[dict, dict]:
     """(series for the page's charts (one JSON block; x in seconds since the load start), the
     :func:`~.signal_view.summarise_panels` of the signal panels, whose drawn panels the charts hold)."""
-    by_stage = occurred_stages(analysis["stages"]["by_stage"])
+    by_stage = stages.occurred()
     _, sweep_chart = extras.sweep(analysis.get("sweep"))
     timeline = timeline_charts(analysis)
     signals = summarise_panels(timeline["panels"])
     return {
         **timeline,
         "panels": signals["panels"],
-        "stages": {"names": list(by_stage), "p50": [s["p50_ms"] for s in by_stage.values()],
-                   "p99": [s["p99_ms"] for s in by_stage.values()]},
+        "stages": {"names": list(by_stage), "p50": [s.p50_ms for s in by_stage.values()],
+                   "p99": [s.p99_ms for s in by_stage.values()]},
         "cards": cards["charts"],
         "distribution": distribution_charts(analysis.get("distribution")),
         "sweep": sweep_chart,
@@ -198,7 +183,8 @@ def build_report_data(analysis: dict) -> dict:
     summary, run = analysis["summary"], analysis["run"]
     origin = run["load_start_ns"] or run["start_ns"]
     cards = spike_cards(analysis["spikes"], origin)
-    charts, signals = chart_data(analysis, cards)
+    stages = stage_section(analysis)
+    charts, signals = chart_data(analysis, cards, stages)
     verdict = verdict_data(analysis["verdict"])
     tokens = llm_view.token_spike_cards(analysis)  # an LLM run's TTFT/TPOT spikes, carded beside latency's
     ranked, capped = rank_cards(cards["cards"], tokens["cards"])
@@ -224,7 +210,7 @@ def build_report_data(analysis: dict) -> dict:
                        for row in class_rows(analysis["classes"])],
         "generator": loadgen_view.generator_data(analysis),
         "stream_rates": loadgen_view.streaming_rates(analysis.get("streaming")),
-        "stages": stage_data(analysis["stages"]),
+        "stages": stage_data(stages),
         "spikes": cards["rows"],
         "spike_cards": ranked,
         "minor_spikes": cards["minor"],

@@ -9,6 +9,7 @@ they are and escaped by the template engine (autoescape), never marked safe.
 
 from __future__ import annotations
 
+from tailscope.analysis_model.stages import MissingSpans
 from tailscope.reports.formatting import fmt_count
 
 #: Labels of the finding kinds (analyzers/findings); an unknown kind shows as itself.
@@ -27,15 +28,15 @@ def findings_data(analysis: dict) -> list[dict]:
             for f in analysis.get("findings") or []]
 
 
-def missing_spans_text(stages: dict) -> str:
-    """How many traced requests still lack their server span, and why; '' when none do."""
-    missing = stages.get("missing_spans") or {}
-    late, never = missing.get("end_of_run") or 0, missing.get("never") or 0
-    wait = missing.get("wait") or {}
-    waited = (f"; the harness waited {wait['waited_s']:.1f} s for late spans ({wait.get('ended')})"
-              if wait.get("waited_s") is not None else "")
+def missing_spans_text(missing: MissingSpans | None) -> str:
+    """How many traced requests still lack their server span (``stages.missing_spans``), and why;
+    '' when none do or the analysis does not say."""
+    if missing is None:
+        return ""
+    late, never, wait = missing.end_of_run, missing.never, missing.wait
+    waited = f"; the harness waited {wait.waited_s:.1f} s for late spans ({wait.ended})" if wait is not None else ""
     if not late and not never:
-        return f"every traced request has its server span{waited}" if wait else ""
+        return f"every traced request has its server span{waited}" if wait is not None else ""
     parts = []
     if late:
         parts.append(f"{fmt_count(late)} at the end of the run (the target's last export batches never "

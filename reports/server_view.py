@@ -13,10 +13,19 @@ Reads only analysis.json (docs/analysis-schema.md):
 * :func:`slow_split_data` / :func:`slow_split_chart` — ``stages.slow_split``: each stage's mean
   for the slow requests (above the run's P99 of TTFT or TPOT; of latency in a run without
   LLM requests) against the normal ones, as a table and grouped bars.
+
+Each function reads its section once as its type (:mod:`tailscope.analysis_model.server`,
+:class:`~tailscope.analysis_model.stages.SlowSplit`); a section an older analysis lacks reads as
+None (nothing drawn).
 """
 
 from __future__ import annotations
 
+from typing import TypeVar
+
+from tailscope.analysis_model.codec import decode
+from tailscope.analysis_model.server import OtherTraffic, ServerLoad
+from tailscope.analysis_model.stages import SlowSplit
 from tailscope.reports.downsample import lttb
 from tailscope.reports.formatting import NS_PER_S, fmt_count, fmt_ms, fmt_number
 
@@ -37,28 +46,53 @@ SERVER_PANELS = (
 PRESET_NAMES = {"vllm": "vLLM", "tgi": "TGI", "sglang": "SGLang", "triton": "Triton"}
 
 
+T = TypeVar("T")
+
+
 def _reduced(x: list[float], y: list) -> tuple[list, list]:
     return (x, y) if len(x) <= MAX_LINE_POINTS else lttb(x, y, MAX_LINE_POINTS)
+
+
+def _optional(analysis: dict, key: str, cls: type[T]) -> T | None:
+    """The top-level section ``key`` read as ``cls``; None where it is null or (an analysis
+    written before the section existed) absent."""
+    data = analysis[key] if key in analysis else None
+    return None if data is None else decode(cls, data, key)
+
+
+def _origin_ns(analysis: dict) -> int:
+    """Where the x axes start: the load start (epoch ns), else the run's start, else 0."""
+    run = analysis["run"]
+    return run["load_start_ns"] or run["start_ns"] or 0
+
+
+def _slow_split(analysis: dict) -> SlowSplit | None:
+    """``stages.slow_split`` when it has slow requests and stages to compare; else None."""
+    split = analysis["stages"]["slow_split"] if "slow_split" in analysis["stages"] else None
+    if split is None:
+        return None
+    typed = decode(SlowSplit, split, "stages.slow_split")
+    return typed if typed.slow_requests and typed.stages else None
 
 
 def server_panels(analysis: dict) -> dict | None:
     """``{"preset", "panels": [{"id", "title", "unit", "series": [{"name", "role", "metric", "x", "y"}]}]}``
     from ``server_load``; None when the run's preset maps no series it has."""
-    load = analysis.get("server_load")
-    if not load or not load.get("roles"):
+    load = _optional(analysis, "server_load", ServerLoad)
+    if load is None or not load.roles:
         return None
-    origin = analysis["run"].get("load_start_ns") or analysis["run"].get("start_ns") or 0
-    x = [round((t - origin) / NS_PER_S, 6) for t in load["t_ns"]]
+    origin = _origin_ns(analysis)
+    x = [round((t - origin) / NS_PER_S, 6) for t in load.t_ns]
     panels = []
     for panel_id, title, unit, members in SERVER_PANELS:
         series = []
         for role, label, scale in members:
-            entry = load["roles"].get(role)
-            if entry is None:
+            if role not in load.roles:
                 continue
-            y = [None if v is None else v * scale for v in entry["values"]]
+            entry = load.roles[role]
+            y = [None if v is None else v * scale for v in entry.values]
             xs, ys = _reduced(x, y)
-            series.append({"name": label, "role": role, "metric": entry["metric"],
+            series.append({"name": label, "role": role, "metric": entry.metric,
                            "x": [round(v, 6) for v in xs], "y": ys})
         if panel_id == "server-prefill" and series:
             other = other_traffic_chart(analysis)
@@ -69,24 +103,23 @@ def server_panels(analysis: dict) -> dict | None:
             panels.append({"id": panel_id, "title": title, "unit": unit, "series": series})
     if not panels:
         return None
-    return {"preset": PRESET_NAMES.get(load["preset"], load["preset"]), "panels": panels,
+    return {"preset": PRESET_NAMES.get(load.preset, load.preset), "panels": panels,
             "metrics": ", ".join(s["metric"] for p in panels for s in p["series"] if s["role"] != "other_traffic"),
-            "step_s": load.get("step_s")}
+            "step_s": load.step_s}
 
 
 def other_traffic_chart(analysis: dict) -> dict | None:
     """The other traffic per window: ``{"x", "requests_per_s", "prompt_tokens_per_s"}`` (x: each
     window's middle, s since the load start; prompt tokens null when the spans carry none);
     None when the server answered no request besides ours."""
-    other = analysis.get("other_traffic") or {}
-    windows = other.get("windows") or []
-    if not other.get("requests") or not windows:
+    other = _optional(analysis, "other_traffic", OtherTraffic)
+    if other is None or not other.requests or not other.windows:
         return None
-    origin = analysis["run"].get("load_start_ns") or analysis["run"].get("start_ns") or 0
-    width = float(other.get("window_s") or 1.0)
-    x = [round((w["start_ns"] - origin) / NS_PER_S + width / 2, 6) for w in windows]
-    requests = [w["requests"] / width for w in windows]
-    prompt = [None if w.get("prompt_tokens") is None else w["prompt_tokens"] / width for w in windows]
+    origin = _origin_ns(analysis)
+    width = other.window_s
+    x = [round((w.start_ns - origin) / NS_PER_S + width / 2, 6) for w in other.windows]
+    requests = [w.requests / width for w in other.windows]
+    prompt = [None if w.prompt_tokens is None else w.prompt_tokens / width for w in other.windows]
     xs, ys = _reduced(x, requests)
     return {"x": [round(v, 6) for v in xs], "requests_per_s": ys,
             "prompt_tokens_per_s": _reduced(x, prompt)[1] if any(v is not None for v in prompt) else None}
@@ -95,18 +128,18 @@ def other_traffic_chart(analysis: dict) -> dict | None:
 def other_traffic_text(analysis: dict) -> str | None:
     """One sentence on the other traffic (what it is, how much, where it is drawn); None when the
     run joined no server span (nothing could be told apart)."""
-    other = analysis.get("other_traffic")
-    if other is None or not (analysis.get("stages") or {}).get("joined_requests"):
+    other = _optional(analysis, "other_traffic", OtherTraffic)
+    if other is None or not analysis["stages"]["joined_requests"]:
         return None
-    if not other.get("requests"):
+    if not other.requests:
         return ("Other traffic: none — every server span the receiver got belongs to one of our requests, "
                 "so the server served only this load.")
     tokens = []
-    if other.get("prompt_tokens") is not None:
-        tokens.append(f"{fmt_count(other['prompt_tokens'])} prompt tokens")
-    if other.get("output_tokens") is not None:
-        tokens.append(f"{fmt_count(other['output_tokens'])} output tokens")
-    return (f"Other traffic: the server also answered {fmt_count(other['requests'])} requests that tailscope did not send "
+    if other.prompt_tokens is not None:
+        tokens.append(f"{fmt_count(other.prompt_tokens)} prompt tokens")
+    if other.output_tokens is not None:
+        tokens.append(f"{fmt_count(other.output_tokens)} output tokens")
+    return (f"Other traffic: the server also answered {fmt_count(other.requests)} requests that tailscope did not send "
             f"(server spans of traces that join none of our requests{'; ' + ', '.join(tokens) if tokens else ''}). "
             "It shares the server with our load; the purple area on the latency chart (right axis) is its requests/s.")
 
@@ -126,32 +159,32 @@ def _growth(slow, normal) -> str:
 def slow_split_data(analysis: dict) -> dict | None:
     """``stages.slow_split`` as pre-formatted rows and its definition in words; None when absent
     or when no request was slow."""
-    split = (analysis.get("stages") or {}).get("slow_split")
-    if not split or not split["slow_requests"] or not split["stages"]:
+    split = _slow_split(analysis)
+    if split is None:
         return None
     names = {"ttft": "TTFT", "tpot": "TPOT", "latency": "latency"}
-    rule = " or ".join(f"{names.get(k, k)} above the run's P99 (from {fmt_ms(v)})" for k, v in split["thresholds_ms"].items() if v is not None)
-    rows = [{"stage": s["stage"], "normal": _cell(s["normal_mean_ms"]), "slow": _cell(s["slow_mean_ms"]),
-             "normal_p50": _cell(s["normal_p50_ms"]), "slow_p50": _cell(s["slow_p50_ms"]),
-             "growth": _growth(s["slow_mean_ms"], s["normal_mean_ms"]),
-             "grew": (s["slow_mean_ms"] or 0) - (s["normal_mean_ms"] or 0)} for s in split["stages"]]
+    rule = " or ".join(f"{names.get(k, k)} above the run's P99 (from {fmt_ms(v)})" for k, v in split.thresholds_ms.items() if v is not None)
+    rows = [{"stage": s.stage, "normal": _cell(s.normal_mean_ms), "slow": _cell(s.slow_mean_ms),
+             "normal_p50": _cell(s.normal_p50_ms), "slow_p50": _cell(s.slow_p50_ms),
+             "growth": _growth(s.slow_mean_ms, s.normal_mean_ms),
+             "grew": (s.slow_mean_ms or 0) - (s.normal_mean_ms or 0)} for s in split.stages]
     largest = max(rows, key=lambda r: r["grew"])
     for r in rows:
         r["dominant"] = r is largest and largest["grew"] > 0
-    tokens = split.get("tokens")
+    tokens = split.tokens
     token_text = None
-    if tokens:
-        slow, normal = tokens["slow"], tokens["normal"]
-        token_text = (f"Mean prompt {fmt_number(slow['prompt'])} tokens (slow) against {fmt_number(normal['prompt'])} (normal); "
-                      f"mean output {fmt_number(slow['output'])} against {fmt_number(normal['output'])}: prefill time grows with "
+    if tokens is not None:
+        slow, normal = tokens.slow, tokens.normal
+        token_text = (f"Mean prompt {fmt_number(slow.prompt)} tokens (slow) against {fmt_number(normal.prompt)} (normal); "
+                      f"mean output {fmt_number(slow.output)} against {fmt_number(normal.output)}: prefill time grows with "
                       "the prompt and decode time with the output, so compare these before reading a stage's growth as the server's.")
-    per_token = split.get("decode_per_output_token_ms")
-    if per_token:
-        rows.append({"stage": "decode per output token", "normal": _cell(per_token["normal"]), "slow": _cell(per_token["slow"]),
-                     "normal_p50": "", "slow_p50": "", "growth": _growth(per_token["slow"], per_token["normal"]),
+    per_token = split.decode_per_output_token_ms
+    if per_token is not None:
+        rows.append({"stage": "decode per output token", "normal": _cell(per_token.normal), "slow": _cell(per_token.slow),
+                     "normal_p50": "", "slow_p50": "", "growth": _growth(per_token.slow, per_token.normal),
                      "grew": 0.0, "dominant": False})
-    by_llm = "ttft" in split["by"]
-    return {"rule": rule, "slow": fmt_count(split["slow_requests"]), "normal": fmt_count(split["normal_requests"]),
+    by_llm = "ttft" in split.by
+    return {"rule": rule, "slow": fmt_count(split.slow_requests), "normal": fmt_count(split.normal_requests),
             "why": ("an LLM request's end-to-end latency grows with the output it asked for, so slow means slow to "
                     "its first token or per output token" if by_llm else "slow means above the run's P99 latency"),
             "rows": rows, "tokens": token_text}
@@ -159,8 +192,8 @@ def slow_split_data(analysis: dict) -> dict | None:
 
 def slow_split_chart(analysis: dict) -> dict | None:
     """``{"names", "normal", "slow"}``: each stage's mean ms per group (null where a group has none)."""
-    split = (analysis.get("stages") or {}).get("slow_split")
-    if not split or not split["slow_requests"] or not split["stages"]:
+    split = _slow_split(analysis)
+    if split is None:
         return None
-    return {"names": [s["stage"] for s in split["stages"]], "normal": [s["normal_mean_ms"] for s in split["stages"]],
-            "slow": [s["slow_mean_ms"] for s in split["stages"]]}
+    return {"names": [s.stage for s in split.stages], "normal": [s.normal_mean_ms for s in split.stages],
+            "slow": [s.slow_mean_ms for s in split.stages]}

@@ -1,12 +1,20 @@
-"""Pre-formatted report text for the tracing side: stage rules, clock alignment, receiver counts.
+"""Pre-formatted report text for the tracing side: the stage table, stage rules, clock alignment,
+receiver counts.
 
-Reads only parts of the analysis dict (``stages.rules``, ``stages.clock_alignment``,
-``receiver``); an older analysis without them yields empty text / no rows.
+Reads the ``stages`` section once as :class:`~tailscope.analysis_model.stages.Stages`
+(:func:`stage_section`) and the ``receiver`` section (receiver.json as the receiver wrote it: an
+open set of counters, shown as they are); an older analysis without a part yields empty text /
+no rows (the part's default in the type).
 """
 
 from __future__ import annotations
 
 import json
+
+from tailscope.analysis_model.codec import decode
+from tailscope.analysis_model.stages import ClockAlignment, StageRulesInfo, Stages, StageStats
+from tailscope.reports.findings_view import missing_spans_text
+from tailscope.reports.formatting import fmt_count, fmt_ms, fmt_share
 
 #: receiver.json keys shown first, with a label; other keys follow as they are.
 _RECEIVER_LABELS = (
@@ -24,39 +32,68 @@ def _count(value) -> str:
     return "—" if value is None else f"{int(value):,}"
 
 
+def _share(value: float | None) -> str:
+    return "—" if value is None else f"{value:.1%}"
+
+
+def stage_section(analysis: dict) -> Stages:
+    """The analysis's ``stages`` section, read once (older analyses: the type's defaults)."""
+    return decode(Stages, analysis["stages"], "stages")
+
+
 def occurred_stages(by_stage: dict) -> dict:
-    """The ``stages.by_stage`` entries of stages that occurred in at least one request
-    (a preset's stage the target never has stays out of the tables and charts)."""
-    return {name: s for name, s in (by_stage or {}).items() if (s or {}).get("count")}
+    """The ``stages.by_stage`` entries (JSON, for readers outside the report such as the
+    terminal summary) of stages that occurred in at least one request (a preset's stage the
+    target never has stays out of the tables and charts)."""
+    occurred = decode(dict[str, StageStats], by_stage or {}, "stages.by_stage")
+    return {name: by_stage[name] for name, s in occurred.items() if s.count}
 
 
-def rules_text(stages: dict) -> str:
-    """One line: which stage rules produced the breakdown, and how the server span was chosen."""
-    rules = stages.get("rules")
-    if not rules:
+def stage_data(stages: Stages) -> dict:
+    """The stage table and its lines: how many requests joined a server span, each stage that
+    occurred (P50/P99/mean ms, count), the unmapped span names, missing spans, rules and clock."""
+    traced = (f" ({fmt_share(stages.traced_fraction)} were sent for tracing)"
+              if stages.traced_fraction < 1.0 else "")
+    return {
+        "joined": f"{fmt_share(stages.joined_fraction)} of successful requests "
+                  f"({fmt_count(stages.joined_requests)}) joined a server span" + traced,
+        "rows": [{"stage": name, "p50": fmt_ms(s.p50_ms), "p99": fmt_ms(s.p99_ms),
+                  "mean": fmt_ms(s.mean_ms), "count": fmt_count(s.count)}
+                 for name, s in stages.occurred().items()],
+        "unmapped": [{"name": str(u.name), "count": fmt_count(u.count)} for u in stages.unmapped_span_names],
+        "missing": missing_spans_text(stages.missing_spans),
+        "rules": rules_text(stages.rules),
+        "clock": clock_text(stages.clock_alignment),
+    }
+
+
+def rules_text(rules: StageRulesInfo | None) -> str:
+    """One line: which stage rules produced the breakdown, and how the server span was chosen
+    ('' for an analysis that does not say)."""
+    if rules is None:
         return ""
-    source = f"preset {rules['preset']}" if rules.get("preset") else "span-name map"
-    user = rules.get("user_rules") or 0
-    extra = f" plus {user} rule{'s' if user != 1 else ''} from the scenario" if user and rules.get("preset") else ""
-    return f"Stage rules: {source}{extra}; server span: {rules.get('server', '—')}"
+    source = f"preset {rules.preset}" if rules.preset else "span-name map"
+    user = rules.user_rules
+    extra = f" plus {user} rule{'s' if user != 1 else ''} from the scenario" if user and rules.preset else ""
+    return f"Stage rules: {source}{extra}; server span: {rules.server}"
 
 
-def clock_text(stages: dict) -> str:
-    """One line on the client→server clock offset estimated from the server spans."""
-    clock = stages.get("clock_alignment")
-    if not clock:
+def clock_text(clock: ClockAlignment | None) -> str:
+    """One line on the client→server clock offset estimated from the server spans ('' for an
+    analysis that does not say)."""
+    if clock is None:
         return ""
-    if clock.get("offset_ms") is None:
-        return (f"Clock offset: not estimated ({_count(clock.get('requests'))} joined requests; "
+    if clock.offset_ms is None or clock.bound_ms is None:
+        return (f"Clock offset: not estimated ({_count(clock.requests)} joined requests; "
                 "at least 20 are needed)")
-    offset, bound = clock["offset_ms"], clock["bound_ms"]
-    head = f"Clock offset (add to server times): {offset:+.3f} ms ± {bound:.3f} ms from {_count(clock['requests'])} requests"
-    if clock.get("applied"):
+    offset, bound = clock.offset_ms, clock.bound_ms
+    head = f"Clock offset (add to server times): {offset:+.3f} ms ± {bound:.3f} ms from {_count(clock.requests)} requests"
+    if clock.applied:
         return (f"{head}; applied: server spans and the target's GC pauses were shifted in this analysis "
-                f"(spans outside their request: {clock['violating_share_before']:.1%} before, "
-                f"{clock['violating_share_after']:.1%} after)")
-    tolerance = clock.get("tolerance_ms")
-    reason = ("mode off" if clock.get("mode") == "off" else
+                f"(spans outside their request: {_share(clock.violating_share_before)} before, "
+                f"{_share(clock.violating_share_after)} after)")
+    tolerance = clock.tolerance_ms
+    reason = ("mode off" if clock.mode == "off" else
               "the clocks agree within the bound" if tolerance is None else
               f"no offset beyond where each side takes its timestamps, ± {tolerance:.3f} ms")
     return f"{head}; not applied ({reason})"

@@ -76,7 +76,7 @@ def test_server_panels_give_the_kv_cache_in_percent_and_preemptions_per_second(k
 
 def test_other_traffic_is_a_rate_per_window_and_a_sentence():
     analysis = {"run": {"load_start_ns": 10 * NS}, "stages": {"joined_requests": 40},
-                "other_traffic": {"requests": 12, "prompt_tokens": 6000, "output_tokens": None, "window_s": 2.0,
+                "other_traffic": {"requests": 12, "prompt_tokens": 6000, "output_tokens": None, "token_attributes": None, "window_s": 2.0,
                                   "windows": [{"start_ns": 10 * NS, "requests": 4, "prompt_tokens": 2000, "output_tokens": None},
                                               {"start_ns": 12 * NS, "requests": 8, "prompt_tokens": 4000, "output_tokens": None}]}}
     chart = other_traffic_chart(analysis)

@@ -8,6 +8,7 @@ import os
 import jsonschema
 from run_builders import TRITON_FIXTURE, triton_requests, write_requests_run
 
+from tailscope.analysis_model.stages import ClockAlignment
 from tailscope.analyzers.analysis import SCHEMA_PATH, analyze_run
 from tailscope.reports.data import build_report_data
 from tailscope.reports.tracing_view import clock_text, receiver_rows
@@ -47,10 +48,9 @@ def test_skewed_triton_run_report(tmp_path):
 
 
 def test_texts_for_older_or_thin_analyses():
-    assert clock_text({}) == "" and receiver_rows({}) == []
-    assert clock_text({"clock_alignment": {"offset_ms": None, "requests": 3}}).startswith("Clock offset: not estimated")
-    off = clock_text({"clock_alignment": {"offset_ms": 0.01, "bound_ms": 0.2, "requests": 900, "applied": False,
-                                          "mode": "auto"}})
+    assert clock_text(None) == "" and receiver_rows({}) == []
+    assert clock_text(ClockAlignment("auto", 3, False, None, None)).startswith("Clock offset: not estimated")
+    off = clock_text(ClockAlignment("auto", 900, False, 0.01, 0.2))
     assert off.endswith("not applied (the clocks agree within the bound)")
     rows = receiver_rows({"port": 1, "grpc_port": None, "write_error": "disk full"})
     assert rows == [{"key": "ports", "value": "OTLP/HTTP 1, OTLP/gRPC off"}, {"key": "write_error", "value": "disk full"}]
