@@ -8,6 +8,7 @@ checks each against the schema; a section gains its type by being added here.
 from __future__ import annotations
 
 from tailscope.analysis_model.events import Event, Events
+from tailscope.analysis_model.health import Generator, LimitedBand, Outages, Retention, Soak
 from tailscope.analysis_model.llm import Llm, LlmGoodput, LlmMetrics, TokenStats
 from tailscope.analysis_model.percentiles import MaxValue, Percentile, PercentileSet
 from tailscope.analysis_model.server import OtherTraffic, ServerLoad
@@ -33,6 +34,11 @@ TYPED: dict[str, type] = {
     "events": Events,
     "server_load": ServerLoad | None,  # null without mapped server series
     "other_traffic": OtherTraffic,
+    "generator": Generator,
+    "generator_limited_windows": list[LimitedBand],
+    "outages": Outages,
+    "retention": Retention,
+    "soak": Soak,
 }
 
 __all__ = ["TYPED", "MaxValue", "Percentile", "PercentileSet"]

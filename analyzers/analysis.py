@@ -25,7 +25,7 @@ from tailscope.analyzers.causes.protocol import DetectorRegistry
 from tailscope.analyzers.findings.protocol import FindingInputs
 from tailscope.analyzers.findings.registry import whole_run_findings
 from tailscope.analyzers.health.generator_health import generator_section
-from tailscope.analyzers.health.lateness_rule import lateness_judgement, material_intervals
+from tailscope.analyzers.health.lateness_rule import judged, limited_bands
 from tailscope.analyzers.health.load_checks import abort_verdict, load_warnings
 from tailscope.analyzers.health.outages import find_outages
 from tailscope.analyzers.health.outcome import outcome_verdict, scenario_policy
@@ -155,9 +155,8 @@ def analyze_run(run_or_path: Run | str | os.PathLike, *, window_s: float = 1.0,
         patterns = analyze_patterns(req, spikes, signal_index, period)
         servers = run_server_series(run, signal_index)
         records = records_later.result()
-    generator = records["generator"]
-    generator = {**generator, "limited_windows": material_intervals(generator, summary, req),
-                 "lateness_rule": lateness_judgement(summary)}
+    judged_generator = judged(records["generator"], summary, req)  # the lateness rule needs the summary
+    generator = encode(judged_generator)
     summary = {**summary, "load_model": generator["load_model"]["loop"], "dropped": generator["dropped"],
                "goodput": records["goodput"]}
     analysis = {
@@ -183,11 +182,10 @@ def analyze_run(run_or_path: Run | str | os.PathLike, *, window_s: float = 1.0,
         "signals": signals,
         "events": event_digest(run),
         "receiver": run.receiver,
-        "outages": find_outages(req, run.events),
-        "retention": retained.retention if retained is not None else {"sampled": False},
+        "outages": encode(find_outages(req, run.events)),
+        "retention": encode(retained.retention) if retained is not None else {"sampled": False},  # all kept
         "generator": generator,
-        "generator_limited_windows": [{"start_ns": w["start_ns"], "end_ns": w["end_ns"], "material": w["material"]}
-                                      for w in generator["limited_windows"]],
+        "generator_limited_windows": encode(limited_bands(judged_generator)),
         "server_load": server_load_section(servers, signal_index, period),
         "other_traffic": other_traffic_section(run, req, matrix, join.span_request, period, window_s),
         "streaming": streaming_section(req, records["stream_times"], duration_s),
@@ -200,10 +198,10 @@ def analyze_run(run_or_path: Run | str | os.PathLike, *, window_s: float = 1.0,
             analysis["llm"]["spikes"], series(req, records["llm"], records["stream_times"]), req, matrix, run,
             windows, registry, method, join.span_request, queue)
         analysis["llm"]["prefix_cache"] = prefix_cache_section(servers, signal_index, period)
-    analysis["soak"] = soak_section(
+    analysis["soak"] = encode(soak_section(
         windows, run.signals, period,
         retained.period_counts if retained is not None else partial(record_period_counts, req),
-        analysis.get("patterns"), retained=retained is not None)
+        analysis.get("patterns"), retained=retained is not None))
     policy, policy_warnings = scenario_policy(scenario)
     analysis["verdict"] = outcome_verdict(abort_verdict(evaluate(slos, analysis), run.manifest),
                                           analysis["run"], run.manifest, policy)

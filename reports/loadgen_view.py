@@ -1,11 +1,14 @@
 """The report's "Load generator" section and per-class goodput/SLO cells.
 
-Reads only the analysis dict (``generator``, ``summary.goodput``, ``verdict``,
-``classes``); every value is pre-formatted text, so the template only loops.
+Reads only the analysis dict: the ``generator`` section as its type (analysis_model/health.py),
+``summary.goodput``, ``verdict``, ``classes``; every value is pre-formatted text, so the template
+only loops.
 """
 
 from __future__ import annotations
 
+from tailscope.analysis_model.codec import decode
+from tailscope.analysis_model.health import Generator, GeneratorProcess, LatenessRule
 from tailscope.reports.formatting import fmt_count, fmt_ms, fmt_number, fmt_offset, fmt_rate, fmt_share
 
 CAUSE_TEXT = {
@@ -54,44 +57,43 @@ def _arrival_text(model: dict) -> str:
 
 
 def generator_data(analysis: dict) -> dict | None:
-    """Facts and generator-limited intervals of the load generator; None for old analyses."""
-    generator = analysis.get("generator")
-    if not generator:
+    """Facts and generator-limited intervals of the load generator (the ``generator`` section, read
+    once as :class:`~tailscope.analysis_model.health.Generator`); None for analyses without it."""
+    if not analysis.get("generator"):
         return None
+    generator = decode(Generator, analysis["generator"], "generator")
     origin = analysis["run"].get("load_start_ns")
     lateness = analysis["summary"].get("lateness_ms") or {}
-    cpu, gc = generator.get("cpu") or {}, generator.get("gc") or {}
-    processes = generator.get("processes") or []
+    cpu, gc, processes = generator.cpu, generator.gc, generator.processes
     facts = [
-        {"key": "arrivals", "value": _arrival_text(generator.get("load_model") or {})},
-        {"key": "in-flight cap", "value": f"{fmt_count(generator.get('max_in_flight'))} "
-                                          f"(when full: {generator.get('in_flight_policy', 'wait')})"},
-        {"key": "dropped (never sent)", "value": fmt_count(generator.get("dropped"))},
+        {"key": "arrivals", "value": _arrival_text(generator.load_model)},
+        {"key": "in-flight cap", "value": f"{fmt_count(generator.max_in_flight)} "
+                                          f"(when full: {generator.in_flight_policy})"},
+        {"key": "dropped (never sent)", "value": fmt_count(generator.dropped)},
         {"key": "lateness", "value": f"P50 {fmt_ms(lateness.get('p50_ms'))}, P99 {fmt_ms(lateness.get('p99_ms'))}, "
                                      f"{fmt_share(lateness.get('late_share'))} of sends > 1 ms late"},
-        {"key": "generator CPU", "value": f"mean {fmt_number(cpu.get('mean_percent'))} %, "
-                                          f"max {fmt_number(cpu.get('max_percent'))} % of one core"
+        {"key": "generator CPU", "value": f"mean {fmt_number(cpu.mean_percent)} %, "
+                                          f"max {fmt_number(cpu.max_percent)} % of one core"
                                           + (" (busiest process per window)" if len(processes) > 1 else "")},
         *([{"key": "generator processes", "value": _processes_text(processes)}] if len(processes) > 1 else []),
-        {"key": "generator GC", "value": f"{fmt_count(gc.get('pauses'))} pauses, {fmt_ms(gc.get('total_ms'))} "
-                                         f"in total, longest {fmt_ms(gc.get('max_ms'))}"},
-        {"key": "waiting for a CPU", "value": fmt_ms(generator.get("runqueue_wait_ms"))},
+        {"key": "generator GC", "value": f"{fmt_count(gc.pauses)} pauses, {fmt_ms(gc.total_ms)} "
+                                         f"in total, longest {fmt_ms(gc.max_ms)}"},
+        {"key": "waiting for a CPU", "value": fmt_ms(generator.runqueue_wait_ms)},
     ]
     intervals = [{
-        "window": f"{fmt_offset(i['start_ns'], origin)} – {fmt_offset(i['end_ns'], origin)}",
-        "late": f"{fmt_count(i['late'])} of {fmt_count(i['scheduled'])} ({fmt_share(i['late_share'])})",
-        "cause": CAUSE_TEXT.get(i["cause"], i["cause"]),
-    } for i in generator.get("limited_windows") or []]
-    for row, raw in zip(intervals, generator.get("limited_windows") or []):
-        row["shift"] = fmt_ms(raw.get("p99_shift_ms"))
-        row["mattered"] = "yes" if raw.get("material", True) else "no"
-    windows = generator.get("windows") or []
-    short = [w for w in windows if w["offered_rps"] > 0 and w["achieved_rps"] < 0.9 * w["offered_rps"]]
-    rule = generator.get("lateness_rule")
-    if rule:
+        "window": f"{fmt_offset(i.start_ns, origin)} – {fmt_offset(i.end_ns, origin)}",
+        "late": f"{fmt_count(i.late)} of {fmt_count(i.scheduled)} ({fmt_share(i.late_share)})",
+        "cause": CAUSE_TEXT.get(i.cause, i.cause),
+        "shift": fmt_ms(i.p99_shift_ms),
+        "mattered": "yes" if i.material else "no",
+    } for i in generator.limited_windows]
+    windows = generator.windows
+    short = [w for w in windows if w.offered_rps > 0 and w.achieved_rps < 0.9 * w.offered_rps]
+    rule = generator.lateness_rule
+    if rule is not None:
         facts.append({"key": "does lateness matter?", "value": _rule_text(rule)})
     return {
-        "limited": bool(rule.get("material")) if rule else bool(generator.get("limited")),
+        "limited": headline_limited(generator),
         "verdict": generator_verdict(generator, len(intervals)),
         "facts": facts,
         "intervals": intervals,
@@ -99,25 +101,31 @@ def generator_data(analysis: dict) -> dict | None:
     }
 
 
-def _rule_text(rule: dict) -> str:
-    checks = "; ".join(f"{c['percentile']} latency {fmt_ms(c['latency_ms'])} vs service time {fmt_ms(c['service_ms'])}: "
-                       f"lateness adds {fmt_ms(c['shift_ms'])} ({fmt_share(c['share'])})"
-                       + ("" if c["claimed"] else f", {c['percentile']} not claimed")
-                       for c in rule.get("checks") or [] if c.get("share") is not None)
-    return ("yes" if rule.get("material") else "no") + (f": {checks}" if checks else "") + f" ({rule.get('rule')})"
+def _rule_text(rule: LatenessRule) -> str:
+    checks = "; ".join(f"{c.percentile} latency {fmt_ms(c.latency_ms)} vs service time {fmt_ms(c.service_ms)}: "
+                       f"lateness adds {fmt_ms(c.shift_ms)} ({fmt_share(c.share)})"
+                       + ("" if c.claimed else f", {c.percentile} not claimed")
+                       for c in rule.checks if c.share is not None)
+    return ("yes" if rule.material else "no") + (f": {checks}" if checks else "") + f" ({rule.rule})"
 
 
-def generator_verdict(generator: dict, intervals: int) -> str:
+def headline_limited(generator: Generator) -> bool:
+    """Whether generator-limited is the headline: the lateness mattered (``lateness_rule.material``,
+    :mod:`tailscope.analyzers.health.lateness_rule`); an analysis written before the rule: more
+    than 1% of sends were late (``limited``)."""
+    rule = generator.lateness_rule
+    return rule.material if rule is not None else generator.limited
+
+
+def generator_verdict(generator: Generator, intervals: int) -> str:
     """One line that never contradicts the windows listed under it: kept to its schedule only
     when no window was generator-limited; a headline "generator-limited" only when lateness
-    mattered (``lateness_rule.material``, :mod:`tailscope.analyzers.health.lateness_rule`)."""
-    rule = generator.get("lateness_rule")
-    material = bool(rule.get("material")) if rule else bool(generator.get("limited"))
-    if material:
+    mattered (:func:`headline_limited`)."""
+    if headline_limited(generator):
         return ("generator-limited: late sends changed the claimed percentiles, so the generator, not the "
                 "target, may explain the tail in the windows below")
-    if intervals or generator.get("limited"):
-        mattered = sum(1 for w in generator.get("limited_windows") or [] if w.get("material"))
+    if intervals or generator.limited:
+        mattered = sum(1 for w in generator.limited_windows if w.material)
         return (f"the generator fell behind its schedule in {intervals} window{'s' if intervals != 1 else ''} "
                 "(more than 1% of sends over 1 ms late), but the lateness did not materially change a claimed "
                 "percentile, so it is no headline warning; "
@@ -126,11 +134,11 @@ def generator_verdict(generator: dict, intervals: int) -> str:
     return "the generator kept to its schedule: no window had more than 1% of its sends over 1 ms late"
 
 
-def _processes_text(processes: list[dict]) -> str:
+def _processes_text(processes: list[GeneratorProcess]) -> str:
     """Each generator process (distributed workers): its CPU and GC pauses, one clause each."""
     return "; ".join(
-        f"worker {p.get('worker')}: CPU mean {fmt_number(p.get('cpu_mean_percent'))} %, "
-        f"max {fmt_number(p.get('cpu_max_percent'))} %, {fmt_count(p.get('gc_pauses'))} GC pauses"
+        f"worker {p.worker}: CPU mean {fmt_number(p.cpu_mean_percent)} %, "
+        f"max {fmt_number(p.cpu_max_percent)} %, {fmt_count(p.gc_pauses)} GC pauses"
         for p in processes)
 
 

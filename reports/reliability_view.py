@@ -1,12 +1,16 @@
 """Report data for outages, the soak view and record retention (pre-formatted text).
 
-Reads only the analysis keys ``outages``, ``soak`` and ``retention``
-(docs/analysis-schema.md); each function returns None when its section has
+Reads only the analysis keys ``outages``, ``soak`` and ``retention``, each decoded once into its type
+(analysis_model/health.py); each function returns None when its section has
 nothing to show, so the template can skip it.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
+from tailscope.analysis_model.codec import decode
+from tailscope.analysis_model.health import Outages, Retention, Soak
 from tailscope.reports.formatting import fmt_count, fmt_ms, fmt_offset, fmt_rate, fmt_share
 
 MB = "MB"
@@ -17,59 +21,72 @@ def _fmt_seconds(ms) -> str:
 
 
 def outage_data(outages: dict | None, origin_ns) -> dict | None:
-    """Rows of the outage table, or None when the target never went away."""
-    if not outages or not outages.get("outages"):
+    """Rows of the outage table (the ``outages`` section, read once as
+    :class:`~tailscope.analysis_model.health.Outages`), or None when the target never went away."""
+    if not outages:
+        return None
+    section = decode(Outages, outages, "outages")
+    if not section.outages:
         return None
     rows = [{
-        "kind": o["kind"],
-        "window": f"{fmt_offset(o['start_ns'], origin_ns)} – {fmt_offset(o['end_ns'], origin_ns)}",
-        "duration": _fmt_seconds(o["duration_ms"]),
-        "requests": fmt_count(o["requests"]),
-        "errors": ", ".join(f"{k} {v:,}" for k, v in (o.get("errors_by_kind") or {}).items()) or "—",
-        "recovered": "yes" if o["recovered"] else "no (still down when the load ended)",
-        "source": o["source"],
-    } for o in outages["outages"]]
-    return {"count": fmt_count(outages["count"]), "total": _fmt_seconds(outages["total_ms"]), "rows": rows}
+        "kind": o.kind,
+        "window": f"{fmt_offset(o.start_ns, origin_ns)} – {fmt_offset(o.end_ns, origin_ns)}",
+        "duration": _fmt_seconds(o.duration_ms),
+        "requests": fmt_count(o.requests),
+        "errors": ", ".join(f"{k} {v:,}" for k, v in o.errors_by_kind.items()) or "—",
+        "recovered": "yes" if o.recovered else "no (still down when the load ended)",
+        "source": o.source,
+    } for o in section.outages]
+    return {"count": fmt_count(section.count), "total": _fmt_seconds(section.total_ms), "rows": rows}
 
 
 def _mb(value) -> str:
     return "—" if value is None else f"{value:,.0f} {MB}"
 
 
-def _verdict_line(verdict) -> dict | None:
-    if not isinstance(verdict, dict):
+def _verdict_line(verdict: dict[str, Any] | None) -> dict | None:
+    """A drift or leak verdict (``{verdict, summary, …}``, docs/analysis-schema.md) as text."""
+    if verdict is None:
         return None
     return {"verdict": str(verdict.get("verdict", "—")), "summary": str(verdict.get("summary") or "")}
 
 
 def soak_data(soak: dict | None, origin_ns) -> dict | None:
-    """Period rows and verdict lines, or None for a run with fewer than two periods."""
-    if not soak or len(soak.get("periods") or []) < 2:
+    """Period rows and verdict lines (the ``soak`` section, read once as
+    :class:`~tailscope.analysis_model.health.Soak`), or None for a run with fewer than two periods."""
+    if not soak:
         return None
-    period_s = soak["period_s"]
+    section = decode(Soak, soak, "soak")
+    if len(section.periods) < 2 or section.period_s is None:
+        return None
+    period_s = section.period_s
     label = "hour" if period_s == 3600 else (f"{period_s // 60} min" if period_s >= 60 else f"{period_s} s")
     rows = [{
-        "window": f"{fmt_offset(p['start_ns'], origin_ns)} – {fmt_offset(p['end_ns'], origin_ns)}",
-        "requests": fmt_count(p["requests"]), "errors": fmt_count(p["errors"]),
-        "error_rate": fmt_share(p["error_rate"]), "achieved": fmt_rate(p["achieved_rps"]),
-        "p50": fmt_ms(p["p50_ms"]), "p99": fmt_ms(p["p99_ms"]) + ("" if p["p99_claimed"] else " *"),
-        "target_rss": _mb(p.get("target_rss_max_mb")), "harness_rss": _mb(p.get("harness_rss_max_mb")),
-    } for p in soak["periods"]]
-    return {"period": label, "rows": rows, "drift": _verdict_line(soak.get("drift")),
-            "leak": _verdict_line(soak.get("leak")),
-            "source": "diagnosis detectors" if soak.get("verdicts_source") == "patterns" else "soak analysis"}
+        "window": f"{fmt_offset(p.start_ns, origin_ns)} – {fmt_offset(p.end_ns, origin_ns)}",
+        "requests": fmt_count(p.requests), "errors": fmt_count(p.errors),
+        "error_rate": fmt_share(p.error_rate), "achieved": fmt_rate(p.achieved_rps),
+        "p50": fmt_ms(p.p50_ms), "p99": fmt_ms(p.p99_ms) + ("" if p.p99_claimed else " *"),
+        "target_rss": _mb(p.target_rss_max_mb), "harness_rss": _mb(p.harness_rss_max_mb),
+    } for p in section.periods]
+    return {"period": label, "rows": rows, "drift": _verdict_line(section.drift),
+            "leak": _verdict_line(section.leak),
+            "source": "diagnosis detectors" if section.verdicts_source == "patterns" else "soak analysis"}
 
 
 def retention_data(retention: dict | None) -> dict | None:
-    """Facts about selective record keeping, or None when every record was kept."""
-    if not retention or not retention.get("sampled"):
+    """Facts about selective record keeping (the ``retention`` section, read once as
+    :class:`~tailscope.analysis_model.health.Retention`), or None when every record was kept."""
+    if not retention:
         return None
-    budget = retention.get("disk_budget_bytes")
+    section = decode(Retention, retention, "retention")
+    if not section.sampled:
+        return None
+    budget = section.disk_budget_bytes
     return {
-        "kept": f"{fmt_count(retention['records_kept'])} of {fmt_count(retention['requests'])} "
-                f"({fmt_share(retention['kept_share'])})",
-        "sample_rate": f"{retention['sample_rate']:g} (configured {retention['configured_sample_rate']:g})",
-        "intervals": fmt_count(len(retention.get("keep_intervals") or [])),
-        "around": _fmt_seconds((retention.get("full_records_around_spikes_s") or 0) * 1e3),
+        "kept": f"{fmt_count(section.records_kept)} of {fmt_count(section.requests)} "
+                f"({fmt_share(section.kept_share)})",
+        "sample_rate": f"{section.sample_rate:g} (configured {section.configured_sample_rate:g})",
+        "intervals": fmt_count(len(section.keep_intervals)),
+        "around": _fmt_seconds((section.full_records_around_spikes_s or 0) * 1e3),
         "budget": "none" if not budget else f"{budget / 1e6:,.0f} MB",
     }

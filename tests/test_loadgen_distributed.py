@@ -300,6 +300,7 @@ def _generator_run(signal_rows: list[tuple], gc_events: list[tuple], origin: int
 def test_generator_analysis_keeps_worker_processes_apart():
     """Two workers' labelled gauges: per window the busiest process's CPU and run-queue wait,
     the sum of in-flight requests; each process's own totals in ``processes``."""
+    from tailscope.analysis_model.codec import encode
     from tailscope.analyzers.health.generator_health import generator_section
 
     origin = 1_800_000_000_000_000_000
@@ -312,7 +313,7 @@ def test_generator_analysis_keeps_worker_processes_apart():
                  (origin + 1_300_000_000, origin + 1_302_000_000, {"worker": 0}),
                  (origin + 1_500_000_000, origin + 1_503_000_000, {"worker": 1})]
     req, run = _generator_run(signal_rows, gc_events, origin, late_window=2)
-    section = generator_section(req, run, (origin, origin + 4_000_000_000), 1.0)
+    section = encode(generator_section(req, run, (origin, origin + 4_000_000_000), 1.0))
     windows = section["windows"]
     assert [w["cpu_percent"] for w in windows] == [30.0, 30.0, 95.0, 30.0]
     assert [w["in_flight"] for w in windows] == [5.0] * 4
@@ -329,7 +330,7 @@ def test_generator_analysis_keeps_worker_processes_apart():
     # one process (unlabelled series, events without a worker) reads as before
     single = [(t, name.split("{")[0], v) for t, name, v in signal_rows if 'worker="0"' in name]
     req, run = _generator_run(single, [(origin, origin + 1_000_000, {"pid": 1})], origin, late_window=2)
-    section = generator_section(req, run, (origin, origin + 4_000_000_000), 1.0)
+    section = encode(generator_section(req, run, (origin, origin + 4_000_000_000), 1.0))
     assert [w["cpu_percent"] for w in section["windows"]] == list(cpu[0])
     assert [p["worker"] for p in section["processes"]] == [None] and section["processes"][0]["gc_pauses"] == 1
 

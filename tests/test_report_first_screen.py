@@ -14,6 +14,7 @@ from html.parser import HTMLParser
 import pytest
 
 from tailscope.analysis_model.spikes import Decomposition
+from tailscope.analysis_model.health import Generator, GeneratorCpu, GeneratorGc, LimitedInterval
 from tailscope.analyzers.analysis import analyze_run
 from tailscope.analyzers.causes.protocol import Finding, unexplained
 from tailscope.analyzers.comparison.baseline import CompareRules, verdict_summary
@@ -95,27 +96,31 @@ def _summary(latency_p99, service_p99, claimed=True, latency_p50=10.0, service_p
 def test_lateness_is_a_headline_only_when_it_moves_a_claimed_percentile_by_more_than_five_percent():
     assert MATERIAL_SHARE == 0.05
     quiet = lateness_judgement(_summary(15.8, 15.4))  # lateness adds 0.4 ms (2.5%) to the P99
-    assert not quiet["material"] and quiet["checks"][1]["share"] == pytest.approx(0.4 / 15.8)
+    assert not quiet.material and quiet.checks[1].share == pytest.approx(0.4 / 15.8)
     loud = lateness_judgement(_summary(15.8, 14.0))  # 1.8 ms (11%)
-    assert loud["material"] and loud["checks"][1]["material"] and not loud["checks"][0]["material"]
+    assert loud.material and loud.checks[1].material and not loud.checks[0].material
     unclaimed = lateness_judgement(_summary(15.8, 14.0, claimed=False))
-    assert not unclaimed["material"]  # a percentile we do not claim cannot be changed materially
+    assert not unclaimed.material  # a percentile we do not claim cannot be changed materially
     at_p50 = lateness_judgement(_summary(15.8, 15.7, latency_p50=10.0, service_p50=9.0))
-    assert at_p50["material"] and at_p50["checks"][0]["material"]
-    assert "more than 5%" in quiet["rule"]
+    assert at_p50.material and at_p50.checks[0].material
+    assert "more than 5%" in quiet.rule
 
 
 def test_the_generator_line_never_says_kept_to_its_schedule_beside_limited_windows():
     rule = lateness_judgement(_summary(15.8, 15.4))
-    windows = [{"start_ns": i * NS, "end_ns": (i + 1) * NS, "material": False} for i in range(10)]
-    text = generator_verdict({"limited": False, "limited_windows": windows, "lateness_rule": rule}, len(windows))
+    windows = [LimitedInterval(i * NS, (i + 1) * NS, 1, 100, 2, 0.02, "unknown", 0.1, False) for i in range(10)]
+    text = generator_verdict(_generator(False, windows, rule), len(windows))
     assert "kept to its schedule" not in text and "fell behind its schedule in 10 windows" in text
     assert "no grey band is drawn" in text
-    assert "kept to its schedule" in generator_verdict({"limited": False, "limited_windows": [],
-                                                        "lateness_rule": rule}, 0)
+    assert "kept to its schedule" in generator_verdict(_generator(False, [], rule), 0)
     loud = lateness_judgement(_summary(15.8, 14.0))
-    assert generator_verdict({"limited": True, "limited_windows": windows, "lateness_rule": loud},
-                             10).startswith("generator-limited")
+    assert generator_verdict(_generator(True, windows, loud), 10).startswith("generator-limited")
+
+
+def _generator(limited, limited_windows, rule) -> Generator:
+    return Generator(load_model={"loop": "open", "process": "poisson"}, in_flight_policy="wait", dropped=0,
+                     windows=[], limited=limited, limited_windows=limited_windows, cpu=GeneratorCpu(),
+                     gc=GeneratorGc(0, 0.0, None), lateness_rule=rule)
 
 
 def test_a_run_whose_lateness_does_not_matter_has_no_generator_limited_finding_or_band(tmp_path):

@@ -34,10 +34,20 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 
 import numpy as np
 import pyarrow.compute as pc
 
+from tailscope.analysis_model.health import (
+    Generator,
+    GeneratorCpu,
+    GeneratorGc,
+    GeneratorProcess,
+    GeneratorWindow,
+    LimitedCause,
+    LimitedInterval,
+)
 from tailscope.analyzers.inputs.records import NS_PER_MS, NS_PER_S, RequestArrays, int_column
 from tailscope.analyzers.stats.percentiles import group_sort, grouped_quantile
 from tailscope.support.units import LATE_THRESHOLD_MS
@@ -124,7 +134,7 @@ def _combined(per_process: dict, how: str, n: int) -> np.ndarray:
     return np.where(covered, np.nansum(stacked, axis=0), np.nan)
 
 
-def _process_records(gauges: dict, gc_by_worker: dict) -> list[dict]:
+def _process_records(gauges: dict, gc_by_worker: dict) -> list[GeneratorProcess]:
     """Each generator process's own CPU (mean and max of its window means, % of one core),
     run-queue wait (total ms) and GC pauses, by worker index (None: the only process)."""
     workers = set(gauges["generator.cpu_percent"]) | set(gauges["generator.runqueue_wait_ms"]) | set(gc_by_worker)
@@ -133,19 +143,19 @@ def _process_records(gauges: dict, gc_by_worker: dict) -> list[dict]:
         cpu = gauges["generator.cpu_percent"].get(worker, np.zeros(0))
         wait = gauges["generator.runqueue_wait_ms"].get(worker, np.zeros(0))
         pauses, total_ms = gc_by_worker.get(worker, (0, 0.0))
-        out.append({"worker": worker, "cpu_mean_percent": _finite_stat(np.nanmean, cpu),
-                    "cpu_max_percent": _finite_stat(np.nanmax, cpu),
-                    "runqueue_wait_ms": _finite_stat(np.nansum, wait),
-                    "gc_pauses": pauses, "gc_total_ms": total_ms})
+        out.append(GeneratorProcess(worker=worker, cpu_mean_percent=_finite_stat(np.nanmean, cpu),
+                                    cpu_max_percent=_finite_stat(np.nanmax, cpu),
+                                    runqueue_wait_ms=_finite_stat(np.nansum, wait),
+                                    gc_pauses=pauses, gc_total_ms=total_ms))
     return out
 
 
-def _gc_per_window(events, origin_ns: int, window_ns: int, n: int) -> tuple[np.ndarray, dict, dict]:
+def _gc_per_window(events, origin_ns: int, window_ns: int, n: int) -> tuple[np.ndarray, GeneratorGc, dict]:
     """(GC pause ms per window, totals, {worker: (pauses, total ms)}) of the generator
     processes' ``generator_gc`` events (worker None: events without a ``worker`` attribute)."""
     per_window = np.zeros(n)
     if events is None or len(events) == 0:
-        return per_window, {"pauses": 0, "total_ms": 0.0, "max_ms": None}, {}
+        return per_window, GeneratorGc(pauses=0, total_ms=0.0, max_ms=None), {}
     kinds = events.column("kind").to_numpy(zero_copy_only=False)
     start, _ = int_column(events, "start_ns")
     end, _ = int_column(events, "end_ns")
@@ -160,8 +170,8 @@ def _gc_per_window(events, origin_ns: int, window_ns: int, n: int) -> tuple[np.n
         worker = _event_worker(text)
         pauses, total = by_worker.get(worker, (0, 0.0))
         by_worker[worker] = (pauses + 1, total + float(ms))
-    return per_window, {"pauses": int(mask.sum()), "total_ms": float(pause_ms.sum()),
-                        "max_ms": float(pause_ms.max()) if len(pause_ms) else None}, by_worker
+    return per_window, GeneratorGc(pauses=int(mask.sum()), total_ms=float(pause_ms.sum()),
+                                   max_ms=float(pause_ms.max()) if len(pause_ms) else None), by_worker
 
 
 def _event_worker(text) -> int | None:
@@ -173,16 +183,17 @@ def _event_worker(text) -> int | None:
     return worker if isinstance(worker, int) else None
 
 
-def generator_section(req: RequestArrays, run, period: tuple[int, int] | None, window_s: float) -> dict:
-    """The ``generator`` section of the analysis (see module docstring)."""
+def generator_section(req: RequestArrays, run, period: tuple[int, int] | None, window_s: float) -> Generator:
+    """The ``generator`` section of the analysis (see module docstring), before the lateness rule
+    (:func:`~.lateness_rule.judged` adds it once the summary is known)."""
     manifest = run.manifest
     options = manifest.get("options") or {}
     model = load_model(manifest)
-    base = {"load_model": model, "in_flight_policy": options.get("in_flight_policy", "wait"),
-            "max_in_flight": options.get("max_in_flight"),
-            "dropped": int(np.sum(req.error_kind == "dropped")), "windows": [], "limited": False,
-            "limited_windows": [], "cpu": {"mean_percent": None, "max_percent": None},
-            "gc": {"pauses": 0, "total_ms": 0.0, "max_ms": None}, "runqueue_wait_ms": None, "processes": []}
+    base = Generator(load_model=model, in_flight_policy=options.get("in_flight_policy", "wait"),
+                     max_in_flight=options.get("max_in_flight"),
+                     dropped=int(np.sum(req.error_kind == "dropped")), windows=[], limited=False,
+                     limited_windows=[], cpu=GeneratorCpu(mean_percent=None, max_percent=None),
+                     gc=GeneratorGc(pauses=0, total_ms=0.0, max_ms=None), runqueue_wait_ms=None, processes=[])
     if period is None or req.n == 0:
         return base
     origin, end = period
@@ -197,17 +208,17 @@ def generator_section(req: RequestArrays, run, period: tuple[int, int] | None, w
     limited = table["late_share"] > LIMITED_SHARE
     cpu = gauges["generator.cpu_percent"]
     wait = gauges["generator.runqueue_wait_ms"]
-    return {
-        **base,
-        "windows": _window_records(table, origin, window_ns),
-        "limited": late_share_all > LIMITED_SHARE,
-        "late_share": late_share_all,
-        "limited_windows": _intervals(limited, table, origin, window_ns, options.get("max_in_flight")),
-        "cpu": {"mean_percent": _finite_stat(np.nanmean, cpu), "max_percent": _finite_stat(np.nanmax, cpu)},
-        "gc": gc_totals,
-        "runqueue_wait_ms": _finite_stat(np.nansum, wait),
-        "processes": _process_records(per_process, gc_by_worker),
-    }
+    return replace(
+        base,
+        windows=_window_records(table, origin, window_ns),
+        limited=late_share_all > LIMITED_SHARE,
+        late_share=late_share_all,
+        limited_windows=_intervals(limited, table, origin, window_ns, options.get("max_in_flight")),
+        cpu=GeneratorCpu(mean_percent=_finite_stat(np.nanmean, cpu), max_percent=_finite_stat(np.nanmax, cpu)),
+        gc=gc_totals,
+        runqueue_wait_ms=_finite_stat(np.nansum, wait),
+        processes=_process_records(per_process, gc_by_worker),
+    )
 
 
 def _finite_stat(function, values: np.ndarray) -> float | None:
@@ -241,20 +252,20 @@ def _number(value) -> float | None:
     return None if value is None or not np.isfinite(value) else float(value)
 
 
-def _window_records(table: dict, origin: int, window_ns: int) -> list[dict]:
-    return [{
-        "start_ns": origin + i * window_ns, "end_ns": origin + (i + 1) * window_ns,
-        "scheduled": int(table["scheduled"][i]), "sent": int(table["sent"][i]), "late": int(table["late"][i]),
-        "dropped": int(table["dropped"][i]),
-        "offered_rps": float(table["offered_rps"][i]), "sent_rps": float(table["sent_rps"][i]),
-        "achieved_rps": float(table["achieved_rps"][i]), "late_share": float(table["late_share"][i]),
-        "lateness_p99_ms": _number(table["lateness_p99_ms"][i]),
-        "cpu_percent": _number(table["cpu_percent"][i]), "runqueue_wait_ms": _number(table["runqueue_wait_ms"][i]),
-        "in_flight": _number(table["in_flight"][i]), "gc_pause_ms": float(table["gc_pause_ms"][i]),
-    } for i in range(len(table["scheduled"]))]
+def _window_records(table: dict, origin: int, window_ns: int) -> list[GeneratorWindow]:
+    return [GeneratorWindow(
+        start_ns=origin + i * window_ns, end_ns=origin + (i + 1) * window_ns,
+        scheduled=int(table["scheduled"][i]), sent=int(table["sent"][i]), late=int(table["late"][i]),
+        dropped=int(table["dropped"][i]),
+        offered_rps=float(table["offered_rps"][i]), sent_rps=float(table["sent_rps"][i]),
+        achieved_rps=float(table["achieved_rps"][i]), late_share=float(table["late_share"][i]),
+        lateness_p99_ms=_number(table["lateness_p99_ms"][i]),
+        cpu_percent=_number(table["cpu_percent"][i]), runqueue_wait_ms=_number(table["runqueue_wait_ms"][i]),
+        in_flight=_number(table["in_flight"][i]), gc_pause_ms=float(table["gc_pause_ms"][i]),
+    ) for i in range(len(table["scheduled"]))]
 
 
-def _intervals(limited: np.ndarray, table: dict, origin: int, window_ns: int, max_in_flight) -> list[dict]:
+def _intervals(limited: np.ndarray, table: dict, origin: int, window_ns: int, max_in_flight) -> list[LimitedInterval]:
     """Runs of adjacent generator-limited windows, each with totals and a likely cause."""
     out = []
     edges = np.flatnonzero(np.diff(np.concatenate(([0], limited.astype(np.int8), [0]))))
@@ -262,16 +273,16 @@ def _intervals(limited: np.ndarray, table: dict, origin: int, window_ns: int, ma
         part = slice(lo, hi)
         scheduled = int(table["scheduled"][part].sum())
         late = int(table["late"][part].sum() + table["dropped"][part].sum())
-        out.append({
-            "start_ns": origin + int(lo) * window_ns, "end_ns": origin + int(hi) * window_ns,
-            "windows": int(hi - lo), "scheduled": scheduled, "late": late,
-            "late_share": late / scheduled if scheduled else 0.0,
-            "cause": _cause(table, part, max_in_flight),
-        })
+        out.append(LimitedInterval(
+            start_ns=origin + int(lo) * window_ns, end_ns=origin + int(hi) * window_ns,
+            windows=int(hi - lo), scheduled=scheduled, late=late,
+            late_share=late / scheduled if scheduled else 0.0,
+            cause=_cause(table, part, max_in_flight),
+        ))
     return out[:MAX_INTERVALS]
 
 
-def _cause(table: dict, part: slice, max_in_flight) -> str:
+def _cause(table: dict, part: slice, max_in_flight) -> LimitedCause:
     """The likeliest reason the generator fell behind in these windows."""
     wait = table["runqueue_wait_ms"][part]
     cpu = table["cpu_percent"][part]

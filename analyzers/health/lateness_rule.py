@@ -14,13 +14,16 @@ so in its load-generator section.
 A generator-limited interval matters by the same measure over its own
 requests: their latency P99 exceeds their service-time P99 by more than 5% of
 the run's P99 latency. The report draws bands only for those. Pure functions
-of the analysis dict (and of the request arrays, for the intervals).
+of the summary dict and the typed ``generator`` section (and of the request arrays, for the intervals).
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
+from tailscope.analysis_model.health import Generator, LatenessCheck, LatenessRule, LimitedBand, LimitedInterval
 from tailscope.analyzers.inputs.records import RequestArrays
 from tailscope.analyzers.stats.percentiles import nearest_rank_value
 
@@ -33,10 +36,9 @@ RULE_TEXT = (f"lateness matters when it moves a claimed latency percentile by mo
              f"(from the actual send) by more than {MATERIAL_SHARE:.0%} of it")
 
 
-def lateness_judgement(summary: dict) -> dict:
-    """``{"material", "rule", "checks": [{"percentile", "latency_ms", "service_ms", "shift_ms", "share",
-    "lateness_ms", "claimed", "material"}]}`` from the summary's latency, service-time and lateness
-    percentiles; ``share`` = shift / latency."""
+def lateness_judgement(summary: dict) -> LatenessRule:
+    """The rule applied to the summary's latency, service-time and lateness percentiles (ms): one
+    check per compared percentile; ``share`` = shift / latency."""
     latency = summary.get("latency_ms") or {}
     service = summary.get("service_time_ms") or {}
     lateness = summary.get("lateness_ms") or {}
@@ -47,20 +49,32 @@ def lateness_judgement(summary: dict) -> dict:
         shift = value - served if value is not None and served is not None else None
         share = shift / value if shift is not None and value > 0 else None
         claimed = bool(entry.get("claimed"))
-        checks.append({"percentile": label, "latency_ms": value, "service_ms": served, "shift_ms": shift,
-                       "share": share, "lateness_ms": lateness.get(lateness_key), "claimed": claimed,
-                       "material": bool(claimed and share is not None and share > MATERIAL_SHARE)})
-    return {"material": any(c["material"] for c in checks), "rule": RULE_TEXT, "checks": checks}
+        checks.append(LatenessCheck(percentile=label, latency_ms=value, service_ms=served, shift_ms=shift,
+                                    share=share, lateness_ms=lateness.get(lateness_key), claimed=claimed,
+                                    material=bool(claimed and share is not None and share > MATERIAL_SHARE)))
+    return LatenessRule(material=any(c.material for c in checks), rule=RULE_TEXT, checks=checks)
 
 
-def material_intervals(generator: dict, summary: dict, req: RequestArrays) -> list[dict]:
+def judged(generator: Generator, summary: dict, req: RequestArrays) -> Generator:
+    """``generator`` with the lateness rule applied: its ``lateness_rule`` and each limited
+    interval's ``p99_shift_ms`` and ``material`` (:func:`material_intervals`)."""
+    return replace(generator, limited_windows=material_intervals(generator, summary, req),
+                   lateness_rule=lateness_judgement(summary))
+
+
+def limited_bands(generator: Generator) -> list[LimitedBand]:
+    """The ``generator_limited_windows`` section: each limited interval's span and whether it mattered."""
+    return [LimitedBand(start_ns=w.start_ns, end_ns=w.end_ns, material=w.material) for w in generator.limited_windows]
+
+
+def material_intervals(generator: Generator, summary: dict, req: RequestArrays) -> list[LimitedInterval]:
     """The generator's limited intervals, each with ``p99_shift_ms`` (its requests' latency P99 −
     service-time P99) and ``material`` (that shift above 5% of the run's P99 latency)."""
     p99 = ((summary.get("latency_ms") or {}).get("p99") or {}).get("value_ms")
     out = []
-    for interval in generator.get("limited_windows") or []:
-        inside = (req.in_latency & req.has_sent & (req.scheduled_ns >= interval["start_ns"])
-                  & (req.scheduled_ns < interval["end_ns"]))
+    for interval in generator.limited_windows:
+        inside = (req.in_latency & req.has_sent & (req.scheduled_ns >= interval.start_ns)
+                  & (req.scheduled_ns < interval.end_ns))
         shift = None
         if inside.any():
             latency, service = req.latency_ms[inside], req.service_ms[inside]
@@ -68,5 +82,5 @@ def material_intervals(generator: dict, summary: dict, req: RequestArrays) -> li
             if len(service):
                 shift = nearest_rank_value(latency, 0.99) - nearest_rank_value(service, 0.99)
         material = bool(p99 and shift is not None and shift > MATERIAL_SHARE * p99)
-        out.append({**interval, "p99_shift_ms": shift, "material": material})
+        out.append(replace(interval, p99_shift_ms=shift, material=material))
     return out

@@ -21,6 +21,7 @@ import json
 
 import numpy as np
 
+from tailscope.analysis_model.health import Outage, Outages
 from tailscope.analyzers.inputs.records import NS_PER_MS, RequestArrays, int_column
 
 CONNECTION_FAILURES = ("refused", "reset", "timeout")
@@ -28,6 +29,8 @@ CONNECTION_FAILURES = ("refused", "reset", "timeout")
 MIN_OUTAGE_REQUESTS = 3
 #: Most outages listed (the longest are kept).
 MAX_OUTAGES = 100
+#: The ``source`` of an outage found in the request records.
+DERIVED = "derived from requests"
 
 
 def _runs(flags: np.ndarray) -> list[tuple[int, int]]:
@@ -37,7 +40,7 @@ def _runs(flags: np.ndarray) -> list[tuple[int, int]]:
     return list(zip(edges[0::2].tolist(), (edges[1::2] - 1).tolist()))
 
 
-def derived_outages(req: RequestArrays, min_requests: int = MIN_OUTAGE_REQUESTS) -> list[dict]:
+def derived_outages(req: RequestArrays, min_requests: int = MIN_OUTAGE_REQUESTS) -> list[Outage]:
     """Outages found in the request records (see module docstring), in time order."""
     sent = np.flatnonzero(req.has_sent)
     if len(sent) == 0:
@@ -54,21 +57,22 @@ def derived_outages(req: RequestArrays, min_requests: int = MIN_OUTAGE_REQUESTS)
         recovered = last + 1 < len(order)
         start_ns = int(req.sent_ns[members[0]])
         end_ns = int(req.sent_ns[order[last + 1]]) if recovered else int(req.end_ns[members].max())
-        outages.append({
-            "kind": "down" if counts["refused"] + counts["reset"] >= counts["timeout"] else "stalled",
-            "start_ns": start_ns,
-            "end_ns": end_ns,
-            "duration_ms": (end_ns - start_ns) / NS_PER_MS,
-            "requests": int(len(members)),
-            "errors_by_kind": {k: v for k, v in counts.items() if v},
-            "recovered": bool(recovered),
-            "source": "derived from requests",
-        })
+        outages.append(Outage(
+            kind="down" if counts["refused"] + counts["reset"] >= counts["timeout"] else "stalled",
+            start_ns=start_ns,
+            end_ns=end_ns,
+            duration_ms=(end_ns - start_ns) / NS_PER_MS,
+            requests=int(len(members)),
+            errors_by_kind={k: v for k, v in counts.items() if v},
+            recovered=bool(recovered),
+            source=DERIVED,
+        ))
     return outages
 
 
-def recorded_outages(events) -> list[dict]:
-    """Rows of kind ``outage`` in the events table, as outage dicts."""
+def recorded_outages(events) -> list[Outage]:
+    """Rows of kind ``outage`` in the events table, as outages (``kind`` from the row's attributes,
+    default ``down``)."""
     if events is None or len(events) == 0:
         return []
     kinds = events.column("kind").to_numpy(zero_copy_only=False)
@@ -84,18 +88,19 @@ def recorded_outages(events) -> list[dict]:
         except (TypeError, ValueError):
             attrs = {}
         attrs = attrs if isinstance(attrs, dict) else {}
-        out.append({"kind": str(attrs.get("kind", "down")), "start_ns": int(start[i]), "end_ns": int(end[i]),
-                    "duration_ms": (int(end[i]) - int(start[i])) / NS_PER_MS, "requests": None,
-                    "errors_by_kind": {}, "recovered": True, "source": str(sources[i] or "events")})
+        out.append(Outage(kind=str(attrs.get("kind", "down")), start_ns=int(start[i]), end_ns=int(end[i]),  # type: ignore[arg-type]
+                          duration_ms=(int(end[i]) - int(start[i])) / NS_PER_MS, requests=None,
+                          errors_by_kind={}, recovered=True, source=str(sources[i] or "events")))
     return out
 
 
-def find_outages(req: RequestArrays, events) -> dict:
-    """``{"count", "total_ms", "outages": [...]}``: derived and recorded outages, by start."""
+def find_outages(req: RequestArrays, events) -> Outages:
+    """The ``outages`` section: derived and recorded outages (at most :data:`MAX_OUTAGES`, the
+    longest), by start; ``total_ms`` sums the derived ones."""
     outages = derived_outages(req) + recorded_outages(events)
-    total_ms = float(sum(o["duration_ms"] for o in outages if o["source"] == "derived from requests"))
+    total_ms = float(sum(o.duration_ms for o in outages if o.source == DERIVED))
     count = len(outages)
     if len(outages) > MAX_OUTAGES:
-        outages = sorted(outages, key=lambda o: -o["duration_ms"])[:MAX_OUTAGES]
-    outages.sort(key=lambda o: o["start_ns"])
-    return {"count": count, "total_ms": total_ms, "outages": outages}
+        outages = sorted(outages, key=lambda o: -o.duration_ms)[:MAX_OUTAGES]
+    outages.sort(key=lambda o: o.start_ns)
+    return Outages(count=count, total_ms=total_ms, outages=outages)

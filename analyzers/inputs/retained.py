@@ -31,6 +31,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from tailscope.analysis_model.health import Retention
 from tailscope.analyzers.inputs.records import NS_PER_S, RequestArrays
 from tailscope.analyzers.stats.distribution import ALL_CLASSES, bin_counts, bin_edges_ms, distribution_section
 from tailscope.analyzers.stats.goodput import per_request_slos
@@ -52,7 +53,8 @@ class RetainedView:
     summary: dict
     classes: dict
     windows: dict[str, np.ndarray]
-    retention: dict
+    #: The analysis's ``retention`` section.
+    retention: Retention
     table: dict  # the windows.arrow columns, histograms flattened
     #: The ``distribution`` section from the latency histograms (:func:`histogram_distribution`).
     distribution: dict
@@ -317,19 +319,19 @@ def retained_view(run: Run, req: RequestArrays, window_s: float) -> RetainedView
         summary=summary,
         classes=classes,
         windows=_window_table(table, origin, end, window_ns, summary["latency_ms"]["p99"]["value_ms"]),
-        retention={
-            "sampled": True,
-            "requests": requests,
-            "records_kept": int(req.n),
-            "records_kept_counted": kept,
-            "kept_share": req.n / requests if requests else 0.0,
-            "sample_rate": state.sample_rate,
-            "configured_sample_rate": state.configured_sample_rate,
-            "full_records_around_spikes_s": state.full_records_around_spikes_s,
-            "keep_intervals": [[int(lo), int(hi)] for lo, hi in state.keep],
-            "disk_budget_bytes": state.disk_budget_bytes,
-            "window_s": window_ns / NS_PER_S,
-        },
+        retention=Retention(
+            sampled=True,
+            requests=requests,
+            records_kept=int(req.n),
+            records_kept_counted=kept,
+            kept_share=req.n / requests if requests else 0.0,
+            sample_rate=state.sample_rate,
+            configured_sample_rate=state.configured_sample_rate,
+            full_records_around_spikes_s=state.full_records_around_spikes_s,
+            keep_intervals=[[int(lo), int(hi)] for lo, hi in state.keep],
+            disk_budget_bytes=state.disk_budget_bytes,
+            window_s=window_ns / NS_PER_S,
+        ),
         table=table,
         distribution=histogram_distribution(table),
     )

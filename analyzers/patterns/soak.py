@@ -41,6 +41,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from scipy import stats
 
+from tailscope.analysis_model.health import Soak, SoakPeriod
 from tailscope.analyzers.inputs.records import NS_PER_S, RequestArrays, int_column
 from tailscope.analyzers.patterns.trends import PER_HOUR_MIN_SPAN_S, call_trend
 from tailscope.analyzers.stats.percentiles import grouped_quantile, min_samples_for_claim, stable_group_order
@@ -103,7 +104,7 @@ def record_period_counts(req: RequestArrays, origin_ns: int, period_ns: int, n: 
             "p99_ms": grouped_quantile(ordered, starts, ok, 0.99)}
 
 
-def period_rows(counts: dict, period: tuple[int, int], period_s: int, memory: dict) -> list[dict]:
+def period_rows(counts: dict, period: tuple[int, int], period_s: int, memory: dict) -> list[SoakPeriod]:
     """One row per period from per-period ``counts`` (see :func:`record_period_counts`)."""
     origin, end = period
     period_ns = period_s * NS_PER_S
@@ -114,15 +115,15 @@ def period_rows(counts: dict, period: tuple[int, int], period_s: int, memory: di
         span_s = max((hi - lo) / NS_PER_S, 1e-9)
         requests, errors, ok = (int(counts[k][i]) for k in ("requests", "errors", "ok"))
         p50, p99 = float(counts["p50_ms"][i]), float(counts["p99_ms"][i])
-        rows.append({
-            "start_ns": int(lo), "end_ns": int(hi), "requests": requests, "errors": errors,
-            "error_rate": errors / requests if requests else 0.0,
-            "achieved_rps": ok / span_s,
-            "p50_ms": None if math.isnan(p50) else p50,
-            "p99_ms": None if math.isnan(p99) else p99,
-            "p99_claimed": ok >= min_samples_for_claim(0.99, 0),
+        rows.append(SoakPeriod(
+            start_ns=int(lo), end_ns=int(hi), requests=requests, errors=errors,
+            error_rate=errors / requests if requests else 0.0,
+            achieved_rps=ok / span_s,
+            p50_ms=None if math.isnan(p50) else p50,
+            p99_ms=None if math.isnan(p99) else p99,
+            p99_claimed=ok >= min_samples_for_claim(0.99, 0),
             **_memory_cells(memory, lo, hi),
-        })
+        ))
     return rows
 
 
@@ -216,30 +217,31 @@ def leak_verdict(memory: dict) -> dict:
 
 
 def soak_section(windows: dict | None, signals: pa.Table, period: tuple[int, int] | None,
-                 period_counts, patterns: dict | None = None, retained: bool = False) -> dict:
+                 period_counts, patterns: dict | None = None, retained: bool = False) -> Soak:
     """The ``soak`` part of the analysis (see module docstring). ``period_counts(origin_ns,
     period_ns, n)`` gives the per-period counts and percentiles (records or histograms);
     ``retained``: the run kept records selectively (``retention:``), which shows the view
     whatever its length."""
-    empty = {"period_s": None, "periods": [], "drift": None, "leak": None, "verdicts_source": None,
-             "shown": False}
+    def empty(reason: str) -> Soak:
+        return Soak(period_s=None, periods=[], drift=None, leak=None, verdicts_source=None, shown=False,
+                    reason=reason)
     if period is None or windows is None:
-        return {**empty, "reason": "no load period"}
+        return empty("no load period")
     duration_s = (period[1] - period[0]) / NS_PER_S
     if duration_s < SOAK_VIEW_MIN_S and not retained:
-        return {**empty, "reason": f"the run lasted {duration_s / 60:.1f} min: the soak view is for runs of at "
-                                   f"least {SOAK_VIEW_MIN_S / 60:.0f} min or with retention:"}
+        return empty(f"the run lasted {duration_s / 60:.1f} min: the soak view is for runs of at "
+                     f"least {SOAK_VIEW_MIN_S / 60:.0f} min or with retention:")
     period_s = period_length_s(duration_s)
     memory = {name: _series(signals, name) for name in MEMORY_SERIES}
     memory = {name: series for name, series in memory.items() if len(series[0])}
     counts = period_counts(period[0], period_s * NS_PER_S, period_count(period, period_s))
     use_patterns = isinstance(patterns, dict) and ("drift" in patterns or "leak" in patterns)
-    return {
-        "period_s": period_s,
-        "periods": period_rows(counts, period, period_s, memory),
-        "drift": patterns.get("drift") if use_patterns else drift_verdict(windows),
-        "leak": patterns.get("leak") if use_patterns else leak_verdict(memory),
-        "verdicts_source": "patterns" if use_patterns else "soak",
-        "shown": True,
-        "reason": None,
-    }
+    return Soak(
+        period_s=period_s,
+        periods=period_rows(counts, period, period_s, memory),
+        drift=patterns.get("drift") if use_patterns else drift_verdict(windows),
+        leak=patterns.get("leak") if use_patterns else leak_verdict(memory),
+        verdicts_source="patterns" if use_patterns else "soak",
+        shown=True,
+        reason=None,
+    )
