@@ -174,12 +174,13 @@ class _SlowMetrics(http.server.BaseHTTPRequestHandler):
         for i in range(0, len(body), step):
             if i:
                 server.release.wait(self.trickle_s / (self.pieces - 1))
+            last_sent_ns = time.time_ns()  # taken before the write: the scraper cannot have the byte earlier
             try:
                 self.wfile.write(body[i:i + step])
                 self.wfile.flush()
             except OSError:
                 return  # the scraper gave up on this answer
-        server.answers[n] = (received_ns, time.time_ns())
+        server.answers[n] = (received_ns, last_sent_ns)
 
     def log_message(self, *args):
         pass
@@ -188,7 +189,7 @@ class _SlowMetrics(http.server.BaseHTTPRequestHandler):
 @pytest.fixture
 def slow_metrics():
     """Start a :class:`_SlowMetrics` server on 127.0.0.1 with the given behaviour; yields a starter that
-    returns (url, server); ``server.answers[n]`` = (received, last byte sent) epoch ns of request n."""
+    returns (url, server); ``server.answers[n]`` = (received, last piece sent) epoch ns of request n."""
     servers = []
 
     def start(delay_s=lambda n: 0.0, pieces=1, trickle_s=0.0):
