@@ -228,10 +228,12 @@ class _Endpoint:
     def fetch(self, deadline: float) -> str:
         """The page's text, all of it received before ``deadline`` (``time.monotonic()`` s).
 
-        Every socket operation waits at most the time left; past the deadline
-        raises TimeoutError. Raises OSError / http.client.HTTPException /
-        ValueError on failure; a kept-alive connection the server closed is
-        retried once on a new one, within the same deadline.
+        Before each step (connect, request, status and headers, each body read)
+        the socket's timeout is set to the time left, and a page whose last
+        byte came after the deadline is refused: TimeoutError. Raises OSError /
+        http.client.HTTPException / ValueError on failure; a kept-alive
+        connection the server closed is retried once on a new one, within the
+        same deadline.
         """
         for attempt in (0, 1):
             reused = self._connection is not None
@@ -246,6 +248,7 @@ class _Endpoint:
                 connection.sock.settimeout(_time_left(deadline))
                 response = connection.getresponse()
                 body = _read_body(response, connection, deadline)
+                _time_left(deadline)  # headers trickled past the deadline: still a failed scrape
             except (OSError, http.client.HTTPException):
                 self.close()
                 if attempt or not reused or self._interrupted or time.monotonic() >= deadline:
