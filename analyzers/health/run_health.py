@@ -17,6 +17,9 @@ Each is ``{"code", "message"}`` like the other analysis warnings:
 
 from __future__ import annotations
 
+from tailscope.analysis_model.codec import decode
+from tailscope.analysis_model.health import Outages, Retention
+from tailscope.analyzers.health.outages import DERIVED
 from tailscope.analyzers.inputs.records import NS_PER_S
 
 #: Share of requests lacking spans above which the reason is always stated.
@@ -31,16 +34,17 @@ def failure_warnings(manifest: dict) -> list[dict]:
                                               "recorded until the run stopped"}]
 
 
-def outage_warnings(outages: dict) -> list[dict]:
-    derived = [o for o in outages["outages"] if o["source"] == "derived from requests"]
+def outage_warnings(outages: Outages) -> list[dict]:
+    """The outages found in the request records (not those recorded by others), when there were any."""
+    derived = [o for o in outages.outages if o.source == DERIVED]
     if not derived:
         return []
-    longest = max(derived, key=lambda o: o["duration_ms"])
-    kinds = sorted({o["kind"] for o in derived})
+    longest = max(derived, key=lambda o: o.duration_ms)
+    kinds = sorted({o.kind for o in derived})
     return [{"code": "outage", "message": (
-        f"the target was unreachable {len(derived)} time(s), {outages['total_ms'] / 1e3:.1f} s in total "
-        f"(longest {longest['duration_ms'] / 1e3:.1f} s, {longest['requests']} requests failed: "
-        f"{', '.join(f'{k} {v}' for k, v in longest['errors_by_kind'].items())}); kind: {', '.join(kinds)}; "
+        f"the target was unreachable {len(derived)} time(s), {outages.total_ms / 1e3:.1f} s in total "
+        f"(longest {longest.duration_ms / 1e3:.1f} s, {longest.requests} requests failed: "
+        f"{', '.join(f'{k} {v}' for k, v in longest.errors_by_kind.items())}); kind: {', '.join(kinds)}; "
         "the run continued")}]
 
 
@@ -86,14 +90,15 @@ def sampling_warnings(sample_rate: float, stages: dict) -> list[dict]:
         "have spans, and the stage statistics, queue depths and clock alignment come from them")}]
 
 
-def retention_warnings(retention: dict) -> list[dict]:
-    if not retention.get("sampled"):
+def retention_warnings(retention: Retention) -> list[dict]:
+    """What selective record keeping means for the numbers, when the run's records were sampled."""
+    if not retention.sampled:
         return []
-    intervals = retention.get("keep_intervals") or []
+    intervals = retention.keep_intervals
     full_s = sum(hi - lo for lo, hi in intervals) / NS_PER_S
     return [{"code": "records_retained", "message": (
-        f"per-request records were retained selectively ({retention['records_kept']:,} of "
-        f"{retention['requests']:,}: every error, a {retention['sample_rate']:g} sample by trace id, and "
+        f"per-request records were retained selectively ({retention.records_kept:,} of "
+        f"{retention.requests:,}: every error, a {retention.sample_rate:g} sample by trace id, and "
         f"all records in {len(intervals)} interval(s) around spikes, {full_s:.0f} s in total); counts, "
         "rates and percentiles come from per-window histograms (values within ±1 %), stage statistics "
         "from the kept records")}]
@@ -102,7 +107,7 @@ def retention_warnings(retention: dict) -> list[dict]:
 def run_health_warnings(manifest: dict, analysis: dict) -> list[dict]:
     """All of the above, in that order."""
     sample_rate = trace_sample_rate(manifest)
-    return (failure_warnings(manifest) + outage_warnings(analysis["outages"])
+    return (failure_warnings(manifest) + outage_warnings(decode(Outages, analysis["outages"], "outages"))
             + span_warnings(analysis.get("receiver") or {}, analysis["stages"], analysis["summary"], sample_rate)
             + sampling_warnings(sample_rate, analysis["stages"])
-            + retention_warnings(analysis["retention"]))
+            + retention_warnings(decode(Retention, analysis["retention"], "retention")))
