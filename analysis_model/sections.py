@@ -14,10 +14,16 @@ from tailscope.analysis_model.percentiles import MaxValue, Percentile, Percentil
 from tailscope.analysis_model.server import OtherTraffic, ServerLoad
 from tailscope.analysis_model.spikes import CauseFinding, Decomposition, Spike, SpikeDetection
 from tailscope.analysis_model.stages import NameCount, Stages, StageStats
+from tailscope.analysis_model.summary import Goodput, GoodputShare, Summary
+from tailscope.analysis_model.verdict import Verdict
 
 TYPED: dict[str, type] = {
     "$defs/percentile": Percentile,
     "$defs/percentile_set": PercentileSet,
+    "$defs/summary": Summary,
+    "$defs/goodput": Goodput,
+    "$defs/goodput_share": GoodputShare,
+    "verdict": Verdict,
     "$defs/llm_metrics": LlmMetrics,
     "$defs/token_stats": TokenStats,
     "$defs/llm_goodput": LlmGoodput,

@@ -74,7 +74,7 @@ from tailscope.analyzers.stats.percentiles import min_samples_for_claim
 from tailscope.analyzers.stats.slo import evaluate, parse_slo
 from tailscope.analyzers.stats.slow_points import slow_request_points
 from tailscope.analyzers.stats.streaming import read_chunks, stream_times, streaming_section
-from tailscope.analyzers.stats.summary import load_period_ns, summarize, summarize_classes
+from tailscope.analyzers.stats.summary import load_period_ns, summarize, summarize_classes, summary_section
 from tailscope.analyzers.stats.tail_line import rolling_lines, tail_line
 from tailscope.analyzers.stats.windows import window_table, windows_as_records
 from tailscope.rundir import Run, load_run, release_pages
@@ -157,8 +157,7 @@ def analyze_run(run_or_path: Run | str | os.PathLike, *, window_s: float = 1.0,
         records = records_later.result()
     judged_generator = judged(records["generator"], summary, req)  # the lateness rule needs the summary
     generator = encode(judged_generator)
-    summary = {**summary, "load_model": generator["load_model"]["loop"], "dropped": generator["dropped"],
-               "goodput": records["goodput"]}
+    summary = encode(summary_section(summary, generator["load_model"]["loop"], generator["dropped"], records["goodput"]))
     analysis = {
         "format_version": ANALYSIS_FORMAT_VERSION,
         "run": run_facts(run, period),
@@ -203,8 +202,8 @@ def analyze_run(run_or_path: Run | str | os.PathLike, *, window_s: float = 1.0,
         retained.period_counts if retained is not None else partial(record_period_counts, req),
         analysis.get("patterns"), retained=retained is not None))
     policy, policy_warnings = scenario_policy(scenario)
-    analysis["verdict"] = outcome_verdict(abort_verdict(evaluate(slos, analysis), run.manifest),
-                                          analysis["run"], run.manifest, policy)
+    analysis["verdict"] = encode(outcome_verdict(abort_verdict(evaluate(slos, analysis), run.manifest),
+                                                 analysis["run"], run.manifest, policy))
     analysis["findings"] = whole_run_findings(FindingInputs(analysis, req, matrix, run, join.span_request))
     analysis["warnings"] = (slo_warnings + policy_warnings + resolved.warnings + clock_warnings(alignment)
                             + run_warnings(run, analysis, windows, spike_rules, detection)

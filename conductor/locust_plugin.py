@@ -180,8 +180,8 @@ class NativeRun:
 
     def _write_report(self) -> None:
         from tailscope.conductor.reporting import ReportWriteError, analyse_and_write
-        from tailscope.support.exit_codes import EXIT_INTERNAL, EXIT_USAGE, verdict_exit_code
-        from tailscope.support.verdict_words import verdict_line
+        from tailscope.reports.upgrade import verdict_of
+        from tailscope.support.exit_codes import EXIT_INTERNAL, EXIT_USAGE
 
         try:
             report = analyse_and_write(self.path)
@@ -194,10 +194,10 @@ class NativeRun:
                              "the run directory %s is kept: retry with tailscope report", self.path)
             self._exit_with(EXIT_INTERNAL)
             return
-        verdict = report.analysis.get("verdict") or {}
-        sys.stderr.write(f"tailscope: {verdict_line(verdict)}\n")
+        verdict = verdict_of(report.analysis)
+        sys.stderr.write(f"tailscope: {verdict.line()}\n")
         sys.stderr.write(f"tailscope: report {report.paths['html']}\n")
-        self._exit_with(verdict_exit_code(verdict))
+        self._exit_with(verdict.exit_code)
 
     def _exit_with(self, code: int) -> None:
         """Make ``code`` the ``locust`` process's exit code (Locust's ``process_exit_code``); a

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from tailscope.analyzers.analysis import analyze_run
 from tailscope.analyzers.comparison.baseline import CompareRules, compare_runs
 from tailscope.reports.junit import render_junit
+from tailscope.reports.upgrade import verdict_of
 from tailscope.reports.writer import outputs_variant, write_comparison_outputs, write_outputs, write_text_atomic
 from tailscope.rundir.manifest import release_stale_reserves
 
@@ -53,7 +54,7 @@ class RunReport:
     @property
     def passed(self) -> bool:
         """Whether the run's verdict passed (a run without SLOs passes)."""
-        return bool(self.analysis.get("verdict", {}).get("passed", True))
+        return verdict_of(self.analysis).passed
 
     @property
     def damaged(self) -> list[dict]:

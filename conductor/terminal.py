@@ -13,10 +13,11 @@ from rich.live import Live
 from rich.markup import escape
 from rich.table import Table
 
+from tailscope.analysis_model.verdict import SloRow
 from tailscope.reports.cards import judged_p99
 from tailscope.reports.formatting import fmt_metric
+from tailscope.reports.upgrade import verdict_of
 from tailscope.support.units import percentile_label
-from tailscope.support.verdict_words import unclaimed_note, verdict_line
 
 PLAIN_PROGRESS_INTERVAL_S = 5.0
 #: Spikes listed one per line in the end-of-run summary (the report lists them all).
@@ -95,9 +96,8 @@ def _ms(value) -> str:
 def print_summary(console: Console, analysis: dict, paths: dict) -> None:
     """The end-of-run summary: verdict, headline percentiles, whole-run findings, spikes, where the report is."""
     summary = analysis.get("summary", {})
-    verdict = analysis.get("verdict", {})
+    verdict = verdict_of(analysis)
     run = analysis.get("run", {})
-    passed = verdict.get("passed", True)
     console.rule("tailscope")
     if run.get("incomplete"):
         console.print(f"[yellow]{run.get('incomplete_reason', 'incomplete run')}[/]")
@@ -147,10 +147,10 @@ def print_summary(console: Console, analysis: dict, paths: dict) -> None:
         )
     if len(spikes) > MAX_SPIKES_PRINTED:
         console.print(f"… and {len(spikes) - MAX_SPIKES_PRINTED} more spikes (see the report)", highlight=False)
-    for slo in verdict.get("slos", []):
+    for slo in verdict.slos:
         console.print(f"  {slo_row_text(slo)}", highlight=False, soft_wrap=True)
-    color = _OUTCOME_COLORS.get(verdict.get("outcome") or ("passed" if passed else "failed"), "yellow")
-    console.print(f"[bold {color}]{escape(verdict_line(verdict))}[/]", highlight=False, soft_wrap=True)
+    color = _OUTCOME_COLORS[verdict.outcome]
+    console.print(f"[bold {color}]{escape(verdict.line())}[/]", highlight=False, soft_wrap=True)
     for name, path in paths.items():
         console.print(f"{name}: {path}", highlight=False, soft_wrap=True)
 
@@ -350,14 +350,13 @@ _OUTCOME_COLORS = {"passed": "green", "failed": "red", "inconclusive": "yellow",
 _ROW_MARKS = {"pass": "[green]PASS[/]", "fail": "[red]FAIL[/]", "unclaimed": "[yellow]UNCLAIMED[/]"}
 
 
-def slo_row_text(row: dict) -> str:
+def slo_row_text(row: SloRow) -> str:
     """One SLO row as rich markup, its observed value with its unit:
     ``PASS e2e p99 < 10s (observed 1,584 ms)``, ``FAIL achieved_rps >= 25 (observed 21.31 req/s)``,
     ``UNCLAIMED p99 < 250ms (observed 12.0 ms: not claimed (52 samples, need 459))``."""
-    status = row.get("status") or ("pass" if row.get("passed") else "fail")
-    observed = "n/a" if row.get("observed") is None else fmt_metric(row.get("metric"), row.get("observed"))
-    note = f": {unclaimed_note(row)}" if status == "unclaimed" else ""
-    return f"{_ROW_MARKS[status]} {escape(str(row.get('slo')))}  (observed {escape(observed + note)})"
+    observed = "n/a" if row.observed is None else fmt_metric(row.metric, row.observed)
+    note = f": {row.unclaimed_note()}" if row.status == "unclaimed" else ""
+    return f"{_ROW_MARKS[row.status]} {escape(row.slo)}  (observed {escape(observed + note)})"
 
 
 def _clock(ns) -> str:

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import json
 
+from tailscope.analysis_model.codec import decode
 from tailscope.analysis_model.stages import Stages
+from tailscope.analysis_model.summary import Summary
+from tailscope.analysis_model.verdict import Verdict
 from tailscope.reports import extras, llm_view, loadgen_view, reliability_view, server_view
 from tailscope.reports.cards import rank_cards, spike_cards
 from tailscope.reports.distribution_view import distribution_charts
@@ -19,6 +22,7 @@ from tailscope.reports.formatting import (  # noqa: F401
     fault_counts_text,
     fmt_count,
     fmt_iso,
+    fmt_metric,
     fmt_ms,
     fmt_observed,
     fmt_offset,
@@ -33,7 +37,6 @@ from tailscope.reports.timeline import fault_label, timeline_charts
 from tailscope.reports.tracing_view import receiver_rows, stage_data, stage_section
 from tailscope.reports.upgrade import upgrade_analysis
 from tailscope.support.units import percentile_label
-from tailscope.support.verdict_words import unclaimed_note
 
 PERCENTILE_LABELS = tuple((key, percentile_label(key)) for key in ("p50", "p90", "p95", "p99", "p999"))
 HEADLINE = ("p50", "p99", "p999")
@@ -43,41 +46,38 @@ HEADLINE = ("p50", "p99", "p999")
 OUTCOME_CSS = {"passed": "pass", "failed": "fail", "inconclusive": "inconclusive", "incomplete": "incomplete"}
 
 
-def verdict_data(verdict: dict) -> dict:
+def verdict_data(verdict: Verdict) -> dict:
     """The report's verdict banner and SLO table. ``label`` is the outcome word (PASSED, FAILED,
     INCONCLUSIVE, INCOMPLETE; NO SLOs for a complete run without any); ``detail`` the covered span
     of an incomplete run or what would make an inconclusive one conclusive (else empty); each row's
     ``result`` is pass, fail or not claimed, its ``css`` pass, fail or unclaimed."""
     rows = [{
-        "text": row["slo"], "observed": fmt_observed(row), "threshold": fmt_threshold(row),
-        "result": _ROW_RESULTS[_status(row)], "css": _status(row),
-        "claimed": "yes" if row["claimed"] else f"no: {unclaimed_note(row)}",
-    } for row in verdict["slos"]]
-    outcome = verdict.get("outcome") or ("passed" if verdict["passed"] else "failed")
-    detail = "" if outcome == "failed" else (verdict.get("detail") or "")
+        "text": row.slo, "observed": fmt_metric(row.metric, row.observed),
+        "threshold": fmt_metric(row.metric, row.threshold), "result": _ROW_RESULTS[row.status], "css": row.status,
+        "claimed": "yes" if row.claimed else f"no: {row.unclaimed_note()}",
+    } for row in verdict.slos]
+    outcome = verdict.outcome
+    detail = "" if outcome == "failed" else verdict.detail
     if not rows and outcome == "passed":
         return {"label": "NO SLOs", "css": "none", "rows": [], "failed": [], "other_failures": [], "detail": ""}
     texts = {row["text"] for row in rows}
     return {"label": outcome.upper(), "css": OUTCOME_CSS[outcome], "detail": detail,
-            "rows": rows, "failed": list(verdict["failed"]),
-            "other_failures": [f for f in verdict["failed"] if f not in texts]}
+            "rows": rows, "failed": list(verdict.failed),
+            "other_failures": [f for f in verdict.failed if f not in texts]}
 
 
 _ROW_RESULTS = {"pass": "pass", "fail": "fail", "unclaimed": "not claimed"}
 
 
-def _status(row: dict) -> str:
-    """pass, fail or unclaimed (an analysis written before row statuses: from ``passed``)."""
-    return row.get("status") or ("pass" if row["passed"] else "fail")
-
-
-def percentile_rows(summary: dict) -> list[dict]:
+def percentile_rows(summary: Summary) -> list[dict]:
+    """The percentile table: P50…P99.9 (value, 95% CI, n, claim, bound; ms) and the maximum, of
+    latency and of service time."""
     rows = []
-    for metric_key, metric_label in (("latency_ms", "latency"), ("service_time_ms", "service time")):
+    for metric_label, percentiles in (("latency", summary.latency_ms), ("service time", summary.service_time_ms)):
         for key, label in PERCENTILE_LABELS:
-            rows.append({"metric": metric_label, "name": label, **percentile_cells(summary[metric_key][key])})
-        rows.append({"metric": metric_label, "name": "max", "value": fmt_ms(summary[metric_key]["max"]["value_ms"]),
-                     "ci": "", "n": fmt_count(summary[metric_key]["p50"]["n"]), "claimed": "", "bound": ""})
+            rows.append({"metric": metric_label, "name": label, **percentile_cells(getattr(percentiles, key))})
+        rows.append({"metric": metric_label, "name": "max", "value": fmt_ms(percentiles.max.value_ms),
+                     "ci": "", "n": fmt_count(percentiles.p50.n), "claimed": "", "bound": ""})
     return rows
 
 
@@ -180,12 +180,12 @@ def build_report_data(analysis: dict) -> dict:
     """The presentation dict of one analysis (see module docstring); an older analysis is read
     with the current names (:func:`upgrade_analysis`)."""
     analysis = upgrade_analysis(analysis)
-    summary, run = analysis["summary"], analysis["run"]
+    summary, run = decode(Summary, analysis["summary"], "summary"), analysis["run"]
     origin = run["load_start_ns"] or run["start_ns"]
     cards = spike_cards(analysis["spikes"], origin)
     stages = stage_section(analysis)
     charts, signals = chart_data(analysis, cards, stages)
-    verdict = verdict_data(analysis["verdict"])
+    verdict = verdict_data(decode(Verdict, analysis["verdict"], "verdict"))
     tokens = llm_view.token_spike_cards(analysis)  # an LLM run's TTFT/TPOT spikes, carded beside latency's
     ranked, capped = rank_cards(cards["cards"], tokens["cards"])
     return {
@@ -193,15 +193,15 @@ def build_report_data(analysis: dict) -> dict:
         "run_name": run["name"],
         "verdict": verdict,
         "slo_chips": slo_chips(verdict["rows"]),
-        "headline": [{"label": label, **percentile_cells(summary["latency_ms"][key])}
+        "headline": [{"label": label, **percentile_cells(getattr(summary.latency_ms, key))}
                      for key, label in PERCENTILE_LABELS if key in HEADLINE],
-        "rates": {"achieved": fmt_rate(summary["achieved_rps"]), "offered": fmt_rate(summary["offered_rps"]),
-                  "requests": fmt_count(summary["requests"]), "duration": f"{summary['duration_s']:.1f} s"},
-        "errors": {"count": fmt_count(summary["errors"]), "rate": fmt_share(summary["error_rate"]),
-                   "by_kind": [{"kind": k, "count": fmt_count(v)} for k, v in summary["errors_by_kind"].items()],
-                   "top": [{"message": e["message"], "count": fmt_count(e["count"])} for e in summary["top_errors"]]},
-        "lateness": {"p50": fmt_ms(summary["lateness_ms"]["p50_ms"]), "p99": fmt_ms(summary["lateness_ms"]["p99_ms"]),
-                     "late_share": fmt_share(summary["lateness_ms"]["late_share"])},
+        "rates": {"achieved": fmt_rate(summary.achieved_rps), "offered": fmt_rate(summary.offered_rps),
+                  "requests": fmt_count(summary.requests), "duration": f"{summary.duration_s:.1f} s"},
+        "errors": {"count": fmt_count(summary.errors), "rate": fmt_share(summary.error_rate),
+                   "by_kind": [{"kind": k, "count": fmt_count(v)} for k, v in summary.errors_by_kind.items()],
+                   "top": [{"message": e.message, "count": fmt_count(e.count)} for e in summary.top_errors]},
+        "lateness": {"p50": fmt_ms(summary.lateness_ms.p50_ms), "p99": fmt_ms(summary.lateness_ms.p99_ms),
+                     "late_share": fmt_share(summary.lateness_ms.late_share)},
         "warnings": [{"code": w["code"], "message": w["message"]} for w in analysis["warnings"]],
         "findings": findings_data(analysis),
         "error_samples": error_sample_rows(analysis),
@@ -226,7 +226,7 @@ def build_report_data(analysis: dict) -> dict:
         "retention": reliability_view.retention_data(analysis.get("retention")),
         "setup": setup_data(analysis),
         "has_windows": bool(analysis["windows"]),
-        "goodput": extras.goodput(summary),
+        "goodput": extras.goodput(summary.goodput),
         "loop": extras.loop_label(run.get("scenario")),
         "streaming": extras.streaming(analysis.get("streaming")),
         "llm": llm_view.llm_data(analysis),

@@ -14,6 +14,7 @@ Keys read (all optional; docs/report.md lists them for the analyzers' authors):
 
 from __future__ import annotations
 
+from tailscope.analysis_model.summary import Goodput
 from tailscope.reports.formatting import fmt_count, fmt_ms, fmt_number, fmt_rate, fmt_share
 from tailscope.support.units import percentile_label
 
@@ -22,15 +23,12 @@ METRIC_LABELS = {"ttft_ms": "time to first token", "itl_ms": "inter-token latenc
                  "tpot_ms": "time per output token", "e2e_ms": "end-to-end"}
 
 
-def goodput(summary: dict) -> dict | None:
-    """``{"share", "rps", "definition"}`` as text, or None when the analysis has no goodput."""
-    value = (summary or {}).get("goodput")
+def goodput(value: Goodput | None) -> dict | None:
+    """The summary's goodput: ``{"share", "rps", "definition"}`` as text, or None when the analysis
+    has none (a class's summary, an analysis written before goodput)."""
     if value is None:
         return None
-    if not isinstance(value, dict):
-        value = {"share": value}
-    return {"share": fmt_share(value.get("share")), "rps": fmt_rate(value.get("rps")),
-            "definition": str(value.get("definition") or "share of requests meeting every SLO")}
+    return {"share": fmt_share(value.share), "rps": fmt_rate(value.rps), "definition": value.definition}
 
 
 def _percentile_value(entry) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+from tailscope.analysis_model.percentiles import Percentile
 from tailscope.support.units import NS_PER_S
 
 
@@ -23,14 +24,19 @@ def fmt_ms(value) -> str:
     return f"{value:.2f} ms"
 
 
-def percentile_cells(entry: dict) -> dict:
-    """Value, CI text and claim text of one percentile entry (analyzers' ``percentile_ci``)."""
+def percentile_cells(entry: Percentile | dict) -> dict:
+    """Value, CI text and claim text of one percentile (ms; analyzers' ``percentile_ci``): a
+    :class:`Percentile`, or its JSON from a section not read through its type yet."""
+    if isinstance(entry, dict):
+        entry = Percentile(value_ms=entry["value_ms"], ci_low_ms=entry.get("ci_low_ms"),
+                           ci_high_ms=entry.get("ci_high_ms"), n=entry["n"], claimed=entry["claimed"],
+                           bound_ms=entry.get("bound_ms"))
     return {
-        "value": fmt_ms(entry["value_ms"]),
-        "ci": "—" if entry["value_ms"] is None else f"{fmt_ms(entry['ci_low_ms'])} – {fmt_ms(entry['ci_high_ms'])}",
-        "n": fmt_count(entry["n"]),
-        "claimed": "claimed" if entry["claimed"] else f"not claimed (n = {entry['n']:,})",
-        "bound": fmt_ms(entry.get("bound_ms")),
+        "value": fmt_ms(entry.value_ms),
+        "ci": "—" if entry.value_ms is None else f"{fmt_ms(entry.ci_low_ms)} – {fmt_ms(entry.ci_high_ms)}",
+        "n": fmt_count(entry.n),
+        "claimed": "claimed" if entry.claimed else f"not claimed (n = {entry.n:,})",
+        "bound": fmt_ms(entry.bound_ms),
     }
 
 

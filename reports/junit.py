@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 
-from tailscope.reports.formatting import fmt_observed, fmt_threshold
-from tailscope.support.verdict_words import unclaimed_note, verdict_line
+from tailscope.analysis_model.verdict import SloRow
+from tailscope.reports.formatting import fmt_metric
+from tailscope.reports.upgrade import verdict_of
 
 SUITE_NAME = "tailscope.slo"
 COMPARE_SUITE_NAME = "tailscope.compare"
@@ -25,11 +26,11 @@ COMPARE_SUITE_NAME = "tailscope.compare"
 
 def slo_suite(analysis: dict) -> ET.Element:
     """The SLO verdict as one ``<testsuite>``."""
-    verdict = analysis["verdict"]
-    rows = verdict["slos"]
-    unclaimed_fails = (verdict.get("policy") or {}).get("unclaimed") == "fail"
+    verdict = verdict_of(analysis)
+    rows = verdict.slos
+    unclaimed_fails = verdict.policy.unclaimed == "fail"
     statuses = [_status(row, unclaimed_fails) for row in rows]
-    incomplete = verdict.get("outcome") == "incomplete"
+    incomplete = verdict.outcome == "incomplete"
     suite = ET.Element("testsuite", {
         "name": SUITE_NAME, "tests": str(len(rows) + incomplete), "failures": str(statuses.count("fail")),
         "errors": str(int(incomplete)), "skipped": str(statuses.count("unclaimed")),
@@ -41,28 +42,27 @@ def slo_suite(analysis: dict) -> ET.Element:
         ET.SubElement(properties, "property", {"name": name, "value": str(value)})
     if incomplete:
         case = ET.SubElement(suite, "testcase", {"classname": f"{SUITE_NAME}.run", "name": "run complete", "time": "0"})
-        line = verdict_line(verdict)
+        line = verdict.line()
         ET.SubElement(case, "error", {"message": line, "type": "incomplete"}).text = line
     for row, status in zip(rows, statuses, strict=True):
-        case = ET.SubElement(suite, "testcase", {"classname": f"{SUITE_NAME}.{row.get('cls') or 'all'}",
-                                                 "name": row["slo"], "time": "0"})
-        observed = f"observed {fmt_observed(row)}, threshold {fmt_threshold(row)}"
-        if not row["claimed"]:
-            observed += f" ({unclaimed_note(row)})"
+        case = ET.SubElement(suite, "testcase", {"classname": f"{SUITE_NAME}.{row.cls or 'all'}",
+                                                 "name": row.slo, "time": "0"})
+        observed = f"observed {fmt_metric(row.metric, row.observed)}, threshold {fmt_metric(row.metric, row.threshold)}"
+        if not row.claimed:
+            observed += f" ({row.unclaimed_note()})"
         if status == "pass":
             ET.SubElement(case, "system-out").text = observed
         elif status == "unclaimed":
-            ET.SubElement(case, "skipped", {"message": f"{row['slo']}: {observed}"}).text = observed
+            ET.SubElement(case, "skipped", {"message": f"{row.slo}: {observed}"}).text = observed
         else:
-            failure = ET.SubElement(case, "failure", {"message": f"{row['slo']}: {observed}", "type": "SLO"})
+            failure = ET.SubElement(case, "failure", {"message": f"{row.slo}: {observed}", "type": "SLO"})
             failure.text = observed
     return suite
 
 
-def _status(row: dict, unclaimed_fails: bool) -> str:
+def _status(row: SloRow, unclaimed_fails: bool) -> str:
     """A row's JUnit status: pass, fail or unclaimed (skipped); unclaimed fails under ``unclaimed: fail``."""
-    status = row.get("status") or ("pass" if row["passed"] else "fail")
-    return "fail" if status == "unclaimed" and unclaimed_fails else status
+    return "fail" if row.status == "unclaimed" and unclaimed_fails else row.status
 
 
 def comparison_suite(comparison: dict) -> ET.Element:

@@ -18,14 +18,14 @@ def cell(text) -> str:
 def verdict_lines(report_data: dict) -> list[str]:
     verdict = report_data["verdict"]
     lines = [f"## {cell(report_data['title'])}: **{verdict['label']}**", ""]
-    if verdict.get("detail"):  # an incomplete run's covered span, or what would make it conclusive
+    if verdict["detail"]:  # an incomplete run's covered span, or what would make it conclusive
         lines += [f"**{verdict['label']}:** {cell(verdict['detail'])}", ""]
     rates = report_data["rates"]
     lines.append(f"{rates['requests']} requests in {rates['duration']}; achieved {rates['achieved']} of "
                  f"{rates['offered']} offered; errors {report_data['errors']['count']} ({report_data['errors']['rate']}).")
-    if report_data.get("goodput"):
+    if report_data["goodput"]:
         lines.append(f"Goodput {report_data['goodput']['share']} ({cell(report_data['goodput']['definition'])}).")
-    if report_data.get("loop"):
+    if report_data["loop"]:
         lines.append(f"> {cell(report_data['loop'])}")
     lines.append("")
     if verdict["rows"]:

@@ -12,7 +12,7 @@ from tailscope.reports.formatting import fmt_count, fmt_ms
 
 def slo_chips(verdict_rows: list[dict]) -> list[dict]:
     """One short ``{"text", "result", "css"}`` per SLO for the verdict banner: ``p99 < 250ms: 25.0 ms``."""
-    return [{"text": f"{row['text']}: {row['observed']}", "result": row["result"], "css": row.get("css", row["result"])}
+    return [{"text": f"{row['text']}: {row['observed']}", "result": row["result"], "css": row["css"]}
             for row in verdict_rows]
 
 

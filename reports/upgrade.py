@@ -8,11 +8,19 @@ Format 1.1 renamed the stage ``client_network`` (service time − server span: t
 network, the server's accept queue and HTTP layer, a blocked event loop) to
 ``outside_server``, with the causes' ``client_network_growth_ms`` to
 ``outside_server_growth_ms``.
+
+Verdicts written before outcome words existed (no ``outcome``; SLO rows without ``status``) read as
+they did then: the outcome is passed or failed from ``passed``, each row pass or fail from its
+``passed``, the detail lists what failed, with no policy of their own (the default) and nothing
+incomplete or unclaimed (:func:`upgrade_verdict`).
 """
 
 from __future__ import annotations
 
 import re
+
+from tailscope.analysis_model.codec import decode
+from tailscope.analysis_model.verdict import DEFAULT_UNCLAIMED, Verdict
 
 #: Old stage name -> current name, by the format version that renamed it.
 RENAMED_STAGES = {"client_network": "outside_server"}
@@ -42,12 +50,38 @@ def _rename(value):
     return value
 
 
+def upgrade_verdict(verdict: dict | None) -> dict:
+    """A ``verdict`` section in the current shape: the same dict when it has an ``outcome``, else a
+    completed copy (see the module docstring); None (an analysis without a verdict) reads as a
+    passed run without SLOs."""
+    if verdict is not None and "outcome" in verdict:
+        return verdict
+    verdict = verdict if verdict is not None else {"passed": True, "slos": [], "failed": []}
+    failed = list(verdict.get("failed") or [])
+    outcome = "passed" if verdict.get("passed", True) else "failed"
+    rows = [{**row, "status": row.get("status") or ("pass" if row["passed"] else "fail")}
+            for row in verdict.get("slos") or []]
+    return {**verdict, "passed": outcome == "passed", "slos": rows, "failed": failed, "outcome": outcome, "label": outcome.upper(),
+            "detail": "failed: " + ", ".join(failed) if failed else "", "incomplete": None, "needs": [],
+            "policy": {"unclaimed": DEFAULT_UNCLAIMED}}
+
+
+def verdict_of(analysis: dict) -> Verdict:
+    """The analysis's verdict as its type, however old the analysis (:func:`upgrade_verdict`); the
+    one door the report, the terminal and the exit code read it through."""
+    return decode(Verdict, upgrade_verdict(analysis.get("verdict")), "verdict")
+
+
 def upgrade_analysis(analysis: dict) -> dict:
     """``analysis`` with the current field and stage names: the same dict when it is already
-    current (format 1.1 or later), else a renamed copy (the input is not changed): the word
-    ``client_network`` (also as a key's prefix, ``client_network_growth_ms``) becomes
-    ``outside_server`` in every key and string (stage keys, a finding's stage, the spike
-    summaries that quote the stage)."""
-    if _version(analysis.get("format_version")) >= RENAMED_IN:
-        return analysis
-    return _rename(analysis)
+    current (format 1.1 or later, with an outcome word), else an upgraded copy (the input is not
+    changed): the word ``client_network`` (also as a key's prefix, ``client_network_growth_ms``)
+    becomes ``outside_server`` in every key and string (stage keys, a finding's stage, the spike
+    summaries that quote the stage); a verdict without an outcome is completed
+    (:func:`upgrade_verdict`)."""
+    if _version(analysis.get("format_version")) < RENAMED_IN:
+        analysis = _rename(analysis)
+    verdict = analysis.get("verdict")
+    if verdict is not None and "outcome" not in verdict:
+        analysis = {**analysis, "verdict": upgrade_verdict(verdict)}
+    return analysis

@@ -24,16 +24,6 @@ EXIT_CODES_HELP = ("exit codes: 0 passed; 1 an SLO or a regression gate failed; 
                    "4 tailscope itself failed (a bug: please report the traceback)")
 
 
-def verdict_exit_code(verdict: dict | None) -> int:
-    """The exit code of an analysis's verdict by its ``outcome`` (an analysis written before
-    outcomes existed: 0 when ``passed``, else 1)."""
-    verdict = verdict or {}
-    outcome = verdict.get("outcome")
-    if outcome is None:
-        return EXIT_OK if verdict.get("passed", True) else EXIT_SLO_FAILED
-    return OUTCOME_EXIT_CODES[outcome]
-
-
 #: Exit codes from the least to the most severe: which code wins when outcomes meet (a run and
 #: its baseline comparison, the runs of a --repeat, two tests in one locust process).
 EXIT_SEVERITY = (EXIT_OK, EXIT_INCONCLUSIVE, EXIT_SLO_FAILED, EXIT_USAGE, EXIT_INTERNAL)

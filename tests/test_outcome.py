@@ -2,6 +2,7 @@
 
 import pytest
 
+from tailscope.analysis_model.codec import encode
 from tailscope.analyzers.health.outcome import conclusive_hint, cut_short, outcome_verdict, policy_from
 from tailscope.analyzers.stats.slo import evaluate, parse_slo
 
@@ -18,7 +19,7 @@ RUN = {"duration_s": 60.0}
 
 
 def _outcome(slos, analysis, manifest=COMPLETE, run=RUN, policy=None):
-    return outcome_verdict(evaluate([parse_slo(s) for s in slos], analysis), run, manifest, policy)
+    return encode(outcome_verdict(evaluate([parse_slo(s) for s in slos], analysis), run, manifest, policy))
 
 
 def test_passed_needs_every_slo_claimed():
@@ -83,9 +84,14 @@ def test_bad_policies_are_named(raw, message):
 
 
 def test_each_outcome_has_one_exit_code_and_a_regression_is_not_hidden_by_an_inconclusive_run():
-    from tailscope.cli.commands.common import verdict_exit_code, worse_exit_code
+    from tailscope.cli.commands.common import worse_exit_code
+    from tailscope.reports.upgrade import verdict_of
 
-    assert [verdict_exit_code({"outcome": o}) for o in ("passed", "failed", "inconclusive", "incomplete")] == [0, 1, 3, 3]
+    def verdict_exit_code(verdict):
+        return verdict_of({"verdict": verdict}).exit_code
+
+    verdicts = [{**_outcome([], _analysis(1.0, True, 1)), "outcome": o} for o in ("passed", "failed", "inconclusive", "incomplete")]
+    assert [verdict_exit_code(v) for v in verdicts] == [0, 1, 3, 3]
     assert verdict_exit_code({"passed": False}) == 1 and verdict_exit_code(None) == 0  # analyses before outcomes
     assert worse_exit_code(3, 1) == 1 and worse_exit_code(0, 3) == 3 and worse_exit_code(1, 2) == 2
     assert worse_exit_code(2, 4) == 4 and worse_exit_code(0, 0) == 0

@@ -16,20 +16,30 @@ consumer shows and the CLI maps to an exit code (README "Exit codes"). Precedenc
 4. ``passed``.
 
 ``passed`` stays a boolean, true only for the outcome ``passed``, so readers of older analyses
-stay right. Pure functions over the analysis dict and the manifest.
+stay right. Pure functions over the analysis dict and the manifest; the verdict is a
+:class:`~tailscope.analysis_model.verdict.Verdict`.
 """
 
 from __future__ import annotations
 
 import math
+from typing import get_args
 
+from tailscope.analysis_model.verdict import (
+    DEFAULT_UNCLAIMED,
+    Incomplete,
+    Outcome,
+    SloRow,
+    UnclaimedPolicy,
+    Verdict,
+    VerdictPolicy,
+)
 from tailscope.support.units import percentile_label
 
 #: Every outcome word, in the order of the exit codes' severity (README "Exit codes").
-OUTCOMES = ("passed", "failed", "inconclusive", "incomplete")
+OUTCOMES = get_args(Outcome)
 #: What a scenario's ``verdict.unclaimed`` may say.
-UNCLAIMED_POLICIES = ("pass", "inconclusive", "fail")
-DEFAULT_UNCLAIMED = "inconclusive"
+UNCLAIMED_POLICIES = get_args(UnclaimedPolicy)
 #: The ``verdict:`` section's fields and their defaults.
 VERDICT_DEFAULTS = {"unclaimed": DEFAULT_UNCLAIMED}
 #: How a run's stop reason is named when it was not the plan (loadgen/local_runner.py ``stop_reason``).
@@ -144,19 +154,20 @@ def conclusive_hint(row: dict, load_s: float) -> str:
     return text + f": run ≥ {_duration_words(needed / rate)} at this rate ({rate:.1f} {unit})"
 
 
-def outcome_verdict(verdict: dict, run: dict, manifest: dict, policy: dict | None = None) -> dict:
+def outcome_verdict(verdict: dict, run: dict, manifest: dict, policy: dict | None = None) -> Verdict:
     """The verdict with its outcome word (see the module docstring for the precedence).
 
-    ``verdict``: :func:`~tailscope.analyzers.stats.slo.evaluate`'s (abort folded in); ``run``:
-    the analysis's ``run`` section; ``policy``: :func:`policy_from`'s (None: the defaults).
-    Adds ``outcome`` (one of :data:`OUTCOMES`), ``label`` (the word in capitals), ``detail`` (one
-    line: what failed, the covered span, or what would make it conclusive; "" when passed),
-    ``incomplete`` (:func:`cut_short`'s dict or None), ``needs`` (one hint per unclaimed SLO),
-    ``policy``; ``passed`` is true only for ``passed``; with ``unclaimed: fail`` the unclaimed
-    SLOs are listed in ``failed`` too, with " (not claimed)"."""
+    ``verdict``: :func:`~tailscope.analyzers.stats.slo.evaluate`'s dict (abort folded in by
+    :func:`.load_checks.abort_verdict`); ``run``: the analysis's ``run`` section; ``policy``:
+    :func:`policy_from`'s (None: the defaults). The :class:`Verdict` adds ``outcome`` (one of
+    :data:`OUTCOMES`), ``label`` (the word in capitals), ``detail`` (one line: what failed, the
+    covered span, or what would make it conclusive; "" when passed), ``incomplete``
+    (:func:`cut_short`'s, or None), ``needs`` (one hint per unclaimed SLO), ``policy``; ``passed``
+    is true only for ``passed``; with ``unclaimed: fail`` the unclaimed SLOs are listed in
+    ``failed`` too, with " (not claimed)"."""
     policy = policy or dict(VERDICT_DEFAULTS)
-    failed = list(verdict.get("failed") or [])
-    unclaimed_rows = [row for row in verdict.get("slos") or [] if row.get("status") == "unclaimed"]
+    failed = list(verdict["failed"])
+    unclaimed_rows = [row for row in verdict["slos"] if row["status"] == "unclaimed"]
     load_s = float(run.get("duration_s") or 0.0)
     needs = [conclusive_hint(row, load_s) for row in unclaimed_rows]
     short = cut_short(run, manifest)
@@ -172,6 +183,8 @@ def outcome_verdict(verdict: dict, run: dict, manifest: dict, policy: dict | Non
         outcome = "passed"
         detail = ("passed by the scenario's verdict policy (unclaimed: pass); not claimed: "
                   + ", ".join(row["slo"] for row in unclaimed_rows)) if unclaimed_rows else ""
-    return {**verdict, "passed": outcome == "passed", "failed": failed, "outcome": outcome,
-            "label": outcome.upper(), "detail": detail, "incomplete": short, "needs": needs,
-            "policy": dict(policy)}
+    return Verdict(passed=outcome == "passed", slos=tuple(SloRow(**row) for row in verdict["slos"]),
+                   failed=tuple(failed), unclaimed=tuple(verdict["unclaimed"]),
+                   aborted=True if verdict.get("aborted") else None, outcome=outcome, label=outcome.upper(),
+                   detail=detail, incomplete=Incomplete(**short) if short is not None else None,
+                   needs=tuple(needs), policy=VerdictPolicy(**policy))

@@ -15,6 +15,8 @@ from collections import Counter
 
 import numpy as np
 
+from tailscope.analysis_model.codec import decode
+from tailscope.analysis_model.summary import Summary
 from tailscope.analyzers.inputs.records import NS_PER_S, RequestArrays
 from tailscope.analyzers.stats.percentiles import percentile_set
 from tailscope.support.units import LATE_THRESHOLD_MS
@@ -88,6 +90,15 @@ def summarize(req: RequestArrays, duration_s: float | None = None, where: np.nda
         "service_time_ms": percentile_set(req.service_ms[_selected(req.in_latency & req.has_sent, where)]),
         "lateness_ms": lateness_summary(req, where),
     }
+
+
+def summary_section(summary: dict, load_model: str, dropped: int, goodput: dict) -> Summary:
+    """The run's :class:`~tailscope.analysis_model.summary.Summary`: :func:`summarize`'s dict (or
+    retention's, built from the histograms) with the run's ``load_model`` (``open`` | ``closed``),
+    ``dropped`` (requests never sent) and ``goodput`` (:func:`.goodput.goodput_summary`). Read
+    through the type, so a shape that differs from it raises ``AnalysisShapeError`` here, where the
+    analysis is written, not in a report that reads it later."""
+    return decode(Summary, {**summary, "load_model": load_model, "dropped": dropped, "goodput": goodput}, "summary")
 
 
 def summarize_classes(req: RequestArrays, duration_s: float) -> dict:

@@ -14,6 +14,7 @@ import sys
 
 from tailscope.faults.injector import FaultSetupError, FaultSpecError
 from tailscope.faults.undo_journal import JOURNAL_NAME
+from tailscope.reports.upgrade import verdict_of
 from tailscope.scenario_model.abort_rules import parse_rule
 from tailscope.support.exit_codes import (  # noqa: F401  (re-exported: the commands import them from here)
     EXIT_CODES_HELP,
@@ -25,7 +26,6 @@ from tailscope.support.exit_codes import (  # noqa: F401  (re-exported: the comm
     EXIT_USAGE,
     EXIT_WORDS,
     OUTCOME_EXIT_CODES,
-    verdict_exit_code,
     worse_exit_code,
     worst_exit_code,
 )
@@ -279,7 +279,7 @@ def analyse_and_report(run_dir: str, console, window_s: float = 1.0, baseline: d
     warn_of_fault_leftovers(run_dir, console)
     if report.damaged:
         return error(damaged_line(report))
-    code = verdict_exit_code(report.analysis.get("verdict"))
+    code = verdict_of(report.analysis).exit_code
     if baseline is not None:
         code = worse_exit_code(code, compare_with_baseline(report, baseline, console))
     return code
