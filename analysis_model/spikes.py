@@ -11,7 +11,7 @@ how such an analysis reads. A field declared :func:`~.codec.written_when_set` is
 JSON while None (``answer_length``, ``recurring_stalls``: set only on the spikes they describe).
 
 What differs per cause detector stays untyped: a finding's ``evidence`` (``dict[str, Any]``: each
-detector's own numbers, docs/analyzers/causes.md) and an evidence series' ``marks``.
+detector's own numbers, docs/analyzers/causes.md).
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ class Decomposition:
     spike), stage by stage (``stages``, in the stage matrix's order), and the stage that grew most
     (``dominant_stage``, never ``server``) with its sentence (``summary``). ``available`` is false
     when there is no stage split (``unavailable_reason`` says why: no slow record kept, no span
-    joined; None when available)."""
+    joined; None when available; an analysis before retention had no such case: available)."""
 
     slow_requests: int
     joined_slow_requests: int
@@ -56,8 +56,8 @@ class Decomposition:
     stages: dict[str, StageGrowth]
     dominant_stage: str | None
     summary: str | None
-    available: bool
-    unavailable_reason: str | None
+    available: bool = True
+    unavailable_reason: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,12 +136,21 @@ class RecurringStalls:
 
 
 @dataclass(frozen=True, slots=True)
+class EvidenceMark:
+    """A level an evidence series' finding names (in the series' unit; None when the finding had
+    none), with its ``label`` ("normal P99 depth")."""
+
+    value: float | None
+    label: str
+
+
+@dataclass(frozen=True, slots=True)
 class EvidenceSeries:
     """One series a spike's top cause rests on, around the spike (analyzers/spikes/evidence_series.py):
     ``values`` (in ``unit``; a counter as its rate per second) at ``t_ns`` (epoch ns: 1-s bin
     centres, or event starts for ``kind`` ``"events"``), at most 600 points; ``spike``, ``baseline``
     and ``spread`` the levels the finding states; ``place`` where the spike level was measured
-    (None: in the spike); ``marks``: other levels the finding names (``{"value", "label"}``)."""
+    (None: in the spike); ``marks``: other levels the finding names."""
 
     name: str
     kind: Literal["signal", "events"]
@@ -152,7 +161,7 @@ class EvidenceSeries:
     spike: float | None
     baseline: float | None
     spread: float | None
-    marks: tuple[dict[str, Any], ...]
+    marks: tuple[EvidenceMark, ...]
     place: str | None = None
 
 
@@ -169,23 +178,28 @@ class Spike:
     when the baseline is); ``slow_requests`` above τ of ``requests`` (``slow_share``) against the
     ``expected_slow_share`` a steady run holds, with its test's ``p_value``; ``windows``: detection
     windows (stalls, for a recurring-stalls record). ``causes`` ranked, highest confidence first
-    (at least one: ``unexplained`` when no detector fired)."""
+    (at least one: ``unexplained`` when no detector fired).
+
+    An analysis written before the tail-share test (format 1.0 of the first slice) reads as it was
+    then: P99 not claimed, from the records, a steady share of 1%, no p-value nor peak-window share
+    (None); its ``records_kept``, ``slow_requests`` and ``slow_share`` are completed from its
+    requests and decomposition by reports/upgrade.py."""
 
     start_ns: int
     end_ns: int
     peak_ns: int
     p99_ms: float
-    p99_claimed: bool
-    percentiles_from: Literal["records", "histograms"]
+    p99_claimed: bool = False
+    percentiles_from: Literal["records", "histograms"] = "records"
     records_kept: int
     baseline_p99_ms: float | None
     baseline_quantile: float | None = None
     excess_ms: float | None
     slow_requests: int
     slow_share: float
-    expected_slow_share: float
-    p_value: float
-    peak_window_slow_share: float
+    expected_slow_share: float = 0.01
+    p_value: float | None = None
+    peak_window_slow_share: float | None = None
     requests: int
     windows: int
     decomposition: Decomposition

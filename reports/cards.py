@@ -14,18 +14,20 @@ stage that grew most; it expands to the series that made the cause's case
 slow-vs-normal stage split, the representative slow request's waterfall and
 every cause with its evidence as sentences (:mod:`.evidence_text`). Evidence
 may carry strings from the run (span names, messages): like every run string
-it is only ever rendered as text. Keys read from each spike (all optional
-except the times): ``p99_ms``, ``baseline_p99_ms``, ``excess_ms``,
-``requests``, ``slow_requests``, ``expected_slow_share``, ``decomposition`` (its
-``unavailable_reason`` is the card's stage note, :func:`stage_note`),
-``causes[]`` (``kind``, ``confidence``, ``evidence``), ``evidence_series``,
-``representative_trace``, ``recurring_stalls`` (a record grouping recurring stalls: its
-``summary``, "28 stalls, every ~4.1 s, each ~150 ms, cause gc", is the row's ``stalls``)
-(docs/report.md).
+it is only ever rendered as text. The spikes arrive as their type
+(:class:`~tailscope.analysis_model.spikes.Spike`, decoded once by reports/upgrade.py
+``spikes_of``, which completes an older analysis): the card reads ``p99_ms``,
+``baseline_p99_ms``, ``excess_ms``, ``requests``, ``slow_requests``, ``expected_slow_share``,
+``decomposition`` (its ``unavailable_reason`` is the card's stage note, :func:`stage_note`),
+``causes`` (each cause's ``evidence`` a per-detector dict, :mod:`.evidence_text`),
+``evidence_series``, ``representative_trace``, ``recurring_stalls`` (a record grouping
+recurring stalls: its ``summary``, "28 stalls, every ~4.1 s, each ~150 ms, cause gc", is the
+row's ``stalls``) (docs/report.md).
 """
 
 from __future__ import annotations
 
+from tailscope.analysis_model.spikes import CauseFinding, Decomposition, RecurringStalls, RepresentativeTrace, Spike
 from tailscope.reports.evidence_text import evidence_chart, evidence_sentences
 from tailscope.reports.formatting import fmt_count, fmt_ms, fmt_offset, fmt_signed_ms
 from tailscope.support.cause_words import cause_title
@@ -35,29 +37,27 @@ MAX_CARDS = 12
 #: and so is one whose impact is below this share of the largest spike's.
 MINOR_RATIO = 2.0
 MINOR_IMPACT_SHARE = 0.1
+#: The share of requests above the baseline P99 a steady run holds, where a spike does not say.
+STEADY_SLOW_SHARE = 0.01
 
 
-def cause_rows(causes: list[dict]) -> list[dict]:
+def cause_rows(causes: tuple[CauseFinding, ...]) -> list[dict]:
     """Ranked causes: rank, kind, title, confidence (%), evidence as sentences."""
-    return [{"rank": i, "kind": str(c.get("kind", "?")), "title": cause_title(str(c.get("kind", "?"))),
-             "confidence": f"{(c.get('confidence') or 0):.0%}",
-             "confidence_share": round(float(c.get("confidence") or 0), 4),
-             "sentences": evidence_sentences(c)}
-            for i, c in enumerate(causes or [], 1)]
+    return [{"rank": i, "kind": c.kind, "title": cause_title(c.kind), "confidence": f"{c.confidence:.0%}",
+             "confidence_share": round(float(c.confidence), 4), "sentences": evidence_sentences(c)}
+            for i, c in enumerate(causes, 1)]
 
 
-def stage_comparison(decomposition: dict) -> tuple[list[dict], dict]:
+def stage_comparison(decomposition: Decomposition) -> tuple[list[dict], dict]:
     """(table rows, chart series) of the slow-vs-normal stage means of one spike; a stage
     neither the slow nor the normal requests had is left out."""
-    stages = (decomposition or {}).get("stages") or {}
-    dominant = (decomposition or {}).get("dominant_stage")
     rows, chart = [], {"names": [], "normal": [], "slow": []}
-    for stage, v in stages.items():
-        if not ((v.get("normal") or {}).get("count") or (v.get("slow") or {}).get("count")):
+    for stage, v in decomposition.stages.items():
+        if not (v.normal.count or v.slow.count):
             continue
-        normal, slow = (v.get("normal") or {}).get("mean_ms"), (v.get("slow") or {}).get("mean_ms")
+        normal, slow = v.normal.mean_ms, v.slow.mean_ms
         rows.append({"stage": stage, "normal": fmt_ms(normal), "slow": fmt_ms(slow),
-                     "growth": fmt_signed_ms(v.get("growth_ms")), "dominant": stage == dominant})
+                     "growth": fmt_signed_ms(v.growth_ms), "dominant": stage == decomposition.dominant_stage})
         if stage != "server":
             chart["names"].append(stage)
             chart["normal"].append(normal)
@@ -65,54 +65,63 @@ def stage_comparison(decomposition: dict) -> tuple[list[dict], dict]:
     return rows, chart
 
 
-def waterfall(trace: dict | None) -> dict | None:
+def waterfall(trace: RepresentativeTrace | None) -> dict | None:
     """Waterfall bars of a representative trace: client phases, then spans by start (ms since scheduled)."""
-    if not trace:
+    if trace is None:
         return None
-    bars = [{"label": "request (scheduled → reply)", "start": 0.0, "end": trace.get("end_ms") or 0.0,
-             "kind": "client", "detail": f"class {trace.get('cls') or '—'}"}]
-    if trace.get("sent_ms") is not None:
-        bars.append({"label": "generator lateness", "start": 0.0, "end": trace["sent_ms"], "kind": "client",
+    bars = [{"label": "request (scheduled → reply)", "start": 0.0, "end": trace.end_ms,
+             "kind": "client", "detail": f"class {trace.cls or '—'}"}]
+    if trace.sent_ms is not None:
+        bars.append({"label": "generator lateness", "start": 0.0, "end": trace.sent_ms, "kind": "client",
                      "detail": "scheduled → sent"})
-    for span in trace.get("spans") or []:
-        bars.append({"label": "\u2003" * min(int(span.get("depth") or 0), 6) + str(span.get("name", "")),
-                     "start": span.get("start_ms") or 0.0, "end": span.get("end_ms") or 0.0,
-                     "kind": "error" if span.get("error") else (span.get("stage") or "unmapped"),
-                     "detail": "; ".join(f"{k}={v}" for k, v in (span.get("attributes") or {}).items())})
-    return {"trace_id": str(trace.get("trace_id") or ""), "cls": str(trace.get("cls") or "—"),
-            "latency": fmt_ms(trace.get("latency_ms")), "bars": bars}
+    for span in trace.spans:
+        bars.append({"label": "\u2003" * min(span.depth, 6) + span.name,
+                     "start": span.start_ms, "end": span.end_ms,
+                     "kind": "error" if span.error else (span.stage or "unmapped"),
+                     "detail": "; ".join(f"{k}={v}" for k, v in span.attributes.items())})
+    return {"trace_id": trace.trace_id, "cls": trace.cls or "—", "latency": fmt_ms(trace.latency_ms), "bars": bars}
 
 
-def impact(spike: dict) -> float:
-    """Excess (ms) × requests pushed above the baseline P99 beyond a steady run's 1% (at least 1)."""
-    requests = spike.get("requests") or 0
-    slow = spike.get("slow_requests")
-    if slow is None:
-        slow = (spike.get("decomposition") or {}).get("slow_requests") or 0
-    extra = slow - (spike.get("expected_slow_share") or 0.01) * requests
-    return max(spike.get("excess_ms") or 0.0, 0.0) * max(extra, 1.0)
+def impact_of(excess_ms: float | None, slow_requests: int, requests: int,
+              expected_slow_share: float = STEADY_SLOW_SHARE) -> float:
+    """Excess (ms) × requests pushed above the baseline P99 beyond a steady run's share (at least 1)."""
+    extra = slow_requests - expected_slow_share * requests
+    return max(excess_ms or 0.0, 0.0) * max(extra, 1.0)
 
 
-def unexplained(spike: dict) -> bool:
-    """No known cause explains the spike (its top cause is ``unexplained``, or it has none)."""
-    causes = spike.get("causes") or []
-    return not causes or causes[0].get("kind") == "unexplained"
+def impact(spike: Spike | dict) -> float:
+    """:func:`impact_of` a spike. A dict is an LLM token spike's JSON (``llm.spikes``; its excess,
+    slow and all requests), read here until that section has its type (reports/llm_view.py)."""
+    if isinstance(spike, dict):
+        return impact_of(spike.get("excess_ms"), spike.get("slow_requests") or 0, spike.get("requests") or 0)
+    return impact_of(spike.excess_ms, spike.slow_requests, spike.requests, spike.expected_slow_share)
 
 
-def is_minor(spike: dict) -> bool:
+def unexplained(spike: Spike | dict) -> bool:
+    """No known cause explains the spike (its top cause is ``unexplained``, or it has none); a dict:
+    as :func:`impact`."""
+    if isinstance(spike, dict):
+        causes = spike.get("causes") or []
+        return not causes or causes[0].get("kind") == "unexplained"
+    return spike.unexplained
+
+
+def judged_p99(spike: Spike | dict) -> tuple[float | None, float | None]:
+    """(P99, baseline) in ms the spike was judged on (:meth:`Spike.judged_p99`); a dict: a spike's JSON
+    as the terminal summary holds it (conductor/terminal.py), or an LLM token spike's (e2e only)."""
+    if isinstance(spike, dict):
+        judged = spike.get("answer_length")
+        if judged:
+            return judged.get("p99_ms"), judged.get("threshold_ms")
+        return spike.get("p99_ms"), spike.get("baseline_p99_ms")
+    return spike.judged_p99()
+
+
+def is_minor(spike: Spike | dict) -> bool:
     """No known cause explains it and its P99 stayed below MINOR_RATIO × the baseline P99
     (the part of the minor rule that needs no other spike; :func:`minor_flags` has all of it)."""
     p99, baseline = judged_p99(spike)
     return unexplained(spike) and p99 is not None and bool(baseline) and p99 < MINOR_RATIO * baseline
-
-
-def judged_p99(spike: dict) -> tuple[float | None, float | None]:
-    """(P99, baseline) in ms the spike was judged on: e2e latency, or e2e adjusted for answer length
-    where the run was judged so (``answer_length``: an LLM run whose answers differ in length)."""
-    judged = spike.get("answer_length")
-    if judged:
-        return judged.get("p99_ms"), judged.get("threshold_ms")
-    return spike.get("p99_ms"), spike.get("baseline_p99_ms")
 
 
 def ratio_text(p99, baseline) -> str:
@@ -120,72 +129,69 @@ def ratio_text(p99, baseline) -> str:
     return f"{p99 / baseline:.1f}×" if p99 is not None and baseline else "—"
 
 
-def spike_row(number: int, spike: dict, origin_ns, minor: bool | None = None) -> dict:
+def spike_row(number: int, spike: Spike, origin_ns, minor: bool | None = None) -> dict:
     """The table row (and card header) of one spike; the keys Markdown and the terminal reuse."""
-    decomposition = spike.get("decomposition") or {}
-    causes = spike.get("causes") or []
-    top = causes[0] if causes else {}
-    dominant = decomposition.get("dominant_stage")
-    growth = ((decomposition.get("stages") or {}).get(dominant) or {}).get("growth_ms") if dominant else None
-    kind = str(top.get("kind", "unexplained"))
+    decomposition = spike.decomposition
+    top = spike.top_cause
+    dominant = decomposition.dominant_stage
+    growth = decomposition.stages[dominant].growth_ms if dominant in decomposition.stages else None
+    kind = top.kind if top is not None else "unexplained"
+    p99, baseline = spike.judged_p99()
     return {
         "number": number,
-        "window": f"{fmt_offset(spike['start_ns'], origin_ns)} – {fmt_offset(spike['end_ns'], origin_ns)}",
-        "peak": fmt_offset(spike.get("peak_ns"), origin_ns),
-        "p99": fmt_ms(judged_p99(spike)[0]), "baseline": fmt_ms(judged_p99(spike)[1]),
-        "ratio": ratio_text(*judged_p99(spike)),
-        "excess": (fmt_ms(spike.get("excess_ms")) if not spike.get("answer_length") else
-                   fmt_ms(judged_p99(spike)[0] - judged_p99(spike)[1]) if None not in judged_p99(spike) else "—"),
-        "requests": fmt_count(spike.get("requests")),
-        "slow_requests": fmt_count(spike["slow_requests"] if spike.get("slow_requests") is not None
-                                   else decomposition.get("slow_requests")),
+        "window": f"{fmt_offset(spike.start_ns, origin_ns)} – {fmt_offset(spike.end_ns, origin_ns)}",
+        "peak": fmt_offset(spike.peak_ns, origin_ns),
+        "p99": fmt_ms(p99), "baseline": fmt_ms(baseline), "ratio": ratio_text(p99, baseline),
+        "excess": (fmt_ms(spike.excess_ms) if spike.answer_length is None else
+                   fmt_ms(p99 - baseline) if None not in (p99, baseline) else "—"),
+        "requests": fmt_count(spike.requests),
+        "slow_requests": fmt_count(spike.slow_requests),
         "dominant": dominant or "—",
         "dominant_growth": fmt_signed_ms(growth) if growth is not None else "",
-        "summary": decomposition.get("summary") or "",
-        "stalls": stalls_text(spike.get("recurring_stalls"), origin_ns),
-        "answer_length": (spike.get("answer_length") or {}).get("summary") or "",
+        "summary": decomposition.summary or "",
+        "stalls": stalls_text(spike.recurring_stalls, origin_ns),
+        "answer_length": spike.answer_length.summary if spike.answer_length is not None else "",
         "stage_note": stage_note(decomposition),
         "top_cause": kind,
         "top_title": cause_title(kind),
-        "top_confidence": f"{(top.get('confidence') or 0):.0%}",
-        "top_sentence": (evidence_sentences(top) or [""])[0] if top else "",
+        "top_confidence": f"{(top.confidence if top is not None else 0):.0%}",
+        "top_sentence": (evidence_sentences(top) or [""])[0] if top is not None else "",
         "minor": is_minor(spike) if minor is None else minor,
-        "causes": [{"kind": str(c.get("kind", "?")), "confidence": f"{(c.get('confidence') or 0):.0%}"}
-                   for c in causes],
+        "causes": [{"kind": c.kind, "confidence": f"{c.confidence:.0%}"} for c in spike.causes],
     }
 
 
-def stalls_text(stalls: dict | None, origin_ns) -> str:
+def stalls_text(stalls: RecurringStalls | None, origin_ns) -> str:
     """A recurring-stalls record's summary, and where its causes' evidence was read: "14 stalls, every
     ~4.0 s, each ~149 ms, cause gc; the evidence below was read in the largest stall, 34.0 s – 34.2 s"."""
-    if not stalls:
+    if stalls is None:
         return ""
-    where = stalls.get("evidence_ns")
-    return (stalls.get("summary") or "") + (
+    where = stalls.evidence_ns
+    return stalls.summary + (
         f"; the evidence below was read in the largest stall, {fmt_offset(where[0], origin_ns)} – "
         f"{fmt_offset(where[1], origin_ns)}" if where else "")
 
 
-def stage_note(decomposition: dict) -> str:
+def stage_note(decomposition: Decomposition) -> str:
     """Why a spike has no slow-vs-normal stage split, as a sentence ("" when it has one): no
     full records kept in its windows (a retained run), or no span joined."""
-    if (decomposition or {}).get("available", True) and (decomposition or {}).get("stages"):
+    if decomposition.available and decomposition.stages:
         return ""
-    reason = (decomposition or {}).get("unavailable_reason") or "no spans joined the slow or normal requests"
+    reason = decomposition.unavailable_reason or "no spans joined the slow or normal requests"
     return f"Stage split unavailable: {reason}."
 
 
-def minor_flags(spikes: list[dict]) -> list[bool]:
+def minor_flags(spikes: list[Spike]) -> list[bool]:
     """Per spike: minor when no known cause explains it and either its P99 stayed below
     MINOR_RATIO × the baseline P99 (:func:`is_minor`) or its impact is under MINOR_IMPACT_SHARE
     of the largest spike's."""
     impacts = [impact(s) for s in spikes]
     largest = max(impacts, default=0.0)
-    return [is_minor(s) or (unexplained(s) and impacts[i] < MINOR_IMPACT_SHARE * largest)
+    return [is_minor(s) or (s.unexplained and impacts[i] < MINOR_IMPACT_SHARE * largest)
             for i, s in enumerate(spikes)]
 
 
-def carded_spikes(spikes: list[dict], minor: list[bool] | None = None) -> list[int]:
+def carded_spikes(spikes: list[Spike], minor: list[bool] | None = None) -> list[int]:
     """Numbers (1-based) of the spikes that get a card, by impact (largest first): at most
     MAX_CARDS, minor spikes left out."""
     minor = minor_flags(spikes) if minor is None else minor
@@ -193,7 +199,7 @@ def carded_spikes(spikes: list[dict], minor: list[bool] | None = None) -> list[i
     return [i + 1 for i in order[:MAX_CARDS]]
 
 
-def spike_cards(spikes: list[dict], origin_ns) -> dict:
+def spike_cards(spikes: list[Spike], origin_ns) -> dict:
     """``{"rows": [...every spike], "cards": [...by impact], "minor": [...rows], "uncarded": n}``
     and the cards' chart series (``charts``: stages, waterfall, evidence series)."""
     minor = minor_flags(spikes)
@@ -201,15 +207,15 @@ def spike_cards(spikes: list[dict], origin_ns) -> dict:
     cards, charts = [], []
     for rank, number in enumerate(carded_spikes(spikes, minor), 1):
         spike, row = spikes[number - 1], rows[number - 1]
-        stage_rows, stage_chart = stage_comparison(spike.get("decomposition"))
-        trace = waterfall(spike.get("representative_trace"))
-        evidence = [evidence_chart(e, origin_ns) for e in spike.get("evidence_series") or []]
+        stage_rows, stage_chart = stage_comparison(spike.decomposition)
+        trace = waterfall(spike.representative_trace)
+        evidence = [evidence_chart(e, origin_ns) for e in spike.evidence_series]
         cards.append({**row, "rank": rank, "impact": impact(spike), "token": False,
-                      "cause_rows": cause_rows(spike.get("causes")), "stage_rows": stage_rows,
+                      "cause_rows": cause_rows(spike.causes), "stage_rows": stage_rows,
                       "trace": trace, "chart_index": len(charts), "evidence_charts": len(evidence)})
         charts.append({"number": number, "stages": stage_chart, "waterfall": trace, "evidence": evidence,
-                       "spike": [round((spike["start_ns"] - origin_ns) / 1e9, 3),
-                                 round((spike["end_ns"] - origin_ns) / 1e9, 3)] if origin_ns is not None else None})
+                       "spike": [round((spike.start_ns - origin_ns) / 1e9, 3),
+                                 round((spike.end_ns - origin_ns) / 1e9, 3)] if origin_ns is not None else None})
     minor = [row for row in rows if row["minor"]]
     return {"rows": rows, "cards": cards, "minor": minor, "uncarded": len(rows) - len(cards) - len(minor),
             "charts": charts}

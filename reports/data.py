@@ -35,7 +35,7 @@ from tailscope.reports.overview_view import detection_text, signals_text, slo_ch
 from tailscope.reports.signal_view import summarise_panels
 from tailscope.reports.timeline import fault_label, timeline_charts
 from tailscope.reports.tracing_view import receiver_rows, stage_data, stage_section
-from tailscope.reports.upgrade import upgrade_analysis
+from tailscope.reports.upgrade import spike_detection_of, spikes_of, upgrade_analysis
 from tailscope.support.units import percentile_label
 
 PERCENTILE_LABELS = tuple((key, percentile_label(key)) for key in ("p50", "p90", "p95", "p99", "p999"))
@@ -184,7 +184,7 @@ def build_report_data(analysis: dict) -> dict:
     analysis = upgrade_analysis(analysis)
     summary, run = decode(Summary, analysis["summary"], "summary"), analysis["run"]
     origin = run["load_start_ns"] or run["start_ns"]
-    cards = spike_cards(analysis["spikes"], origin)
+    cards = spike_cards(spikes_of(analysis), origin)
     stages = stage_section(analysis)
     charts, signals = chart_data(analysis, cards, stages)
     verdict = verdict_data(decode(Verdict, analysis["verdict"], "verdict"))
@@ -218,7 +218,7 @@ def build_report_data(analysis: dict) -> dict:
         "minor_spikes": cards["minor"],
         "minor_token_spikes": tokens["minor"],
         "uncarded_spikes": cards["uncarded"] + capped,
-        "detection": detection_text(analysis.get("spike_detection"), len(cards["rows"]), len(cards["minor"])),
+        "detection": detection_text(spike_detection_of(analysis), len(cards["rows"]), len(cards["minor"])),
         "tail": tail_text(charts["tail"], len(analysis["windows"])),
         "signals": {"text": signals_text(signals), "constants": signals["constants"],
                     "panels": len(signals["panels"])},

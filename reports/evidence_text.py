@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import re
 
+from tailscope.analysis_model.spikes import CauseFinding, EvidenceSeries
 from tailscope.reports.formatting import NS_PER_S, fmt_number
 from tailscope.support.cause_words import cause_title
 
@@ -258,9 +259,10 @@ def pair_sentences(evidence: dict) -> list[str]:
     return out
 
 
-def evidence_sentences(cause: dict) -> list[str]:
-    """Every part of a cause's evidence as a sentence with units (bounded), the summary first."""
-    evidence = cause.get("evidence") or {}
+def evidence_sentences(cause: CauseFinding) -> list[str]:
+    """Every part of a cause's evidence as a sentence with units (bounded), the summary first. The
+    evidence is each detector's own dict (its keys differ per detector), read defensively."""
+    evidence = cause.evidence
     sentences = []
     if isinstance(evidence.get("summary"), str):
         sentences.append(evidence["summary"])
@@ -287,27 +289,27 @@ def evidence_sentences(cause: dict) -> list[str]:
     return sentences[:MAX_SENTENCES]
 
 
-def evidence_chart(entry: dict, origin_ns: int) -> dict:
+def evidence_chart(entry: EvidenceSeries, origin_ns: int) -> dict:
     """One evidence series for the page: x (s since ``origin_ns``), y and its levels in shown units."""
-    scale, unit, label = series_display(entry.get("name", "?"), entry.get("unit", ""), entry.get("counter", False))
+    scale, unit, label = series_display(entry.name, entry.unit, entry.counter)
 
     def scaled(x):
         return None if x is None else float(x) * scale
 
-    spread = entry.get("spread")
-    baseline = scaled(entry.get("baseline"))
+    spread = entry.spread
+    baseline = scaled(entry.baseline)
     band = None
     if baseline is not None and spread is not None:
         low, high = sorted((baseline - abs(spread * scale), baseline + abs(spread * scale)))
         band = [low, high]
-    spike = scaled(entry.get("spike"))
-    return {"title": label, "unit": unit, "kind": entry.get("kind", "signal"),
-            "x": [round((t - origin_ns) / NS_PER_S, 3) for t in entry.get("t_ns") or []],
-            "y": [float(v) * scale for v in entry.get("values") or []],
+    spike = scaled(entry.spike)
+    return {"title": label, "unit": unit, "kind": entry.kind,
+            "x": [round((t - origin_ns) / NS_PER_S, 3) for t in entry.t_ns],
+            "y": [float(v) * scale for v in entry.values],
             "baseline": baseline, "band": band, "spike": spike,
-            "spike_text": (f"{'longest' if entry.get('kind') == 'events' else 'spike level'} "
-                           f"{fmt_number(spike)} {unit}" + (f" ({entry['place']})" if entry.get("place") not in (None, "in the spike") else "")
+            "spike_text": (f"{'longest' if entry.kind == 'events' else 'spike level'} "
+                           f"{fmt_number(spike)} {unit}" + (f" ({entry.place})" if entry.place not in (None, "in the spike") else "")
                            if spike is not None else ""),
             "baseline_text": f"baseline {fmt_number(baseline)} {unit}" if baseline is not None else "",
-            "marks": [{"y": scaled(m.get("value")), "text": f"{m.get('label')} {fmt_number(scaled(m.get('value')))}"}
-                      for m in entry.get("marks") or [] if m.get("value") is not None]}
+            "marks": [{"y": scaled(m.value), "text": f"{m.label} {fmt_number(scaled(m.value))}"}
+                      for m in entry.marks if m.value is not None]}

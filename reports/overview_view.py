@@ -7,6 +7,7 @@ template only places; every rule they state is the analyzers' own (docs/report.m
 
 from __future__ import annotations
 
+from tailscope.analysis_model.spikes import SpikeDetection
 from tailscope.reports.formatting import fmt_count, fmt_ms
 
 
@@ -28,19 +29,19 @@ def tail_text(tail: dict | None, windows: int) -> str:
             f"{tail['step_s']:g} s, so every point of the line is claimed")
 
 
-def detection_text(detection: dict | None, spikes: int, minor: int) -> str:
-    """How spikes were looked for: the test, the baseline, the warm-up left out, and the minor rule."""
-    detection = detection or {}
-    if not detection.get("performed"):
+def detection_text(detection: SpikeDetection | None, spikes: int, minor: int) -> str:
+    """How spikes were looked for: the test, the baseline, the warm-up left out, and the minor rule
+    (``detection`` None: an analysis written before spike detection had its section)."""
+    if detection is None or not detection.performed:
         return "No spike detection: too few latency samples."
-    warmup = detection.get("warmup_s") or 0.0
-    per_length = detection.get("judged_on") == "e2e_for_answer_length"
+    warmup = detection.warmup_s
+    per_length = detection.judged_on == "e2e_for_answer_length"
     text = ("Spikes: windows holding significantly more requests above the baseline P99 "
             + ("of e2e latency adjusted for answer length — each request's e2e scaled to the median answer "
                "length by the run's e2e-vs-length line (the answers differ in length: a long answer is no "
                "incident) " if per_length else "")
-            + f"({fmt_ms(detection.get('baseline_p99_ms'))}) than the 1% a steady run holds, tested over "
-            f"{detection.get('detection_window_s'):g}-s windows at α = {detection.get('alpha'):g}")
+            + f"({fmt_ms(detection.baseline_p99_ms)}) than the 1% a steady run holds, tested over "
+            f"{detection.detection_window_s:g}-s windows at α = {detection.alpha:g}")
     if warmup > 0:
         text += (f"; the first {warmup:g} s are warm-up and left out of detection (the rule: 5% of the load, "
                  "at least 2 s and at most 10 s, at most a quarter of the run)")
@@ -48,7 +49,7 @@ def detection_text(detection: dict | None, spikes: int, minor: int) -> str:
     if minor:
         text += (f", {minor} of them minor (no known cause explains it, and its P99 stayed below twice the "
                  "baseline P99 or its impact is under a tenth of the largest spike's)")
-    longer = [entry["summary"] for entry in detection.get("longer_answers") or [] if entry.get("summary")]
+    longer = [entry.summary for entry in detection.longer_answers if entry.summary]
     if longer:
         text += ". Not incidents, longer answers: " + "; ".join(longer)
     return text + "."

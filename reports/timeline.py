@@ -29,6 +29,7 @@ from tailscope.reports.cards import minor_flags
 from tailscope.reports.downsample import lttb
 from tailscope.reports.formatting import NS_PER_S
 from tailscope.reports.signal_panels import build_panels
+from tailscope.reports.upgrade import spike_detection_of, spikes_of
 from tailscope.support.units import percentile_label
 
 MAX_LINE_POINTS = 2000
@@ -157,19 +158,21 @@ def timeline_charts(analysis: dict) -> dict:
     origin = run.get("load_start_ns") or run.get("start_ns") or 0
     events = analysis.get("events") or {}
     tail = rolling_tail(analysis.get("tail_line"), origin)
-    spikes = [dict(s, label=f"spike {i}") for i, s in enumerate(analysis.get("spikes") or [], 1)]
+    spikes = spikes_of(analysis)
+    labelled = [{"start_ns": s.start_ns, "end_ns": s.end_ns, "label": f"spike {i}"} for i, s in enumerate(spikes, 1)]
     minor = minor_flags(spikes)
+    detection = spike_detection_of(analysis)
     return {
         "x_title": "seconds since load start",
         "x_range": [0.0, run.get("duration_s") or 0.0],
         "latency": latency_chart(analysis, origin, tail is not None),
         "tail": tail,
         "slow": slow_points(analysis.get("slow_requests"), origin),
-        "spikes": bands([s for s, m in zip(spikes, minor) if not m], origin, lambda s: s["label"]),
-        "minor_spikes": bands([s for s, m in zip(spikes, minor) if m], origin, lambda s: s["label"] + " (minor)"),
+        "spikes": bands([s for s, m in zip(labelled, minor) if not m], origin, lambda s: s["label"]),
+        "minor_spikes": bands([s for s, m in zip(labelled, minor) if m], origin, lambda s: s["label"] + " (minor)"),
         "faults": bands(events.get("faults") or [], origin, fault_label),
         "limited": bands([w for w in analysis.get("generator_limited_windows") or [] if w.get("material", True)],
                          origin, lambda w: "generator-limited"),
         "panels": signal_panels(analysis.get("signals") or {}, origin),
-        "warmup_s": (analysis.get("spike_detection") or {}).get("warmup_s") or 0.0,
+        "warmup_s": detection.warmup_s if detection is not None else 0.0,
     }

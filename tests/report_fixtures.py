@@ -14,8 +14,9 @@ import os
 import numpy as np
 
 from tailscope.analysis_model.codec import encode
+from tailscope.analysis_model.spikes import CauseFinding, Decomposition, Spike
 from tailscope.analyzers.inputs.records import request_arrays
-from tailscope.analyzers.spikes.detection import decompose
+from tailscope.analyzers.spikes.detection import NO_SPANS_JOINED, decompose
 from tailscope.analyzers.stages.decomposition import DEFAULT_STAGE_MAP, stage_matrix
 from tailscope.analyzers.stages.representative_trace import representative_trace
 from tailscope.rundir import Appender, load_run, schema
@@ -73,3 +74,17 @@ def spike_with_known_causes(run_path: str, start_ns: int, end_ns: int, causes: l
         "causes": causes,
         "representative_trace": encode(representative_trace(req, slow_index, run.spans, DEFAULT_STAGE_MAP)),
     }
+
+
+def make_spike(start_ns: int, end_ns: int, causes=(), *, p99_ms: float = 100.0, baseline_p99_ms: float = 20.0,
+               excess_ms: float | None = None, slow_requests: int = 0, requests: int = 0, **fields) -> Spike:
+    """A complete latency spike (analysis_model.spikes.Spike) for report tests: the given figures,
+    ``causes`` as ``(kind, confidence, evidence)`` triples or CauseFindings, no stage split."""
+    found = tuple(c if isinstance(c, CauseFinding) else CauseFinding(*c) for c in causes)
+    return Spike(start_ns=start_ns, end_ns=end_ns, peak_ns=(start_ns + end_ns) // 2, p99_ms=p99_ms,
+                 records_kept=requests, baseline_p99_ms=baseline_p99_ms,
+                 excess_ms=p99_ms - baseline_p99_ms if excess_ms is None else excess_ms,
+                 slow_requests=slow_requests, slow_share=slow_requests / requests if requests else 0.0,
+                 requests=requests, windows=1, causes=found,
+                 decomposition=Decomposition(slow_requests, 0, 0, 0, {}, None, None, False, NO_SPANS_JOINED),
+                 **fields)

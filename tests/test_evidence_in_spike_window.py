@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from tailscope.analysis_model.codec import decode
+from tailscope.analysis_model.spikes import CauseFinding, Spike
 from tailscope.analyzers.causes.kit import SignalEvidence, level_words, places
 from tailscope.analyzers.inputs.run_inputs import RunInputs
 from tailscope.analyzers.inputs.signal_index import place_words
@@ -73,7 +75,7 @@ def test_a_ratio_measured_outside_the_spike_carries_its_place_on_the_card():
         "Offered load vs baseline: 2.50× (in the 2 s after the spike).")
     evidence = {"summary": "s", "load_ratio": 2.5, "places": places(load_ratio=found),
                 "kv_usage_spike": 0.99, "kv_usage_baseline": 0.4}
-    sentences = evidence_sentences({"kind": "queue_saturation", "evidence": evidence})
+    sentences = evidence_sentences(CauseFinding("queue_saturation", 0.9, evidence))
     assert "Offered load vs baseline: 2.50× (in the 2 s after the spike)." in sentences
     assert "KV-cache usage: 99% of the cache in the spike vs 40% of the cache at baseline." in sentences
 
@@ -97,7 +99,7 @@ def test_place_words():
 def test_the_kv_peak_from_the_widened_spike_says_where_it_was_read():
     evidence = {"summary": "s", "kv_usage_peak": 0.99, "places": {"kv_usage_peak": "from 2 s before the spike to 2 s after it"}}
     assert "Highest KV-cache usage reading: 99% of the cache (from 2 s before the spike to 2 s after it)." in (
-        evidence_sentences({"kind": "kv_cache_pressure", "evidence": evidence}))
+        evidence_sentences(CauseFinding("kv_cache_pressure", 0.9, evidence)))
 
 
 def test_the_recurring_stalls_card_says_its_evidence_was_read_in_the_largest_stall(tmp_path):
@@ -112,7 +114,7 @@ def test_the_recurring_stalls_card_says_its_evidence_was_read_in_the_largest_sta
     (spike,) = analysis["spikes"]
     lo, hi = spike["recurring_stalls"]["evidence_ns"]
     assert spike["start_ns"] <= lo < hi <= spike["end_ns"] and hi - lo < 2 * NS
-    text = spike_row(1, spike, analysis["run"]["load_start_ns"])["stalls"]
+    text = spike_row(1, decode(Spike, spike, "spike"), analysis["run"]["load_start_ns"])["stalls"]
     assert text.startswith(spike["recurring_stalls"]["summary"] + "; the evidence below was read in the largest stall, ")
 
 

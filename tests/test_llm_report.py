@@ -10,6 +10,7 @@ the vllm preset and its /metrics scraped).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 
@@ -17,6 +18,8 @@ import numpy as np
 import pytest
 from cli_helpers import only_run_dir, run_tailscope
 
+from tailscope.analysis_model.codec import decode
+from tailscope.analysis_model.spikes import CauseFinding
 from tailscope.analyzers.analysis import analyze_run
 from tailscope.analyzers.comparison.baseline import compare_runs
 from tailscope.analyzers.stages.decomposition import StageMatrix
@@ -98,7 +101,8 @@ def test_slow_split_takes_the_requests_above_p99_of_ttft_or_tpot():
     decode = np.where((np.arange(n) >= 2) & (np.arange(n) < 4), 4000.0, 1000.0)
     matrix = StageMatrix(np.arange(n), ("queue", "decode", "server"), np.column_stack([queue, decode, queue + decode]), n, [])
     output = np.full(n, 100.0)
-    split = slow_split(matrix, {"ttft": ttft, "tpot": tpot}, {"prompt": np.full(n, 300.0), "output": output})
+    split = dataclasses.asdict(slow_split(matrix, {"ttft": ttft, "tpot": tpot},  # as analysis.json states it
+                                          {"prompt": np.full(n, 300.0), "output": output}))
     assert split["slow_requests"] == 4 and split["normal_requests"] == n - 4
     assert split["thresholds_ms"] == {"ttft": 500.0, "tpot": 40.0}
     rows = {s["stage"]: s for s in split["stages"]}
@@ -110,7 +114,7 @@ def test_the_kv_cause_card_reads_its_evidence_in_words_and_draws_the_server_seri
     spike = kv_run["analysis"]["spikes"][0]
     assert spike["causes"][0]["kind"] == "kv_cache_pressure"
     assert [e["name"] for e in spike["evidence_series"]] == ["server.kv_usage", "server.preemptions", "server.waiting"]
-    sentences = evidence_sentences(spike["causes"][0])
+    sentences = evidence_sentences(decode(CauseFinding, spike["causes"][0]))
     assert "KV-cache usage: 99% of the cache in the spike vs 45% of the cache at baseline." in sentences
     assert any(s.startswith("Preemptions: 5.") and s.endswith("/s in the spike vs 0/s at baseline.") for s in sentences)
     assert not any("Kv usage" in s or "per:" in s or "+-" in s for s in sentences), sentences

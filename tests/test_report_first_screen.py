@@ -12,9 +12,11 @@ from __future__ import annotations
 from html.parser import HTMLParser
 
 import pytest
+from report_fixtures import make_spike
 
-from tailscope.analysis_model.spikes import Decomposition
+from tailscope.analysis_model.codec import encode
 from tailscope.analysis_model.health import Generator, GeneratorCpu, GeneratorGc, LimitedInterval
+from tailscope.analysis_model.spikes import Decomposition
 from tailscope.analyzers.analysis import analyze_run
 from tailscope.analyzers.causes.protocol import Finding, unexplained
 from tailscope.analyzers.comparison.baseline import CompareRules, verdict_summary
@@ -140,9 +142,8 @@ def test_a_run_whose_lateness_does_not_matter_has_no_generator_limited_finding_o
 
 
 def _spike(i, kind, p99, baseline=20.0, slow=30, requests=300):
-    return {"start_ns": i * 10 * NS, "end_ns": (i * 10 + 2) * NS, "p99_ms": p99, "baseline_p99_ms": baseline,
-            "excess_ms": p99 - baseline, "slow_requests": slow, "requests": requests, "expected_slow_share": 0.01,
-            "causes": [{"kind": kind, "confidence": 0.9 if kind != "unexplained" else 0.7, "evidence": {}}]}
+    return make_spike(i * 10 * NS, (i * 10 + 2) * NS, [(kind, 0.9 if kind != "unexplained" else 0.7, {})], p99_ms=p99,
+                      baseline_p99_ms=baseline, slow_requests=slow, requests=requests, expected_slow_share=0.01)
 
 
 def test_unexplained_spikes_below_twice_the_baseline_or_a_tenth_of_the_largest_impact_are_minor():
@@ -161,7 +162,7 @@ def _token_spike(start_s, p99, baseline, slow, requests):
 
 def test_ttft_and_tpot_spikes_are_cards_ranked_with_the_latency_spikes_by_impact():
     latency = [_spike(1, "gc", 400.0)]  # 10–12 s; impact 380 ms × 27 requests
-    analysis = {"run": {"load_start_ns": 0, "start_ns": 0}, "spikes": latency,
+    analysis = {"run": {"load_start_ns": 0, "start_ns": 0}, "spikes": encode(latency),
                 "llm": {"spikes": {"ttft": [_token_spike(9, 700.0, 100.0, 100, 200),  # impact 600 ms × 98
                                             _token_spike(30, 260.0, 100.0, 12, 200)],  # 160 ms × 10: minor (< 10%)
                                    "tpot": [_token_spike(40, 35.0, 20.0, 40, 200)]}}}  # P99 < 2× baseline: minor

@@ -6,7 +6,9 @@ import xml.etree.ElementTree as ET
 
 import numpy as np
 import pytest
+from report_fixtures import make_spike
 
+from tailscope.analysis_model.spikes import CauseFinding
 from tailscope.analyzers.inputs.records import request_arrays
 from tailscope.analyzers.stages.representative_trace import representative_trace, span_depths
 from tailscope.analyzers.stats.distribution import bin_edges_ms, latency_distribution
@@ -98,8 +100,8 @@ def test_representative_trace_is_a_median_slow_request_with_relative_spans(gc_ru
 
 
 def test_cards_rank_by_impact_write_evidence_as_sentences_and_cap_the_count():
-    spikes = [{"start_ns": i * NS, "end_ns": (i + 1) * NS, "excess_ms": float(i), "p99_ms": 100.0 + i,
-               "causes": [{"kind": "gc_pause", "confidence": 0.9, "evidence": {"share": 0.97, "pause": {"max_ms": 180}}}]}
+    spikes = [make_spike(i * NS, (i + 1) * NS, [("gc_pause", 0.9, {"share": 0.97, "pause": {"max_ms": 180}})],
+                         excess_ms=float(i), p99_ms=100.0 + i)
               for i in range(MAX_CARDS + 3)]
     result = spike_cards(spikes, 0)
     assert len(result["rows"]) == MAX_CARDS + 3 and len(result["cards"]) == MAX_CARDS and result["uncarded"] == 3
@@ -107,12 +109,12 @@ def test_cards_rank_by_impact_write_evidence_as_sentences_and_cap_the_count():
     assert [c["rank"] for c in result["cards"]] == list(range(1, MAX_CARDS + 1))
     assert result["cards"][0]["cause_rows"][0]["confidence"] == "90%"
     assert result["cards"][0]["top_title"] == "GC pauses of the target"
-    sentences = evidence_sentences({"kind": "cpu_throttling", "evidence": {
+    sentences = evidence_sentences(CauseFinding("cpu_throttling", 0.9, {
         "summary": "CFS throttling of the target's cgroup", "longest_pause_ms": 180.0, "decomposition": {"x": 1},
         "signals": [{"series": "cgroup.cpu.throttled_ns", "spike": 3.12e8, "baseline": 0.0, "z": 41.0,
                      "material_excess": 5e7, "confidence": 1.0}],
         "latency_split": {"latency_growth_ms": 30.0, "server_growth_ms": 28.0, "lateness_growth_ms": 0.5},
-        "factors": {"server_side": 1.0, "throttling": 0.98}}})
+        "factors": {"server_side": 1.0, "throttling": 0.98}}))
     assert sentences == [
         "CFS throttling of the target's cgroup",
         "CPU time throttled (CFS quota): 312 ms/s in the spike vs 0 ms/s at baseline (robust z 41); "

@@ -10,7 +10,7 @@ before the spike to ``pad`` after it (``pad`` = the spike's length, at least
 detector read them (a counter as its rate per second in its own unit, a gauge
 as read): each an :class:`~tailscope.analysis_model.spikes.EvidenceSeries` (``name``, ``kind``
 ``"signal"`` or ``"events"``, ``unit``, ``counter``, ``t_ns``: bin centres or event starts,
-``values``, ``spike``/``baseline``/``spread``, ``place``, ``marks``: ``{"value", "label"}``).
+``values``, ``spike``/``baseline``/``spread``, ``place``, ``marks``: :class:`EvidenceMark`).
 
 ``spike``/``baseline``/``spread`` are the numbers the finding states (its
 contrast: the spike level, the baseline median, the robust spread); ``marks``
@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tailscope.analysis_model.spikes import CauseFinding, EvidenceSeries
+from tailscope.analysis_model.spikes import CauseFinding, EvidenceMark, EvidenceSeries
 from tailscope.analyzers.causes.protocol import SpikeContext
 from tailscope.analyzers.inputs.records import NS_PER_S
 from tailscope.analyzers.inputs.signal_index import Contrast
@@ -72,7 +72,7 @@ def window_bins(ctx: SpikeContext) -> slice:
 
 
 def _grid_entry(ctx: SpikeContext, name: str, values: np.ndarray, unit: str, counter: bool,
-                found: dict | Contrast | None, marks: list[dict] | None = None) -> EvidenceSeries | None:
+                found: dict | Contrast | None, marks: list[EvidenceMark] | None = None) -> EvidenceSeries | None:
     part = window_bins(ctx)
     edges = ctx.inputs.edges
     centres = (edges[part] + edges[part.start + 1:part.stop + 1]) // 2
@@ -175,7 +175,7 @@ def queue_entries(ctx: SpikeContext, evidence: dict, cache: dict) -> list[Eviden
             with np.errstate(invalid="ignore", divide="ignore"):
                 return np.where(counts > 0, sums / np.maximum(counts, 1), np.nan)
         depth = _cached(cache, "queue.depth", mean_depth)
-        marks = [{"value": _number(evidence.get(key)), "label": label} for key, label in (
+        marks = [EvidenceMark(_number(evidence.get(key)), label) for key, label in (
             ("normal_p99_queue_depth", "normal P99 depth"), ("median_slow_queue_depth", "median depth, slow requests"),
             ("queue_capacity", "capacity")) if _number(evidence.get(key)) is not None]
         made = _grid_entry(ctx, "queue.depth", depth, "requests", False, None, marks)
