@@ -13,6 +13,9 @@ from rich.live import Live
 from rich.markup import escape
 from rich.table import Table
 
+from tailscope.analysis_model.codec import decode
+from tailscope.analysis_model.percentiles import MaxValue, Percentile, PercentileSet
+from tailscope.analysis_model.summary import Summary
 from tailscope.analysis_model.verdict import SloRow
 from tailscope.reports.cards import judged_p99
 from tailscope.reports.formatting import fmt_metric
@@ -95,25 +98,25 @@ def _ms(value) -> str:
 
 def print_summary(console: Console, analysis: dict, paths: dict) -> None:
     """The end-of-run summary: verdict, headline percentiles, whole-run findings, spikes, where the report is."""
-    summary = analysis.get("summary", {})
+    summary = decode(Summary, analysis["summary"], "summary")
     verdict = verdict_of(analysis)
     run = analysis.get("run", {})
     console.rule("tailscope")
     if run.get("incomplete"):
         console.print(f"[yellow]{run.get('incomplete_reason', 'incomplete run')}[/]")
-    closed = summary.get("load_model") == "closed"
-    achieved = summary.get("achieved_rps") or 0
+    closed = summary.load_model == "closed"
+    achieved = summary.achieved_rps or 0
     if closed:
         users = ((analysis.get("generator") or {}).get("load_model") or {}).get("users")
         load_text = f"{achieved:.1f} req/s (closed loop" + (f", {users} requests kept in flight)" if users else ")")
     else:
-        load_text = f"{achieved:.1f} of {summary.get('offered_rps') or 0:.1f} req/s offered"
-    console.print(f"{summary.get('requests', 0)} requests, {summary.get('errors', 0)} errors "
-                  f"({100 * (summary.get('error_rate') or 0):.2f}%), achieved {load_text}")
-    joined = join_line(analysis.get("stages") or {}, (summary.get("requests") or 0) - (summary.get("errors") or 0))
+        load_text = f"{achieved:.1f} of {summary.offered_rps or 0:.1f} req/s offered"
+    console.print(f"{summary.requests} requests, {summary.errors} errors "
+                  f"({100 * summary.error_rate:.2f}%), achieved {load_text}")
+    joined = join_line(analysis.get("stages") or {}, summary.requests - summary.errors)
     if joined:
         console.print(joined, highlight=False, soft_wrap=True)
-    console.print(latency_table(summary, closed))
+    console.print(latency_table(summary.latency_ms, closed))
     llm = llm_table(analysis.get("llm"))
     if llm is not None:
         console.print(llm)
@@ -222,7 +225,7 @@ LLM_ROWS = (("ttft_ms", "TTFT"), ("tpot_ms", "TPOT"), ("itl_ms", "ITL"), ("chunk
 UNCLAIMED_NOTE = "* too few samples to claim this percentile (MLPerf early-stopping rule)"
 
 
-def latency_table(summary: dict, closed: bool) -> Table:
+def latency_table(latency: PercentileSet, closed: bool) -> Table:
     """The run's latency percentiles, each named with its metric (``latency P50``) and in ms;
     measured from the scheduled send (a closed loop: from the send, its scheduled time)."""
     # a closed loop sends each request when a user is free: its scheduled time is its send time
@@ -230,8 +233,7 @@ def latency_table(summary: dict, closed: bool) -> Table:
                   show_header=True)
     for _, name in LATENCY_COLUMNS:  # one row, no label column: fits 80 columns (headers wrap)
         table.add_column(f"latency {name}", justify="right", min_width=10)
-    latency = summary.get("latency_ms", {})
-    table.add_row(*[_pct_cell(latency.get(key)) for key, _ in LATENCY_COLUMNS])
+    table.add_row(*[_pct_cell(getattr(latency, key)) for key, _ in LATENCY_COLUMNS])
     table.caption = UNCLAIMED_NOTE
     return table
 
@@ -336,6 +338,10 @@ def _pct_cell(entry) -> str:
     """A latency in ms with its unit (``12.3 ms``; ``*`` after an unclaimed percentile), or —."""
     if entry is None:
         return "—"
+    if isinstance(entry, (Percentile, MaxValue)):
+        if entry.value_ms is None:
+            return "—"
+        return f"{entry.value_ms:.1f} ms" + ("*" if isinstance(entry, Percentile) and not entry.claimed else "")
     if isinstance(entry, dict):
         value = entry.get("value_ms", entry.get("value"))
         if value is None:

@@ -19,9 +19,12 @@ def _printed(analysis: dict) -> str:
 
 
 def _analysis(load_model: str, generator_model: dict) -> dict:
-    return {"summary": {"requests": 120, "errors": 0, "error_rate": 0.0, "achieved_rps": 11.9, "offered_rps": 12.0,
-                        "load_model": load_model, "latency_ms": {}},
-            "generator": {"load_model": generator_model}, "verdict": {"passed": True}, "run": {}}
+    summary = {"requests": 120, "completed": 120, "errors": 0, "error_rate": 0.0, "errors_by_kind": {},
+               "top_errors": [], "duration_s": 10.0, "achieved_rps": 11.9, "offered_rps": 12.0,
+               "latency_ms": _percentiles(None), "service_time_ms": _percentiles(None),
+               "lateness_ms": {"p50_ms": None, "p99_ms": None, "late_share": 0.0, "generator_limited": False},
+               "load_model": load_model}
+    return {"summary": summary, "generator": {"load_model": generator_model}, "verdict": {"passed": True}, "run": {}}
 
 
 def test_an_open_loop_summary_names_the_offered_rate_and_the_scheduled_send():
@@ -55,11 +58,12 @@ def test_a_comparison_prints_the_llm_rows_beside_latency():
 
 
 def _pct(value, claimed=True, n=500):
-    return {"value_ms": value, "ci_low_ms": value, "ci_high_ms": value, "n": n, "claimed": claimed}
+    return {"value_ms": value, "ci_low_ms": value, "ci_high_ms": value, "n": n, "claimed": claimed, "bound_ms": None}
 
 
 def _percentiles(base):
-    return {key: _pct(base * factor) for key, factor in
+    """A percentile set (ms) whose P50 is ``base`` (None: no samples)."""
+    return {key: _pct(None if base is None else base * factor) for key, factor in
             (("p50", 1), ("p90", 2), ("p95", 3), ("p99", 4), ("p999", 5), ("max", 6))}
 
 
