@@ -144,7 +144,7 @@ class EvidenceMark:
     label: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class EvidenceSeries:
     """One series a spike's top cause rests on, around the spike (analyzers/spikes/evidence_series.py):
     ``values`` (in ``unit``; a counter as its rate per second) at ``t_ns`` (epoch ns: 1-s bin
@@ -161,8 +161,8 @@ class EvidenceSeries:
     spike: float | None
     baseline: float | None
     spread: float | None
-    marks: tuple[EvidenceMark, ...]
     place: str | None = None
+    marks: tuple[EvidenceMark, ...]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -202,12 +202,12 @@ class Spike:
     peak_window_slow_share: float | None = None
     requests: int
     windows: int
+    recurring_stalls: RecurringStalls | None = written_when_set()
     decomposition: Decomposition
     causes: tuple[CauseFinding, ...]
     evidence_series: tuple[EvidenceSeries, ...] = ()
     representative_trace: RepresentativeTrace | None = None
     answer_length: AnswerLength | None = written_when_set()
-    recurring_stalls: RecurringStalls | None = written_when_set()
 
     @property
     def top_cause(self) -> CauseFinding | None:
