@@ -15,6 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from tailscope.analysis_model.codec import written_when_set
+
 
 @dataclass(frozen=True, slots=True)
 class StageStats:
@@ -36,7 +38,7 @@ class NameCount:
 
 
 @dataclass(frozen=True, slots=True)
-class ServerTokens:
+class ServerTokenTotals:
     """Token counts read from the server's spans (a preset's token attributes): how many joined
     requests had a count, the sums, and which attributes were read (``attributes``: the rule's
     description, ``{"match", "prompt", "output"}``)."""
@@ -66,13 +68,19 @@ class OverlappingStages:
     requests: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Consistency:
     """Do each joined request's stages fit in its server span (analyzers/stages/consistency.py):
     requests checked, those whose stage sum exceeds the span by more than ``tolerance`` (relative)
-    and ``abs_tolerance_ms``, their share (0-1), the excess (ms; None without such requests), and
-    the likely culprits. The overlap fields came later (an older analysis reads 0 / None / [])."""
+    and ``abs_tolerance_ms``, their share (0-1), the excess (ms; None without such requests), the
+    mean stage sum and server span (ms), and the likely culprits; and the requests whose stages
+    overlap in time (``overlap_p50_ms``: the overlap's median, ms; None without), with the
+    overlapping pairs. The overlap fields came later (an older analysis reads 0 / None / []).
+    Keyword-only: the fields are in the order written."""
 
+    overlapping_requests: int = 0
+    overlap_p50_ms: float | None = None
+    overlapping_stages: list[OverlappingStages] = field(default_factory=list)
     checked_requests: int
     exceeding_requests: int
     exceeding_share: float
@@ -84,9 +92,6 @@ class Consistency:
     abs_tolerance_ms: float
     preset: str | None
     culprits: list[Culprit]
-    overlapping_requests: int = 0
-    overlap_p50_ms: float | None = None
-    overlapping_stages: list[OverlappingStages] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,15 +174,15 @@ class ServerMetrics:
 class LateSpanWait:
     """The conductor's wait for late spans after the load (conductor/late_spans.py, the manifest's
     ``late_spans``): seconds waited, why it ended, spans expected and still missing, the limit
-    (s), and server spans that arrived after it called the wait complete (0 in manifests written
-    before they were counted)."""
+    (s), and server spans that arrived after it called the wait complete (absent, None, in
+    manifests written before they were counted)."""
 
     waited_s: float
     ended: Literal["complete", "quiet", "cap", "nothing_expected", "no_spans"]
     expected: int
     missing: int
     wait_s: float
-    spans_after_complete: int = 0
+    spans_after_complete: int | None = written_when_set()
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,18 +196,19 @@ class MissingSpans:
     wait: LateSpanWait | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class StageRule:
-    """One stage rule as the analysis applied it: a span-name/attribute ``match``, or the span
-    events it lies ``between``, or the span ``attribute`` (in ``unit``) it reads, less the
-    ``minus`` stages. Which keys are present depends on the kind of rule."""
+    """One stage rule as the analysis applied it: a span rule's ``match`` (the span-name/attribute
+    match in words), an event rule's two span events (``between``), or an attribute rule's
+    ``match``, span ``attribute`` (in ``unit``) and the stages it is ``minus``. Only the keys of
+    the rule's kind are written (None here where absent); keyword-only: in the order written."""
 
+    match: str | None = written_when_set()
+    between: list[str] | None = written_when_set()
     stage: str
-    match: str | None = None
-    between: list[str] | None = None
-    attribute: str | None = None
-    unit: Literal["s", "ms", "us", "ns"] | None = None
-    minus: list[str] | None = None
+    attribute: str | None = written_when_set()
+    unit: Literal["s", "ms", "us", "ns"] | None = written_when_set()
+    minus: list[str] | None = written_when_set()
 
 
 @dataclass(frozen=True, slots=True)
@@ -251,12 +257,12 @@ class Stages:
     by_stage: dict[str, StageStats]
     unmapped_span_names: list[NameCount]
     span_stages: list[str] = field(default_factory=list)
-    server_tokens: ServerTokens | None = None
+    server_tokens: ServerTokenTotals | None = None
     consistency: Consistency | None = None
-    missing_spans: MissingSpans | None = None
-    rules: StageRulesInfo | None = None
-    clock_alignment: ClockAlignment | None = None
-    server_metrics: ServerMetrics | None = None
+    missing_spans: MissingSpans | None = written_when_set()
+    rules: StageRulesInfo | None = written_when_set()
+    clock_alignment: ClockAlignment | None = written_when_set()
+    server_metrics: ServerMetrics | None = written_when_set()
     slow_split: SlowSplit | None = None
 
     def occurred(self) -> dict[str, StageStats]:

@@ -21,6 +21,9 @@ import numpy as np
 import pyarrow.compute as pc
 
 from tailscope.analysis_model.codec import encode
+from tailscope.analysis_model.events import Event, Events, GcPauses
+from tailscope.analysis_model.server import OtherTraffic
+from tailscope.analysis_model.stages import SlowSplit
 from tailscope.analyzers.causes.protocol import DetectorRegistry
 from tailscope.analyzers.findings.protocol import FindingInputs
 from tailscope.analyzers.findings.registry import whole_run_findings
@@ -129,8 +132,7 @@ def analyze_run(run_or_path: Run | str | os.PathLike, *, window_s: float = 1.0,
         release_pages(run)  # the join's columns (trace ids) are read: hand their pages back
         matrix = stage_matrix(req, run.spans, resolved.rules, join=join)
         traced = traced_requests(req, join, trace_sample_rate(run.manifest))
-        missing = {**missing_spans(req, matrix, join, trace_sample_rate(run.manifest)),
-                   "wait": run.manifest.get("late_spans")}
+        missing = missing_spans(req, matrix, join, trace_sample_rate(run.manifest), run.manifest.get("late_spans"))
         stage_map = {**{name: name for name in matrix.span_stages}, **stage_name_map(run.spans, resolved.rules)}
         release_pages(run)
         # read once (aligned times) for the queue chart and the detectors; each chunk's pages handed back
@@ -158,14 +160,15 @@ def analyze_run(run_or_path: Run | str | os.PathLike, *, window_s: float = 1.0,
     judged_generator = judged(records["generator"], summary, req)  # the lateness rule needs the summary
     generator = encode(judged_generator)
     summary = encode(summary_section(summary, generator["load_model"]["loop"], generator["dropped"], records["goodput"]))
+    stages = summarize_stages(matrix, traced, missing=missing, rules=resolved.rules.describe(),
+                              clock=alignment.section(), servers=servers.describe(),
+                              split=stage_slow_split(req, matrix, records))
     analysis = {
         "format_version": ANALYSIS_FORMAT_VERSION,
         "run": run_facts(run, period),
         "summary": summary,
         "classes": records["classes"],
-        "stages": {**summarize_stages(matrix, traced), "missing_spans": missing, "rules": resolved.rules.describe(),
-                   "clock_alignment": alignment.as_dict(), "server_metrics": servers.describe(),
-                   "slow_split": stage_slow_split(req, matrix, records)},
+        "stages": encode(stages),
         "window_s": window_s,
         "windows": window_records(req, windows, records, window_s),
         "slow_requests": records["slow_requests"],
@@ -179,14 +182,14 @@ def analyze_run(run_or_path: Run | str | os.PathLike, *, window_s: float = 1.0,
         "spikes": encode(spikes),
         "patterns": patterns,
         "signals": signals,
-        "events": event_digest(run),
+        "events": encode(event_digest(run)),
         "receiver": run.receiver,
         "outages": encode(find_outages(req, run.events)),
         "retention": encode(retained.retention) if retained is not None else {"sampled": False},  # all kept
         "generator": generator,
         "generator_limited_windows": encode(limited_bands(judged_generator)),
-        "server_load": server_load_section(servers, signal_index, period),
-        "other_traffic": other_traffic_section(run, req, matrix, join.span_request, period, window_s),
+        "server_load": encode(server_load_section(servers, signal_index, period)),
+        "other_traffic": encode(other_traffic_section(run, req, matrix, join.span_request, period, window_s)),
         "streaming": streaming_section(req, records["stream_times"], duration_s),
         "llm": llm_analysis(req, records["llm"], records["stream_times"], slos, duration_s, windows, spike_rules,
                             run.manifest),
@@ -208,7 +211,7 @@ def analyze_run(run_or_path: Run | str | os.PathLike, *, window_s: float = 1.0,
     analysis["warnings"] = (slo_warnings + policy_warnings + resolved.warnings + clock_warnings(alignment)
                             + run_warnings(run, analysis, windows, spike_rules, detection)
                             + pattern_warnings(analysis["patterns"])
-                            + consistency_warnings(analysis["stages"])
+                            + consistency_warnings(stages.consistency)
                             + run_health_warnings(run.manifest, analysis)
                             + load_warnings(analysis, run.manifest)
                             + llm_warnings(analysis))
@@ -258,7 +261,7 @@ def window_records(req: RequestArrays, windows: dict | None, records: dict, wind
     return add_window_columns(windows_as_records(windows), columns, window_s)
 
 
-def stage_slow_split(req: RequestArrays, matrix, records: dict) -> dict | None:
+def stage_slow_split(req: RequestArrays, matrix, records: dict) -> SlowSplit | None:
     """``stages.slow_split`` (:mod:`.stages.slow_split`): slow requests by TTFT/TPOT in a run with
     streamed OpenAI-API requests, else by latency, against the normal ones, stage by stage."""
     llm = records["llm"]
@@ -271,7 +274,7 @@ def stage_slow_split(req: RequestArrays, matrix, records: dict) -> dict | None:
 
 
 def other_traffic_section(run: Run, req: RequestArrays, matrix, span_request, period: tuple[int, int] | None,
-                          window_s: float) -> dict:
+                          window_s: float) -> OtherTraffic:
     """The ``other_traffic`` section (:mod:`.inputs.other_traffic`): requests the server answered that
     the harness did not send, per window of the load period."""
     tokens = matrix.server_tokens.attributes if matrix.server_tokens is not None else None
@@ -370,17 +373,16 @@ def run_facts(run: Run, period: tuple[int, int] | None) -> dict:
     }
 
 
-def _event_record(kind, start, end, source, attributes) -> dict:
+def _event_record(kind, start, end, source, attributes) -> Event:
     try:
         parsed = json.loads(attributes) if attributes else {}
     except (TypeError, ValueError):
         parsed = {"raw": str(attributes)}
-    return {"kind": kind, "start_ns": int(start), "end_ns": int(end),
-            "duration_ms": (int(end) - int(start)) / NS_PER_MS, "source": source,
-            "attributes": parsed if isinstance(parsed, dict) else {"value": parsed}}
+    return Event(str(kind), int(start), int(end), (int(end) - int(start)) / NS_PER_MS, source,
+                 parsed if isinstance(parsed, dict) else {"value": parsed})
 
 
-def event_digest(run: Run) -> dict:
+def event_digest(run: Run) -> Events:
     """Faults (first MAX_FAULTS by start), GC pause totals and the longest MAX_GC_PAUSES, other counts."""
     events = run.events
     kinds = events.column("kind").to_numpy(zero_copy_only=False)
@@ -402,13 +404,13 @@ def event_digest(run: Run) -> dict:
     for kind in kinds:
         if kind not in ("fault", "gc_pause"):
             others[str(kind)] = others.get(str(kind), 0) + 1
-    return {
-        "faults": records(fault_index),
-        "faults_total": int(np.sum(kinds == "fault")),
-        "gc_pauses": {"count": int(len(gc_index)), "total_ms": float(gc_ms.sum()),
-                      "max_ms": float(gc_ms.max()) if len(gc_ms) else None, "longest": records(longest)},
-        "other_counts": dict(sorted(others.items())),
-    }
+    return Events(
+        faults=records(fault_index),
+        faults_total=int(np.sum(kinds == "fault")),
+        gc_pauses=GcPauses(int(len(gc_index)), float(gc_ms.sum()), float(gc_ms.max()) if len(gc_ms) else None,
+                           records(longest)),
+        other_counts=dict(sorted(others.items())),
+    )
 
 
 def run_warnings(run: Run, analysis: dict, windows, rules: SpikeRules, detection=None) -> list[dict]:

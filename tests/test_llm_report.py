@@ -10,6 +10,7 @@ the vllm preset and its /metrics scraped).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 
@@ -100,7 +101,8 @@ def test_slow_split_takes_the_requests_above_p99_of_ttft_or_tpot():
     decode = np.where((np.arange(n) >= 2) & (np.arange(n) < 4), 4000.0, 1000.0)
     matrix = StageMatrix(np.arange(n), ("queue", "decode", "server"), np.column_stack([queue, decode, queue + decode]), n, [])
     output = np.full(n, 100.0)
-    split = slow_split(matrix, {"ttft": ttft, "tpot": tpot}, {"prompt": np.full(n, 300.0), "output": output})
+    split = dataclasses.asdict(slow_split(matrix, {"ttft": ttft, "tpot": tpot},  # as analysis.json states it
+                                          {"prompt": np.full(n, 300.0), "output": output}))
     assert split["slow_requests"] == 4 and split["normal_requests"] == n - 4
     assert split["thresholds_ms"] == {"ttft": 500.0, "tpot": 40.0}
     rows = {s["stage"]: s for s in split["stages"]}

@@ -29,6 +29,7 @@ import pyarrow as pa
 import pytest
 from cli_helpers import free_port, load_analysis, only_run_dir, run_tailscope
 
+from tailscope.analysis_model.codec import encode
 from tailscope.analyzers.inputs.other_traffic import foreign_spans, other_traffic
 from tailscope.analyzers.stages.rules import rules_for_scenario
 from tailscope.rundir import load_run
@@ -150,10 +151,10 @@ def test_one_request_per_foreign_trace_with_its_tokens_at_start_and_end():
     assert rates["requests"].tolist() == [0, 1, 1, 0, 0, 0]
     assert rates["prompt_tokens"].tolist() == [0, 100, 100, 0, 0, 0]
     assert rates["output_tokens"].tolist() == [0, 0, 7, 0, 0, 7]
-    section = traffic.section(0, 6 * s, 2.0)
+    section = encode(traffic.section(0, 6 * s, 2.0))  # as analysis.json states it
     assert (section["requests"], section["prompt_tokens"], section["output_tokens"]) == (2, 200, 14)
     assert [w["requests"] for w in section["windows"]] == [1, 1, 0]
     assert [w["prompt_tokens"] for w in section["windows"]] == [100, 100, 0]
     assert [w["output_tokens"] for w in section["windows"]] == [0, 7, 7]
     without = other_traffic(table, foreign, None)  # no preset: SERVER spans only, no tokens
-    assert without.starts_ns.tolist() == [1 * s] and without.section(0, 6 * s, 1.0)["prompt_tokens"] is None
+    assert without.starts_ns.tolist() == [1 * s] and without.section(0, 6 * s, 1.0).prompt_tokens is None

@@ -365,7 +365,7 @@ def test_each_preset_says_which_scraped_series_mean_what(tmp_path, fixture, pres
         assert servers.metric[role] == metric and len(servers.names(role)) == count
         assert all(signals.kind(name) == ROLES[role].kind for name in servers.names(role))
         assert servers.binned(role, signals, edges)[0] == pytest.approx(first), role
-    assert servers.describe()["roles"]["waiting"]["metric"] == expected["waiting"][0]
+    assert servers.describe().roles["waiting"].metric == expected["waiting"][0]
     assert server_series(signals.names(), None).series == {} and not servers.has("nothing")
 
 

@@ -15,6 +15,7 @@ import pytest
 from cli_helpers import load_analysis, run_tailscope
 from run_builders import TRITON_FIXTURE, triton_requests, write_requests_run
 
+from tailscope.analysis_model.codec import encode
 from tailscope.analyzers.inputs.records import request_arrays
 from tailscope.analyzers.stages.clock_alignment import shift_columns
 from tailscope.analyzers.stages.consistency import consistency_warnings, interval_overlap
@@ -60,21 +61,21 @@ def _rules(*pairs, events=()):
 
 def test_stages_one_after_the_other_are_consistent(tmp_path):
     matrix = _matrix(tmp_path, [("a", 15, 40), ("b", 40, 90)], _rules(("a", "parse"), ("b", "model")))
-    facts = matrix.consistency
+    facts = encode(matrix.consistency)  # as analysis.json states it
     assert (facts["exceeding_requests"], facts["overlapping_requests"]) == (0, 0)
     assert facts["stage_sum_mean_ms"] == pytest.approx(75.0) and facts["server_mean_ms"] == pytest.approx(100.0)
-    assert consistency_warnings({"consistency": facts}) == []
+    assert consistency_warnings(matrix.consistency) == []
 
 
 def test_stages_that_overlap_past_the_span_are_named_with_their_rules(tmp_path):
     matrix = _matrix(tmp_path, [("outer", 10, 110), ("inner", 30, 90)], _rules(("outer", "model"), ("inner", "matmul")))
-    facts = matrix.consistency
+    facts = encode(matrix.consistency)  # as analysis.json states it
     assert facts["exceeding_requests"] == facts["overlapping_requests"] == 4
     assert facts["excess_p50_ms"] == pytest.approx(60.0) and facts["overlap_p50_ms"] == pytest.approx(60.0)
     assert {c["stage"] for c in facts["culprits"]} == {"model", "matmul"}  # removing either one fixes it
     assert facts["overlapping_stages"] == [{"stages": ["model", "matmul"], "requests": 4, "sources": {
         "model": ["span rule name ~ /^outer$/"], "matmul": ["span rule name ~ /^inner$/"]}}]
-    [warning] = consistency_warnings({"consistency": facts})
+    [warning] = consistency_warnings(matrix.consistency)
     assert warning["code"] == "stage_overlap" and "in 4 of 4 joined requests" in warning["message"]
     assert "span rule name ~ /^inner$/" in warning["message"] and "preset 'none'" in warning["message"]
 
@@ -82,11 +83,11 @@ def test_stages_that_overlap_past_the_span_are_named_with_their_rules(tmp_path):
 def test_an_overlap_that_gaps_hide_from_the_sum_is_found_by_the_intervals(tmp_path):
     # 30 + 30 ms of stages in a 100 ms span: the sum is fine, yet 20 ms are counted twice
     matrix = _matrix(tmp_path, [("a", 20, 50), ("b", 30, 60)], _rules(("a", "parse"), ("b", "model")))
-    facts = matrix.consistency
+    facts = encode(matrix.consistency)  # as analysis.json states it
     assert facts["exceeding_requests"] == 0 and facts["overlapping_requests"] == 4
     assert facts["overlap_p50_ms"] == pytest.approx(20.0)
     assert np.allclose(matrix.column("unaccounted"), 40.0)  # what the table shows; the truth is 60
-    [warning] = consistency_warnings({"consistency": facts})
+    [warning] = consistency_warnings(matrix.consistency)
     assert "two stages cover the same time (20.00 ms at the median)" in warning["message"]
     assert "'parse' and 'model' in 4" in warning["message"]
 
@@ -96,7 +97,7 @@ def test_an_event_stage_inside_a_span_stage_overlaps_also_after_a_clock_alignmen
     rules = _rules(("work", "compute"), events=[("QUEUE_START", "COMPUTE_START", "queue")])
     for shift in (0, 250 * MS):
         matrix = _matrix(tmp_path / str(shift), [("work", 30, 60)], rules, shift_ns=shift, events=events)
-        facts = matrix.consistency
+        facts = encode(matrix.consistency)  # as analysis.json states it
         assert facts["overlapping_requests"] == 4 and facts["overlap_p50_ms"] == pytest.approx(5.0), shift
         assert facts["overlapping_stages"][0]["stages"] == ["queue", "compute"]
         assert facts["overlapping_stages"][0]["sources"]["queue"] == ["event rule between QUEUE_START and COMPUTE_START"]

@@ -9,6 +9,7 @@ import pyarrow as pa
 import pytest
 from run_builders import TRITON_FIXTURE, triton_requests, write_requests_run
 
+from tailscope.analysis_model.codec import encode
 from tailscope.analyzers.analysis import analyze_run
 from tailscope.analyzers.inputs.records import request_arrays
 from tailscope.analyzers.stages.consistency import CHILD_SPAN_SOURCE, consistency_warnings
@@ -52,7 +53,7 @@ def test_triton_preset_recovers_every_stage_and_the_unaccounted_time(triton_run)
         assert matrix.column("unaccounted")[row] == pytest.approx(expected["unaccounted_ms"], abs=1e-9)
         # 0.15 ms each way, and Triton receives the body (0.05 ms) and 0.036 ms more before its span starts
         assert matrix.column("outside_server")[row] == pytest.approx(0.386, abs=1e-9)
-    assert matrix.consistency["exceeding_requests"] == 0
+    assert matrix.consistency.exceeding_requests == 0
 
 
 def test_triton_analysis_shows_the_slow_queue_and_the_rules(triton_run):
@@ -70,7 +71,7 @@ def test_without_the_preset_every_triton_span_is_a_server_span_and_nothing_is_a_
     # Triton sends all three SERVER-kind: the longest (InferRequest) is the request's, the others no stage
     assert matrix.unmapped == [] and matrix.span_stages == ()
     assert np.allclose(matrix.column("unaccounted"), matrix.column("server"))
-    assert matrix.consistency["exceeding_requests"] == 0
+    assert matrix.consistency.exceeding_requests == 0
 
 
 def test_a_model_span_no_rule_ignores_overlaps_the_event_stages_and_the_check_names_it(triton_run):
@@ -83,12 +84,12 @@ def test_a_model_span_no_rule_ignores_overlaps_the_event_stages_and_the_check_na
     matrix = stage_matrix(request_arrays(run.requests), run.spans, rules)
     assert matrix.span_stages == ("resnet50",)  # the server span's child; `compute` is ignored inside it
     assert np.allclose(matrix.column("unaccounted"), 0.0)  # the symptom: nothing left unaccounted
-    facts = matrix.consistency
+    facts = encode(matrix.consistency)  # as analysis.json states it
     assert facts["exceeding_requests"] == facts["checked_requests"] == 60
     assert facts["stage_sum_mean_ms"] > 1.9 * facts["server_mean_ms"]
     assert [c["stage"] for c in facts["culprits"]] == ["resnet50"]
     assert facts["culprits"][0]["sources"] == [CHILD_SPAN_SOURCE] and facts["culprits"][0]["resolves_share"] == 1.0
-    [warning] = consistency_warnings({"consistency": facts})
+    [warning] = consistency_warnings(matrix.consistency)
     assert warning["code"] == "stage_overlap"
     assert "in 60 of 60 joined requests" in warning["message"] and "'resnet50'" in warning["message"]
     assert "preset 'triton'" in warning["message"]
@@ -127,7 +128,7 @@ def test_user_rules_come_first_and_the_first_match_wins(tmp_path):
     assert got["preprocess"] == 3.0 and got["queue"] == 6.0 and got["inference"] == 40.0
     assert np.isnan(got["never_reached"]) and got["server"] == 90.0
     assert got["unaccounted"] == pytest.approx(90.0 - 49.0)
-    assert matrix.unmapped == [{"name": "mystery", "count": 1}]
+    assert encode(matrix.unmapped) == [{"name": "mystery", "count": 1}]
 
 
 def test_top_level_span_is_the_server_span_when_no_span_is_server_kind(tmp_path):
@@ -229,7 +230,7 @@ def test_unmapped_children_of_the_server_span_are_stages_under_their_own_names(t
     assert got["decode"] == 4.0 and got["encode"] == 5.0 and got["inference"] == 25.0
     assert got["model"] == pytest.approx(40.0 + 10.0 - 25.0)  # both model spans, less the preset's inference
     assert got["server"] == 90.0 and got["unaccounted"] == pytest.approx(90.0 - 4 - 5 - 25 - 25)
-    assert {u["name"] for u in matrix.unmapped} == {"decode", "model", "encode", "kernel", "orphan"}
+    assert {u.name for u in matrix.unmapped} == {"decode", "model", "encode", "kernel", "orphan"}
     ruled = parse_stages_config({"rules": [{"match": {"name": "^model$"}, "stage": "compute"}]})
     matrix = stage_matrix(request_arrays(load_run(run_dir).requests), spans, ruled)
     assert matrix.span_stages == ("decode", "encode") and matrix.column("compute")[0] == 50.0

@@ -25,6 +25,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from tailscope.analysis_model.server import OtherTraffic as OtherTrafficSection
+from tailscope.analysis_model.server import OtherTrafficWindow
 from tailscope.analyzers.inputs.records import NS_PER_S, int_column, take_rows
 from tailscope.analyzers.stages.attribute_stages import attribute_numbers
 from tailscope.analyzers.stages.decomposition import SPAN_KIND_SERVER
@@ -55,7 +57,7 @@ class OtherTraffic:
                 "prompt_tokens": _binned(self.prompt_at_ns, self.prompt_tokens, edges) / seconds,
                 "output_tokens": _binned(self.output_at_ns, self.output_tokens, edges) / seconds}
 
-    def section(self, start_ns: int, end_ns: int, window_s: float) -> dict:
+    def section(self, start_ns: int, end_ns: int, window_s: float) -> OtherTrafficSection:
         """The ``other_traffic`` section of analysis.json: totals, where tokens were read, and per
         window of ``window_s`` over [start_ns, end_ns) the counts (not rates); ``windows`` is
         empty when there is no other traffic."""
@@ -65,15 +67,13 @@ class OtherTraffic:
             step = int(window_s * NS_PER_S)
             edges = start_ns + np.arange(int(-(-(end_ns - start_ns) // step)) + 1, dtype=np.int64) * step
             counts = {key: rate * (step / NS_PER_S) for key, rate in self.per_second(edges).items()}
-            windows = [{"start_ns": int(edges[i]), "requests": int(round(counts["requests"][i])),
-                        "prompt_tokens": int(round(counts["prompt_tokens"][i])) if has_prompt else None,
-                        "output_tokens": int(round(counts["output_tokens"][i])) if has_output else None}
+            windows = [OtherTrafficWindow(int(edges[i]), int(round(counts["requests"][i])),
+                                          int(round(counts["prompt_tokens"][i])) if has_prompt else None,
+                                          int(round(counts["output_tokens"][i])) if has_output else None)
                        for i in range(len(edges) - 1)]
-        return {"requests": self.requests,
-                "prompt_tokens": int(self.prompt_tokens.sum()) if has_prompt else None,
-                "output_tokens": int(self.output_tokens.sum()) if has_output else None,
-                "token_attributes": self.tokens.describe() if self.tokens is not None else None,
-                "window_s": window_s, "windows": windows}
+        return OtherTrafficSection(self.requests, int(self.prompt_tokens.sum()) if has_prompt else None,
+                            int(self.output_tokens.sum()) if has_output else None,
+                            self.tokens.describe() if self.tokens is not None else None, window_s, windows)
 
 
 def _binned(times_ns: np.ndarray, weights: np.ndarray | None, edges: np.ndarray) -> np.ndarray:

@@ -65,6 +65,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from tailscope.analysis_model.stages import ClockAlignment as ClockAlignmentSection
 from tailscope.analyzers.inputs.records import NS_PER_MS, RequestArrays
 from tailscope.analyzers.stages.decomposition import SpanJoin, as_rules, join_spans
 from tailscope.analyzers.stages.rules import StageRules
@@ -96,18 +97,18 @@ class ClockAlignment:
     #: Whether some offset puts 99% of the span starts inside their requests within τ (None: no estimate).
     consistent: bool | None = None
 
-    def as_dict(self) -> dict:
+    def section(self) -> ClockAlignmentSection:
         """The ``stages.clock_alignment`` section of analysis.json (ms)."""
         def ms(value):
             return None if value is None else value / NS_PER_MS
-        return {
-            "mode": self.mode, "requests": self.requests, "applied": self.applied,
-            "offset_ms": ms(self.offset_ns), "bound_ms": ms(self.bound_ns),
-            "feasible_ms": None if self.lower_ns is None else [ms(self.lower_ns), ms(self.upper_ns)],
-            "tolerance_ms": ms(self.tolerance_ns),
-            "consistent": self.consistent,
-            "violating_share_before": self.violating_before, "violating_share_after": self.violating_after,
-        }
+        return ClockAlignmentSection(
+            mode=self.mode, requests=self.requests, applied=self.applied,
+            offset_ms=ms(self.offset_ns), bound_ms=ms(self.bound_ns),
+            feasible_ms=None if self.lower_ns is None else [ms(self.lower_ns), ms(self.upper_ns)],
+            tolerance_ms=ms(self.tolerance_ns),
+            consistent=self.consistent,
+            violating_share_before=self.violating_before, violating_share_after=self.violating_after,
+        )
 
     def apply(self, run: Run) -> Run:
         """``run`` with server-clock times shifted by the offset when ``applied``; else ``run``."""

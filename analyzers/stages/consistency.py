@@ -33,6 +33,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tailscope.analysis_model.stages import Consistency, Culprit, OverlappingStages
 from tailscope.analyzers.inputs.records import NS_PER_MS
 from tailscope.analyzers.stages.rule_model import StageRules
 
@@ -122,7 +123,7 @@ def server_ms_limit(server_ms: np.ndarray) -> np.ndarray:
 
 
 def stage_consistency(stage_ms: np.ndarray, server_ms: np.ndarray, stages: tuple[str, ...], rules: StageRules,
-                      span_stages: tuple[str, ...] = (), overlap: IntervalOverlap | None = None) -> dict:
+                      span_stages: tuple[str, ...] = (), overlap: IntervalOverlap | None = None) -> Consistency:
     """Facts of the check over the rows of ``stage_ms`` (requests × ``stages``, ms, NaN: none)
     against ``server_ms`` (ms per request) and the rows' :func:`interval_overlap` (``overlap``,
     its ``ms`` in the same rows, its pair columns indexing ``stages``): ``overlapping_requests``,
@@ -144,9 +145,10 @@ def stage_consistency(stage_ms: np.ndarray, server_ms: np.ndarray, stages: tuple
     overlapping = overlap_ms > server_ms_limit(server_ms)
     m = int(np.count_nonzero(overlapping))
     pairs = sorted((overlap.pairs if overlap is not None else {}).items(), key=lambda item: -item[1])
-    overlapping_stages = [{"stages": [stages[a], stages[b]],
-                           "sources": {stages[a]: sources.get(stages[a], []), stages[b]: sources.get(stages[b], [])},
-                           "requests": count} for (a, b), count in pairs[:MAX_CULPRITS]]
+    overlapping_stages = [OverlappingStages(stages=[stages[a], stages[b]],
+                                            sources={stages[a]: sources.get(stages[a], []),
+                                                     stages[b]: sources.get(stages[b], [])},
+                                            requests=count) for (a, b), count in pairs[:MAX_CULPRITS]]
     if k:
         filled = np.nan_to_num(stage_ms[exceeding])
         resolved = (total[exceeding][:, None] - filled) <= limit[exceeding][:, None]
@@ -156,51 +158,49 @@ def stage_consistency(stage_ms: np.ndarray, server_ms: np.ndarray, stages: tuple
         for j in sorted(range(len(stages)), key=lambda j: (-share[j], -mean_part[j]))[:MAX_CULPRITS]:
             if mean_part[j] <= 0 or (best > 0 and share[j] < best / 2) or (best == 0 and culprits):
                 continue  # only the stages that explain most of it (the largest one when none does alone)
-            culprits.append({"stage": stages[j], "sources": sources.get(stages[j], []),
-                             "resolves_share": float(share[j])})
-    return {
-        "overlapping_requests": m,
-        "overlap_p50_ms": float(np.median(overlap_ms[overlapping])) if m else None,
-        "overlapping_stages": overlapping_stages,
-        "checked_requests": n,
-        "exceeding_requests": k,
-        "exceeding_share": k / n if n else 0.0,
-        "excess_p50_ms": float(np.median(excess)) if k else None,
-        "excess_max_ms": float(excess.max()) if k else None,
-        "stage_sum_mean_ms": float(total.mean()) if n else None,
-        "server_mean_ms": float(np.mean(server_ms)) if n else None,
-        "tolerance": SUM_TOLERANCE,
-        "abs_tolerance_ms": ABS_TOLERANCE_MS,
-        "preset": rules.preset,
-        "culprits": culprits,
-    }
+            culprits.append(Culprit(stages[j], sources.get(stages[j], []), float(share[j])))
+    return Consistency(
+        overlapping_requests=m,
+        overlap_p50_ms=float(np.median(overlap_ms[overlapping])) if m else None,
+        overlapping_stages=overlapping_stages,
+        checked_requests=n,
+        exceeding_requests=k,
+        exceeding_share=k / n if n else 0.0,
+        excess_p50_ms=float(np.median(excess)) if k else None,
+        excess_max_ms=float(excess.max()) if k else None,
+        stage_sum_mean_ms=float(total.mean()) if n else None,
+        server_mean_ms=float(np.mean(server_ms)) if n else None,
+        tolerance=SUM_TOLERANCE,
+        abs_tolerance_ms=ABS_TOLERANCE_MS,
+        preset=rules.preset,
+        culprits=culprits,
+    )
 
 
-def consistency_warnings(stages_section: dict) -> list[dict]:
+def consistency_warnings(facts: Consistency | None) -> list[dict]:
     """The ``stage_overlap`` warning when any request's stages add up to more than its server
-    span (``stages_section``: analysis.json's ``stages``); [] otherwise."""
-    facts = stages_section.get("consistency") or {}
-    k = facts.get("exceeding_requests") or 0
-    m = facts.get("overlapping_requests") or 0
+    span or overlap in time (``facts``: :func:`stage_consistency`; None: not checked); [] otherwise."""
+    if facts is None:
+        return []
+    k, m = facts.exceeding_requests, facts.overlapping_requests
     if not k and not m:
         return []
+    preset = f"preset '{facts.preset}'" if facts.preset else "the scenario's stage map"
     if not k:
         pairs = "; ".join(
-            f"'{a}' and '{b}' in {item['requests']:,} ({'; '.join(', '.join(item['sources'][s]) or 'no rule' for s in (a, b))})"
-            for item in facts["overlapping_stages"] for a, b in [item["stages"]])
-        preset = f"preset '{facts['preset']}'" if facts.get("preset") else "the scenario's stage map"
+            f"'{a}' and '{b}' in {item.requests:,} ({'; '.join(', '.join(item.sources[s]) or 'no rule' for s in (a, b))})"
+            for item in facts.overlapping_stages for a, b in [item.stages])
         return [{"code": "stage_overlap", "message": (
-            f"stages overlap: in {m:,} of {facts['checked_requests']:,} joined requests two stages cover the same "
-            f"time ({facts['overlap_p50_ms']:.2f} ms at the median), summed as if one followed the other, so "
+            f"stages overlap: in {m:,} of {facts.checked_requests:,} joined requests two stages cover the same "
+            f"time ({facts.overlap_p50_ms:.2f} ms at the median), summed as if one followed the other, so "
             f"'unaccounted' reads too low; under {preset}: {pairs}. Map the overlapping span to `ignore` or drop "
             "one of the rules (docs/analyzers/stages.md)")}]
-    blamed = "; ".join(f"'{c['stage']}' ({', '.join(c['sources']) or 'no rule'}) alone accounts for it in "
-                       f"{c['resolves_share']:.0%} of them" for c in facts["culprits"])
-    preset = f"preset '{facts['preset']}'" if facts.get("preset") else "the scenario's stage map"
+    blamed = "; ".join(f"'{c.stage}' ({', '.join(c.sources) or 'no rule'}) alone accounts for it in "
+                       f"{c.resolves_share:.0%} of them" for c in facts.culprits)
     return [{"code": "stage_overlap", "message": (
-        f"stages overlap: in {k:,} of {facts['checked_requests']:,} joined requests ({facts['exceeding_share']:.1%}) "
-        f"the stages add up to more than the server span (by {facts['excess_p50_ms']:.2f} ms at the median, "
-        f"{facts['excess_max_ms']:.2f} ms at most; mean stage sum {facts['stage_sum_mean_ms']:.2f} ms against a "
-        f"server span of {facts['server_mean_ms']:.2f} ms), so the stage table counts some time twice and "
+        f"stages overlap: in {k:,} of {facts.checked_requests:,} joined requests ({facts.exceeding_share:.1%}) "
+        f"the stages add up to more than the server span (by {facts.excess_p50_ms:.2f} ms at the median, "
+        f"{facts.excess_max_ms:.2f} ms at most; mean stage sum {facts.stage_sum_mean_ms:.2f} ms against a "
+        f"server span of {facts.server_mean_ms:.2f} ms), so the stage table counts some time twice and "
         f"'unaccounted' reads too low; under {preset}: {blamed or 'no single stage explains it'}. "
         "Map the overlapping span to `ignore` or drop one of the rules (docs/analyzers/stages.md)")}]

@@ -34,6 +34,19 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from tailscope.analysis_model.codec import decode
+from tailscope.analysis_model.stages import (
+    ClockAlignment,
+    Consistency,
+    LateSpanWait,
+    MissingSpans,
+    NameCount,
+    ServerMetrics,
+    SlowSplit,
+    StageRulesInfo,
+    Stages,
+    StageStats,
+)
 from tailscope.analyzers.inputs.records import NS_PER_MS, RequestArrays, int_column, take_rows
 from tailscope.analyzers.inputs.trace_join import distinct_positions, sampled_mask, trace_positions
 from tailscope.analyzers.stages.attribute_stages import attribute_stage_ms
@@ -78,14 +91,14 @@ class StageMatrix:
     stages: tuple[str, ...]
     ms: np.ndarray
     ok_requests: int
-    unmapped: list[dict]
+    unmapped: list[NameCount]
     #: Stages named after the server span's unmapped children (:mod:`.span_tree`), in ``stages``.
     span_stages: tuple[str, ...] = ()
     #: The server's token counts of each row, from its spans (:mod:`.server_tokens`); None when
     #: the rules name no token attributes (only presets do: ``vllm``).
     server_tokens: ServerTokens | None = None
     #: Do the stages of each row fit in its server span (:func:`.consistency.stage_consistency`)?
-    consistency: dict | None = None
+    consistency: Consistency | None = None
 
     def column(self, stage: str) -> np.ndarray:
         return self.ms[:, self.stages.index(stage)]
@@ -272,13 +285,13 @@ def stage_name_map(spans: pa.Table, rules: StageRules | Mapping[str, str] | None
     return out
 
 
-def unmapped_names(spans: pa.Table) -> list[dict]:
-    """[{"name", "count"}] of the most frequent span names no stage rule maps."""
+def unmapped_names(spans: pa.Table) -> list[NameCount]:
+    """The most frequent span names no stage rule maps, with their counts (most first)."""
     if len(spans) == 0:
         return []
     counts = pc.value_counts(spans.column("name")).to_pylist()
     counts.sort(key=lambda item: (-item["counts"], str(item["values"])))
-    return [{"name": item["values"], "count": item["counts"]} for item in counts[:TOP_UNMAPPED]]
+    return [NameCount(item["values"], item["counts"]) for item in counts[:TOP_UNMAPPED]]
 
 
 def stage_stats(values_ms: np.ndarray) -> dict:
@@ -307,7 +320,8 @@ def traced_requests(req: RequestArrays, join: SpanJoin, sample_rate: float) -> i
     return int(sampled_mask(take_rows(req.trace_ids, join.ok_index), sample_rate).sum())
 
 
-def missing_spans(req: RequestArrays, matrix: StageMatrix, join: SpanJoin, sample_rate: float) -> dict:
+def missing_spans(req: RequestArrays, matrix: StageMatrix, join: SpanJoin, sample_rate: float,
+                  wait: dict | None = None) -> MissingSpans:
     """The successful requests sent for tracing that have no server span, in two kinds:
 
     - ``end_of_run``: they ended after the last request that did join (``last_joined_end_ns``):
@@ -317,7 +331,9 @@ def missing_spans(req: RequestArrays, matrix: StageMatrix, join: SpanJoin, sampl
       the target recorded no span for them (its own sampling, a route that does not continue
       the ``traceparent``, spans lost on the way).
 
-    Without any joined request every missing one is ``never``. O(successful requests)."""
+    Without any joined request every missing one is ``never``. ``wait``: the conductor's wait for
+    late spans as the manifest records it (``late_spans``; None: it did not wait). O(successful
+    requests)."""
     candidates = join.ok_index
     if sample_rate < 1.0 and len(candidates):
         candidates = candidates[sampled_mask(take_rows(req.trace_ids, candidates), sample_rate)]
@@ -326,21 +342,32 @@ def missing_spans(req: RequestArrays, matrix: StageMatrix, join: SpanJoin, sampl
     unjoined = candidates[~joined[candidates]]
     last = int(req.end_ns[matrix.request_index].max()) if len(matrix.request_index) else None
     late = int(np.count_nonzero(req.end_ns[unjoined] > last)) if last is not None else 0
-    return {"end_of_run": late, "never": int(len(unjoined) - late), "last_joined_end_ns": last}
+    return MissingSpans(late, int(len(unjoined) - late), last,
+                        decode(LateSpanWait, wait, "manifest.late_spans") if wait is not None else None)
 
 
-def summarize_stages(matrix: StageMatrix, traced: int | None = None) -> dict:
+def summarize_stages(matrix: StageMatrix, traced: int | None = None, *, missing: MissingSpans | None = None,
+                     rules: StageRulesInfo | None = None, clock: ClockAlignment | None = None,
+                     servers: ServerMetrics | None = None, split: SlowSplit | None = None) -> Stages:
     """The ``stages`` section: joined fraction, joined count, the share sent for tracing
-    (``traced``: :func:`traced_requests`; None: every successful request), per-stage statistics."""
+    (``traced``: :func:`traced_requests`; None: every successful request), per-stage statistics,
+    the matrix's unmapped names, span stages, server tokens and consistency check, and the parts
+    other steps tell: the missing spans, the rules, the clock alignment, the server metric map and
+    the slow/normal split."""
     joined = len(matrix.request_index)
     ok = matrix.ok_requests
-    return {
-        "joined_fraction": joined / ok if ok else 0.0,
-        "traced_fraction": (ok if traced is None else traced) / ok if ok else 0.0,
-        "joined_requests": joined,
-        "by_stage": {stage: stage_stats(matrix.ms[:, j]) for j, stage in enumerate(matrix.stages)},
-        "unmapped_span_names": matrix.unmapped,
-        "span_stages": list(matrix.span_stages),
-        "server_tokens": matrix.server_tokens.summary() if matrix.server_tokens is not None else None,
-        "consistency": matrix.consistency,
-    }
+    return Stages(
+        joined_fraction=joined / ok if ok else 0.0,
+        traced_fraction=(ok if traced is None else traced) / ok if ok else 0.0,
+        joined_requests=joined,
+        by_stage={stage: StageStats(**stage_stats(matrix.ms[:, j])) for j, stage in enumerate(matrix.stages)},
+        unmapped_span_names=matrix.unmapped,
+        span_stages=list(matrix.span_stages),
+        server_tokens=matrix.server_tokens.summary() if matrix.server_tokens is not None else None,
+        consistency=matrix.consistency,
+        missing_spans=missing,
+        rules=rules,
+        clock_alignment=clock,
+        server_metrics=servers,
+        slow_split=split,
+    )

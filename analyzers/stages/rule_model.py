@@ -27,6 +27,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from tailscope.analysis_model.stages import StageRule, StageRulesInfo
+
 #: The stage that maps a span to nothing.
 STAGE_IGNORE = "ignore"
 #: Stage names the analysis derives itself; a rule may not produce them.
@@ -135,18 +137,18 @@ class StageRules:
                  + [r.stage for r in self.event_rules])
         return tuple(dict.fromkeys(n for n in names if n != STAGE_IGNORE))
 
-    def describe(self) -> dict:
-        """JSON-ready summary for ``analysis.json`` (``stages.rules``)."""
-        return {
-            "preset": self.preset,
-            "user_rules": self.user_rules,
-            "server": self.server.describe() if self.server is not None else "SERVER-kind span, else the trace's top-level span",
-            "rules": [{"match": r.match.describe(), "stage": r.stage} for r in self.span_rules]
-            + [{"between": [r.start, r.end], "stage": r.stage} for r in self.event_rules]
-            + [{"match": r.match.describe(), "stage": s.stage, "attribute": s.attribute, "unit": s.unit,
-                **({"minus": list(s.minus)} if s.minus else {})} for r in self.attribute_rules for s in r.stages],
-            "tokens": self.tokens.describe() if self.tokens is not None else None,
-        }
+    def describe(self) -> StageRulesInfo:
+        """The rules as ``analysis.json`` states them (``stages.rules``)."""
+        return StageRulesInfo(
+            preset=self.preset,
+            user_rules=self.user_rules,
+            server=self.server.describe() if self.server is not None else "SERVER-kind span, else the trace's top-level span",
+            rules=[StageRule(match=r.match.describe(), stage=r.stage) for r in self.span_rules]
+            + [StageRule(between=[r.start, r.end], stage=r.stage) for r in self.event_rules]
+            + [StageRule(match=r.match.describe(), stage=s.stage, attribute=s.attribute, unit=s.unit,
+                         minus=list(s.minus) if s.minus else None) for r in self.attribute_rules for s in r.stages],
+            tokens=self.tokens.describe() if self.tokens is not None else None,
+        )
 
 
 def exact_name(name: str) -> SpanMatch:

@@ -36,6 +36,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from tailscope.analysis_model.server import ServerLoad, ServerLoadRole
+from tailscope.analysis_model.stages import ServerMetricRole, ServerMetrics
 from tailscope.analyzers.inputs.signal_index import SignalIndex
 from tailscope.analyzers.stages.presets import ROLES, STAGE_PRESETS, StagePreset, split_selector
 from tailscope.analyzers.stages.rules import rules_for_scenario
@@ -83,14 +85,15 @@ class ServerSeries:
         combined = np.nanmax(values, axis=0, initial=-np.inf) if ROLES[role].combine == "max" else np.nansum(values, axis=0)
         return np.where(covered, combined, np.nan)
 
-    def describe(self) -> dict:
-        """JSON-ready: ``{"preset", "roles": {role: {"metric", "series", "kind", "unit"}}, "missing"}``."""
-        return {
-            "preset": self.preset,
-            "roles": {role: {"metric": self.metric[role], "series": list(self.series[role]),
-                             "kind": ROLES[role].kind, "unit": ROLES[role].unit} for role in self.series},
-            "missing": list(self.missing),
-        }
+    def describe(self) -> ServerMetrics:
+        """The ``stages.server_metrics`` section: each role found (its metric, series, kind and
+        unit) and the roles missing."""
+        return ServerMetrics(
+            self.preset,
+            {role: ServerMetricRole(self.metric[role], list(self.series[role]), ROLES[role].kind, ROLES[role].unit)
+             for role in self.series},
+            list(self.missing),
+        )
 
 
 def server_series(series_names: Iterable[str], preset: str | StagePreset | None) -> ServerSeries:
@@ -153,7 +156,7 @@ def _reading_step_ns(servers: ServerSeries, signals: SignalIndex) -> int:
 
 
 def server_load_section(servers: ServerSeries, signals: SignalIndex, period: tuple[int, int] | None,
-                        max_points: int = SERVER_LOAD_MAX_POINTS) -> dict | None:
+                        max_points: int = SERVER_LOAD_MAX_POINTS) -> ServerLoad | None:
     """The analysis's ``server_load``: each mapped role of the preset on one grid over the load
     period (docs/analysis-schema.md "server_load"); None when the run's preset maps no series it has.
 
@@ -170,8 +173,7 @@ def server_load_section(servers: ServerSeries, signals: SignalIndex, period: tup
     roles = {}
     for role in (r for r in ROLES if servers.has(r)):
         values = servers.binned(role, signals, edges)
-        roles[role] = {"metric": servers.metric[role], "series": list(servers.names(role)),
-                       "kind": ROLES[role].kind, "unit": ROLES[role].unit, "combine": ROLES[role].combine,
-                       "values": [None if np.isnan(v) else float(v) for v in values]}
-    return {"preset": servers.preset, "step_s": step / 1e9,
-            "t_ns": [int(v) for v in (edges[:-1] + step // 2)], "roles": roles}
+        roles[role] = ServerLoadRole(servers.metric[role], list(servers.names(role)), ROLES[role].kind,
+                                     ROLES[role].unit, ROLES[role].combine,
+                                     [None if np.isnan(v) else float(v) for v in values])
+    return ServerLoad(servers.preset, step / 1e9, [int(v) for v in (edges[:-1] + step // 2)], roles)

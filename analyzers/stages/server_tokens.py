@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
+from tailscope.analysis_model.stages import ServerTokenTotals
 from tailscope.analyzers.inputs.records import take_rows
 from tailscope.analyzers.stages.attribute_stages import attribute_numbers
 from tailscope.analyzers.stages.rule_model import TokenAttributes
@@ -45,12 +46,12 @@ class ServerTokens:
     def take(self, rows: np.ndarray) -> ServerTokens:
         return ServerTokens(self.prompt[rows], self.output[rows], self.attributes)
 
-    def summary(self) -> dict:
-        """``{"requests", "prompt_tokens", "output_tokens", "attributes"}``: how many rows have
-        a count, the sums of the counts there are, and where they were read."""
+    def summary(self) -> ServerTokenTotals:
+        """How many rows have a count, the sums of the counts there are, and where they were read
+        (``stages.server_tokens``)."""
         has = ~np.isnan(self.prompt) | ~np.isnan(self.output)
-        return {"requests": int(has.sum()), "prompt_tokens": int(np.nansum(self.prompt)),
-                "output_tokens": int(np.nansum(self.output)), "attributes": self.attributes.describe()}
+        return ServerTokenTotals(int(has.sum()), int(np.nansum(self.prompt)), int(np.nansum(self.output)),
+                                 self.attributes.describe())
 
 
 def server_token_counts(spans: pa.Table, position: np.ndarray, tokens: TokenAttributes, n_positions: int,

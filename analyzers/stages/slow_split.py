@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tailscope.analysis_model.stages import SlowNormal, SlowSplit, SlowSplitStage, SplitTokens, TokenMeans
 from tailscope.analyzers.stages.decomposition import StageMatrix, stage_stats
 from tailscope.analyzers.stats.percentiles import nearest_rank
 
@@ -49,7 +50,7 @@ def _mean(values: np.ndarray) -> float | None:
 
 
 def slow_split(matrix: StageMatrix, measures: dict[str, np.ndarray],
-               tokens: dict[str, np.ndarray] | None = None) -> dict | None:
+               tokens: dict[str, np.ndarray] | None = None) -> SlowSplit | None:
     """The ``stages.slow_split`` section (module docstring); None without joined requests.
 
     ``measures``: name → per-request values (ms, NaN where a request has none), aligned with the
@@ -63,18 +64,15 @@ def slow_split(matrix: StageMatrix, measures: dict[str, np.ndarray],
     for j, stage in enumerate(matrix.stages):
         a, b = stage_stats(matrix.ms[in_slow, j]), stage_stats(matrix.ms[in_normal, j])
         if a["count"] or b["count"]:
-            stages.append({"stage": stage, "slow_mean_ms": a["mean_ms"], "normal_mean_ms": b["mean_ms"],
-                           "slow_p50_ms": a["p50_ms"], "normal_p50_ms": b["p50_ms"],
-                           "slow_count": a["count"], "normal_count": b["count"]})
-    out = {"by": list(measures), "thresholds_ms": thresholds, "slow_requests": int(in_slow.sum()),
-           "normal_requests": int(in_normal.sum()), "stages": stages, "tokens": None,
-           "decode_per_output_token_ms": None}
+            stages.append(SlowSplitStage(stage, a["mean_ms"], b["mean_ms"], a["p50_ms"], b["p50_ms"],
+                                         a["count"], b["count"]))
+    means, per_output_token = None, None
     if tokens is not None:
-        groups = (("slow", in_slow), ("normal", in_normal))
-        out["tokens"] = {group: {name: _mean(values[rows][mask]) for name, values in tokens.items()}
-                         for group, mask in groups}
+        means = SplitTokens(*(TokenMeans(_mean(tokens["prompt"][rows][mask]), _mean(tokens["output"][rows][mask]))
+                              for mask in (in_slow, in_normal)))
         if "decode" in matrix.stages:  # decode time grows with the output: also per output token
             with np.errstate(invalid="ignore", divide="ignore"):
                 per_token = matrix.column("decode") / np.where(tokens["output"][rows] > 0, tokens["output"][rows], np.nan)
-            out["decode_per_output_token_ms"] = {group: _mean(per_token[mask]) for group, mask in groups}
-    return out
+            per_output_token = SlowNormal(_mean(per_token[in_slow]), _mean(per_token[in_normal]))
+    return SlowSplit(list(measures), thresholds, int(in_slow.sum()), int(in_normal.sum()), stages, means,
+                     per_output_token)
