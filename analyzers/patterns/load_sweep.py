@@ -41,6 +41,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from tailscope.analysis_model.codec import decode
+from tailscope.analysis_model.percentiles import Percentile
+from tailscope.analysis_model.summary import Summary
+from tailscope.analysis_model.verdict import Verdict
+
 SWEEP_FORMAT_VERSION = "1.2"
 #: What a sweep varies from step to step.
 SWEEP_VARIABLES = ("rate", "concurrency")
@@ -53,7 +58,11 @@ MIN_KNEE_DISTANCE = 0.05
 MIN_THROUGHPUT_SCALING = 0.5
 
 
-def _percentile(entry: dict) -> dict:
+def _percentile(entry: dict | Percentile) -> dict:
+    """A step's percentile (ms): value, 95% CI, sample size and claim."""
+    if isinstance(entry, Percentile):
+        return {"value_ms": entry.value_ms, "ci_low_ms": entry.ci_low_ms, "ci_high_ms": entry.ci_high_ms,
+                "n": entry.n, "claimed": entry.claimed}
     return {key: entry.get(key) for key in ("value_ms", "ci_low_ms", "ci_high_ms", "n", "claimed")}
 
 
@@ -82,27 +91,28 @@ def step_record(index: int, level: float, run_dir: str, analysis: dict, variable
     (``variable`` ``rate``) or its concurrency (``concurrency``)."""
     if variable not in SWEEP_VARIABLES:
         raise ValueError(f"unknown sweep variable {variable!r}; expected one of {', '.join(SWEEP_VARIABLES)}")
-    summary, verdict = analysis["summary"], analysis.get("verdict") or {}
-    has_slos = bool(verdict.get("slos"))
+    summary = decode(Summary, analysis["summary"], "summary")
+    verdict = decode(Verdict, analysis["verdict"], "verdict")
+    has_slos = bool(verdict.slos)
     return {
         "index": index,
         "rate": level if variable == "rate" else None,
         "concurrency": int(level) if variable == "concurrency" else None,
         "run_dir": run_dir,
         "status": analysis["run"]["status"],
-        "duration_s": summary["duration_s"],
-        "requests": summary["requests"],
-        "errors": summary["errors"],
-        "error_rate": summary["error_rate"],
-        "offered_rps": summary["offered_rps"],
-        "achieved_rps": summary["achieved_rps"],
-        "p50": _percentile(summary["latency_ms"]["p50"]),
-        "p99": _percentile(summary["latency_ms"]["p99"]),
-        "passed": bool(verdict.get("passed")) if has_slos else None,
+        "duration_s": summary.duration_s,
+        "requests": summary.requests,
+        "errors": summary.errors,
+        "error_rate": summary.error_rate,
+        "offered_rps": summary.offered_rps,
+        "achieved_rps": summary.achieved_rps,
+        "p50": _percentile(summary.latency_ms.p50),
+        "p99": _percentile(summary.latency_ms.p99),
+        "passed": verdict.passed if has_slos else None,
         # passed | failed | inconclusive | incomplete (analyzers/health/outcome.py); None without SLOs
-        "outcome": verdict.get("outcome") if has_slos else None,
-        "failed_slos": list(verdict.get("failed") or []),
-        "generator_limited": bool(summary["lateness_ms"]["generator_limited"]),
+        "outcome": verdict.outcome if has_slos else None,
+        "failed_slos": list(verdict.failed),
+        "generator_limited": summary.lateness_ms.generator_limited,
         "llm": llm_figures(analysis),
     }
 
