@@ -22,6 +22,8 @@ from typing import Any, Literal
 
 from tailscope.analysis_model.codec import written_when_set
 from tailscope.analysis_model.percentiles import PercentileSet
+from tailscope.analysis_model.spikes import CauseFinding, Decomposition
+from tailscope.analysis_model.summary import GoodputShare
 
 #: What the OpenAI-API class was configured as (``scenario``'s class ``api``; None: not stated).
 Api = Literal["openai-chat", "openai-completions", "openai-embeddings", "rerank", "score"]
@@ -152,16 +154,6 @@ class LlmMetrics:
     ranking: Ranking | None = written_when_set()
 
 
-@dataclass(frozen=True, slots=True)
-class ClassGoodput:
-    """``$defs/goodput_share``: good requests (no error, every per-request SLO met) of ``total``,
-    ``share`` = good ÷ total (0–1; None when ``total`` is 0)."""
-
-    share: float | None
-    good: int
-    total: int
-
-
 @dataclass(frozen=True, kw_only=True)
 class _ClassLabels:
     """The class's ``api`` and ``model`` from the manifest's ``llm_classes`` (None: not stated).
@@ -174,9 +166,9 @@ class _ClassLabels:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LlmClass(LlmMetrics, _ClassLabels):
     """One request class's entry of ``llm.classes``: its labels, its :class:`LlmMetrics` and its
-    DistServe goodput."""
+    DistServe goodput (``$defs/goodput_share``)."""
 
-    goodput: ClassGoodput
+    goodput: GoodputShare
 
 
 @dataclass(frozen=True, slots=True)
@@ -319,8 +311,8 @@ class TokenSpike:
     requests: int
     slow_requests: int
     slow_share: float
-    decomposition: dict[str, Any] | None = written_when_set()
-    causes: list[dict[str, Any]] | None = written_when_set()
+    decomposition: Decomposition | None = written_when_set()
+    causes: list[CauseFinding] | None = written_when_set()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

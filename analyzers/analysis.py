@@ -24,6 +24,7 @@ from tailscope.analysis_model.codec import encode
 from tailscope.analysis_model.events import Event, Events, GcPauses
 from tailscope.analysis_model.server import OtherTraffic
 from tailscope.analysis_model.stages import SlowSplit
+from tailscope.analysis_model.llm import Llm
 from tailscope.analyzers.causes.protocol import DetectorRegistry
 from tailscope.analyzers.findings.protocol import FindingInputs
 from tailscope.analyzers.findings.registry import whole_run_findings
@@ -71,7 +72,17 @@ from tailscope.analyzers.stages.server_metrics import run_server_series, server_
 from tailscope.analyzers.stages.slow_split import slow_split
 from tailscope.analyzers.stats.distribution import latency_distribution
 from tailscope.analyzers.stats.goodput import goodput_summary
-from tailscope.analyzers.stats.llm import LlmArrays, add_window_columns, llm_arrays, llm_section, series, window_columns
+from tailscope.analyzers.stats.llm import (
+    LlmArrays,
+    add_window_columns,
+    llm_arrays,
+    llm_section,
+    series,
+    series_detections,
+    token_spikes,
+    window_columns,
+    with_causes_and_cache,
+)
 from tailscope.analyzers.stats.llm_prefix_cache import prefix_cache_section
 from tailscope.analyzers.stats.percentiles import min_samples_for_claim
 from tailscope.analyzers.stats.slo import evaluate, parse_slo
@@ -191,15 +202,16 @@ def analyze_run(run_or_path: Run | str | os.PathLike, *, window_s: float = 1.0,
         "server_load": encode(server_load_section(servers, signal_index, period)),
         "other_traffic": encode(other_traffic_section(run, req, matrix, join.span_request, period, window_s)),
         "streaming": streaming_section(req, records["stream_times"], duration_s),
-        "llm": llm_analysis(req, records["llm"], records["stream_times"], slos, duration_s, windows, spike_rules,
-                            run.manifest),
+        "llm": None,  # below, once its TTFT and TPOT spikes have causes
         "error_samples": error_samples_section(run.path),
     }
-    if analysis["llm"] is not None:  # TTFT and TPOT spikes get causes as latency spikes do
-        analysis["llm"]["spikes"] = token_spike_causes(
-            analysis["llm"]["spikes"], series(req, records["llm"], records["stream_times"]), req, matrix, run,
-            windows, registry, method, join.span_request, queue)
-        analysis["llm"]["prefix_cache"] = prefix_cache_section(servers, signal_index, period)
+    llm = llm_analysis(req, records["llm"], records["stream_times"], slos, duration_s, windows, spike_rules,
+                       run.manifest)
+    if llm is not None:  # TTFT and TPOT spikes get causes as latency spikes do
+        llm = with_causes_and_cache(llm, token_spike_causes(
+            encode(llm.spikes), series(req, records["llm"], records["stream_times"]), req, matrix, run,
+            windows, registry, method, join.span_request, queue), prefix_cache_section(servers, signal_index, period))
+    analysis["llm"] = encode(llm)
     analysis["soak"] = encode(soak_section(
         windows, run.signals, period,
         retained.period_counts if retained is not None else partial(record_period_counts, req),
@@ -284,16 +296,15 @@ def other_traffic_section(run: Run, req: RequestArrays, matrix, span_request, pe
 
 
 def llm_analysis(req: RequestArrays, llm: LlmArrays | None, times, slos: list, duration_s: float,
-                 windows: dict | None, rules: SpikeRules, manifest: dict) -> dict | None:
+                 windows: dict | None, rules: SpikeRules, manifest: dict) -> Llm | None:
     """The ``llm`` section (:mod:`.stats.llm`) with its TTFT and TPOT spike tests
-    (:mod:`.spikes.series`); None when the run has no OpenAI-API request."""
+    (:mod:`.spikes.series`), their spikes without causes yet; None when the run has no OpenAI-API request."""
     if llm is None:
         return None
     detection, spikes = {}, {}
     for metric, values in series(req, llm, times).items():
         detection[metric], spikes[metric] = series_spikes(req.scheduled_ns, values, windows, rules)
-    return {**llm_section(req, llm, times, slos, duration_s, manifest), "spike_detection": detection,
-            "spikes": spikes}
+    return llm_section(req, llm, times, slos, duration_s, manifest, series_detections(detection), token_spikes(spikes))
 
 
 def llm_warnings(analysis: dict) -> list[dict]:

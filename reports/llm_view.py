@@ -1,7 +1,8 @@
 """The report's LLM section: token-level latencies, tokens, goodput and their course over time.
 
-Reads only the analysis's ``llm`` section and ``windows`` (docs/analysis-schema.md);
-absent (None) for a run without OpenAI-API requests. :func:`llm_data` is the
+Reads only the analysis's ``llm`` section, read once per view function as
+``tailscope.analysis_model.llm.Llm`` (:func:`llm_of`; its defaults are how an older analysis reads), and
+``windows`` (docs/analysis-schema.md); None for a run without OpenAI-API requests. :func:`llm_data` is the
 section's pre-formatted table data, :func:`llm_charts` its chart series (x in
 seconds since ``origin_ns``, the load start): each request's TTFT and TPOT as
 points (the analysis's bounded ``llm.points``), the per-window P50/P99 where
@@ -17,6 +18,9 @@ from __future__ import annotations
 
 import math
 
+from tailscope.analysis_model.codec import decode
+from tailscope.analysis_model.llm import Llm, TokenSpike, TokenStats
+from tailscope.analysis_model.percentiles import PercentileSet
 from tailscope.reports.cards import MINOR_IMPACT_SHARE, impact, is_minor, ratio_text
 from tailscope.reports.downsample import lttb
 from tailscope.reports.formatting import (
@@ -49,69 +53,83 @@ TPOT_NOTE = ("TPOT = (last token − first token) ÷ (output tokens − 1). When
              "longest waits the client saw between pieces of content.")
 
 
-def _metric_row(label: str, entry: dict) -> dict:
-    p50, p99 = percentile_cells(entry["p50"]), percentile_cells(entry["p99"])
-    return {"metric": label, "p50": p50["value"], "p50_ci": p50["ci"], "p90": fmt_ms(entry["p90"]["value_ms"]),
+def llm_of(analysis: dict) -> Llm | None:
+    """The analysis's ``llm`` section as :class:`Llm` (None: a run without OpenAI-API requests, or an
+    analysis from before the section existed); a shape that differs from the type raises
+    ``AnalysisShapeError`` naming the place."""
+    return decode(Llm | None, analysis.get("llm"), "llm")
+
+
+def load_origin_ns(analysis: dict) -> int | None:
+    """The run's load start (epoch ns; its start where the load start is unknown): the origin of the
+    section's offsets and chart x."""
+    return analysis["run"].get("load_start_ns") or analysis["run"].get("start_ns")
+
+
+def _metric_row(label: str, entry: PercentileSet) -> dict:
+    p50, p99 = percentile_cells(entry.p50), percentile_cells(entry.p99)
+    return {"metric": label, "p50": p50["value"], "p50_ci": p50["ci"], "p90": fmt_ms(entry.p90.value_ms),
             "p99": p99["value"], "p99_ci": p99["ci"], "p99_claimed": p99["claimed"],
-            "p999": fmt_ms(entry["p999"]["value_ms"]), "n": p50["n"]}
+            "p999": fmt_ms(entry.p999.value_ms), "n": p50["n"]}
 
 
-def _token_row(label: str, stats: dict) -> dict:
-    return {"what": label, "sum": fmt_count(stats["sum"]), "mean": fmt_number(stats["mean"]),
-            "p50": fmt_number(stats["p50"]), "p99": fmt_number(stats["p99"])}
+def _token_row(label: str, stats: TokenStats) -> dict:
+    return {"what": label, "sum": fmt_count(stats.sum), "mean": fmt_number(stats.mean),
+            "p50": fmt_number(stats.p50), "p99": fmt_number(stats.p99)}
 
 
-def _chunk_row(stats: dict) -> dict:
-    """The tokens table's row for the tokens per content chunk (its ``sum`` cell: how many chunks)."""
-    return {"what": "per content chunk", "sum": f"{fmt_count(stats['chunks'])} chunks",
-            "mean": fmt_number(stats["mean"]), "p50": fmt_number(stats["p50"]), "p99": fmt_number(stats["p99"])}
-
-
-def _counts_text(counts: dict) -> str:
+def _counts_text(counts: dict[str, int]) -> str:
     return ", ".join(f"{name} {fmt_count(count)}" for name, count in counts.items()) or "—"
+
+
+def _spikes(llm: Llm, key: str) -> list[TokenSpike]:
+    return llm.spikes.get(key, [])
 
 
 def llm_data(analysis: dict) -> dict | None:
     """The LLM section's tables (every value a string); None without an ``llm`` section."""
-    llm = analysis.get("llm")
-    if not llm:
+    llm = llm_of(analysis)
+    if llm is None:
         return None
-    origin = analysis["run"].get("load_start_ns") or analysis["run"].get("start_ns")
-    rate = llm["output_tokens_per_s"]
-    per_request = rate["per_request"]
-    goodput = llm["goodput"]
+    origin = load_origin_ns(analysis)
+    rate = llm.output_tokens_per_s
+    per_request = rate.per_request
+    goodput = llm.goodput
+    chunks = llm.tokens_per_chunk
     return {
-        "requests": fmt_count(llm["requests"]), "completed": fmt_count(llm["completed"]),
-        "errors": fmt_count(llm["errors"]), "streamed": fmt_count(llm["streamed"]),
-        "rows": [_metric_row(label, llm[key]) for key, label in METRICS if key in llm],
-        "tokens": [_token_row("prompt", llm["prompt_tokens"]), _token_row("output", llm["output_tokens"]),
-                   *([_chunk_row(llm["tokens_per_chunk"])] if "tokens_per_chunk" in llm else [])],
-        "rate": {"aggregate": fmt_tokens_per_s(rate["aggregate"]),
-                 **{name: fmt_tokens_per_s(per_request.get(name)) for name in ("p1", "p10", "p50", "p90", "p99")},
-                 "n": fmt_count(per_request.get("n"))},
-        "sources": _counts_text(llm["token_counts_from"]),
-        "finish": _counts_text(llm["finish_reasons"]),
-        "goodput": {"share": fmt_share(goodput["share"]), "good": fmt_count(goodput["good"]),
-                    "total": fmt_count(goodput["total"]), "definition": goodput["definition"]},
+        "requests": fmt_count(llm.requests), "completed": fmt_count(llm.completed),
+        "errors": fmt_count(llm.errors), "streamed": fmt_count(llm.streamed),
+        "rows": [_metric_row(label, getattr(llm, key)) for key, label in METRICS if getattr(llm, key) is not None],
+        "tokens": [_token_row("prompt", llm.prompt_tokens), _token_row("output", llm.output_tokens),
+                   *([{"what": "per content chunk", "sum": f"{fmt_count(chunks.chunks)} chunks",
+                       "mean": fmt_number(chunks.mean), "p50": fmt_number(chunks.p50), "p99": fmt_number(chunks.p99)}]
+                     if chunks is not None else [])],
+        "rate": {"aggregate": fmt_tokens_per_s(rate.aggregate),
+                 **{name: fmt_tokens_per_s(getattr(per_request, name)) for name in ("p1", "p10", "p50", "p90", "p99")},
+                 "n": fmt_count(per_request.n)},
+        "sources": _counts_text(llm.token_counts_from),
+        "finish": _counts_text(llm.finish_reasons),
+        "goodput": {"share": fmt_share(goodput.share), "good": fmt_count(goodput.good),
+                    "total": fmt_count(goodput.total), "definition": goodput.definition},
         "classes": [{
-            "name": name, "api": c.get("api") or "—", "model": c.get("model") or "—",
-            "requests": fmt_count(c["requests"]), "errors": fmt_count(c["errors"]),
-            "ttft_p50": fmt_ms(c["ttft_ms"]["p50"]["value_ms"]), "ttft_p99": fmt_ms(c["ttft_ms"]["p99"]["value_ms"]),
-            "tpot_p50": fmt_ms(c["tpot_ms"]["p50"]["value_ms"]), "tpot_p99": fmt_ms(c["tpot_ms"]["p99"]["value_ms"]),
-            "output": fmt_count(c["output_tokens"]["sum"]),
-            "rate": fmt_tokens_per_s(c["output_tokens_per_s"]["aggregate"]),
-            "goodput": fmt_share((c.get("goodput") or {}).get("share")),
-        } for name, c in llm["classes"].items()],
-        "spikes": [{"metric": label, "window": f"{fmt_offset(s['start_ns'], origin)} – {fmt_offset(s['end_ns'], origin)}",
-                    "p99": fmt_ms(s["p99_ms"]), "baseline": fmt_ms(s["baseline_p99_ms"]),
-                    "requests": fmt_count(s["requests"]), "slow": fmt_count(s["slow_requests"])}
-                   for key, label in SERIES for s in (llm.get("spikes") or {}).get(key, [])],
-        "detection": _detection_text(llm.get("spike_detection") or {}),
+            "name": name, "api": c.api or "—", "model": c.model or "—",
+            "requests": fmt_count(c.requests), "errors": fmt_count(c.errors),
+            "ttft_p50": fmt_ms(c.ttft_ms.p50.value_ms), "ttft_p99": fmt_ms(c.ttft_ms.p99.value_ms),
+            "tpot_p50": fmt_ms(c.tpot_ms.p50.value_ms), "tpot_p99": fmt_ms(c.tpot_ms.p99.value_ms),
+            "output": fmt_count(c.output_tokens.sum),
+            "rate": fmt_tokens_per_s(c.output_tokens_per_s.aggregate),
+            "goodput": fmt_share(c.goodput.share),
+        } for name, c in llm.classes.items()],
+        "spikes": [{"metric": label, "window": f"{fmt_offset(s.start_ns, origin)} – {fmt_offset(s.end_ns, origin)}",
+                    "p99": fmt_ms(s.p99_ms), "baseline": fmt_ms(s.baseline_p99_ms),
+                    "requests": fmt_count(s.requests), "slow": fmt_count(s.slow_requests)}
+                   for key, label in SERIES for s in _spikes(llm, key)],
+        "detection": _detection_text(llm),
         "tpot_note": TPOT_NOTE,
         "prefix_cache": prefix_cache_data(llm, origin),
         "kinds": kinds_data(llm),
         "sessions": sessions_data(llm),
-        "has_points": bool((llm.get("points") or {}).get("scheduled_ns")),
+        "has_points": bool(llm.points.scheduled_ns),
     }
 
 
@@ -119,23 +137,23 @@ def llm_headline(analysis: dict) -> list[dict] | None:
     """The verdict's LLM figures: TTFT and TPOT P99 with their 95% CIs and whether claimed (each only
     when some request has it: unstreamed requests have no TTFT), and goodput (``{"label", "note"}``,
     every value a string); None without an ``llm`` section."""
-    llm = analysis.get("llm")
-    if not llm:
+    llm = llm_of(analysis)
+    if llm is None:
         return None
     out = []
-    for key, label in (("ttft_ms", "TTFT"), ("tpot_ms", "TPOT")):
-        if not llm[key]["p99"].get("n"):
+    for p99, label in ((llm.ttft_ms.p99, "TTFT"), (llm.tpot_ms.p99, "TPOT")):
+        if not p99.n:
             continue
-        cells = percentile_cells(llm[key]["p99"])
+        cells = percentile_cells(p99)
         out.append({"label": f"{label} P99 {cells['value']}", "note": f"95% CI {cells['ci']} · {cells['claimed']}"})
-    cache = prefix_cache_headline(analysis)
+    cache = prefix_cache_headline(llm, load_origin_ns(analysis))
     if cache is not None:  # beside TTFT: a cached prefix is prefill the server skipped
         out.append(cache)
-    goodput = llm["goodput"]
-    out.append({"label": f"LLM goodput {fmt_share(goodput['share'])}",
-                "note": f"{fmt_count(goodput['good'])} of {fmt_count(goodput['total'])} requests"})
-    out.extend(kinds_headline(analysis))
-    sessions = sessions_headline(analysis)
+    goodput = llm.goodput
+    out.append({"label": f"LLM goodput {fmt_share(goodput.share)}",
+                "note": f"{fmt_count(goodput.good)} of {fmt_count(goodput.total)} requests"})
+    out.extend(kinds_headline(llm))
+    sessions = sessions_headline(llm)
     if sessions is not None:
         out.append(sessions)
     return out
@@ -146,9 +164,9 @@ SLOW_WORDS = {"ttft": "waited longer than the baseline P99 for their first token
               "tpot": "took longer per output token than the baseline P99"}
 
 
-def _overlap_text(spike: dict, latency_spikes: list[dict]) -> str:
+def _overlap_text(spike: TokenSpike, latency_spikes: list[dict]) -> str:
     for number, other in enumerate(latency_spikes, 1):
-        if other["start_ns"] < spike["end_ns"] and spike["start_ns"] < other["end_ns"]:
+        if other["start_ns"] < spike.end_ns and spike.start_ns < other["end_ns"]:
             causes = other.get("causes") or []
             kind = str(causes[0].get("kind", "unexplained")) if causes else "unexplained"
             return f"it overlaps latency spike {number}, whose top cause is: {cause_title(kind)}."
@@ -166,42 +184,51 @@ def token_spike_cards(analysis: dict) -> dict:
     token_causes.py; an analysis from before token spikes had causes says which latency spike overlaps
     it instead). It is **minor** by the latency spikes' rule (unexplained with its P99 below twice the
     baseline P99, or its impact under a tenth of the largest spike's, latency spikes included)."""
-    llm = analysis.get("llm") or {}
-    origin = analysis["run"].get("load_start_ns") or analysis["run"].get("start_ns")
+    llm = analysis.get("llm")  # only its spikes are read: decoded alone
+    spikes = decode(dict[str, list[TokenSpike]], llm["spikes"], "llm.spikes") if llm is not None else {}
+    origin = load_origin_ns(analysis)
     latency = analysis.get("spikes") or []
-    found = [(key, label, number, s) for key, label in SERIES
-             for number, s in enumerate((llm.get("spikes") or {}).get(key, []), 1)]
-    largest = max([impact(s) for s in latency] + [impact(s) for *_, s in found], default=0.0)
+    found = [(key, label, number, s) for key, label in SERIES for number, s in enumerate(spikes.get(key, []), 1)]
+    impacts = {id(s): impact(_card_figures(s)) for *_, s in found}
+    largest = max([impact(s) for s in latency] + list(impacts.values()), default=0.0)
     cards, minor = [], []
     for key, label, number, s in found:
-        window = f"{fmt_offset(s['start_ns'], origin)} – {fmt_offset(s['end_ns'], origin)}"
-        ratio = ratio_text(s["p99_ms"], s["baseline_p99_ms"])
-        rose = (f"{label} P99 rose to {fmt_ms(s['p99_ms'])} against a {fmt_ms(s['baseline_p99_ms'])} "
-                f"baseline ({ratio}) in {window}: {fmt_count(s['slow_requests'])} of "
-                f"{fmt_count(s['requests'])} requests {SLOW_WORDS[key]}; ")
-        top = (s.get("causes") or [None])[0]
+        window = f"{fmt_offset(s.start_ns, origin)} – {fmt_offset(s.end_ns, origin)}"
+        ratio = ratio_text(s.p99_ms, s.baseline_p99_ms)
+        rose = (f"{label} P99 rose to {fmt_ms(s.p99_ms)} against a {fmt_ms(s.baseline_p99_ms)} "
+                f"baseline ({ratio}) in {window}: {fmt_count(s.slow_requests)} of "
+                f"{fmt_count(s.requests)} requests {SLOW_WORDS[key]}; ")
+        top = s.causes[0] if s.causes else None
         card = {
             "token": True, "key": key, "metric": label, "number": number, "window": window,
-            "p99": fmt_ms(s["p99_ms"]), "baseline": fmt_ms(s["baseline_p99_ms"]), "ratio": ratio,
-            "excess": fmt_ms(s["excess_ms"]), "requests": fmt_count(s["requests"]),
-            "slow_requests": fmt_count(s["slow_requests"]), "impact": impact(s),
-            "top_title": (f"{label} spike: {cause_title(top['kind'])}" if top is not None
+            "p99": fmt_ms(s.p99_ms), "baseline": fmt_ms(s.baseline_p99_ms), "ratio": ratio,
+            "excess": fmt_ms(s.excess_ms), "requests": fmt_count(s.requests),
+            "slow_requests": fmt_count(s.slow_requests), "impact": impacts[id(s)],
+            "top_title": (f"{label} spike: {cause_title(top.kind)}" if top is not None
                           else f"{label} spike: no cause attributed"),
-            "top_sentence": rose + (f"why: {(top.get('evidence') or {}).get('summary') or cause_title(top['kind'])}"
+            "top_sentence": rose + (f"why: {top.evidence.get('summary') or cause_title(top.kind)}"
                                     if top is not None else _overlap_text(s, latency)),
         }
-        (minor if is_minor(s) or card["impact"] < MINOR_IMPACT_SHARE * largest else cards).append(card)
+        (minor if is_minor(_card_figures(s)) or card["impact"] < MINOR_IMPACT_SHARE * largest else cards).append(card)
     return {"cards": cards, "minor": minor}
 
 
-def _detection_text(detection: dict) -> str:
+def _card_figures(spike: TokenSpike) -> dict:
+    """The figures reports/cards.py ranks a spike by (``impact``, ``is_minor``: a token spike's
+    JSON), from the typed token spike."""
+    return {"excess_ms": spike.excess_ms, "slow_requests": spike.slow_requests, "requests": spike.requests,
+            "p99_ms": spike.p99_ms, "baseline_p99_ms": spike.baseline_p99_ms,
+            "causes": [{"kind": cause.kind} for cause in spike.causes or []]}
+
+
+def _detection_text(llm: Llm) -> str:
     """One sentence on the TTFT/TPOT spike tests: performed or why not, against which baseline."""
     parts = []
     for key, label in SERIES:
-        facts = detection.get(key) or {}
-        if facts.get("performed"):
-            parts.append(f"{label}: {facts['detection_window_s']:g}-s windows against a baseline P99 of "
-                         f"{fmt_ms(facts['baseline_p99_ms'])}")
+        facts = llm.spike_detection.get(key)
+        if facts is not None and facts.performed:
+            parts.append(f"{label}: {facts.detection_window_s:g}-s windows against a baseline P99 of "
+                         f"{fmt_ms(facts.baseline_p99_ms)}")
         else:
             parts.append(f"{label}: not tested (too few requests)")
     return ("TTFT and TPOT spikes are found with the latency spike test (the tail-share test after the warm-up); "
@@ -249,27 +276,28 @@ def llm_charts(analysis: dict) -> dict | None:
     """``{"ttft": {...}, "tpot": {...}, "tokens": line}``: per series its points (``x``, ``y``,
     ``cls``), window ``lines`` (``P50``/``P99`` where claimed) and spike ``bands`` (``x0``, ``x1``);
     ``tokens`` the output tokens/s per window. None without an ``llm`` section."""
-    llm = analysis.get("llm")
-    if not llm:
+    llm = llm_of(analysis)
+    if llm is None:
         return None
-    origin = analysis["run"].get("load_start_ns") or analysis["run"].get("start_ns") or 0
+    origin = load_origin_ns(analysis) or 0
     windows = analysis.get("windows") or []
-    points = llm.get("points") or {}
-    x = _seconds(points.get("scheduled_ns") or [], origin)
+    points = llm.points
+    x = _seconds(points.scheduled_ns, origin)
+    y_of = {"ttft": points.ttft_ms, "tpot": points.tpot_ms}
     out = {}
     held = [w for w in windows if (w.get("n") or 0) > 0]
     for key, _ in SERIES:
         lines = {label: _line(windows, f"{key}_{p}_ms", origin) for p, label in (("p50", "P50"), ("p99", "P99"))}
         claimed = sum(w.get(f"{key}_p50_ms") is not None for w in held)
         if claimed < MIN_CLAIMED_WINDOW_SHARE * len(held):  # too few requests a window: rolling lines instead
-            lines = {f"{label} (rolling, ≥ {need} requests)": rolling_points(x, points.get(f"{key}_ms") or [], q, need)
+            lines = {f"{label} (rolling, ≥ {need} requests)": rolling_points(x, y_of[key], q, need)
                      for q, need, label in ((0.5, 7, "P50"), (0.9, 44, "P90"))}
         out[key] = {
-            "x": x, "y": points.get(f"{key}_ms") or [], "cls": points.get("cls") or [],
+            "x": x, "y": y_of[key], "cls": points.cls,
             "lines": [{"name": name, "key": name.split(" ")[0], **line} for name, line in lines.items()
                       if line is not None],
-            "bands": [{"x0": (s["start_ns"] - origin) / NS_PER_S, "x1": (s["end_ns"] - origin) / NS_PER_S}
-                      for s in (llm.get("spikes") or {}).get(key, [])],
+            "bands": [{"x0": (s.start_ns - origin) / NS_PER_S, "x1": (s.end_ns - origin) / NS_PER_S}
+                      for s in _spikes(llm, key)],
         }
     out["tokens"] = _line(windows, "output_tokens_per_s", origin)
     return out

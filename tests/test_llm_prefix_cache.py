@@ -14,6 +14,7 @@ from cli_helpers import load_analysis, only_run_dir, run_tailscope
 from test_llm_server import LlmServer
 from test_server_presets import scraped_run
 
+from tailscope.analysis_model.codec import encode
 from tailscope.analyzers.analysis import analyze_run
 from tailscope.analyzers.stages.server_metrics import ServerSeries
 from tailscope.analyzers.stats.llm_prefix_cache import counter_increase, prefix_cache_section, run_prefix_cache
@@ -288,17 +289,17 @@ def test_the_section_from_counters_pools_label_sets_and_says_what_it_covers():
     signals = _Readings({"q{a}": ([10, 20, 30], [0, 100, 300]), "q{b}": ([10, 30], [50, 150]),
                          "h{a}": ([10, 20, 30], [0, 40, 90]), "h{b}": ([10, 30], [0, 60])})
     section = prefix_cache_section(servers, signals, (15, 30))
-    assert section["query_tokens"] == 400 and section["hit_tokens"] == 150 and section["hit_rate"] == 150 / 400
-    assert section["series"] == 2 and section["first_reading_ns"] == 10 and section["last_reading_ns"] == 30
-    assert section["covers_load"] is True
-    assert prefix_cache_section(servers, signals, (5, 30))["covers_load"] is False
+    assert section.query_tokens == 400 and section.hit_tokens == 150 and section.hit_rate == 150 / 400
+    assert section.series == 2 and section.first_reading_ns == 10 and section.last_reading_ns == 30
+    assert section.covers_load is True
+    assert prefix_cache_section(servers, signals, (5, 30)).covers_load is False
 
 
 def test_the_section_from_a_hit_rate_gauge_is_its_mean_over_the_load():
     servers = ServerSeries("sglang", {"prefix_cache_hit_rate": "sglang:cache_hit_rate"},
                            {"prefix_cache_hit_rate": ("g",)})
     signals = _Readings({"g": ([0, 10, 20, 30], [0.9, 0.2, 0.4, 0.9])})
-    assert prefix_cache_section(servers, signals, (10, 20)) == {
+    assert encode(prefix_cache_section(servers, signals, (10, 20))) == {
         "source": "gauge", "hit_rate": pytest.approx(0.3), "metric": "sglang:cache_hit_rate", "readings": 2}
     assert prefix_cache_section(ServerSeries("sglang"), signals, (10, 20)) is None
 
@@ -307,8 +308,8 @@ def test_the_real_vllm_cpu_builds_scrapes_give_a_zero_hit_rate_over_three_new_pr
     run_dir = scraped_run(tmp_path / "run", "vllm_0_32", "vllm")
     assert analyze_run(run_dir)["llm"] is None  # no OpenAI-API request in this run: no llm section
     section = run_prefix_cache(load_run(run_dir))
-    assert section["source"] == "counters" and section["query_tokens"] == 291 and section["hit_tokens"] == 0
-    assert section["hit_rate"] == 0.0
+    assert section.source == "counters" and section.query_tokens == 291 and section.hit_tokens == 0
+    assert section.hit_rate == 0.0
 
 
 def test_a_prefix_pool_against_the_caching_server_hits_every_reuse_of_a_prompt(tmp_path, trace_server):

@@ -156,8 +156,9 @@ def test_unexplained_spikes_below_twice_the_baseline_or_a_tenth_of_the_largest_i
 
 
 def _token_spike(start_s, p99, baseline, slow, requests):
-    return {"start_ns": start_s * NS, "end_ns": (start_s + 3) * NS, "p99_ms": p99, "baseline_p99_ms": baseline,
-            "excess_ms": p99 - baseline, "requests": requests, "slow_requests": slow}
+    return {"start_ns": start_s * NS, "end_ns": (start_s + 3) * NS, "p99_ms": p99, "p99_claimed": True,
+            "baseline_p99_ms": baseline, "excess_ms": p99 - baseline, "requests": requests, "slow_requests": slow,
+            "slow_share": slow / requests}
 
 
 def test_ttft_and_tpot_spikes_are_cards_ranked_with_the_latency_spikes_by_impact():

@@ -51,6 +51,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from tailscope.analysis_model.llm import PrefixCacheCounters, PrefixCacheGauge
 from tailscope.analyzers.comparison.judge import CompareRules, Figure, compare_percentiles, judge_change
 from tailscope.analyzers.comparison.resampling import ratio_replicates
 from tailscope.analyzers.inputs.records import NS_PER_S
@@ -274,13 +275,15 @@ def _pooled_prefix_cache(side) -> tuple[float | None, int]:
     """A side's prefix-cache hit rate over its runs and what it rests on (query tokens, or gauge
     readings); (None, 0) unless every run's server exposed it the same way."""
     sections = [run_prefix_cache(r.run) for r in side.runs]
-    if not sections or any(s is None for s in sections) or len({s["source"] for s in sections}) != 1:
+    if not sections or any(s is None for s in sections):
         return None, 0
-    if sections[0]["source"] == "gauge":
-        readings = sum(s["readings"] for s in sections)
-        return sum(s["hit_rate"] * s["readings"] for s in sections) / readings, readings
-    queries = sum(s["query_tokens"] for s in sections)
-    return (sum(s["hit_tokens"] for s in sections) / queries if queries else None), queries
+    if all(isinstance(s, PrefixCacheGauge) for s in sections):
+        readings = sum(s.readings for s in sections)
+        return sum(s.hit_rate * s.readings for s in sections) / readings, readings
+    if not all(isinstance(s, PrefixCacheCounters) for s in sections):
+        return None, 0
+    queries = sum(s.query_tokens for s in sections)
+    return (sum(s.hit_tokens for s in sections) / queries if queries else None), queries
 
 
 def _prefix_cache_rows(before, now) -> list[dict]:

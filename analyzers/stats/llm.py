@@ -50,27 +50,46 @@ latency columns: 7 samples for P50, 459 for P99) and the output tokens that
 *arrived* in it (each streamed chunk at its arrival; a non-streamed response's
 tokens at its end). :func:`series` gives the TTFT and TPOT series that the
 latency spike test also runs on (``tailscope.analyzers.spikes.series``; the
-analysis adds ``spike_detection`` and ``spikes`` to this section).
+analysis hands their ``spike_detection`` and ``spikes`` to :func:`llm_section`, then their causes
+and the server's prefix cache to :func:`with_causes_and_cache`).
 ``points``: at most :data:`MAX_POINTS` requests (an even stride,
-deterministic) with their TTFT and TPOT, for the report's chart.
+deterministic) with their TTFT and TPOT, for the report's chart. The section is built as
+``tailscope.analysis_model.llm.Llm`` (:func:`llm_section`); the analysis encodes it once.
 
 Cost: O(n) per scope plus an O(n log n) sort per window column.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import TypeVar
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from tailscope.analysis_model.codec import decode
+from tailscope.analysis_model.llm import (
+    ChunkTokens,
+    Llm,
+    LlmClass,
+    LlmGoodput,
+    LlmMetrics,
+    OutputRate,
+    Points,
+    PrefixCache,
+    RequestRates,
+    SeriesDetection,
+    TokenSpike,
+    TokenStats,
+)
+from tailscope.analysis_model.summary import GoodputShare
 from tailscope.analyzers.inputs.records import NS_PER_MS, RequestArrays, int_column
 from tailscope.analyzers.stats.goodput import goodput_summary
 from tailscope.analyzers.stats.llm_kinds import KindArrays, kind_arrays, kinds_metrics
 from tailscope.analyzers.stats.llm_metrics import chunk_gaps_ns, output_tokens_per_s
 from tailscope.analyzers.stats.llm_sessions import SessionArrays, session_arrays, sessions_section
-from tailscope.analyzers.stats.percentiles import nearest_rank, percentile_set
+from tailscope.analyzers.stats.percentiles import nearest_rank, typed_percentile_set
 from tailscope.analyzers.stats.slo import Slo
 from tailscope.analyzers.stats.streaming import StreamTimes, token_gaps_ms
 from tailscope.analyzers.stats.windows import claimed_quantiles, window_index
@@ -117,39 +136,37 @@ def llm_arrays(requests: pa.Table) -> LlmArrays | None:
     )
 
 
-def token_stats(values: np.ndarray) -> dict:
-    """``{"sum", "mean", "p50", "p99"}`` of token counts (NaN dropped; nearest rank); Nones when empty."""
+def token_stats(values: np.ndarray) -> TokenStats:
+    """Sum, mean, P50 and P99 of token counts (NaN dropped; nearest rank); Nones when empty."""
     values = values[~np.isnan(values)]
     if not len(values):
-        return {"sum": 0, "mean": None, "p50": None, "p99": None}
+        return TokenStats(sum=0, mean=None, p50=None, p99=None)
     ordered = np.sort(values)
-    return {"sum": int(values.sum()), "mean": float(values.mean()),
-            "p50": float(ordered[nearest_rank(len(ordered), 0.50) - 1]),
-            "p99": float(ordered[nearest_rank(len(ordered), 0.99) - 1])}
+    return TokenStats(sum=int(values.sum()), mean=float(values.mean()),
+                      p50=float(ordered[nearest_rank(len(ordered), 0.50) - 1]),
+                      p99=float(ordered[nearest_rank(len(ordered), 0.99) - 1]))
 
 
-def rate_stats(rates: np.ndarray) -> dict:
+def rate_stats(rates: np.ndarray) -> RequestRates:
     """Per-request output rates (tokens/s): ``n``, ``mean`` and :data:`RATE_PERCENTILES` (nearest rank)."""
     rates = rates[np.isfinite(rates)]
     ordered = np.sort(rates)
-    out: dict = {"n": int(len(rates)), "mean": float(rates.mean()) if len(rates) else None}
-    for name, p in RATE_PERCENTILES:
-        out[name] = float(ordered[nearest_rank(len(ordered), p) - 1]) if len(ordered) else None
-    return out
+    quantiles = {name: float(ordered[nearest_rank(len(ordered), p) - 1]) if len(ordered) else None
+                 for name, p in RATE_PERCENTILES}
+    return RequestRates(n=int(len(rates)), mean=float(rates.mean()) if len(rates) else None, **quantiles)
 
 
-def chunk_figures(times: StreamTimes, streamed: np.ndarray) -> tuple[np.ndarray, dict]:
-    """(gaps between consecutive content chunks, ms; ``{chunks, mean, p50, p99}`` of the
-    tokens per content chunk) of the requests ``streamed`` selects (module docstring)."""
+def chunk_figures(times: StreamTimes, streamed: np.ndarray) -> tuple[np.ndarray, ChunkTokens]:
+    """(gaps between consecutive content chunks, ms; the tokens per content chunk) of the
+    requests ``streamed`` selects (module docstring)."""
     if times.chunk_owner is None or not len(times.chunk_owner):
-        return np.zeros(0), {"chunks": 0, "mean": None, "p50": None, "p99": None}
+        return np.zeros(0), ChunkTokens(chunks=0, mean=None, p50=None, p99=None)
     rows = streamed[times.chunk_owner]
     owner, t_ns, tokens = times.chunk_owner[rows], times.chunk_t_ns[rows], times.chunk_tokens[rows]
     _, gaps_ns, _ = chunk_gaps_ns(owner, t_ns, tokens)
     content = tokens[tokens > 0].astype(np.float64)
     stats = token_stats(content)
-    return gaps_ns / NS_PER_MS, {"chunks": int(len(content)), "mean": stats["mean"], "p50": stats["p50"],
-                                 "p99": stats["p99"]}
+    return gaps_ns / NS_PER_MS, ChunkTokens(chunks=int(len(content)), mean=stats.mean, p50=stats.p50, p99=stats.p99)
 
 
 def _counts(values: np.ndarray) -> dict[str, int]:
@@ -158,9 +175,13 @@ def _counts(values: np.ndarray) -> dict[str, int]:
     return {str(name): int(count) for name, count in zip(names, counts)}
 
 
+Scope = TypeVar("Scope", bound=LlmMetrics)
+
+
 def scope_metrics(req: RequestArrays, llm: LlmArrays, times: StreamTimes, mask: np.ndarray,
-                  duration_s: float) -> dict:
-    """The metrics of the LLM requests ``mask`` selects (see the module docstring)."""
+                  duration_s: float, into: type[Scope] = LlmMetrics, **extra) -> Scope:
+    """The metrics of the LLM requests ``mask`` selects (see the module docstring) as an ``into``
+    (:class:`LlmMetrics` or a section that extends it, its other fields given as ``extra``)."""
     mask = mask & llm.is_llm
     ok = mask & req.is_ok
     streamed = ok & (times.chunks > 0)
@@ -169,54 +190,78 @@ def scope_metrics(req: RequestArrays, llm: LlmArrays, times: StreamTimes, mask: 
     output = llm.output_tokens[ok]
     total_output = float(np.nansum(output))
     chunk_gaps, per_chunk = chunk_figures(times, streamed)
-    return {
-        "requests": int(mask.sum()),
-        "completed": int(ok.sum()),
-        "errors": int((mask & req.is_error).sum()),
-        "streamed": int(streamed.sum()),
-        "ttft_ms": percentile_set(ttft[~np.isnan(ttft)]),
-        "tpot_ms": percentile_set(tpot[~np.isnan(tpot)]),
-        "itl_ms": percentile_set(token_gaps_ms(times, streamed)),
-        "chunk_gap_ms": percentile_set(chunk_gaps),
-        "tokens_per_chunk": per_chunk,
-        "e2e_ms": percentile_set(req.latency_ms[ok]),
-        "prompt_tokens": token_stats(llm.prompt_tokens[ok]),
-        "output_tokens": token_stats(output),
-        "output_tokens_per_s": {
-            "aggregate": total_output / duration_s if duration_s > 0 else None,
-            "per_request": rate_stats(output_tokens_per_s(output, req.latency_ms[ok] * NS_PER_MS)),
-        },
-        "token_counts_from": _counts(llm.source[mask]),
-        "finish_reasons": _counts(llm.finish_reason[ok]),
+    return into(
+        requests=int(mask.sum()),
+        completed=int(ok.sum()),
+        errors=int((mask & req.is_error).sum()),
+        streamed=int(streamed.sum()),
+        ttft_ms=typed_percentile_set(ttft[~np.isnan(ttft)]),
+        tpot_ms=typed_percentile_set(tpot[~np.isnan(tpot)]),
+        itl_ms=typed_percentile_set(token_gaps_ms(times, streamed)),
+        chunk_gap_ms=typed_percentile_set(chunk_gaps),
+        tokens_per_chunk=per_chunk,
+        e2e_ms=typed_percentile_set(req.latency_ms[ok]),
+        prompt_tokens=token_stats(llm.prompt_tokens[ok]),
+        output_tokens=token_stats(output),
+        output_tokens_per_s=OutputRate(
+            aggregate=total_output / duration_s if duration_s > 0 else None,
+            per_request=rate_stats(output_tokens_per_s(output, req.latency_ms[ok] * NS_PER_MS)),
+        ),
+        token_counts_from=_counts(llm.source[mask]),
+        finish_reasons=_counts(llm.finish_reason[ok]),
         **kinds_metrics(llm.kinds, req.scheduled_ns, ok, streamed, llm.output_tokens, token_stats, times.ttft_ms,
                         req.latency_ms),
-    }
+        **extra,
+    )
 
 
 def llm_section(req: RequestArrays, llm: LlmArrays, times: StreamTimes, slos: list[Slo],
-                duration_s: float, manifest: dict | None = None) -> dict:
-    """The ``llm`` section without its spike tests (module docstring) of a run with LLM requests
-    (``llm``: :func:`llm_arrays`, not None). ``manifest``'s ``llm_classes`` (the classes'
-    api and model) label the classes."""
+                duration_s: float, manifest: dict | None, spike_detection: dict[str, SeriesDetection],
+                spikes: dict[str, list[TokenSpike]]) -> Llm:
+    """The ``llm`` section (module docstring) of a run with LLM requests (``llm``:
+    :func:`llm_arrays`, not None), with the TTFT and TPOT spike tests given (``spike_detection``,
+    ``spikes``: :mod:`..spikes.series` over :func:`series`) and no ``prefix_cache`` (the server's
+    metrics: :mod:`.llm_prefix_cache`). ``manifest``'s ``llm_classes`` (the classes' api and
+    model) label the classes."""
     described = (manifest or {}).get("llm_classes") or {}
-    overall = scope_metrics(req, llm, times, np.ones(req.n, dtype=bool), duration_s)
     goodput = goodput_summary(req, slos, times, duration_s, where=llm.is_llm)
     classes = {}
     for name in req.class_names(llm.is_llm):
-        mask = req.class_mask(name)
-        entry = scope_metrics(req, llm, times, mask, duration_s)
         settings = described.get(name) or {}
-        classes[name] = {"api": settings.get("api"), "model": settings.get("model"), **entry,
-                         "goodput": dict(goodput["by_class"].get(name) or {"share": None, "good": 0, "total": 0})}
+        share = goodput["by_class"].get(name) or {"share": None, "good": 0, "total": 0}
+        classes[name] = scope_metrics(req, llm, times, req.class_mask(name), duration_s, LlmClass,
+                                      api=settings.get("api"), model=settings.get("model"),
+                                      goodput=GoodputShare(**share))
     ttft = series(req, llm, times)["ttft"]
-    sessions = sessions_section(req, llm.sessions, ttft, ~np.isnan(ttft), llm.prompt_tokens, llm.output_tokens)
-    return {
-        **overall,
-        **({"sessions": sessions} if sessions is not None else {}),
-        "goodput": {key: goodput[key] for key in ("share", "good", "total", "rps", "criteria", "definition")},
-        "classes": classes,
-        "points": request_points(req, llm, times),
-    }
+    return scope_metrics(
+        req, llm, times, np.ones(req.n, dtype=bool), duration_s, Llm,
+        sessions=sessions_section(req, llm.sessions, ttft, ~np.isnan(ttft), llm.prompt_tokens, llm.output_tokens),
+        goodput=LlmGoodput(**{key: goodput[key] for key in ("share", "good", "total", "rps", "criteria", "definition")}),
+        classes=classes,
+        points=request_points(req, llm, times),
+        spike_detection=spike_detection,
+        spikes=spikes,
+    )
+
+
+def series_detections(facts: dict[str, dict]) -> dict[str, SeriesDetection]:
+    """The TTFT and TPOT spike tests' facts (analyzers/spikes/series.py ``series_spikes``, by
+    metric) as :class:`SeriesDetection`, read through the type (a shape that differs from it
+    raises ``AnalysisShapeError`` here, where the analysis is written)."""
+    return {metric: decode(SeriesDetection, entry, f"llm.spike_detection.{metric}") for metric, entry in facts.items()}
+
+
+def token_spikes(found: dict[str, list[dict]]) -> dict[str, list[TokenSpike]]:
+    """The TTFT and TPOT spikes (analyzers/spikes/series.py, with causes from
+    analyzers/spikes/token_causes.py; by metric) as :class:`TokenSpike`, read through the type."""
+    return {metric: [decode(TokenSpike, spike, f"llm.spikes.{metric}[{i}]") for i, spike in enumerate(spikes)]
+            for metric, spikes in found.items()}
+
+
+def with_causes_and_cache(section: Llm, spikes: dict[str, list[dict]], prefix_cache: PrefixCache | None) -> Llm:
+    """``section`` with its TTFT and TPOT spikes replaced by ``spikes`` (the same, their causes added:
+    analyzers/spikes/token_causes.py) and the server's ``prefix_cache`` (:mod:`.llm_prefix_cache`)."""
+    return replace(section, spikes=token_spikes(spikes), prefix_cache=prefix_cache)
 
 
 def series(req: RequestArrays, llm: LlmArrays, times: StreamTimes) -> dict[str, np.ndarray]:
@@ -228,18 +273,22 @@ def series(req: RequestArrays, llm: LlmArrays, times: StreamTimes) -> dict[str, 
     return {"ttft": ttft, "tpot": tpot}
 
 
-def request_points(req: RequestArrays, llm: LlmArrays, times: StreamTimes) -> dict:
-    """``{"scheduled_ns", "ttft_ms", "tpot_ms", "cls"}`` of at most :data:`MAX_POINTS` successful
-    streamed LLM requests (every k-th by scheduled time, k the smallest stride that fits)."""
+def request_points(req: RequestArrays, llm: LlmArrays, times: StreamTimes) -> Points:
+    """The scheduled send, TTFT, TPOT (None where undefined) and class of at most :data:`MAX_POINTS`
+    successful streamed LLM requests (every k-th by scheduled time, k the smallest stride that fits)."""
     values = series(req, llm, times)
     rows = np.flatnonzero(~np.isnan(values["ttft"]))
     rows = rows[np.argsort(req.scheduled_ns[rows], kind="stable")]
     if len(rows) > MAX_POINTS:
         rows = rows[:: -(-len(rows) // MAX_POINTS)]
-    return {"scheduled_ns": req.scheduled_ns[rows].tolist(),
-            "ttft_ms": values["ttft"][rows].tolist(),
-            "tpot_ms": values["tpot"][rows].tolist(),
-            "cls": [str(c) for c in req.cls[rows]]}
+    return Points(scheduled_ns=req.scheduled_ns[rows].tolist(),
+                  ttft_ms=_none_for_nan(values["ttft"][rows]),
+                  tpot_ms=_none_for_nan(values["tpot"][rows]),
+                  cls=[str(c) for c in req.cls[rows]])
+
+
+def _none_for_nan(values: np.ndarray) -> list[float | None]:
+    return [None if np.isnan(v) else v for v in values.tolist()]
 
 
 def window_columns(req: RequestArrays, llm: LlmArrays, times: StreamTimes,

@@ -34,19 +34,21 @@ Pure numpy over the request table's output-kind columns (run format 1.3:
   ``per_document_ms`` (e2e ÷ the request's documents), percentile sets.
 
 Times are ms from the scheduled send, as TTFT; each a
-:func:`~.percentiles.percentile_set`. A run before format 1.3, or whose
+:func:`~.percentiles.typed_percentile_set`. A run before format 1.3, or whose
 requests carry no reasoning, no tool call, no image and no document, adds none of the keys.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
 
+from tailscope.analysis_model.llm import Images, Ranking, Reasoning, TokenStats, ToolCalls
 from tailscope.analyzers.inputs.records import NS_PER_MS, int_column
-from tailscope.analyzers.stats.percentiles import percentile_set
+from tailscope.analyzers.stats.percentiles import typed_percentile_set
 
 #: The request-table columns read (format 1.3), in ``REQUESTS_SCHEMA`` order.
 KIND_COLUMNS = ("reasoning_tokens", "answer_tokens", "first_reasoning_ns", "last_reasoning_ns",
@@ -95,61 +97,65 @@ def _tpot_ms(kinds: KindArrays, first: str, last: str, count: str, rows: np.ndar
     return (kinds.values[last][rows] - kinds.values[first][rows]) / (tokens[rows] - 1) / NS_PER_MS
 
 
+KindMetrics = dict[str, Reasoning | ToolCalls | Images | Ranking]
+
+
 def kinds_metrics(kinds: KindArrays | None, scheduled_ns: np.ndarray, ok: np.ndarray, streamed: np.ndarray,
-                  output_tokens: np.ndarray, token_stats, ttft_ms: np.ndarray | None = None,
-                  latency_ms: np.ndarray | None = None) -> dict:
-    """``{"reasoning": ..., "tool_calls": ..., "images": ...}`` of the completed requests ``ok``
-    (``streamed``: those streamed), each key only when some request has that kind (module
-    docstring). ``output_tokens``: float64 per request (NaN: null); ``token_stats``: the ``llm``
-    section's ``{sum, mean, p50, p99}`` maker; ``ttft_ms``, ``latency_ms`` (end − scheduled send):
-    per request (NaN: none)."""
+                  output_tokens: np.ndarray, token_stats: Callable[[np.ndarray], TokenStats],
+                  ttft_ms: np.ndarray | None = None, latency_ms: np.ndarray | None = None) -> KindMetrics:
+    """``{"reasoning": Reasoning, "tool_calls": ToolCalls, "images": Images, "ranking": Ranking}``
+    (analysis_model/llm.py) of the completed requests ``ok`` (``streamed``: those streamed), each
+    key only when some request has that kind (module docstring): the output-kind fields of an
+    ``LlmMetrics``. ``output_tokens``: float64 per request (NaN: null); ``token_stats``: the ``llm``
+    section's :class:`TokenStats` maker; ``ttft_ms``, ``latency_ms`` (end − scheduled send): per
+    request (NaN: none)."""
     if kinds is None:
         return {}
-    out: dict = {}
+    out: KindMetrics = {}
     reasoned = ok & (kinds.values["reasoning_tokens"] > 0)
     if reasoned.any():
         total_output = float(np.nansum(output_tokens[ok]))
         reasoning_sum = float(kinds.values["reasoning_tokens"][ok].sum())
-        out["reasoning"] = {
-            "requests": int(reasoned.sum()),
-            "ttfr_ms": percentile_set(_since_ms(kinds, "first_reasoning_ns", scheduled_ns, reasoned & streamed)),
-            "ttfa_ms": percentile_set(_since_ms(kinds, "first_answer_ns", scheduled_ns, reasoned & streamed)),
-            "reasoning_tpot_ms": percentile_set(_tpot_ms(kinds, "first_reasoning_ns", "last_reasoning_ns",
-                                                         "reasoning_tokens", reasoned & streamed)),
-            "answer_tpot_ms": percentile_set(_tpot_ms(kinds, "first_answer_ns", "last_answer_ns", "answer_tokens",
-                                                      reasoned & streamed)),
-            "reasoning_tokens": token_stats(kinds.tokens("reasoning_tokens")[reasoned]),
-            "answer_tokens": token_stats(kinds.tokens("answer_tokens")[reasoned]),
-            "reasoning_share": reasoning_sum / total_output if total_output > 0 else None,
-        }
+        out["reasoning"] = Reasoning(
+            requests=int(reasoned.sum()),
+            ttfr_ms=typed_percentile_set(_since_ms(kinds, "first_reasoning_ns", scheduled_ns, reasoned & streamed)),
+            ttfa_ms=typed_percentile_set(_since_ms(kinds, "first_answer_ns", scheduled_ns, reasoned & streamed)),
+            reasoning_tpot_ms=typed_percentile_set(_tpot_ms(kinds, "first_reasoning_ns", "last_reasoning_ns",
+                                                            "reasoning_tokens", reasoned & streamed)),
+            answer_tpot_ms=typed_percentile_set(_tpot_ms(kinds, "first_answer_ns", "last_answer_ns", "answer_tokens",
+                                                         reasoned & streamed)),
+            reasoning_tokens=token_stats(kinds.tokens("reasoning_tokens")[reasoned]),
+            answer_tokens=token_stats(kinds.tokens("answer_tokens")[reasoned]),
+            reasoning_share=reasoning_sum / total_output if total_output > 0 else None,
+        )
     called = ok & (kinds.values["tool_calls"] > 0)
     if called.any():
-        out["tool_calls"] = {
-            "requests": int(called.sum()),
-            "calls": token_stats(kinds.tokens("tool_calls")[called]),
-            "time_to_tool_call_ms": percentile_set(_since_ms(kinds, "tool_call_ns", scheduled_ns, called & streamed)),
-        }
+        out["tool_calls"] = ToolCalls(
+            requests=int(called.sum()),
+            calls=token_stats(kinds.tokens("tool_calls")[called]),
+            time_to_tool_call_ms=typed_percentile_set(_since_ms(kinds, "tool_call_ns", scheduled_ns, called & streamed)),
+        )
     pictured = ok & (kinds.values["images"] > 0)
     if pictured.any():
         ttft = ttft_ms[pictured & streamed] if ttft_ms is not None else np.zeros(0)
-        out["images"] = {
-            "requests": int(pictured.sum()),
-            "images": token_stats(kinds.tokens("images")[pictured]),
-            "pixels": token_stats(kinds.tokens("image_pixels")[pictured]),
-            "request_bytes": token_stats(kinds.tokens("bytes_out")[pictured]),
-            "ttft_ms": percentile_set(ttft[~np.isnan(ttft)]),
-        }
+        out["images"] = Images(
+            requests=int(pictured.sum()),
+            images=token_stats(kinds.tokens("images")[pictured]),
+            pixels=token_stats(kinds.tokens("image_pixels")[pictured]),
+            request_bytes=token_stats(kinds.tokens("bytes_out")[pictured]),
+            ttft_ms=typed_percentile_set(ttft[~np.isnan(ttft)]),
+        )
     ranked = ok & (kinds.values["documents"] > 0)
     if ranked.any():
         e2e = latency_ms[ranked] if latency_ms is not None else np.zeros(0)
         per_document = e2e / kinds.values["documents"][ranked] if latency_ms is not None else np.zeros(0)
-        out["ranking"] = {
-            "requests": int(ranked.sum()),
-            "documents": token_stats(kinds.tokens("documents")[ranked]),
-            "document_tokens": token_stats(kinds.tokens("document_tokens")[ranked]),
-            "e2e_ms": percentile_set(e2e[~np.isnan(e2e)]),
-            "per_document_ms": percentile_set(per_document[~np.isnan(per_document)]),
-        }
+        out["ranking"] = Ranking(
+            requests=int(ranked.sum()),
+            documents=token_stats(kinds.tokens("documents")[ranked]),
+            document_tokens=token_stats(kinds.tokens("document_tokens")[ranked]),
+            e2e_ms=typed_percentile_set(e2e[~np.isnan(e2e)]),
+            per_document_ms=typed_percentile_set(per_document[~np.isnan(per_document)]),
+        )
     return out
 
 

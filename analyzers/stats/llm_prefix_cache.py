@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tailscope.analysis_model.llm import CacheMetrics, PrefixCache, PrefixCacheCounters, PrefixCacheGauge
 from tailscope.analyzers.inputs.signal_index import SignalIndex
 from tailscope.analyzers.stages.server_metrics import ServerSeries, run_server_series
 
@@ -36,26 +37,26 @@ def counter_increase(values: np.ndarray) -> float:
 
 
 def prefix_cache_section(servers: ServerSeries, signals: SignalIndex,
-                         period: tuple[int, int] | None) -> dict | None:
-    """``llm.prefix_cache`` (see the module docstring): ``{"source": "counters", "hit_rate", "hit_tokens",
-    "query_tokens", "metrics": {"queries", "hits"}, "series", "first_reading_ns", "last_reading_ns",
-    "covers_load"}`` (``covers_load`` None without a ``period``) or ``{"source": "gauge", "hit_rate",
-    "metric", "readings"}``; None when the server exposes neither."""
+                         period: tuple[int, int] | None) -> PrefixCache | None:
+    """``llm.prefix_cache`` (see the module docstring): a :class:`PrefixCacheCounters`
+    (``covers_load`` None without a ``period``) or a :class:`PrefixCacheGauge`
+    (analysis_model/llm.py); None when the server exposes neither."""
     if servers.has("prefix_cache_queries") and servers.has("prefix_cache_hits"):
         queries = sum(counter_increase(signals.readings(name)[1]) for name in servers.names("prefix_cache_queries"))
         hits = sum(counter_increase(signals.readings(name)[1]) for name in servers.names("prefix_cache_hits"))
         stamps = [signals.readings(name)[0] for name in servers.names("prefix_cache_queries")]
         first, last = min(int(t[0]) for t in stamps), max(int(t[-1]) for t in stamps)
-        return {
-            "source": "counters",
-            "hit_rate": hits / queries if queries > 0 else None,
-            "hit_tokens": int(round(hits)),
-            "query_tokens": int(round(queries)),
-            "metrics": {"queries": servers.metric["prefix_cache_queries"], "hits": servers.metric["prefix_cache_hits"]},
-            "series": len(servers.names("prefix_cache_queries")),
-            "first_reading_ns": first, "last_reading_ns": last,
-            "covers_load": None if period is None else bool(first <= period[0] and last >= period[1]),
-        }
+        return PrefixCacheCounters(
+            source="counters",
+            hit_rate=hits / queries if queries > 0 else None,
+            hit_tokens=int(round(hits)),
+            query_tokens=int(round(queries)),
+            metrics=CacheMetrics(queries=servers.metric["prefix_cache_queries"],
+                                 hits=servers.metric["prefix_cache_hits"]),
+            series=len(servers.names("prefix_cache_queries")),
+            first_reading_ns=first, last_reading_ns=last,
+            covers_load=None if period is None else bool(first <= period[0] and last >= period[1]),
+        )
     if servers.has("prefix_cache_hit_rate"):
         start, end = period if period is not None else (np.iinfo(np.int64).min, np.iinfo(np.int64).max)
         by_time: dict[int, float] = {}
@@ -66,12 +67,12 @@ def prefix_cache_section(servers: ServerSeries, signals: SignalIndex,
                 by_time[stamp] = max(by_time.get(stamp, value), value)
         if not by_time:
             return None
-        return {"source": "gauge", "hit_rate": float(np.mean(list(by_time.values()))),
-                "metric": servers.metric["prefix_cache_hit_rate"], "readings": len(by_time)}
+        return PrefixCacheGauge(source="gauge", hit_rate=float(np.mean(list(by_time.values()))),
+                                metric=servers.metric["prefix_cache_hit_rate"], readings=len(by_time))
     return None
 
 
-def run_prefix_cache(run) -> dict | None:
+def run_prefix_cache(run) -> PrefixCache | None:
     """:func:`prefix_cache_section` of a run (``tailscope.rundir.Run``) from its own signals and preset, every
     reading counted (no load period): what ``compare`` pools over a side's runs."""
     signals = SignalIndex(run.signals, run.signals_meta)

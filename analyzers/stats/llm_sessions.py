@@ -7,7 +7,7 @@ session turn has no figures (``None``).
 
 - ``by_turn``: one row per turn index 1 … :data:`MAX_TURN_ROWS` (the last row
   pools every later turn, ``"label": "20+"``): the turns sent, those that
-  ended without error, their TTFT (:func:`~.percentiles.percentile_set`, ms
+  ended without error, their TTFT (:func:`~.percentiles.typed_percentile_set`, ms
   from the scheduled send, streamed turns) and the mean prompt tokens (the
   server's count, history included: it grows turn by turn). A server that
   caches the history's prefix answers a later turn's first token as fast as
@@ -37,8 +37,9 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
+from tailscope.analysis_model.llm import Sessions, TokenStats, TurnRow
 from tailscope.analyzers.inputs.records import NS_PER_MS, RequestArrays, int_column
-from tailscope.analyzers.stats.percentiles import nearest_rank, percentile_set
+from tailscope.analyzers.stats.percentiles import nearest_rank, typed_percentile_set
 
 #: Turn indices with their own ``by_turn`` row; later turns share the last row.
 MAX_TURN_ROWS = 20
@@ -114,14 +115,14 @@ def session_table(req: RequestArrays, sessions: SessionArrays, prompt_tokens: np
     )
 
 
-def _stats(values: np.ndarray) -> dict:
-    """``{"sum", "mean", "p50", "p99"}`` (nearest rank); Nones (and 0) when empty."""
+def _stats(values: np.ndarray) -> TokenStats:
+    """Sum, mean, P50 and P99 (nearest rank); Nones (and 0) when empty."""
     if not len(values):
-        return {"sum": 0, "mean": None, "p50": None, "p99": None}
+        return TokenStats(sum=0, mean=None, p50=None, p99=None)
     ordered = np.sort(values.astype(np.float64))
-    return {"sum": int(ordered.sum()), "mean": float(ordered.mean()),
-            "p50": float(ordered[nearest_rank(len(ordered), 0.50) - 1]),
-            "p99": float(ordered[nearest_rank(len(ordered), 0.99) - 1])}
+    return TokenStats(sum=int(ordered.sum()), mean=float(ordered.mean()),
+                      p50=float(ordered[nearest_rank(len(ordered), 0.50) - 1]),
+                      p99=float(ordered[nearest_rank(len(ordered), 0.99) - 1]))
 
 
 def turn_ttft_ms(sessions: SessionArrays, ttft_ms: np.ndarray, usable: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -131,8 +132,8 @@ def turn_ttft_ms(sessions: SessionArrays, ttft_ms: np.ndarray, usable: np.ndarra
 
 
 def sessions_section(req: RequestArrays, sessions: SessionArrays | None, ttft_ms: np.ndarray,
-                     streamed: np.ndarray, prompt_tokens: np.ndarray, output_tokens: np.ndarray) -> dict | None:
-    """The ``llm.sessions`` figures (module docstring); None without session turns. ``ttft_ms``:
+                     streamed: np.ndarray, prompt_tokens: np.ndarray, output_tokens: np.ndarray) -> Sessions | None:
+    """The ``llm.sessions`` figures (module docstring; analysis_model/llm.py ``Sessions``); None without session turns. ``ttft_ms``:
     per request TTFT (NaN where none); ``streamed``: the successful streamed requests."""
     if sessions is None:
         return None
@@ -145,28 +146,28 @@ def sessions_section(req: RequestArrays, sessions: SessionArrays | None, ttft_ms
         ttft = ttft_ms[mask & streamed]
         prompts = prompt_tokens[mask & ok]
         prompts = prompts[~np.isnan(prompts)]
-        by_turn.append({
-            "turn": index, "label": f"{index}+" if pooled else str(index),
-            "requests": int(mask.sum()), "completed": int((mask & ok).sum()),
-            "ttft_ms": percentile_set(ttft[~np.isnan(ttft)]),
-            "prompt_tokens_mean": float(prompts.mean()) if len(prompts) else None,
-        })
+        by_turn.append(TurnRow(
+            turn=index, label=f"{index}+" if pooled else str(index),
+            requests=int(mask.sum()), completed=int((mask & ok).sum()),
+            ttft_ms=typed_percentile_set(ttft[~np.isnan(ttft)]),
+            prompt_tokens_mean=float(prompts.mean()) if len(prompts) else None,
+        ))
     first, later = turn_ttft_ms(sessions, ttft_ms, streamed)
-    first_set, later_set = percentile_set(first), percentile_set(later)
-    both = first_set["p50"]["claimed"] and later_set["p50"]["claimed"] and first_set["p50"]["value_ms"]
+    first_set, later_set = typed_percentile_set(first), typed_percentile_set(later)
+    both = first_set.p50.claimed and later_set.p50.claimed and first_set.p50.value_ms
     table = session_table(req, sessions, prompt_tokens, output_tokens)
     done = table.complete
-    return {
-        "sessions": int(len(table.session_id)),
-        "complete": int(done.sum()),
-        "failed": int(table.failed.sum()),
-        "cut": int((~done & ~table.failed).sum()),
-        "by_turn": by_turn,
-        "ttft_first_turn_ms": first_set,
-        "ttft_later_turns_ms": later_set,
-        "ttft_later_vs_first": (later_set["p50"]["value_ms"] / first_set["p50"]["value_ms"]) if both else None,
-        "duration_ms": percentile_set((table.end_ns[done] - table.start_ns[done]) / NS_PER_MS),
-        "turns": _stats(table.turns[done]),
-        "prompt_tokens": _stats(table.prompt_tokens[done]),
-        "output_tokens": _stats(table.output_tokens[done]),
-    }
+    return Sessions(
+        sessions=int(len(table.session_id)),
+        complete=int(done.sum()),
+        failed=int(table.failed.sum()),
+        cut=int((~done & ~table.failed).sum()),
+        by_turn=by_turn,
+        ttft_first_turn_ms=first_set,
+        ttft_later_turns_ms=later_set,
+        ttft_later_vs_first=(later_set.p50.value_ms / first_set.p50.value_ms) if both else None,
+        duration_ms=typed_percentile_set((table.end_ns[done] - table.start_ns[done]) / NS_PER_MS),
+        turns=_stats(table.turns[done]),
+        prompt_tokens=_stats(table.prompt_tokens[done]),
+        output_tokens=_stats(table.output_tokens[done]),
+    )

@@ -27,6 +27,8 @@ from functools import lru_cache
 import numpy as np
 from scipy import stats
 
+from tailscope.analysis_model.percentiles import MaxValue, Percentile, PercentileSet
+
 #: z for a two-sided 95% interval.
 Z_95 = 1.959963984540054
 #: Confidence of the early-stopping claim (MLPerf LoadGen uses 99%).
@@ -146,6 +148,14 @@ def percentile_set(values_ms: np.ndarray) -> dict:
     result = {name: percentile_ci(ordered, p) for name, p in STANDARD_PERCENTILES}
     result["max"] = {"value_ms": float(ordered[-1]) if n else None, "n": int(n)}
     return result
+
+
+def typed_percentile_set(values_ms: np.ndarray) -> PercentileSet:
+    """:func:`percentile_set` as the analysis's :class:`~tailscope.analysis_model.percentiles.PercentileSet`
+    (ms; the same values), for the sections built as types."""
+    figures = percentile_set(values_ms)
+    return PercentileSet(**{name: Percentile(**figures[name]) for name, _ in STANDARD_PERCENTILES},
+                         max=MaxValue(**figures["max"]))
 
 
 def grouped_quantile(sorted_values: np.ndarray, group_starts: np.ndarray,
