@@ -22,9 +22,9 @@ import pyarrow.compute as pc
 
 from tailscope.analysis_model.codec import encode
 from tailscope.analysis_model.events import Event, Events, GcPauses
+from tailscope.analysis_model.llm import Llm
 from tailscope.analysis_model.server import OtherTraffic
 from tailscope.analysis_model.stages import SlowSplit
-from tailscope.analysis_model.llm import Llm
 from tailscope.analyzers.causes.protocol import DetectorRegistry
 from tailscope.analyzers.findings.protocol import FindingInputs
 from tailscope.analyzers.findings.registry import whole_run_findings
