@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 
 from tailscope.analysis_model.codec import decode
+from tailscope.analysis_model.events import Events
 from tailscope.analysis_model.stages import Stages
 from tailscope.analysis_model.summary import Summary
 from tailscope.analysis_model.verdict import Verdict
@@ -144,24 +145,25 @@ def setup_data(analysis: dict) -> dict:
     }
 
 
-def event_data(events: dict, origin_ns) -> dict:
-    gc = events["gc_pauses"]
+def event_data(events: Events, origin_ns) -> dict:
+    """The fault table's rows and the GC line (``events``; times as s since ``origin_ns``)."""
+    gc = events.gc_pauses
     return {
         "faults": [{"kind": fault_label(f),
-                    "source": f["source"] or "",
-                    "window": f"{fmt_offset(f['start_ns'], origin_ns)} – {fmt_offset(f['end_ns'], origin_ns)}",
-                    "duration": fmt_ms(f["duration_ms"]),
-                    "observed": fault_counts_text(f.get("attributes"))} for f in events["faults"]],
-        "gc": f"{gc['count']:,} GC pauses, {fmt_ms(gc['total_ms'])} in total, longest {fmt_ms(gc['max_ms'])}",
+                    "source": f.source or "",
+                    "window": f"{fmt_offset(f.start_ns, origin_ns)} – {fmt_offset(f.end_ns, origin_ns)}",
+                    "duration": fmt_ms(f.duration_ms),
+                    "observed": fault_counts_text(f.attributes)} for f in events.faults],
+        "gc": f"{gc.count:,} GC pauses, {fmt_ms(gc.total_ms)} in total, longest {fmt_ms(gc.max_ms)}",
     }
 
 
-def chart_data(analysis: dict, cards: dict, stages: Stages) -> tuple[dict, dict]:
+def chart_data(analysis: dict, cards: dict, stages: Stages, events: Events) -> tuple[dict, dict]:
     """(series for the page's charts (one JSON block; x in seconds since the load start), the
     :func:`~.signal_view.summarise_panels` of the signal panels, whose drawn panels the charts hold)."""
     by_stage = stages.occurred()
     _, sweep_chart = extras.sweep(analysis.get("sweep"))
-    timeline = timeline_charts(analysis)
+    timeline = timeline_charts(analysis, events)
     signals = summarise_panels(timeline["panels"])
     return {
         **timeline,
@@ -185,8 +187,8 @@ def build_report_data(analysis: dict) -> dict:
     summary, run = decode(Summary, analysis["summary"], "summary"), analysis["run"]
     origin = run["load_start_ns"] or run["start_ns"]
     cards = spike_cards(spikes_of(analysis), origin)
-    stages = stage_section(analysis)
-    charts, signals = chart_data(analysis, cards, stages)
+    stages, events = stage_section(analysis), decode(Events, analysis["events"], "events")
+    charts, signals = chart_data(analysis, cards, stages, events)
     verdict = verdict_data(decode(Verdict, analysis["verdict"], "verdict"))
     tokens = llm_view.token_spike_cards(analysis)  # an LLM run's TTFT/TPOT spikes, carded beside latency's
     ranked, capped = rank_cards(cards["cards"], tokens["cards"])
@@ -222,7 +224,7 @@ def build_report_data(analysis: dict) -> dict:
         "tail": tail_text(charts["tail"], len(analysis["windows"])),
         "signals": {"text": signals_text(signals), "constants": signals["constants"],
                     "panels": len(signals["panels"])},
-        "events": event_data(analysis["events"], origin),
+        "events": event_data(events, origin),
         "outages": reliability_view.outage_data(analysis.get("outages"), origin),
         "soak": reliability_view.soak_data(analysis.get("soak"), origin),
         "retention": reliability_view.retention_data(analysis.get("retention")),

@@ -25,6 +25,8 @@ before the grouping moved to the report did); a series no panel takes gets its o
 
 from __future__ import annotations
 
+from tailscope.analysis_model.codec import decode
+from tailscope.analysis_model.events import Event, Events
 from tailscope.reports.cards import minor_flags
 from tailscope.reports.downsample import lttb
 from tailscope.reports.formatting import NS_PER_S
@@ -118,10 +120,11 @@ def bands(intervals: list[dict], origin_ns: int, label_of) -> list[dict]:
              "label": str(label_of(i))} for i in kept]
 
 
-def fault_label(fault: dict) -> str:
-    """The fault's name, marked when its ground truth calls it a distraction (another process's trouble)."""
-    attributes = fault.get("attributes") or {}
-    name = str(attributes.get("name") or attributes.get("fault") or fault.get("kind") or "fault")
+def fault_label(fault: Event) -> str:
+    """The fault's name (from its ground truth's free-form attributes, else its kind), marked when
+    the ground truth calls it a distraction (another process's trouble)."""
+    attributes = fault.attributes
+    name = str(attributes.get("name") or attributes.get("fault") or fault.kind or "fault")
     return f"{name} (distraction)" if attributes.get("role") == "distraction" else name
 
 
@@ -152,11 +155,13 @@ def signal_panels(signals: dict, origin_ns: int) -> list[dict]:
     return panels
 
 
-def timeline_charts(analysis: dict) -> dict:
-    """Everything drawn against the shared time axis (see the module docstring)."""
+def timeline_charts(analysis: dict, events: Events | None = None) -> dict:
+    """Everything drawn against the shared time axis (see the module docstring); ``events``: the
+    ``events`` section when the caller has read it already (else read here)."""
     run = analysis["run"]
     origin = run.get("load_start_ns") or run.get("start_ns") or 0
-    events = analysis.get("events") or {}
+    events = events if events is not None else decode(Events, analysis["events"], "events")
+    faults = [{"start_ns": f.start_ns, "end_ns": f.end_ns, "label": fault_label(f)} for f in events.faults]
     tail = rolling_tail(analysis.get("tail_line"), origin)
     spikes = spikes_of(analysis)
     labelled = [{"start_ns": s.start_ns, "end_ns": s.end_ns, "label": f"spike {i}"} for i, s in enumerate(spikes, 1)]
@@ -170,7 +175,7 @@ def timeline_charts(analysis: dict) -> dict:
         "slow": slow_points(analysis.get("slow_requests"), origin),
         "spikes": bands([s for s, m in zip(labelled, minor) if not m], origin, lambda s: s["label"]),
         "minor_spikes": bands([s for s, m in zip(labelled, minor) if m], origin, lambda s: s["label"] + " (minor)"),
-        "faults": bands(events.get("faults") or [], origin, fault_label),
+        "faults": bands(faults, origin, lambda f: f["label"]),
         "limited": bands([w for w in analysis.get("generator_limited_windows") or [] if w.get("material", True)],
                          origin, lambda w: "generator-limited"),
         "panels": signal_panels(analysis.get("signals") or {}, origin),

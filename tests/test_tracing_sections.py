@@ -64,3 +64,16 @@ def test_a_wrong_shape_in_the_stages_is_named_where_it_is(analysis):
     broken["stages"]["by_stage"][name]["count"] = "many"
     with pytest.raises(ValueError, match=rf"stages\.by_stage\.{name}\.count: expected int"):
         build_report_data(broken)
+
+
+def test_a_fault_reads_once_into_the_table_and_the_timeline_with_its_ground_truth_name(analysis):
+    with_fault = copy.deepcopy(analysis)
+    start = analysis["run"]["load_start_ns"] + 2_000_000_000
+    with_fault["events"]["faults"] = [{"kind": "fault", "start_ns": start, "end_ns": start + 1_500_000_000,
+                                       "duration_ms": 1500.0, "source": None,
+                                       "attributes": {"name": "cpu_hog", "role": "distraction"}}]
+    with_fault["events"]["faults_total"] = 1
+    data = build_report_data(with_fault)
+    [row] = data["events"]["faults"]
+    assert (row["kind"], row["source"], row["duration"]) == ("cpu_hog (distraction)", "", "1,500 ms")
+    assert data["charts"]["faults"] == [{"x0": 2.0, "x1": 3.5, "label": "cpu_hog (distraction)"}]
