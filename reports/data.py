@@ -189,7 +189,10 @@ def build_report_data(analysis: dict) -> dict:
     cards = spike_cards(spikes_of(analysis), origin)
     stages, events = stage_section(analysis), decode(Events, analysis["events"], "events")
     charts, signals = chart_data(analysis, cards, stages, events)
-    verdict = verdict_data(decode(Verdict, analysis["verdict"], "verdict"))
+    verdict_section = decode(Verdict, analysis["verdict"], "verdict")
+    verdict = verdict_data(verdict_section)
+    classes = decode(dict[str, Summary], analysis["classes"], "classes")
+    class_slos = loadgen_view.class_slo_cells(list(classes), summary.goodput, verdict_section)
     tokens = llm_view.token_spike_cards(analysis)  # an LLM run's TTFT/TPOT spikes, carded beside latency's
     ranked, capped = rank_cards(cards["cards"], tokens["cards"])
     return {
@@ -210,9 +213,8 @@ def build_report_data(analysis: dict) -> dict:
         "findings": findings_data(analysis),
         "error_samples": error_sample_rows(analysis),
         "percentile_rows": percentile_rows(summary),
-        "class_rows": [{**row, **loadgen_view.class_slo_cells(analysis).get(row["name"], {})}
-                       for row in class_rows(decode(dict[str, Summary], analysis["classes"], "classes"))],
-        "generator": loadgen_view.generator_data(analysis),
+        "class_rows": [{**row, **class_slos[row["name"]]} for row in class_rows(classes)],
+        "generator": loadgen_view.generator_data(analysis, summary.lateness_ms),
         "stream_rates": loadgen_view.streaming_rates(analysis.get("streaming")),
         "stages": stage_data(stages),
         "spikes": cards["rows"],

@@ -1,14 +1,16 @@
 """The report's "Load generator" section and per-class goodput/SLO cells.
 
-Reads only the analysis dict: the ``generator`` section as its type (analysis_model/health.py),
-``summary.goodput``, ``verdict``, ``classes``; every value is pre-formatted text, so the template
-only loops.
+Reads the ``generator`` section as its type (analysis_model/health.py), and takes the summary's
+lateness and goodput and the verdict as theirs (analysis_model/summary.py, verdict.py; decoded once by
+reports/data.py); every value is pre-formatted text, so the template only loops.
 """
 
 from __future__ import annotations
 
 from tailscope.analysis_model.codec import decode
 from tailscope.analysis_model.health import Generator, GeneratorProcess, LatenessRule
+from tailscope.analysis_model.summary import Goodput, Lateness
+from tailscope.analysis_model.verdict import Verdict
 from tailscope.reports.formatting import fmt_count, fmt_ms, fmt_number, fmt_offset, fmt_rate, fmt_share
 
 CAUSE_TEXT = {
@@ -56,22 +58,22 @@ def _arrival_text(model: dict) -> str:
     return ", ".join(parts)
 
 
-def generator_data(analysis: dict) -> dict | None:
+def generator_data(analysis: dict, lateness: Lateness) -> dict | None:
     """Facts and generator-limited intervals of the load generator (the ``generator`` section, read
-    once as :class:`~tailscope.analysis_model.health.Generator`); None for analyses without it."""
+    once as :class:`~tailscope.analysis_model.health.Generator`, with the summary's ``lateness``);
+    None for analyses without it."""
     if not analysis.get("generator"):
         return None
     generator = decode(Generator, analysis["generator"], "generator")
     origin = analysis["run"].get("load_start_ns")
-    lateness = analysis["summary"].get("lateness_ms") or {}
     cpu, gc, processes = generator.cpu, generator.gc, generator.processes
     facts = [
         {"key": "arrivals", "value": _arrival_text(generator.load_model)},
         {"key": "in-flight cap", "value": f"{fmt_count(generator.max_in_flight)} "
                                           f"(when full: {generator.in_flight_policy})"},
         {"key": "dropped (never sent)", "value": fmt_count(generator.dropped)},
-        {"key": "lateness", "value": f"P50 {fmt_ms(lateness.get('p50_ms'))}, P99 {fmt_ms(lateness.get('p99_ms'))}, "
-                                     f"{fmt_share(lateness.get('late_share'))} of sends > 1 ms late"},
+        {"key": "lateness", "value": f"P50 {fmt_ms(lateness.p50_ms)}, P99 {fmt_ms(lateness.p99_ms)}, "
+                                     f"{fmt_share(lateness.late_share)} of sends > 1 ms late"},
         {"key": "generator CPU", "value": f"mean {fmt_number(cpu.mean_percent)} %, "
                                           f"max {fmt_number(cpu.max_percent)} % of one core"
                                           + (" (busiest process per window)" if len(processes) > 1 else "")},
@@ -142,14 +144,14 @@ def _processes_text(processes: list[GeneratorProcess]) -> str:
         for p in processes)
 
 
-def class_slo_cells(analysis: dict) -> dict:
-    """``{class: {"goodput", "slos"}}``: per-class goodput and its SLOs' results as text."""
-    goodput = ((analysis["summary"].get("goodput") or {}).get("by_class")) or {}
-    rows = (analysis.get("verdict") or {}).get("slos") or []
+def class_slo_cells(classes: list[str], goodput: Goodput | None, verdict: Verdict) -> dict:
+    """``{class: {"goodput", "slos"}}`` for each of ``classes``: its goodput share (the summary's
+    ``goodput.by_class``; — without one) and its SLOs' results as text."""
+    by_class = goodput.by_class if goodput is not None else {}
     cells = {}
-    for name in analysis.get("classes") or {}:
-        results = [f"{r['slo']}: {'pass' if r['passed'] else 'FAIL'}" for r in rows if r.get("cls") == name]
-        cells[name] = {"goodput": fmt_share((goodput.get(name) or {}).get("share")),
+    for name in classes:
+        results = [f"{r.slo}: {'pass' if r.passed else 'FAIL'}" for r in verdict.slos if r.cls == name]
+        cells[name] = {"goodput": fmt_share(by_class[name].share if name in by_class else None),
                        "slos": "; ".join(results) or "—"}
     return cells
 
