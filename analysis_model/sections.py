@@ -11,6 +11,7 @@ from tailscope.analysis_model.events import Event, Events
 from tailscope.analysis_model.health import Generator, LimitedBand, Outages, Retention, Soak
 from tailscope.analysis_model.llm import Llm, LlmGoodput, LlmMetrics, TokenStats
 from tailscope.analysis_model.percentiles import MaxValue, Percentile, PercentileSet
+from tailscope.analysis_model.receiver import Receiver
 from tailscope.analysis_model.server import OtherTraffic, ServerLoad
 from tailscope.analysis_model.spikes import CauseFinding, Decomposition, Spike, SpikeDetection
 from tailscope.analysis_model.stages import NameCount, Stages, StageStats
@@ -40,6 +41,7 @@ TYPED: dict[str, type] = {
     "events": Events,
     "server_load": ServerLoad | None,  # null without mapped server series
     "other_traffic": OtherTraffic,
+    "receiver": Receiver,
     "generator": Generator,
     "generator_limited_windows": list[LimitedBand],
     "outages": Outages,

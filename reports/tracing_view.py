@@ -2,8 +2,9 @@
 receiver counts.
 
 Reads the ``stages`` section once as :class:`~tailscope.analysis_model.stages.Stages`
-(:func:`stage_section`) and the ``receiver`` section (receiver.json as the receiver wrote it: an
-open set of counters, shown as they are); an older analysis without a part yields empty text /
+(:func:`stage_section`) and the ``receiver`` section as
+:class:`~tailscope.analysis_model.receiver.Receiver` (receiver.json as the receiver wrote it; keys
+a newer receiver adds are shown as they are); an older analysis without a part yields empty text /
 no rows (the part's default in the type).
 """
 
@@ -12,6 +13,7 @@ from __future__ import annotations
 import json
 
 from tailscope.analysis_model.codec import decode
+from tailscope.analysis_model.receiver import Receiver
 from tailscope.analysis_model.stages import ClockAlignment, StageRulesInfo, Stages, StageStats
 from tailscope.reports.findings_view import missing_spans_text
 from tailscope.reports.formatting import fmt_count, fmt_ms, fmt_share
@@ -100,24 +102,27 @@ def clock_text(clock: ClockAlignment | None) -> str:
 
 
 def receiver_rows(receiver: dict) -> list[dict]:
-    """Key/value rows of the receiver's counts: received, stored, dropped, rejected by reason, ports."""
-    rows = [{"key": label, "value": _count(receiver[key])} for key, label in _RECEIVER_LABELS if key in receiver]
-    rejected = receiver.get("rejected")
-    if isinstance(rejected, dict):
-        total = sum(v for v in rejected.values() if isinstance(v, int))
-        detail = ", ".join(f"{reason} {_count(n)}" for reason, n in rejected.items())
-        rows.append({"key": "export requests rejected", "value": f"{_count(total)} ({detail})"})
-    if "requests" in receiver:
-        by = receiver.get("requests_by_transport") or {}
-        split = f" (HTTP {_count(by.get('http', 0))}, gRPC {_count(by.get('grpc', 0))})" if by else ""
-        rows.append({"key": "export requests", "value": f"{_count(receiver['requests'])}{split}"})
+    """Key/value rows of the ``receiver`` section (read once as :class:`Receiver`): received,
+    stored, dropped, rejected by reason, export requests by transport, ports, access; then any
+    other key as it is (a newer receiver's, the write error). A count the receiver did not write
+    has no row."""
+    counts = decode(Receiver, receiver, "receiver")
+    rows = [{"key": label, "value": _count(getattr(counts, key))} for key, label in _RECEIVER_LABELS
+            if getattr(counts, key) is not None]
+    if counts.rejected is not None:
+        detail = ", ".join(f"{reason} {_count(n)}" for reason, n in counts.rejected.items())
+        rows.append({"key": "export requests rejected", "value": f"{_count(sum(counts.rejected.values()))} ({detail})"})
+    if counts.requests is not None:
+        by = {"http": 0, "grpc": 0, **counts.requests_by_transport} if counts.requests_by_transport else None
+        split = f" (HTTP {_count(by['http'])}, gRPC {_count(by['grpc'])})" if by else ""
+        rows.append({"key": "export requests", "value": f"{_count(counts.requests)}{split}"})
     if "port" in receiver:
-        grpc = receiver.get("grpc_port")
-        rows.append({"key": "ports", "value": f"OTLP/HTTP {receiver['port']}, "
+        grpc = counts.grpc_port
+        rows.append({"key": "ports", "value": f"OTLP/HTTP {counts.port}, "
                      + (f"OTLP/gRPC {grpc}" if grpc is not None else "OTLP/gRPC off")})
-    if "auth" in receiver:
-        token = "bearer token required" if receiver["auth"] == "bearer token" else "no token"
-        rows.append({"key": "access", "value": f"{token}, {'TLS' if receiver.get('tls') else 'no TLS'}"})
+    if counts.auth is not None:
+        token = "bearer token required" if counts.auth == "bearer token" else "no token"
+        rows.append({"key": "access", "value": f"{token}, {'TLS' if counts.tls else 'no TLS'}"})
     shown = {key for key, _ in _RECEIVER_LABELS} | {"rejected", "requests", "requests_by_transport", "port",
                                                      "grpc_port", "auth", "tls"}
     rows += [{"key": str(k), "value": v if isinstance(v, str) else json.dumps(v)}

@@ -15,6 +15,7 @@ from tailscope.analysis_model.stages import Stages
 from tailscope.analyzers.analysis import SCHEMA_PATH, analyze_run
 from tailscope.reports.data import build_report_data
 from tailscope.reports.html import render_html
+from tailscope.reports.tracing_view import receiver_rows
 from tailscope.testkit.synthetic import write_synthetic_run
 
 #: ``stages`` keys an older analysis may lack (not required in the schema; defaulted in Stages).
@@ -77,3 +78,11 @@ def test_a_fault_reads_once_into_the_table_and_the_timeline_with_its_ground_trut
     [row] = data["events"]["faults"]
     assert (row["kind"], row["source"], row["duration"]) == ("cpu_hog (distraction)", "", "1,500 ms")
     assert data["charts"]["faults"] == [{"x0": 2.0, "x1": 3.5, "label": "cpu_hog (distraction)"}]
+
+
+def test_receiver_rows_read_the_counters_typed_and_show_a_newer_receivers_keys_as_they_are():
+    rows = receiver_rows({"spans_received": 5, "rejected": {"malformed": 1, "oversized": 2}, "future_counter": 3})
+    assert rows == [{"key": "spans received", "value": "5"}, {"key": "export requests rejected", "value": "3 (malformed 1, oversized 2)"},
+                    {"key": "future_counter", "value": "3"}]
+    with pytest.raises(ValueError, match=r"receiver\.spans_dropped: expected int"):
+        receiver_rows({"spans_dropped": "many"})
