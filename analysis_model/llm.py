@@ -314,6 +314,20 @@ class TokenSpike:
     decomposition: Decomposition | None = written_when_set()
     causes: list[CauseFinding] | None = written_when_set()
 
+    @property
+    def top_cause(self) -> CauseFinding | None:
+        """The highest-ranked cause (None: an analysis before token spikes had causes)."""
+        return self.causes[0] if self.causes else None
+
+    @property
+    def unexplained(self) -> bool:
+        """No known cause explains the spike: its top cause is ``unexplained``, or it has none."""
+        return not self.causes or self.causes[0].kind == "unexplained"
+
+    def judged_p99(self) -> tuple[float, float]:
+        """(P99, baseline) in ms the spike was judged on (as a latency spike's ``judged_p99``)."""
+        return self.p99_ms, self.baseline_p99_ms
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Llm(LlmMetrics):

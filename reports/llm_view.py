@@ -21,7 +21,8 @@ import math
 from tailscope.analysis_model.codec import decode
 from tailscope.analysis_model.llm import Llm, TokenSpike, TokenStats
 from tailscope.analysis_model.percentiles import PercentileSet
-from tailscope.reports.cards import MINOR_IMPACT_SHARE, impact, is_minor, ratio_text
+from tailscope.analysis_model.spikes import Spike
+from tailscope.reports.cards import MINOR_IMPACT_SHARE, impact, impact_of, is_minor, ratio_text
 from tailscope.reports.downsample import lttb
 from tailscope.reports.formatting import (
     NS_PER_S,
@@ -36,6 +37,7 @@ from tailscope.reports.formatting import (
 from tailscope.reports.kinds_view import kinds_data, kinds_headline
 from tailscope.reports.prefix_cache_view import prefix_cache_data, prefix_cache_headline
 from tailscope.reports.sessions_view import sessions_data, sessions_headline
+from tailscope.reports.upgrade import spikes_of
 from tailscope.support.cause_words import cause_title
 
 #: The percentile-set metrics of the section, in display order: (key, label).
@@ -164,11 +166,10 @@ SLOW_WORDS = {"ttft": "waited longer than the baseline P99 for their first token
               "tpot": "took longer per output token than the baseline P99"}
 
 
-def _overlap_text(spike: TokenSpike, latency_spikes: list[dict]) -> str:
+def _overlap_text(spike: TokenSpike, latency_spikes: list[Spike]) -> str:
     for number, other in enumerate(latency_spikes, 1):
-        if other["start_ns"] < spike.end_ns and spike.start_ns < other["end_ns"]:
-            causes = other.get("causes") or []
-            kind = str(causes[0].get("kind", "unexplained")) if causes else "unexplained"
+        if other.start_ns < spike.end_ns and spike.start_ns < other.end_ns:
+            kind = other.top_cause.kind if other.top_cause is not None else "unexplained"
             return f"it overlaps latency spike {number}, whose top cause is: {cause_title(kind)}."
     return "no latency spike overlaps it, and a token-level spike is given no cause of its own."
 
@@ -179,7 +180,7 @@ def token_spike_cards(analysis: dict) -> dict:
     Each card has the keys the report's card template reads (``token`` True, ``key``, ``metric``,
     ``number`` per series, ``window``, ``p99``, ``baseline``, ``ratio``, ``excess``, ``requests``,
     ``slow_requests``, ``top_title``, ``top_sentence``: its one-line description) and ``impact``
-    (reports/cards.py ``impact``, so it ranks with the latency spikes). The card names the metric that
+    (reports/cards.py ``impact_of``, so it ranks with the latency spikes). The card names the metric that
     rose, by how much, and its top cause with that cause's sentence (``causes``, analyzers/spikes/
     token_causes.py; an analysis from before token spikes had causes says which latency spike overlaps
     it instead). It is **minor** by the latency spikes' rule (unexplained with its P99 below twice the
@@ -187,9 +188,9 @@ def token_spike_cards(analysis: dict) -> dict:
     llm = analysis.get("llm")  # only its spikes are read: decoded alone
     spikes = decode(dict[str, list[TokenSpike]], llm["spikes"], "llm.spikes") if llm is not None else {}
     origin = load_origin_ns(analysis)
-    latency = analysis.get("spikes") or []
+    latency = spikes_of(analysis)
     found = [(key, label, number, s) for key, label in SERIES for number, s in enumerate(spikes.get(key, []), 1)]
-    impacts = {id(s): impact(_card_figures(s)) for *_, s in found}
+    impacts = {id(s): impact_of(s.excess_ms, s.slow_requests, s.requests) for *_, s in found}
     largest = max([impact(s) for s in latency] + list(impacts.values()), default=0.0)
     cards, minor = [], []
     for key, label, number, s in found:
@@ -198,7 +199,7 @@ def token_spike_cards(analysis: dict) -> dict:
         rose = (f"{label} P99 rose to {fmt_ms(s.p99_ms)} against a {fmt_ms(s.baseline_p99_ms)} "
                 f"baseline ({ratio}) in {window}: {fmt_count(s.slow_requests)} of "
                 f"{fmt_count(s.requests)} requests {SLOW_WORDS[key]}; ")
-        top = s.causes[0] if s.causes else None
+        top = s.top_cause
         card = {
             "token": True, "key": key, "metric": label, "number": number, "window": window,
             "p99": fmt_ms(s.p99_ms), "baseline": fmt_ms(s.baseline_p99_ms), "ratio": ratio,
@@ -209,16 +210,8 @@ def token_spike_cards(analysis: dict) -> dict:
             "top_sentence": rose + (f"why: {top.evidence.get('summary') or cause_title(top.kind)}"
                                     if top is not None else _overlap_text(s, latency)),
         }
-        (minor if is_minor(_card_figures(s)) or card["impact"] < MINOR_IMPACT_SHARE * largest else cards).append(card)
+        (minor if is_minor(s) or card["impact"] < MINOR_IMPACT_SHARE * largest else cards).append(card)
     return {"cards": cards, "minor": minor}
-
-
-def _card_figures(spike: TokenSpike) -> dict:
-    """The figures reports/cards.py ranks a spike by (``impact``, ``is_minor``: a token spike's
-    JSON), from the typed token spike."""
-    return {"excess_ms": spike.excess_ms, "slow_requests": spike.slow_requests, "requests": spike.requests,
-            "p99_ms": spike.p99_ms, "baseline_p99_ms": spike.baseline_p99_ms,
-            "causes": [{"kind": cause.kind} for cause in spike.causes or []]}
 
 
 def _detection_text(llm: Llm) -> str:
