@@ -42,6 +42,7 @@ from __future__ import annotations
 import numpy as np
 
 from tailscope.analysis_model.codec import decode
+from tailscope.analysis_model.llm import Llm
 from tailscope.analysis_model.percentiles import Percentile
 from tailscope.analysis_model.summary import Summary
 from tailscope.analysis_model.verdict import Verdict
@@ -73,16 +74,17 @@ def level_of(step: dict) -> float:
 
 
 def llm_figures(analysis: dict) -> dict | None:
-    """Output tokens/s (aggregate) and TTFT/TPOT P50/P99 from a run's ``llm`` section; None without one."""
-    llm = analysis.get("llm")
-    if not llm:
+    """Output tokens/s (aggregate) and TTFT/TPOT P50/P99 from a run's ``llm`` section (read as
+    :class:`~tailscope.analysis_model.llm.Llm`); None without one."""
+    llm = decode(Llm | None, analysis.get("llm"), "llm")
+    if llm is None:
         return None
     return {
-        "requests": llm.get("requests"),
-        "completed": llm.get("completed"),
-        "output_tokens_per_s": (llm.get("output_tokens_per_s") or {}).get("aggregate"),
-        "ttft_ms": {p: _percentile(llm["ttft_ms"][p]) for p in ("p50", "p99")},
-        "tpot_ms": {p: _percentile(llm["tpot_ms"][p]) for p in ("p50", "p99")},
+        "requests": llm.requests,
+        "completed": llm.completed,
+        "output_tokens_per_s": llm.output_tokens_per_s.aggregate,
+        "ttft_ms": {p: _percentile(getattr(llm.ttft_ms, p)) for p in ("p50", "p99")},
+        "tpot_ms": {p: _percentile(getattr(llm.tpot_ms, p)) for p in ("p50", "p99")},
     }
 
 
