@@ -15,11 +15,11 @@ from rich.table import Table
 
 from tailscope.analysis_model.codec import decode
 from tailscope.analysis_model.percentiles import MaxValue, Percentile, PercentileSet
+from tailscope.analysis_model.spikes import CauseFinding
 from tailscope.analysis_model.summary import Summary
 from tailscope.analysis_model.verdict import SloRow
-from tailscope.reports.cards import judged_p99
 from tailscope.reports.formatting import fmt_metric
-from tailscope.reports.upgrade import verdict_of
+from tailscope.reports.upgrade import spikes_of, verdict_of
 from tailscope.support.units import percentile_label
 
 PLAIN_PROGRESS_INTERVAL_S = 5.0
@@ -133,19 +133,18 @@ def print_summary(console: Console, analysis: dict, paths: dict) -> None:
     for warning in analysis.get("warnings", []):
         text = warning.get("message", warning) if isinstance(warning, dict) else warning
         console.print(f"[yellow]warning:[/] {text}", highlight=False, soft_wrap=True)
-    spikes = analysis.get("spikes", [])
+    spikes = spikes_of(analysis)
     for spike in spikes[:MAX_SPIKES_PRINTED]:
-        causes = spike.get("causes") or []
-        top = causes[0] if causes else {"kind": "unexplained", "confidence": 0}
-        grew = (spike.get("decomposition") or {}).get("dominant_stage")
-        p99, baseline = judged_p99(spike)  # what the spike was judged on (e2e for answer length in LLM runs)
-        judged_on = "e2e for its answer length P99" if spike.get("answer_length") else "latency P99"
+        top = spike.top_cause or CauseFinding("unexplained", 0.0, {})
+        grew = spike.decomposition.dominant_stage
+        p99, baseline = spike.judged_p99()  # what the spike was judged on (e2e for answer length in LLM runs)
+        judged_on = "e2e for its answer length P99" if spike.answer_length is not None else "latency P99"
         console.print(
-            f"spike {_clock(spike.get('start_ns'))}–{_clock(spike.get('end_ns'))}: {judged_on} "
+            f"spike {_clock(spike.start_ns)}–{_clock(spike.end_ns)}: {judged_on} "
             f"{p99 or 0:.0f} ms vs {baseline or 0:.0f} ms baseline; "
-            f"top cause [bold]{escape(str(top.get('kind')))}[/] ({100 * (top.get('confidence') or 0):.0f}%)"
-            + (f"; {escape(str(grew))} grew most" if grew else "")
-            + _evidence_hint(top.get("evidence")),
+            f"top cause [bold]{escape(top.kind)}[/] ({100 * top.confidence:.0f}%)"
+            + (f"; {escape(grew)} grew most" if grew else "")
+            + _evidence_hint(top.evidence),
             highlight=False,
         )
     if len(spikes) > MAX_SPIKES_PRINTED:

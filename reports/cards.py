@@ -89,39 +89,35 @@ def impact_of(excess_ms: float | None, slow_requests: int, requests: int,
     return max(excess_ms or 0.0, 0.0) * max(extra, 1.0)
 
 
+def minor_by_ratio(unexplained: bool, p99_ms: float | None, baseline_ms: float | None) -> bool:
+    """No known cause explains it and its P99 stayed below MINOR_RATIO × the baseline P99 (the part
+    of the minor rule that needs no other spike; :func:`minor_flags` has all of it)."""
+    return unexplained and p99_ms is not None and bool(baseline_ms) and p99_ms < MINOR_RATIO * baseline_ms
+
+
 def impact(spike: Spike | dict) -> float:
-    """:func:`impact_of` a spike. A dict is an LLM token spike's JSON (``llm.spikes``; its excess,
-    slow and all requests), read here until that section has its type (reports/llm_view.py)."""
+    """:func:`impact_of` a spike. A dict is a spike's JSON as reports/llm_view.py still hands it
+    (an LLM token spike, or a latency spike read without :func:`~.upgrade.spikes_of`), read as the
+    report read it before the types: a missing figure is 0, ``slow_requests`` the decomposition's;
+    llm_view can drop it by passing typed spikes or calling :func:`impact_of`."""
     if isinstance(spike, dict):
-        return impact_of(spike.get("excess_ms"), spike.get("slow_requests") or 0, spike.get("requests") or 0)
+        slow = spike.get("slow_requests")
+        if slow is None:
+            slow = (spike.get("decomposition") or {}).get("slow_requests") or 0
+        return impact_of(spike.get("excess_ms"), slow, spike.get("requests") or 0,
+                         spike.get("expected_slow_share") or STEADY_SLOW_SHARE)
     return impact_of(spike.excess_ms, spike.slow_requests, spike.requests, spike.expected_slow_share)
 
 
-def unexplained(spike: Spike | dict) -> bool:
-    """No known cause explains the spike (its top cause is ``unexplained``, or it has none); a dict:
-    as :func:`impact`."""
+def is_minor(spike: Spike | dict) -> bool:
+    """:func:`minor_by_ratio` of a spike, on what it was judged on (:meth:`Spike.judged_p99`); a dict:
+    as :func:`impact` (``causes[].kind``, ``p99_ms``, ``baseline_p99_ms``; a token spike is judged on
+    its own metric, never for answer length; llm_view can call :func:`minor_by_ratio`)."""
     if isinstance(spike, dict):
         causes = spike.get("causes") or []
-        return not causes or causes[0].get("kind") == "unexplained"
-    return spike.unexplained
-
-
-def judged_p99(spike: Spike | dict) -> tuple[float | None, float | None]:
-    """(P99, baseline) in ms the spike was judged on (:meth:`Spike.judged_p99`); a dict: a spike's JSON
-    as the terminal summary holds it (conductor/terminal.py), or an LLM token spike's (e2e only)."""
-    if isinstance(spike, dict):
-        judged = spike.get("answer_length")
-        if judged:
-            return judged.get("p99_ms"), judged.get("threshold_ms")
-        return spike.get("p99_ms"), spike.get("baseline_p99_ms")
-    return spike.judged_p99()
-
-
-def is_minor(spike: Spike | dict) -> bool:
-    """No known cause explains it and its P99 stayed below MINOR_RATIO × the baseline P99
-    (the part of the minor rule that needs no other spike; :func:`minor_flags` has all of it)."""
-    p99, baseline = judged_p99(spike)
-    return unexplained(spike) and p99 is not None and bool(baseline) and p99 < MINOR_RATIO * baseline
+        return minor_by_ratio(not causes or causes[0].get("kind") == "unexplained", spike.get("p99_ms"),
+                              spike.get("baseline_p99_ms"))
+    return minor_by_ratio(spike.unexplained, *spike.judged_p99())
 
 
 def ratio_text(p99, baseline) -> str:

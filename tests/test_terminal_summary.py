@@ -7,8 +7,11 @@ from __future__ import annotations
 import io
 import re
 
+from report_fixtures import make_spike
 from rich.console import Console
 
+from tailscope.analysis_model.codec import encode
+from tailscope.analysis_model.spikes import AnswerLength
 from tailscope.conductor.terminal import print_summary
 
 
@@ -90,9 +93,8 @@ def test_every_number_in_the_summary_tables_carries_its_unit_and_each_percentile
 
 def test_a_spike_line_names_its_percentile_and_the_units_of_its_evidence():
     analysis = _analysis("open", {"loop": "open", "process": "poisson"})
-    analysis["spikes"] = [{"start_ns": 0, "end_ns": 10**9, "p99_ms": 310.0, "baseline_p99_ms": 40.0,
-                           "causes": [{"kind": "gc_pause", "confidence": 0.8,
-                                       "evidence": {"overlap_share": 0.75, "pause_ms": 210.0}}]}]
+    analysis["spikes"] = encode([make_spike(0, 10**9, [("gc_pause", 0.8, {"overlap_share": 0.75, "pause_ms": 210.0})],
+                                            p99_ms=310.0, baseline_p99_ms=40.0)])
     text = _printed(analysis)
     assert "latency P99 310 ms vs 40 ms baseline" in text
     assert "[overlap_share 75%, pause_ms 210 ms]" in text
@@ -102,9 +104,9 @@ def test_an_llm_spike_line_quotes_what_it_was_judged_on():
     """A spike judged for answer length quotes that P99 and baseline, not the plain e2e pair (which
     read 'latency P99 198 ms vs 281 ms baseline': a spike below its own baseline)."""
     analysis = _analysis("open", {"loop": "open", "process": "poisson"})
-    analysis["spikes"] = [{"start_ns": 0, "end_ns": 10**9, "p99_ms": 198.0, "baseline_p99_ms": 281.0,
-                           "answer_length": {"p99_ms": 178.0, "threshold_ms": 49.6, "ratio": 3.6},
-                           "causes": []}]
+    judged = AnswerLength(p99_ms=178.0, threshold_ms=49.6, ratio=3.6, output_tokens_ratio=1.1,
+                          summary="e2e for its answer length rose 3.6×")
+    analysis["spikes"] = encode([make_spike(0, 10**9, p99_ms=198.0, baseline_p99_ms=281.0, answer_length=judged)])
     text = _printed(analysis)
     assert "e2e for its answer length P99 178 ms vs 50 ms baseline" in text
     assert "198 ms" not in text
