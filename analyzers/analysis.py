@@ -24,6 +24,7 @@ from tailscope.analysis_model.codec import encode
 from tailscope.analysis_model.events import Event, Events, GcPauses
 from tailscope.analysis_model.llm import Llm
 from tailscope.analysis_model.server import OtherTraffic
+from tailscope.analysis_model.spikes import TooShort
 from tailscope.analysis_model.stages import SlowSplit
 from tailscope.analyzers.causes.protocol import DetectorRegistry
 from tailscope.analyzers.findings.protocol import FindingInputs
@@ -154,6 +155,7 @@ def analyze_run(run_or_path: Run | str | os.PathLike, *, window_s: float = 1.0,
         per_length = length_adjusted_ms(req, output_tokens)
         detection = detect(req, windows, spike_rules, retained, per_length) if windows else None
         plain = detect(req, windows, spike_rules) if windows and per_length is not None else None
+        short = shortness(req, windows, spike_rules, retained) if detection is None else None  # why no test
         spikes = (find_spikes(req, windows, matrix, run, registry, spike_rules, stage_map,
                               detection=detection, method=method, span_request=join.span_request, queue=queue,
                               retained=retained, per_length=per_length, output_tokens=output_tokens,
@@ -187,8 +189,7 @@ def analyze_run(run_or_path: Run | str | os.PathLike, *, window_s: float = 1.0,
         "rolling_lines": records["rolling_lines"],
         "distribution": records["distribution"],
         "spike_detection": encode(detection_facts(
-            detection, spike_rules, method, period[0] if period else None,
-            shortness(req, windows, spike_rules, retained) if detection is None else None,
+            detection, spike_rules, method, period[0] if period else None, short,
             "e2e_for_answer_length" if per_length is not None else "latency", longer)),
         "spikes": encode(spikes),
         "patterns": patterns,
@@ -221,7 +222,7 @@ def analyze_run(run_or_path: Run | str | os.PathLike, *, window_s: float = 1.0,
                                                  analysis["run"], run.manifest, policy))
     analysis["findings"] = whole_run_findings(FindingInputs(analysis, req, matrix, run, join.span_request))
     analysis["warnings"] = (slo_warnings + policy_warnings + resolved.warnings + clock_warnings(alignment)
-                            + run_warnings(run, analysis, windows, spike_rules, detection)
+                            + run_warnings(run, analysis, windows, spike_rules, detection, short)
                             + pattern_warnings(analysis["patterns"])
                             + consistency_warnings(stages.consistency)
                             + run_health_warnings(run.manifest, analysis)
@@ -424,8 +425,10 @@ def event_digest(run: Run) -> Events:
     )
 
 
-def run_warnings(run: Run, analysis: dict, windows, rules: SpikeRules, detection=None) -> list[dict]:
-    """Everything the reader of the numbers must know first, as ``{"code", "message"}``."""
+def run_warnings(run: Run, analysis: dict, windows, rules: SpikeRules, detection=None,
+                 short: TooShort | None = None) -> list[dict]:
+    """Everything the reader of the numbers must know first, as ``{"code", "message"}`` (``short``: why
+    spike detection did not run, when it did not)."""
     warnings = []
     facts, summary, stages = analysis["run"], analysis["summary"], analysis["stages"]
     if facts["incomplete"]:
@@ -460,9 +463,8 @@ def run_warnings(run: Run, analysis: dict, windows, rules: SpikeRules, detection
             + (f" ({stages['traced_fraction']:.1%} were sent for tracing)" if sample_rate < 1.0 else "")
             + "; stage statistics cover the joined ones")})
     if windows is not None and detection is None:
-        short = analysis["spike_detection"].get("too_short")
         warnings.append({"code": "no_spike_detection", "message": (
-            short_sentence(short) if short else
+            short_sentence(short) if short is not None else
             f"spike detection needs at least {rules.samples_to_tell()} latency samples")})
     return warnings
 

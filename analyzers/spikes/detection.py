@@ -202,14 +202,12 @@ def shortness(req: RequestArrays, windows: dict[str, np.ndarray] | None, rules: 
                     enough_s=short["enough_s"], warmup_s=warmup / 1e9, load_s=load)
 
 
-def short_sentence(short: dict) -> str:
-    """What :func:`shortness` found (``spike_detection.too_short`` as JSON), in words: "too short to
-    tell: …"."""
-    rate = short["rate_per_s"]
-    enough = (f"; at {rate:.3g} requests/s about {short['load_s']:.0f} s of load would be enough"
-              if short["load_s"] is not None else "")
-    return (f"too short to tell whether the P99 spiked: {short['samples']} latency samples after the "
-            f"{short['warmup_s']:.0f}-s warm-up, the spike test needs {short['needed']}{enough}")
+def short_sentence(short: TooShort) -> str:
+    """What :func:`shortness` found, in words: "too short to tell: …"."""
+    enough = (f"; at {short.rate_per_s:.3g} requests/s about {short.load_s:.0f} s of load would be enough"
+              if short.load_s is not None else "")
+    return (f"too short to tell whether the P99 spiked: {short.samples} latency samples after the "
+            f"{short.warmup_s:.0f}-s warm-up, the spike test needs {short.needed}{enough}")
 
 
 def detection_facts(result: TailTestResult | None, rules: SpikeRules, method: str,
