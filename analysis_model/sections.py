@@ -13,6 +13,7 @@ from tailscope.analysis_model.llm import Llm, LlmGoodput, LlmMetrics, TokenStats
 from tailscope.analysis_model.percentiles import MaxValue, Percentile, PercentileSet
 from tailscope.analysis_model.receiver import Receiver
 from tailscope.analysis_model.server import OtherTraffic, ServerLoad
+from tailscope.analysis_model.signals import Signals
 from tailscope.analysis_model.spikes import CauseFinding, Decomposition, Spike, SpikeDetection
 from tailscope.analysis_model.stages import NameCount, Stages, StageStats
 from tailscope.analysis_model.summary import Goodput, GoodputShare, Summary
@@ -42,6 +43,7 @@ TYPED: dict[str, type] = {
     "server_load": ServerLoad | None,  # null without mapped server series
     "other_traffic": OtherTraffic,
     "receiver": Receiver,
+    "signals": Signals,
     "generator": Generator,
     "generator_limited_windows": list[LimitedBand],
     "outages": Outages,

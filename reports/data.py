@@ -11,6 +11,7 @@ import json
 
 from tailscope.analysis_model.codec import decode
 from tailscope.analysis_model.events import Events
+from tailscope.analysis_model.signals import Signals
 from tailscope.analysis_model.stages import Stages
 from tailscope.analysis_model.summary import Summary
 from tailscope.analysis_model.verdict import Verdict
@@ -124,7 +125,7 @@ def environment_items(environment: dict | None) -> list[dict]:
             {"key": "scenario SHA-256", "value": sha[:12] if sha else "not recorded"}]
 
 
-def setup_data(analysis: dict) -> dict:
+def setup_data(analysis: dict, signals: Signals) -> dict:
     run = analysis["run"]
     return {
         "run_rows": [
@@ -139,8 +140,8 @@ def setup_data(analysis: dict) -> dict:
         "scenario_json": json.dumps(run["scenario"], indent=2, sort_keys=True, default=str),
         "host_rows": _key_values(run["host"]),
         "environment": environment_items(run.get("environment")),
-        "sources": [{"name": name, "state": "available" if s["available"] else "unavailable",
-                     "reason": s["reason"] or ""} for name, s in analysis["signals"]["sources"].items()],
+        "sources": [{"name": name, "state": "available" if s.available else "unavailable",
+                     "reason": s.reason or ""} for name, s in signals.sources.items()],
         "receiver_rows": receiver_rows(analysis["receiver"]),
     }
 
@@ -158,12 +159,13 @@ def event_data(events: Events, origin_ns) -> dict:
     }
 
 
-def chart_data(analysis: dict, cards: dict, stages: Stages, events: Events) -> tuple[dict, dict]:
+def chart_data(analysis: dict, cards: dict, stages: Stages, events: Events,
+               signals: Signals) -> tuple[dict, dict]:
     """(series for the page's charts (one JSON block; x in seconds since the load start), the
     :func:`~.signal_view.summarise_panels` of the signal panels, whose drawn panels the charts hold)."""
     by_stage = stages.occurred()
     _, sweep_chart = extras.sweep(analysis.get("sweep"))
-    timeline = timeline_charts(analysis, events)
+    timeline = timeline_charts(analysis, events, signals)
     signals = summarise_panels(timeline["panels"])
     return {
         **timeline,
@@ -188,7 +190,8 @@ def build_report_data(analysis: dict) -> dict:
     origin = run["load_start_ns"] or run["start_ns"]
     cards = spike_cards(spikes_of(analysis), origin)
     stages, events = stage_section(analysis), decode(Events, analysis["events"], "events")
-    charts, signals = chart_data(analysis, cards, stages, events)
+    signal_section = decode(Signals, analysis["signals"], "signals")
+    charts, signals = chart_data(analysis, cards, stages, events, signal_section)
     verdict_section = decode(Verdict, analysis["verdict"], "verdict")
     verdict = verdict_data(verdict_section)
     classes = decode(dict[str, Summary], analysis["classes"], "classes")
@@ -230,7 +233,7 @@ def build_report_data(analysis: dict) -> dict:
         "outages": reliability_view.outage_data(analysis.get("outages"), origin),
         "soak": reliability_view.soak_data(analysis.get("soak"), origin),
         "retention": reliability_view.retention_data(analysis.get("retention")),
-        "setup": setup_data(analysis),
+        "setup": setup_data(analysis, signal_section),
         "has_windows": bool(analysis["windows"]),
         "goodput": extras.goodput(summary.goodput),
         "loop": extras.loop_label(run.get("scenario")),

@@ -15,6 +15,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from tailscope.analysis_model.signals import SignalSeries
+
 
 @dataclass(frozen=True)
 class PanelSpec:
@@ -74,17 +76,18 @@ def metric_name(series: str) -> str:
     return series.split("{", 1)[0]
 
 
-def _is_silent_flag(series: dict) -> bool:
-    return series.get("unit") == "bool" and not any(v for v in series.get("values") or [])
+def _is_silent_flag(series: SignalSeries) -> bool:
+    return series.unit == "bool" and not any(v for v in series.values)
 
 
-def build_panels(series: list[dict], specs: tuple[PanelSpec, ...] = PANELS) -> list[dict]:
-    """Group ``series`` (dicts with at least ``name``) into panels; each series in
-    at most one panel (the first that matches), panels in ``specs`` order."""
+def build_panels(series: list[SignalSeries], specs: tuple[PanelSpec, ...] = PANELS) -> list[dict]:
+    """Group ``series`` (the ``signals`` section's) into panels ``{"id", "title", "unit",
+    "series": [names]}``; each series in at most one panel (the first that matches), panels in
+    ``specs`` order; a flag (unit ``bool``) that never fired is left out."""
     compiled = [(spec, [re.compile(p) for p in spec.patterns]) for spec in specs]
     members: dict[str, list[tuple[int, str]]] = {spec.id: [] for spec in specs}
     for entry in series:
-        name = entry["name"]
+        name = entry.name
         base = metric_name(name)
         if HIDDEN.fullmatch(base) or _is_silent_flag(entry):
             continue

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from tailscope.analysis_model.codec import decode
 from tailscope.analysis_model.events import Event, Events
+from tailscope.analysis_model.signals import Signals, SignalSeries
 from tailscope.reports.cards import minor_flags
 from tailscope.reports.downsample import lttb
 from tailscope.reports.formatting import NS_PER_S
@@ -128,36 +129,36 @@ def fault_label(fault: Event) -> str:
     return f"{name} (distraction)" if attributes.get("role") == "distraction" else name
 
 
-def signal_panels(signals: dict, origin_ns: int) -> list[dict]:
-    """``[{"title", "unit", "series": [{"name", "unit", "x", "y"}]}]`` in panel order (module docstring)."""
-    series = {s["name"]: s for s in signals.get("series") or []}
-    grouping = signals.get("panels")
-    if grouping is None:
-        grouping = build_panels(list(series.values()))
+def signal_panels(signals: Signals, origin_ns: int) -> list[dict]:
+    """``[{"title", "unit", "series": [{"name", "unit", "x", "y"}]}]`` in panel order (module
+    docstring): the report's grouping (:func:`~.signal_panels.build_panels`), or the one an older
+    analysis wrote (``signals.panels``)."""
+    series = {s.name: s for s in signals.series}
+    grouping = ([(p.title, p.unit, p.series) for p in signals.panels] if signals.panels is not None else
+                [(p["title"], p["unit"], p["series"]) for p in build_panels(list(series.values()))])
 
-    def chart(s):
-        return {"name": s["name"], "unit": s.get("unit") or "", "x": seconds(s["t_ns"], origin_ns),
-                "y": s["values"]}
+    def chart(s: SignalSeries) -> dict:
+        return {"name": s.name, "unit": s.unit, "x": seconds(s.t_ns, origin_ns), "y": s.values}
 
     panels, used = [], set()
-    for panel in grouping:
-        members = [series[name] for name in panel.get("series") or [] if name in series]
+    for title, unit, names in grouping:
+        members = [series[name] for name in names if name in series]
         if not members:
             continue
-        used.update(s["name"] for s in members)
-        units = sorted({s.get("unit") or "" for s in members})
-        panels.append({"title": str(panel.get("title") or ", ".join(s["name"] for s in members)),
-                       "unit": str(panel.get("unit") or " · ".join(u for u in units if u)),
+        used.update(s.name for s in members)
+        units = sorted({s.unit for s in members})
+        panels.append({"title": str(title or ", ".join(s.name for s in members)),
+                       "unit": str(unit or " · ".join(u for u in units if u)),
                        "series": [chart(s) for s in members]})
     for name, s in series.items():
         if name not in used:
-            panels.append({"title": name, "unit": s.get("unit") or "", "series": [chart(s)]})
+            panels.append({"title": name, "unit": s.unit, "series": [chart(s)]})
     return panels
 
 
-def timeline_charts(analysis: dict, events: Events | None = None) -> dict:
-    """Everything drawn against the shared time axis (see the module docstring); ``events``: the
-    ``events`` section when the caller has read it already (else read here)."""
+def timeline_charts(analysis: dict, events: Events | None = None, signals: Signals | None = None) -> dict:
+    """Everything drawn against the shared time axis (see the module docstring); ``events`` and
+    ``signals``: those sections when the caller has read them already (else read here)."""
     run = analysis["run"]
     origin = run.get("load_start_ns") or run.get("start_ns") or 0
     events = events if events is not None else decode(Events, analysis["events"], "events")
@@ -178,6 +179,7 @@ def timeline_charts(analysis: dict, events: Events | None = None) -> dict:
         "faults": bands(faults, origin, lambda f: f["label"]),
         "limited": bands([w for w in analysis.get("generator_limited_windows") or [] if w.get("material", True)],
                          origin, lambda w: "generator-limited"),
-        "panels": signal_panels(analysis.get("signals") or {}, origin),
+        "panels": signal_panels(signals if signals is not None else decode(Signals, analysis["signals"], "signals"),
+                                origin),
         "warmup_s": detection.warmup_s if detection is not None else 0.0,
     }

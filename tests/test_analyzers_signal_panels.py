@@ -9,6 +9,8 @@ import threading
 import numpy as np
 import pyarrow as pa
 
+from tailscope.analysis_model.codec import decode
+from tailscope.analysis_model.signals import Signals, SignalSeries
 from tailscope.analyzers.analysis import analyze_run
 from tailscope.analyzers.inputs.derived_series import gc_pause_series, lateness_series, throttled_period_share
 from tailscope.analyzers.inputs.queues import queue_depth_series, queue_points
@@ -21,8 +23,8 @@ T0 = 1_767_225_600_000_000_000
 MS = 1_000_000
 
 
-def _series(name: str, unit: str = "", values=(1.0,)) -> dict:
-    return {"name": name, "unit": unit, "kind": "gauge", "t_ns": [T0] * len(values), "values": list(values)}
+def _series(name: str, unit: str = "", values=(1.0,)) -> SignalSeries:
+    return SignalSeries(name=name, unit=unit, kind="gauge", t_ns=[T0] * len(values), values=list(values))
 
 
 def test_panels_group_by_metric_name_in_page_order_and_skip_empty_ones():
@@ -118,7 +120,7 @@ def test_real_sampler_run_analyses_into_panels_with_sampling_health(tmp_path):
         writer.close(status="complete")
     analysis = analyze_run(str(tmp_path))
     signals = analysis["signals"]
-    panels = {p["id"]: p for p in build_panels(signals["series"])}
+    panels = {p["id"]: p for p in build_panels(decode(Signals, signals, "signals").series)}
     assert {"cpu", "memory", "ctxt"} <= set(panels)
     names = {s["name"] for s in signals["series"]}
     assert all(name in names for p in panels.values() for name in p["series"])

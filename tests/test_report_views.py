@@ -8,6 +8,8 @@ import numpy as np
 import pytest
 from report_fixtures import make_spike
 
+from tailscope.analysis_model.codec import decode
+from tailscope.analysis_model.signals import Signals
 from tailscope.analysis_model.spikes import CauseFinding
 from tailscope.analyzers.inputs.records import request_arrays
 from tailscope.analyzers.stages.representative_trace import representative_trace, span_depths
@@ -134,10 +136,11 @@ def test_optional_sections_read_defensively():
     assert rows["rows"][0]["metric"] == "time to first token" and rows["rows"][0]["P99"] == "90.0 ms"
     assert "coordinated omission" in loop_label({"arrival": {"process": "closed"}})
     assert loop_label({"arrival": {"process": "poisson"}}) is None
-    panels = signal_panels({"series": [{"name": "a", "unit": "%", "t_ns": [0], "values": [1]},
-                                       {"name": "b", "unit": "%", "t_ns": [0], "values": [2]},
-                                       {"name": "c", "unit": "", "t_ns": [0], "values": [3]}],
-                            "panels": [{"title": "CPU", "series": ["a", "b", "missing"]}]}, 0)
+    older = {"series": [{"name": "a", "unit": "%", "kind": "gauge", "t_ns": [0], "values": [1]},  # panels chosen by
+                        {"name": "b", "unit": "%", "kind": "gauge", "t_ns": [0], "values": [2]},  # the analysis, as
+                        {"name": "c", "unit": "", "kind": "gauge", "t_ns": [0], "values": [3]}],  # older ones wrote
+             "sources": {}, "panels": [{"id": "cpu", "title": "CPU", "unit": "", "series": ["a", "b", "missing"]}]}
+    panels = signal_panels(decode(Signals, older, "signals"), 0)
     assert [(p["title"], len(p["series"])) for p in panels] == [("CPU", 2), ("c", 1)]
 
 
