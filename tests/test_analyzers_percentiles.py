@@ -98,7 +98,7 @@ def test_stage_stats_match_numpy_inverted_cdf_quantiles():
     column[::7] = np.nan
     stats = stage_stats(column)
     finite = column[~np.isnan(column)]
-    assert stats["p50_ms"] == float(np.quantile(finite, 0.5, method="inverted_cdf"))
-    assert stats["p99_ms"] == float(np.quantile(finite, 0.99, method="inverted_cdf"))
-    assert stats["count"] == len(finite)
-    assert stats["mean_ms"] == pytest.approx(float(finite.mean()))
+    assert stats.p50_ms == float(np.quantile(finite, 0.5, method="inverted_cdf"))
+    assert stats.p99_ms == float(np.quantile(finite, 0.99, method="inverted_cdf"))
+    assert stats.count == len(finite)
+    assert stats.mean_ms == pytest.approx(float(finite.mean()))

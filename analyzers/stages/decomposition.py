@@ -294,20 +294,15 @@ def unmapped_names(spans: pa.Table) -> list[NameCount]:
     return [NameCount(item["values"], item["counts"]) for item in counts[:TOP_UNMAPPED]]
 
 
-def stage_stats(values_ms: np.ndarray) -> dict:
-    """{"p50_ms", "p99_ms" (nearest rank), "mean_ms", "count"} of one stage column (NaN ignored)."""
+def stage_stats(values_ms: np.ndarray) -> StageStats:
+    """P50 and P99 (nearest rank), mean (ms) and count of one stage column (ms; NaN ignored)."""
     values = values_ms[~np.isnan(values_ms)]
     n = len(values)
     if n == 0:
-        return {"p50_ms": None, "p99_ms": None, "mean_ms": None, "count": 0}
+        return StageStats(None, None, None, 0)
     p50, p99 = nearest_rank(n, 0.5), nearest_rank(n, 0.99)
     ordered = order_statistics(values, (p50, p99))
-    return {
-        "p50_ms": float(ordered[p50 - 1]),
-        "p99_ms": float(ordered[p99 - 1]),
-        "mean_ms": float(values.mean()),
-        "count": int(n),
-    }
+    return StageStats(float(ordered[p50 - 1]), float(ordered[p99 - 1]), float(values.mean()), int(n))
 
 
 def traced_requests(req: RequestArrays, join: SpanJoin, sample_rate: float) -> int:
@@ -360,7 +355,7 @@ def summarize_stages(matrix: StageMatrix, traced: int | None = None, *, missing:
         joined_fraction=joined / ok if ok else 0.0,
         traced_fraction=(ok if traced is None else traced) / ok if ok else 0.0,
         joined_requests=joined,
-        by_stage={stage: StageStats(**stage_stats(matrix.ms[:, j])) for j, stage in enumerate(matrix.stages)},
+        by_stage={stage: stage_stats(matrix.ms[:, j]) for j, stage in enumerate(matrix.stages)},
         unmapped_span_names=matrix.unmapped,
         span_stages=list(matrix.span_stages),
         server_tokens=matrix.server_tokens.summary() if matrix.server_tokens is not None else None,

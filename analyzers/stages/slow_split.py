@@ -63,9 +63,8 @@ def slow_split(matrix: StageMatrix, measures: dict[str, np.ndarray],
     stages = []
     for j, stage in enumerate(matrix.stages):
         a, b = stage_stats(matrix.ms[in_slow, j]), stage_stats(matrix.ms[in_normal, j])
-        if a["count"] or b["count"]:
-            stages.append(SlowSplitStage(stage, a["mean_ms"], b["mean_ms"], a["p50_ms"], b["p50_ms"],
-                                         a["count"], b["count"]))
+        if a.count or b.count:
+            stages.append(SlowSplitStage(stage, a.mean_ms, b.mean_ms, a.p50_ms, b.p50_ms, a.count, b.count))
     means, per_output_token = None, None
     if tokens is not None:
         means = SplitTokens(*(TokenMeans(_mean(tokens["prompt"][rows][mask]), _mean(tokens["output"][rows][mask]))
