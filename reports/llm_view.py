@@ -1,8 +1,9 @@
 """The report's LLM section: token-level latencies, tokens, goodput and their course over time.
 
-Reads only the analysis's ``llm`` section, read once per view function as
-``tailscope.analysis_model.llm.Llm`` (:func:`llm_of`; its defaults are how an older analysis reads), and
-``windows`` (docs/analysis-schema.md); None for a run without OpenAI-API requests. :func:`llm_data` is the
+Reads the analysis's ``llm`` section, once per view function, as ``tailscope.analysis_model.llm.Llm``
+(:func:`llm_of`; its defaults are how an older analysis reads), ``windows``, the run's load start and
+(for the token spike cards) the latency spikes (docs/analysis-schema.md); None for a run without
+OpenAI-API requests. :func:`llm_data` is the
 section's pre-formatted table data, :func:`llm_charts` its chart series (x in
 seconds since ``origin_ns``, the load start): each request's TTFT and TPOT as
 points (the analysis's bounded ``llm.points``), the per-window P50/P99 where
