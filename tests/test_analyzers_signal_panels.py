@@ -9,7 +9,7 @@ import threading
 import numpy as np
 import pyarrow as pa
 
-from tailscope.analysis_model.codec import decode
+from tailscope.analysis_model.codec import decode, encode
 from tailscope.analysis_model.signals import Signals, SignalSeries
 from tailscope.analyzers.analysis import analyze_run
 from tailscope.analyzers.inputs.derived_series import gc_pause_series, lateness_series, throttled_period_share
@@ -57,7 +57,7 @@ def test_gc_pauses_become_points_per_generation():
         "attributes": [json.dumps({"gc.generation": 2}), "{}", json.dumps({"gc.generation": 0}),
                        json.dumps({"gc.generation": 0})],
     }, schema=schema.EVENTS_SCHEMA)
-    series = {s["name"]: s for s in gc_pause_series(events, 2000)}
+    series = {s["name"]: s for s in encode(gc_pause_series(events, 2000))}  # as analysis.json states them
     assert series['gc.pause_ms{generation="2"}']["values"] == [180.0]
     assert series['gc.pause_ms{generation="0"}']["t_ns"] == [T0 + MS, T0 + 9 * MS]
     assert series['gc.pause_ms{generation="0"}']["values"] == [1.0, 2.0]
@@ -76,7 +76,7 @@ def test_queue_depth_from_queue_wait_spans():
                        json.dumps({"queue.depth": 5})],
         "links": [None] * n, "pid": pa.array([1] * n, pa.int64()),
     })
-    series = {s["name"]: s for s in queue_depth_series(queue_points(spans), 2000)}
+    series = {s["name"]: s for s in encode(queue_depth_series(queue_points(spans), 2000))}
     assert series["queue.depth"]["t_ns"] == [T0 + MS, T0 + 3 * MS, T0 + 4 * MS]
     assert series["queue.depth"]["values"] == [1.0, 5.0, 9.0]
     assert series["queue.capacity"]["values"] == [64.0, 64.0]
@@ -89,7 +89,7 @@ def test_throttled_period_share_from_counters_read_together():
         "series": ["cgroup.cpu.nr_periods"] * 4 + ["cgroup.cpu.nr_throttled"] * 4,
         "value": [0.0, 1.0, 2.0, 3.0] + [0.0, 1.0, 1.0, 2.0],
     })
-    (share,) = throttled_period_share(table, 2000)
+    (share,) = encode(throttled_period_share(table, 2000))
     assert share["name"] == "cgroup.cpu.throttled_period_share"
     assert share["values"] == [1.0, 0.0, 1.0] and share["t_ns"] == t[1:]
 
@@ -103,7 +103,7 @@ def test_generator_lateness_per_window():
     requests = pa.table({field.name: pa.array(columns.get(field.name, [None] * n), field.type)
                          for field in schema.REQUESTS_SCHEMA})
     req = request_arrays(requests)
-    p99, peak = lateness_series(req, (T0, T0 + 2_000 * MS), 1.0)
+    p99, peak = encode(lateness_series(req, (T0, T0 + 2_000 * MS), 1.0))
     assert p99["name"] == "generator.lateness_p99_ms" and len(p99["values"]) == 2
     assert p99["values"][0] < 1.0 and p99["values"][1] == 30.0 and peak["values"][1] == 30.0
 

@@ -13,6 +13,7 @@ import pyarrow as pa
 import pytest
 from signals_helpers import start_burner, stop_process
 
+from tailscope.analysis_model.codec import encode
 from tailscope.analyzers.inputs.signal_series import load_receiver_meta, signal_series
 from tailscope.rundir import read_stream, schema
 from tailscope.signals.remote_agent import build_metrics_data, estimate_clock_offset, split_series
@@ -108,7 +109,7 @@ def test_remote_series_are_shifted_onto_the_harness_clock():
         "value": [1.0] * 20 + [float(offset_ns)] * 2,
     })
     receiver_meta = {"metrics": {"proc.rss_bytes": {"unit": "bytes", "kind": "gauge", "description": "rss"}}}
-    series = {s["name"]: s for s in signal_series(table, {}, receiver_meta=receiver_meta)}
+    series = {s["name"]: s for s in encode(signal_series(table, {}, receiver_meta=receiver_meta))}
     remote, local = series[f"proc.rss_bytes{label}"], series["proc.rss_bytes"]
     assert remote["t_ns"] == [int(v) + offset_ns for v in t]
     assert local["t_ns"] == [int(v) for v in t]  # the harness's own series stay as read

@@ -26,6 +26,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from tailscope.analysis_model.signals import Signals, SignalSeries
 from tailscope.analyzers.inputs.queues import QueuePoints, queue_depth_series, queue_points
 from tailscope.analyzers.inputs.records import NS_PER_MS, RequestArrays, int_column
 from tailscope.analyzers.inputs.signal_series import (
@@ -37,7 +38,7 @@ from tailscope.analyzers.inputs.signal_series import (
 )
 
 
-def gc_pause_series(events: pa.Table, max_points: int) -> list[dict]:
+def gc_pause_series(events: pa.Table, max_points: int) -> list[SignalSeries]:
     """``gc.pause_ms{generation="G"}``: one point per gc_pause event (start, duration ms)."""
     pauses = events.filter(pc.equal(events.column("kind"), "gc_pause"))
     if len(pauses) == 0:
@@ -60,13 +61,13 @@ def gc_pause_series(events: pa.Table, max_points: int) -> list[dict]:
         t = start[mask][order]
         ms = ((end[mask] - start[mask]) / NS_PER_MS)[order]
         t, ms = downsample_minmax(t, ms, max_points)
-        out.append({"name": f'gc.pause_ms{{generation="{generation}"}}', "unit": "ms", "kind": "event",
-                    "source": "events", "description": f"duration of each generation-{generation} GC pause, at its start",
-                    "t_ns": t.tolist(), "values": ms.tolist()})
+        out.append(SignalSeries(name=f'gc.pause_ms{{generation="{generation}"}}', unit="ms", kind="event",
+                                source="events", description=f"duration of each generation-{generation} GC pause, at its start",
+                                t_ns=t.tolist(), values=ms.tolist()))
     return out
 
 
-def throttled_period_share(signals: pa.Table, max_points: int) -> list[dict]:
+def throttled_period_share(signals: pa.Table, max_points: int) -> list[SignalSeries]:
     """``cgroup.cpu.throttled_period_share`` (and per remote host) from raw
     ``nr_throttled``/``nr_periods`` counters read at the same times."""
     if len(signals) == 0:
@@ -86,9 +87,9 @@ def throttled_period_share(signals: pa.Table, max_points: int) -> list[dict]:
         keep = (d_per > 0) & (d_thr >= 0)
         t, share = common[1:][keep], np.minimum(d_thr[keep] / d_per[keep], 1.0)
         t, share = downsample_minmax(t, share, max_points)
-        out.append({"name": "cgroup.cpu.throttled_period_share" + labels, "unit": "share", "kind": "gauge",
-                    "source": "signals", "description": "share of CFS periods in which the cgroup was throttled",
-                    "t_ns": t.tolist(), "values": share.tolist()})
+        out.append(SignalSeries(name="cgroup.cpu.throttled_period_share" + labels, unit="share", kind="gauge",
+                                source="signals", description="share of CFS periods in which the cgroup was throttled",
+                                t_ns=t.tolist(), values=share.tolist()))
     return out
 
 
@@ -100,7 +101,7 @@ def _series_arrays(signals: pa.Table, name: str) -> tuple[np.ndarray, np.ndarray
     return t[order], v[order]
 
 
-def lateness_series(req: RequestArrays, period: tuple[int, int] | None, window_s: float) -> list[dict]:
+def lateness_series(req: RequestArrays, period: tuple[int, int] | None, window_s: float) -> list[SignalSeries]:
     """``generator.lateness_p99_ms`` and ``_max_ms`` per window of scheduled time (sent requests only)."""
     sent = req.has_sent & np.isfinite(req.lateness_ms)
     if period is None or not sent.any() or window_s <= 0:
@@ -119,8 +120,8 @@ def lateness_series(req: RequestArrays, period: tuple[int, int] | None, window_s
         p99.append(float(np.percentile(values, 99)))
         peak.append(float(values.max()))
     t = np.asarray(t, dtype=np.int64)
-    return [{"name": name, "unit": "ms", "kind": "gauge", "source": "requests", "description": description,
-             "t_ns": ts.tolist(), "values": vs.tolist()}
+    return [SignalSeries(name=name, unit="ms", kind="gauge", source="requests", description=description,
+                         t_ns=ts.tolist(), values=vs.tolist())
             for name, values, description in (
                 ("generator.lateness_p99_ms", p99, f"P99 of send time − scheduled time per {window_s:g} s window"),
                 ("generator.lateness_max_ms", peak, f"largest send time − scheduled time per {window_s:g} s window"))
@@ -128,7 +129,7 @@ def lateness_series(req: RequestArrays, period: tuple[int, int] | None, window_s
 
 
 def signals_section(run, req: RequestArrays, period: tuple[int, int] | None, window_s: float,
-                    max_points: int = MAX_POINTS, queue: QueuePoints | None = None) -> dict:
+                    max_points: int = MAX_POINTS, queue: QueuePoints | None = None) -> Signals:
     """The analysis's ``signals``: sampled and derived series, sources, and how the
     sampler kept its schedule (``sampling``, from signals.json; None if absent).
     ``queue``: the run's :func:`~.queues.queue_points` when already read."""
@@ -137,5 +138,4 @@ def signals_section(run, req: RequestArrays, period: tuple[int, int] | None, win
     series += gc_pause_series(run.events, max_points)
     series += queue_depth_series(queue if queue is not None else queue_points(run.spans), max_points)
     series += lateness_series(req, period, window_s)
-    return {"series": series, "sources": signal_sources(run.signals_meta),
-            "sampling": (run.signals_meta or {}).get("sampling")}
+    return Signals(series, signal_sources(run.signals_meta), (run.signals_meta or {}).get("sampling"))

@@ -19,6 +19,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from tailscope.analysis_model.signals import SignalSeries
 from tailscope.analyzers.inputs.json_fields import json_number_fields
 from tailscope.analyzers.inputs.records import int_column
 from tailscope.analyzers.inputs.signal_series import downsample_minmax
@@ -92,7 +93,7 @@ def _queue_numbers(attributes: pa.ChunkedArray, is_queue: pa.ChunkedArray,
     return np.concatenate(depths), np.concatenate(capacities)
 
 
-def queue_depth_series(points: QueuePoints, max_points: int) -> list[dict]:
+def queue_depth_series(points: QueuePoints, max_points: int) -> list[SignalSeries]:
     """Chart series ``queue.depth`` and ``queue.capacity`` (gauges, unit "requests"),
     in the shape of :func:`tailscope.analyzers.inputs.signal_series.signal_series`; [] without queue spans.
     Several services get one series each (``queue.depth{service="name"}``)."""
@@ -113,6 +114,6 @@ def queue_depth_series(points: QueuePoints, max_points: int) -> list[dict]:
             if not keep.any():
                 continue
             ts, vs = downsample_minmax(t[keep], values[keep], max_points)
-            result.append({"name": name + suffix, "unit": "requests", "kind": "gauge", "source": "spans",
-                           "description": description, "t_ns": ts.tolist(), "values": vs.tolist()})
+            result.append(SignalSeries(name=name + suffix, unit="requests", kind="gauge", source="spans",
+                                       description=description, t_ns=ts.tolist(), values=vs.tolist()))
     return result

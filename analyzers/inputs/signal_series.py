@@ -36,6 +36,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from tailscope.analysis_model.signals import SignalSeries, SignalSource
 from tailscope.analyzers.inputs.records import NS_PER_S, int_column
 from tailscope.rundir import read_json
 from tailscope.rundir import schema as fmt
@@ -112,9 +113,9 @@ def downsample_minmax(t_ns: np.ndarray, value: np.ndarray, max_points: int = MAX
 
 
 def signal_series(signals: pa.Table, meta: dict, max_points: int = MAX_POINTS,
-                  receiver_meta: dict | None = None) -> list[dict]:
-    """Chart-ready series sorted by name: ``{"name", "unit", "kind", "source", "t_ns", "values"}``,
-    remote series aligned to the harness clock (module docstring)."""
+                  receiver_meta: dict | None = None) -> list[SignalSeries]:
+    """Chart-ready series sorted by name (counters as rates), remote series aligned to the
+    harness clock (module docstring)."""
     if len(signals) == 0:
         return []
     valid = signals.filter(pc.and_(pc.is_valid(signals.column("series")), pc.is_valid(signals.column("value"))))
@@ -147,14 +148,13 @@ def signal_series(signals: pa.Table, meta: dict, max_points: int = MAX_POINTS,
             else:
                 unit = f"{unit}/s" if unit else "/s"
         t, v = downsample_minmax(t, v, max_points)
-        result.append({"name": name, "unit": unit, "kind": kind, "source": info.get("source"),
-                       "description": info.get("description"),
-                       "t_ns": t.tolist(), "values": v.tolist()})
+        result.append(SignalSeries(name=name, unit=unit, kind=kind, source=info.get("source"),
+                                   description=info.get("description"), t_ns=t.tolist(), values=v.tolist()))
     return result
 
 
-def signal_sources(meta: dict) -> dict:
-    """``{source: {"available": bool, "reason": str|None}}`` from signals.json."""
+def signal_sources(meta: dict) -> dict[str, SignalSource]:
+    """Each sampler source's availability and why not, from signals.json (by name)."""
     sources = (meta or {}).get("sources", {})
-    return {name: {"available": bool(info.get("available", False)), "reason": info.get("reason")}
+    return {name: SignalSource(bool(info.get("available", False)), info.get("reason"))
             for name, info in sorted(sources.items())}
