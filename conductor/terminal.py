@@ -14,6 +14,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from tailscope.analysis_model.codec import decode
+from tailscope.analysis_model.llm import Llm
 from tailscope.analysis_model.percentiles import MaxValue, Percentile, PercentileSet
 from tailscope.analysis_model.spikes import CauseFinding
 from tailscope.analysis_model.summary import Summary
@@ -117,10 +118,11 @@ def print_summary(console: Console, analysis: dict, paths: dict) -> None:
     if joined:
         console.print(joined, highlight=False, soft_wrap=True)
     console.print(latency_table(summary.latency_ms, closed))
-    llm = llm_table(analysis.get("llm"))
+    section = decode(Llm | None, analysis.get("llm"), "llm")
+    llm = llm_table(section)
     if llm is not None:
         console.print(llm)
-        chunks = chunk_line(analysis.get("llm"))
+        chunks = chunk_line(section)
         if chunks is not None:
             console.print(chunks, highlight=False, soft_wrap=True)
     stages = stage_table(analysis.get("stages") or {})
@@ -237,41 +239,39 @@ def latency_table(latency: PercentileSet, closed: bool) -> Table:
     return table
 
 
-def llm_table(llm: dict | None) -> Table | None:
+def llm_table(llm: Llm | None) -> Table | None:
     """An LLM run's token-level latencies (a row per metric — TTFT, TPOT, ITL, chunk gap, e2e —
     with its P50 and P99 in ms and its samples), the tokens per content chunk, and tokens/s and goodput
     (the share meeting every per-request SLO) in the caption; None for a run without OpenAI-API
     requests. ITL divides each chunk's arrival gap over its tokens; the chunk gap is that gap
     undivided (analyzers/stats/llm_metrics.py)."""
-    if not llm:
+    if llm is None:
         return None
     table = Table(show_header=True)
-    table.add_column(f"LLM ({llm.get('requests', 0):,} requests)")
+    table.add_column(f"LLM ({llm.requests:,} requests)")
     for column in ("P50", "P99", "samples"):
         table.add_column(column, justify="right")
     for key, label in LLM_ROWS:
-        if key not in llm:
+        entry = getattr(llm, key)
+        if entry is None:
             continue  # an analysis written before chunk gaps were measured
-        entry = llm.get(key) or {}
-        table.add_row(label, _pct_cell(entry.get("p50")), _pct_cell(entry.get("p99")),
-                      f"{(entry.get('p50') or {}).get('n', 0):,}")
-    goodput = llm.get("goodput") or {}
-    share = goodput.get("share")
-    rate = (llm.get("output_tokens_per_s") or {}).get("aggregate")
-    table.caption = (f"output {(llm.get('output_tokens') or {}).get('sum', 0):,} tokens"
+        table.add_row(label, _pct_cell(entry.p50), _pct_cell(entry.p99), f"{entry.p50.n:,}")
+    share = llm.goodput.share
+    rate = llm.output_tokens_per_s.aggregate
+    table.caption = (f"output {llm.output_tokens.sum:,} tokens"
                      + (f", {rate:.1f} tokens/s" if rate is not None else "")
                      + (f"; goodput {100 * share:.1f}%" if share is not None else ""))
     return table
 
 
-def chunk_line(llm: dict | None) -> str | None:
+def chunk_line(llm: Llm | None) -> str | None:
     """What the LLM table's ITL means, with the tokens per content chunk (mean, P50, P99);
-    None without streamed content chunks."""
-    per_chunk = (llm or {}).get("tokens_per_chunk") or {}
-    if per_chunk.get("mean") is None:
+    None without streamed content chunks (or an analysis from before they were counted)."""
+    per_chunk = llm.tokens_per_chunk if llm is not None else None
+    if per_chunk is None or per_chunk.mean is None:
         return None
-    return (f"tokens per content chunk: mean {per_chunk['mean']:.2f}, P50 {per_chunk['p50']:g}, "
-            f"P99 {per_chunk['p99']:g} over {per_chunk['chunks']:,} chunks; ITL = each chunk gap ÷ its tokens "
+    return (f"tokens per content chunk: mean {per_chunk.mean:.2f}, P50 {per_chunk.p50:g}, "
+            f"P99 {per_chunk.p99:g} over {per_chunk.chunks:,} chunks; ITL = each chunk gap ÷ its tokens "
             "(its percentiles average a chunk's tokens; the chunk gap is the wait between chunks)")
 
 

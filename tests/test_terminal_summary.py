@@ -75,11 +75,20 @@ def test_every_number_in_the_summary_tables_carries_its_unit_and_each_percentile
     analysis["summary"]["latency_ms"] = _percentiles(21.31)
     analysis["stages"] = {"joined_requests": 120, "by_stage": {
         "inference": {"p50_ms": 12.5, "p99_ms": 40.25, "mean_ms": 15.0, "count": 120}}}
-    analysis["llm"] = {"requests": 120, "ttft_ms": _percentiles(80.0), "tpot_ms": _percentiles(4.0),
+    no_stats = {"mean": None, "p50": None, "p99": None}
+    analysis["llm"] = {"requests": 120, "completed": 120, "errors": 0, "streamed": 120,
+                       "ttft_ms": _percentiles(80.0), "tpot_ms": _percentiles(4.0),
                        "itl_ms": _percentiles(3.9), "chunk_gap_ms": _percentiles(11.7),
                        "tokens_per_chunk": {"chunks": 900, "mean": 3.0, "p50": 3.0, "p99": 3.0},
-                       "e2e_ms": _percentiles(400.0), "output_tokens": {"sum": 4000},
-                       "output_tokens_per_s": {"aggregate": 100.0}, "goodput": {"share": 0.9}}
+                       "e2e_ms": _percentiles(400.0), "prompt_tokens": {"sum": 0, **no_stats},
+                       "output_tokens": {"sum": 4000, **no_stats},
+                       "output_tokens_per_s": {"aggregate": 100.0, "per_request": {
+                           "n": 0, "mean": None, "p1": None, "p10": None, "p50": None, "p90": None, "p99": None}},
+                       "token_counts_from": {}, "finish_reasons": {},
+                       "goodput": {"share": 0.9, "good": 108, "total": 120, "rps": None, "criteria": [],
+                                   "definition": "share meeting every per-request SLO"},
+                       "classes": {}, "points": {"scheduled_ns": [], "ttft_ms": [], "tpot_ms": [], "cls": []},
+                       "spike_detection": {}, "spikes": {}}
     text = _printed(analysis)
     assert "latency P50" in text and "latency P99" in text and "latency P99.9" in text
     assert "21.3 ms" in text and "85.2 ms" in text  # latency P50, P99
