@@ -16,7 +16,9 @@ Guarantees:
   accepted for a ``float`` field (JSON does not tell 1 from 1.0);
 - keys the type does not declare are ignored (an analysis from a newer tailscope still reads);
 - a field declared with :func:`written_when_set` is left out of the JSON while it is None (a part that
-  is there only when it applies, e.g. ``llm.sessions``), instead of being written as null.
+  is there only when it applies, e.g. ``llm.sessions``), instead of being written as null; one
+  declared with :func:`written_with` is left out while the field it names is None, and written
+  (null included) otherwise (a group of keys that is there together, e.g. a window's LLM columns).
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ T = TypeVar("T")
 
 #: Field metadata key of :func:`written_when_set`.
 OMIT_NONE = "omit_none"
+#: Field metadata key of :func:`written_with`: the name of the field whose None leaves this one out.
+WRITTEN_WITH = "written_with"
 
 
 def written_when_set() -> Any:
@@ -38,6 +42,14 @@ def written_when_set() -> Any:
     None: encoded without the key while None, decoded as None where the key is absent. The schema
     states it as a non-required ``X`` (analysis_model/schema_check.py)."""
     return dataclasses.field(default=None, metadata={OMIT_NONE: True})
+
+
+def written_with(leader: str) -> Any:
+    """A section field (type ``X | None``, default None) whose key the analysis holds exactly when
+    the field ``leader`` (a :func:`written_when_set` field of the same section) is written: left
+    out while ``leader`` is None, written otherwise even when null; decoded as None where absent.
+    The schema states it as a non-required ``X | None``."""
+    return dataclasses.field(default=None, metadata={WRITTEN_WITH: leader})
 
 
 class AnalysisShapeError(ValueError):
@@ -62,7 +74,8 @@ def encode(value: Any) -> Any:
     dict a dict of encoded values; anything else is returned as it is."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {f.name: encode(item) for f in dataclasses.fields(value)
-                if (item := getattr(value, f.name)) is not None or not f.metadata.get(OMIT_NONE)}
+                if ((item := getattr(value, f.name)) is not None or not f.metadata.get(OMIT_NONE))
+                and (WRITTEN_WITH not in f.metadata or getattr(value, f.metadata[WRITTEN_WITH]) is not None)}
     if isinstance(value, (list, tuple)):
         return [encode(item) for item in value]
     if isinstance(value, dict):

@@ -12,10 +12,13 @@ from tailscope.analysis_model.health import Generator, LimitedBand, Outages, Ret
 from tailscope.analysis_model.llm import Llm, LlmGoodput, LlmMetrics, TokenStats
 from tailscope.analysis_model.percentiles import MaxValue, Percentile, PercentileSet
 from tailscope.analysis_model.receiver import Receiver
+from tailscope.analysis_model.records import Distribution, RollingLine, RollingLines, SlowRequests, TailLine, Window
+from tailscope.analysis_model.run import ErrorSamples, Run
 from tailscope.analysis_model.server import OtherTraffic, ServerLoad
 from tailscope.analysis_model.signals import Signals
 from tailscope.analysis_model.spikes import CauseFinding, Decomposition, Spike, SpikeDetection
 from tailscope.analysis_model.stages import NameCount, Stages, StageStats
+from tailscope.analysis_model.streaming import Streaming, StreamMetrics
 from tailscope.analysis_model.summary import Goodput, GoodputShare, Summary
 from tailscope.analysis_model.verdict import Verdict
 
@@ -49,6 +52,17 @@ TYPED: dict[str, type] = {
     "outages": Outages,
     "retention": Retention,
     "soak": Soak,
+    "run": Run,
+    "classes": dict[str, Summary],
+    "windows": list[Window],
+    "slow_requests": SlowRequests,
+    "$defs/rolling_line": RollingLine,
+    "tail_line": TailLine | None,  # null for a retained run or too few requests
+    "rolling_lines": RollingLines | None,  # null for a retained run
+    "distribution": Distribution,
+    "$defs/stream_metrics": StreamMetrics,
+    "streaming": Streaming,
+    "error_samples": ErrorSamples,
 }
 
 __all__ = ["TYPED", "MaxValue", "Percentile", "PercentileSet"]
