@@ -8,8 +8,10 @@ checks each against the schema; a section gains its type by being added here.
 from __future__ import annotations
 
 from tailscope.analysis_model.events import Event, Events
+from tailscope.analysis_model.findings import Finding
 from tailscope.analysis_model.health import Generator, LimitedBand, Outages, Retention, Soak
 from tailscope.analysis_model.llm import Llm, LlmGoodput, LlmMetrics, TokenStats
+from tailscope.analysis_model.patterns import Patterns, Trend
 from tailscope.analysis_model.percentiles import MaxValue, Percentile, PercentileSet
 from tailscope.analysis_model.receiver import Receiver
 from tailscope.analysis_model.records import Distribution, RollingLine, RollingLines, SlowRequests, TailLine, Window
@@ -21,6 +23,7 @@ from tailscope.analysis_model.stages import NameCount, Stages, StageStats
 from tailscope.analysis_model.streaming import Streaming, StreamMetrics
 from tailscope.analysis_model.summary import Goodput, GoodputShare, Summary
 from tailscope.analysis_model.verdict import Verdict
+from tailscope.analysis_model.warning import AnalysisWarning
 
 TYPED: dict[str, type] = {
     "$defs/percentile": Percentile,
@@ -63,6 +66,10 @@ TYPED: dict[str, type] = {
     "$defs/stream_metrics": StreamMetrics,
     "streaming": Streaming,
     "error_samples": ErrorSamples,
+    "findings": list[Finding],
+    "$defs/trend": Trend,
+    "patterns": Patterns,
+    "warnings": list[AnalysisWarning],
 }
 
 __all__ = ["TYPED", "MaxValue", "Percentile", "PercentileSet"]

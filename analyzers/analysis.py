@@ -172,7 +172,8 @@ def analyze_run(run_or_path: Run | str | os.PathLike, *, window_s: float = 1.0,
         records = records_later.result()
     judged_generator = judged(records["generator"], summary, req)  # the lateness rule needs the summary
     generator = encode(judged_generator)
-    summary = encode(summary_section(summary, generator["load_model"]["loop"], generator["dropped"], records["goodput"]))
+    run_summary = summary_section(summary, generator["load_model"]["loop"], generator["dropped"], records["goodput"])
+    summary = encode(run_summary)
     stages = summarize_stages(matrix, traced, missing=missing, rules=resolved.rules.describe(),
                               clock=alignment.section(), servers=servers.describe(),
                               split=stage_slow_split(req, matrix, records))
@@ -192,7 +193,7 @@ def analyze_run(run_or_path: Run | str | os.PathLike, *, window_s: float = 1.0,
             detection, spike_rules, method, period[0] if period else None, short,
             "e2e_for_answer_length" if per_length is not None else "latency", longer)),
         "spikes": encode(spikes),
-        "patterns": patterns,
+        "patterns": encode(patterns),
         "signals": encode(signals),
         "events": encode(event_digest(run)),
         "receiver": run.receiver,
@@ -220,10 +221,12 @@ def analyze_run(run_or_path: Run | str | os.PathLike, *, window_s: float = 1.0,
     policy, policy_warnings = scenario_policy(scenario)
     analysis["verdict"] = encode(outcome_verdict(abort_verdict(evaluate(slos, analysis), run.manifest),
                                                  analysis["run"], run.manifest, policy))
-    analysis["findings"] = whole_run_findings(FindingInputs(analysis, req, matrix, run, join.span_request))
+    analysis["findings"] = encode(whole_run_findings(FindingInputs(
+        summary=run_summary, spikes=spikes, generator=judged_generator, load_start_ns=period[0] if period else None,
+        req=req, matrix=matrix, run=run, span_request=join.span_request)))
     analysis["warnings"] = (slo_warnings + policy_warnings + resolved.warnings + clock_warnings(alignment)
                             + run_warnings(run, analysis, windows, spike_rules, detection, short)
-                            + pattern_warnings(analysis["patterns"])
+                            + encode(pattern_warnings(patterns))
                             + consistency_warnings(stages.consistency)
                             + run_health_warnings(run.manifest, analysis)
                             + load_warnings(analysis, run.manifest)

@@ -28,8 +28,8 @@ def test_spectrum_finds_a_period_the_spike_list_misses():
     x = rng.binomial(50, 0.1, size=600) / 50.0
     x[::30] += 0.3  # one bad second every 30 s
     found = spectral_period(x, PatternRules())
-    assert found["p_value"] < 0.01 and found["period_s"] == pytest.approx(30, rel=0.05)
-    assert spectral_period(rng.binomial(50, 0.1, size=600) / 50.0, PatternRules())["p_value"] > 0.01
+    assert found.p_value < 0.01 and found.period_s == pytest.approx(30, rel=0.05)
+    assert spectral_period(rng.binomial(50, 0.1, size=600) / 50.0, PatternRules()).p_value > 0.01
 
 
 @pytest.fixture(scope="module")

@@ -12,6 +12,9 @@ import jsonschema
 import numpy as np
 import pytest
 
+from tailscope.analysis_model.codec import decode, encode
+from tailscope.analysis_model.health import Generator
+from tailscope.analysis_model.summary import Summary
 from tailscope.analyzers.analysis import SCHEMA_PATH, analyze_run
 from tailscope.analyzers.findings.protocol import FindingInputs
 from tailscope.analyzers.findings.tail import check_p99_set_by
@@ -49,9 +52,11 @@ def test_recurring_stalls_with_no_spike_set_p99_and_the_first_screen_says_so(tmp
     req = request_arrays(run.requests)
     rules = rules_for_scenario(run.manifest.get("scenario") or {}, None).rules
     join = join_spans(req, run.spans, rules)
-    checked = check_p99_set_by(FindingInputs({**analysis, "spikes": []}, req, stage_matrix(req, run.spans, rules, join=join),
-                                             run, join.span_request))
-    found = checked.as_dict()
+    checked = check_p99_set_by(FindingInputs(
+        summary=decode(Summary, analysis["summary"], "summary"), spikes=[],
+        generator=decode(Generator, analysis["generator"], "generator"), load_start_ns=analysis["run"]["load_start_ns"],
+        req=req, matrix=stage_matrix(req, run.spans, rules, join=join), run=run, span_request=join.span_request))
+    found = encode(checked)
     assert found["evidence"]["by"] == "stalls"
     assert found["summary"].startswith(f"P99 latency ({analysis['summary']['latency_ms']['p99']['value_ms']:.1f} ms) "
                                        "is set by the target's pauses: ")

@@ -6,6 +6,7 @@ and registering it here; docs/analyzers/findings.md gets a section for it.
 
 from __future__ import annotations
 
+from tailscope.analysis_model.findings import Finding
 from tailscope.analyzers.findings.generator_limited import GENERATOR_LIMITED
 from tailscope.analyzers.findings.network import OUTSIDE_SERVER, TCP_DELAYED_ACK
 from tailscope.analyzers.findings.protocol import FindingCheck, FindingInputs, run_checks
@@ -19,6 +20,6 @@ FINDINGS.register(GENERATOR_LIMITED)
 FINDINGS.register(P99_SET_BY)
 
 
-def whole_run_findings(inputs: FindingInputs, registry: Registry[FindingCheck] = FINDINGS) -> list[dict]:
+def whole_run_findings(inputs: FindingInputs, registry: Registry[FindingCheck] = FINDINGS) -> list[Finding]:
     """The analysis's ``findings``: what every registered check found, most severe first."""
     return run_checks(registry.values(), inputs)

@@ -90,9 +90,8 @@ def _stalls(inputs: FindingInputs) -> Pauses:
 
 def check_p99_set_by(inputs: FindingInputs) -> Finding | None:
     """``p99_set_by`` (module docstring); None only without a latency P99."""
-    analysis, req = inputs.analysis, inputs.req
-    p99 = ((analysis.get("summary") or {}).get("latency_ms") or {}).get("p99") or {}
-    tau = p99.get("value_ms")
+    req = inputs.req
+    tau = inputs.summary.latency_ms.p99.value_ms
     if tau is None or req.n == 0:
         return None
     counted = np.flatnonzero(req.in_latency & np.isfinite(req.latency_ms))
@@ -105,14 +104,14 @@ def check_p99_set_by(inputs: FindingInputs) -> Finding | None:
     evidence: dict = {"p99_ms": float(tau), "above_p99": n_above, "others": int(len(counted) - n_above)}
 
     # 1. the spikes
-    spikes = analysis.get("spikes") or []
+    spikes = inputs.spikes
     if spikes:
         inside = np.zeros(len(counted), bool)
         for spike in spikes:
-            inside |= (req.scheduled_ns[counted] >= spike["start_ns"]) & (req.scheduled_ns[counted] < spike["end_ns"])
+            inside |= (req.scheduled_ns[counted] >= spike.start_ns) & (req.scheduled_ns[counted] < spike.end_ns)
         evidence["in_spikes_share"] = float(inside[above].mean())
         if evidence["in_spikes_share"] >= SPIKE_SHARE:
-            tops = [(spike.get("causes") or [{}])[0].get("kind") for spike in spikes]
+            tops = [spike.top_cause.kind if spike.top_cause is not None else None for spike in spikes]
             named = {kind: tops.count(kind) for kind in dict.fromkeys(k for k in tops if k)}
             evidence["spike_causes"] = named
             causes = ", ".join(f"{kind} ×{count}" if count > 1 else kind for kind, count in named.items())

@@ -43,12 +43,15 @@ Theil–Sen is O(k²) on k <= 500 points.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
 from scipy import stats
 
+from tailscope.analysis_model.patterns import Drift, Leak, Patterns, Periodic, Spectrum, SpikeIntervals, Trend
 from tailscope.analysis_model.spikes import Spike
+from tailscope.analysis_model.warning import AnalysisWarning
 from tailscope.analyzers.inputs.records import NS_PER_S, RequestArrays
 from tailscope.analyzers.inputs.signal_index import SignalIndex
 from tailscope.analyzers.stats.percentiles import grouped_quantile, min_samples_for_claim, nearest_rank_value, stable_group_order
@@ -73,15 +76,14 @@ class PatternRules:
 
 
 def analyze_patterns(req: RequestArrays, spikes: list[Spike], signals: SignalIndex,
-                     period: tuple[int, int] | None, rules: PatternRules = PatternRules()) -> dict:
-    """The ``patterns`` section: ``{"periodic", "drift", "leak"}``."""
-    return {"periodic": periodicity(req, spikes, period, rules),
-            "drift": drift(req, period, rules),
-            "leak": leak(signals, period, rules)}
+                     period: tuple[int, int] | None, rules: PatternRules = PatternRules()) -> Patterns:
+    """The ``patterns`` section: periodic slow requests, latency drift, memory leak."""
+    return Patterns(periodic=periodicity(req, spikes, period, rules), drift=drift(req, period, rules),
+                    leak=leak(signals, period, rules))
 
 
 # ---------------------------------------------------------------- periodicity
-def spike_interval_period(spikes: list[Spike], rules: PatternRules) -> dict | None:
+def spike_interval_period(spikes: list[Spike], rules: PatternRules) -> SpikeIntervals | None:
     """Period (s) from regularly spaced spike starts, or None."""
     if len(spikes) < 3:
         return None
@@ -91,7 +93,7 @@ def spike_interval_period(spikes: list[Spike], rules: PatternRules) -> dict | No
     cv = float(intervals.std() / mean) if mean > 0 else np.inf
     if cv > rules.max_interval_cv:
         return None
-    return {"period_s": float(np.median(intervals)), "interval_cv": cv, "spikes": len(spikes)}
+    return SpikeIntervals(period_s=float(np.median(intervals)), interval_cv=cv, spikes=len(spikes))
 
 
 def tail_share_series(req: RequestArrays, period: tuple[int, int]) -> np.ndarray:
@@ -108,7 +110,7 @@ def tail_share_series(req: RequestArrays, period: tuple[int, int]) -> np.ndarray
     return np.where(counts > 0, above / np.maximum(counts, 1), 0.0)
 
 
-def spectral_period(x: np.ndarray, rules: PatternRules) -> dict | None:
+def spectral_period(x: np.ndarray, rules: PatternRules) -> Spectrum | None:
     """Fisher's g test on the periodogram of ``x`` (one value per second); None if too short."""
     n = len(x)
     if n < 4 * rules.min_cycles:
@@ -130,7 +132,7 @@ def spectral_period(x: np.ndarray, rules: PatternRules) -> dict | None:
     period_s = float(1.0 / freqs[best])
     lag = int(round(period_s))
     acf = lag_correlation(centred, lag) if 0 < lag < n - 2 else 0.0
-    return {"period_s": period_s, "fisher_g": g, "p_value": p_value, "autocorrelation": acf}
+    return Spectrum(period_s=period_s, fisher_g=g, p_value=p_value, autocorrelation=acf)
 
 
 def lag_correlation(x: np.ndarray, lag: int) -> float:
@@ -159,28 +161,28 @@ def fundamental(power: np.ndarray, peak: int, lowest: int) -> int:
 
 
 def periodicity(req: RequestArrays, spikes: list[Spike], period: tuple[int, int] | None,
-                rules: PatternRules) -> dict:
-    """``{"detected", "period_s", "method", "summary", "spike_intervals", "spectrum"}``; a regular
+                rules: PatternRules) -> Periodic:
+    """Whether slow requests recur, and what each view found (:class:`~.Periodic`); a regular
     group of recurring stalls (a spike's ``recurring_stalls``, :mod:`~..spikes.stalls`) gives the
     period first (``method`` ``"recurring_stalls"``)."""
     stalls = next((s.recurring_stalls for s in spikes if s.recurring_stalls is not None and s.recurring_stalls.regular),
                   None)
     by_spikes = spike_interval_period([s for s in spikes if s.recurring_stalls is None], rules)
     spectrum = spectral_period(tail_share_series(req, period), rules) if period else None
-    spectral_hit = (spectrum is not None and spectrum["p_value"] < rules.alpha
-                    and spectrum["autocorrelation"] >= rules.min_autocorrelation)
+    spectral_hit = (spectrum is not None and spectrum.p_value < rules.alpha
+                    and spectrum.autocorrelation >= rules.min_autocorrelation)
     if stalls is not None:
         chosen, method = stalls.period_s, "recurring_stalls"
     elif by_spikes is not None:
-        chosen, method = by_spikes["period_s"], "spike_intervals"
+        chosen, method = by_spikes.period_s, "spike_intervals"
     elif spectral_hit:
-        chosen, method = spectrum["period_s"], "spectrum"
+        chosen, method = spectrum.period_s, "spectrum"
     else:
         chosen, method = None, None
     summary = (f"slow requests recur every {chosen:.1f} s ({method.replace('_', ' ')})" if chosen is not None
                else "no periodic pattern")
-    return {"detected": chosen is not None, "period_s": chosen, "method": method, "summary": summary,
-            "spike_intervals": by_spikes, "spectrum": spectrum}
+    return Periodic(detected=chosen is not None, period_s=chosen, method=method, summary=summary,
+                    spike_intervals=by_spikes, spectrum=spectrum)
 
 
 # ---------------------------------------------------------------- trends
@@ -199,7 +201,7 @@ def _minutes(seconds: float) -> str:
     return f"{seconds / 60:.0f} min" if seconds >= 60 else f"{seconds:.0f} s"
 
 
-def trend(t_s: np.ndarray, values: np.ndarray) -> dict | None:
+def trend(t_s: np.ndarray, values: np.ndarray) -> Trend | None:
     """Theil–Sen slope (per s) with its 95% interval and the Mann–Kendall p-value."""
     keep = np.isfinite(values)
     t_s, values = t_s[keep], values[keep]
@@ -207,9 +209,9 @@ def trend(t_s: np.ndarray, values: np.ndarray) -> dict | None:
         return None
     slope, intercept, low, high = stats.theilslopes(values, t_s, alpha=0.95)
     tau, p_value = stats.kendalltau(t_s, values)
-    return {"slope_per_s": float(slope), "slope_low": float(low), "slope_high": float(high),
-            "intercept": float(intercept), "kendall_tau": float(tau) if np.isfinite(tau) else 0.0,
-            "p_value": float(p_value) if np.isfinite(p_value) else 1.0, "points": int(len(values))}
+    return Trend(slope_per_s=float(slope), slope_low=float(low), slope_high=float(high), intercept=float(intercept),
+                 kendall_tau=float(tau) if np.isfinite(tau) else 0.0,
+                 p_value=float(p_value) if np.isfinite(p_value) else 1.0, points=int(len(values)))
 
 
 def find_bump(medians: np.ndarray, ordered: np.ndarray, starts: np.ndarray, rules: PatternRules) -> dict | None:
@@ -256,7 +258,7 @@ def find_bump(medians: np.ndarray, ordered: np.ndarray, starts: np.ndarray, rule
     return {"start": first, "end": end, "rise": rise, "p_value": p_value}
 
 
-def drift(req: RequestArrays, period: tuple[int, int] | None, rules: PatternRules) -> dict:
+def drift(req: RequestArrays, period: tuple[int, int] | None, rules: PatternRules) -> Drift:
     """Trend of segment median (and P99) latency; ``detected`` only for long, significant, material drift.
 
     A mid-run bump is not a trend: when the segment medians hold a bump (:func:`find_bump`: higher
@@ -265,9 +267,8 @@ def drift(req: RequestArrays, period: tuple[int, int] | None, rules: PatternRule
     [start, end] in s since the load start, on segment bounds), and the verdict follows it. A rise
     that lasts to the end of the run has no "after" and stays a trend; a bump in the middle of the
     run, which leaves no trend at all, is still named."""
-    empty = {"detected": False, "verdict": "insufficient data", "summary": "not enough data for a trend",
-             "median": None, "p99": None,
-             "segments": 0, "segment_s": None, "bump": None}
+    empty = Drift(detected=False, verdict="insufficient data", summary="not enough data for a trend",
+                  median=None, p99=None, segments=0, segment_s=None, bump=None)
     mask = req.in_latency
     if period is None or mask.sum() < 100:
         return empty
@@ -290,42 +291,40 @@ def drift(req: RequestArrays, period: tuple[int, int] | None, rules: PatternRule
     if found is not None:
         outside = trend(mid_s, np.where((np.arange(segments) >= found["start"]) & (np.arange(segments) < found["end"]),
                                         np.nan, medians))
-        if outside is not None and outside["p_value"] >= rules.alpha:
+        if outside is not None and outside.p_value >= rules.alpha:
             bump = [[round(found["start"] * segment_s, 1), round(found["end"] * segment_s, 1)]]
             median_trend, p99_trend = outside, None
     typical = float(np.nanmedian(medians))
     detected, change = False, None
-    verdict, summary = "insufficient data", empty["summary"]
+    verdict, summary = "insufficient data", empty.summary
     if median_trend is not None:
-        change = median_trend["slope_per_s"] * duration_s / typical if typical > 0 else 0.0
+        change = median_trend.slope_per_s * duration_s / typical if typical > 0 else 0.0
         shortfalls = ([f"the change is below the {rules.min_drift:.0%} a drift needs"]
                       if abs(change) < rules.min_drift else [])
         if duration_s < rules.min_duration_s:
             shortfalls.append(f"the run lasted {_minutes(duration_s)}, shorter than the "
                               f"{_minutes(rules.min_duration_s)} a drift needs")
-        verdict, note = call_trend(median_trend["p_value"] < rules.alpha, shortfalls, "drift", "trending", "stable")
+        verdict, note = call_trend(median_trend.p_value < rules.alpha, shortfalls, "drift", "trending", "stable")
         detected = verdict == "drift"
-        rate = (f"Theil–Sen {median_trend['slope_per_s'] * 3600:+.2f} ms/h" if duration_s >= PER_HOUR_MIN_SPAN_S
-                else f"Theil–Sen {median_trend['slope_per_s'] * duration_s:+.2f} ms over {_minutes(duration_s)}")
+        rate = (f"Theil–Sen {median_trend.slope_per_s * 3600:+.2f} ms/h" if duration_s >= PER_HOUR_MIN_SPAN_S
+                else f"Theil–Sen {median_trend.slope_per_s * duration_s:+.2f} ms over {_minutes(duration_s)}")
         summary = ("median latency " + ("rose" if change > 0 else "fell")
                    + f" {abs(change):.0%} over the run ({rate}, "
-                   f"Mann–Kendall p = {median_trend['p_value']:.2g})" + (f": {note}" if note else ""))
+                   f"Mann–Kendall p = {median_trend.p_value:.2g})" + (f": {note}" if note else ""))
         if bump is not None:
             (low, high), = bump
             summary = (f"a mid-run bump, not a trend: the median rose {found['rise']:+.0%} at {low:.0f}–{high:.0f} s "
                        f"and came back (Mann–Whitney p = {found['p_value']:.2g}); outside it median latency changed "
-                       f"{change:+.0%} over the run (Mann–Kendall p = {median_trend['p_value']:.2g}, no significant trend)")
-    return {"detected": detected, "verdict": verdict, "summary": summary, "relative_change": change,
-            "median": median_trend, "p99": p99_trend, "segments": segments,
-            "segment_s": segment_s, "bump": bump}
+                       f"{change:+.0%} over the run (Mann–Kendall p = {median_trend.p_value:.2g}, no significant trend)")
+    return Drift(detected=detected, verdict=verdict, summary=summary, relative_change=change, median=median_trend,
+                 p99=p99_trend, segments=segments, segment_s=segment_s, bump=bump)
 
 
-def leak(signals: SignalIndex, period: tuple[int, int] | None, rules: PatternRules) -> dict:
+def leak(signals: SignalIndex, period: tuple[int, int] | None, rules: PatternRules) -> Leak:
     """Trend of the target's RSS; ``detected`` only for long, significant, material growth."""
     name = next((n for n in RSS_SERIES if signals.has(n)), None)
-    empty = {"detected": False, "verdict": "insufficient data", "series": name,
-             "summary": "no RSS series of the target", "trend": None,
-             "growth_bytes": None, "slope_bytes_per_hour": None}
+    empty = Leak(detected=False, verdict="insufficient data", series=name, summary="no RSS series of the target",
+                 trend=None, growth_bytes=None, slope_bytes_per_hour=None)
     if name is None or period is None:
         return empty
     t, v = signals.readings(name)
@@ -336,9 +335,9 @@ def leak(signals: SignalIndex, period: tuple[int, int] | None, rules: PatternRul
         t, v = t[pick], v[pick]
     found = trend((t - period[0]) / NS_PER_S, v)
     if found is None:
-        return {**empty, "summary": "too few RSS readings for a trend"}
+        return dataclasses.replace(empty, summary="too few RSS readings for a trend")
     duration_s = (period[1] - period[0]) / NS_PER_S
-    growth = found["slope_per_s"] * duration_s
+    growth = found.slope_per_s * duration_s
     span_s = float(t[-1] - t[0]) / NS_PER_S
     per_hour = span_s >= PER_HOUR_MIN_SPAN_S
     material = max(rules.min_leak_bytes, rules.min_leak_share * float(v[0]))
@@ -346,23 +345,20 @@ def leak(signals: SignalIndex, period: tuple[int, int] | None, rules: PatternRul
     if duration_s < rules.min_duration_s:
         shortfalls.append(f"the run lasted {_minutes(duration_s)}, shorter than the "
                           f"{_minutes(rules.min_duration_s)} a leak needs")
-    verdict, note = call_trend(found["p_value"] < rules.alpha and growth > 0, shortfalls, "leak", "growing", "flat")
+    verdict, note = call_trend(found.p_value < rules.alpha and growth > 0, shortfalls, "leak", "growing", "flat")
     detected = verdict == "leak"
-    rate = (f"{found['slope_per_s'] * 3600 / 1e6:+.1f} MB/h" if per_hour
+    rate = (f"{found.slope_per_s * 3600 / 1e6:+.1f} MB/h" if per_hour
             else f"{_minutes(span_s)} of readings: too short for a per-hour rate")
     summary = (f"target RSS {'grew' if growth >= 0 else 'fell'} {growth / 1e6:+.1f} MB over the run "
-               f"({rate}, Mann–Kendall p = {found['p_value']:.2g})"
+               f"({rate}, Mann–Kendall p = {found.p_value:.2g})"
                + (f": {note}" if note else ""))
-    return {"detected": detected, "verdict": verdict, "series": name,
-            "summary": summary, "trend": found,
-            "growth_bytes": growth, "slope_bytes_per_hour": found["slope_per_s"] * 3600 if per_hour else None}
+    return Leak(detected=detected, verdict=verdict, series=name, summary=summary, trend=found, growth_bytes=growth,
+                slope_bytes_per_hour=found.slope_per_s * 3600 if per_hour else None)
 
 
-def pattern_warnings(patterns: dict) -> list[dict]:
-    """``{code, message}`` for every detected pattern (periodic_spikes, latency_drift, memory_leak)."""
-    out = []
-    for key, code in (("periodic", "periodic_spikes"), ("drift", "latency_drift"), ("leak", "memory_leak")):
-        entry = patterns.get(key) or {}
-        if entry.get("detected"):
-            out.append({"code": code, "message": entry["summary"]})
-    return out
+def pattern_warnings(patterns: Patterns) -> list[AnalysisWarning]:
+    """A warning for every detected pattern (periodic_spikes, latency_drift, memory_leak), its
+    summary the message."""
+    return [AnalysisWarning(code, entry.summary) for entry, code in (
+        (patterns.periodic, "periodic_spikes"), (patterns.drift, "latency_drift"), (patterns.leak, "memory_leak"))
+        if entry.detected]
