@@ -54,7 +54,9 @@ def _present_sections(analysis: dict) -> None:
     """The optional sections other analyzers add: streaming, goodput, sweep, limited windows, panels."""
     load_start = analysis["run"]["load_start_ns"]
     percentiles = analysis["summary"]["latency_ms"]
-    analysis["summary"]["goodput"] = {"share": 0.953, "rps": 55.1, "definition": "requests meeting p99 < 250ms"}
+    analysis["summary"]["goodput"] = {"share": 0.953, "good": 1715, "total": 1800, "rps": 55.1,
+                                      "criteria": ["p99 < 250ms"], "definition": "requests meeting p99 < 250ms",
+                                      "by_class": {}}
     analysis["streaming"] = {"ttft_ms": percentiles, "itl_ms": analysis["summary"]["service_time_ms"], "streams": 120}
     analysis["generator_limited_windows"] = [{"start_ns": load_start + 26 * NS, "end_ns": load_start + 27 * NS}]
     analysis["sweep"] = {"steps": [{"offered_rps": r, "achieved_rps": r * 0.99, "p50_ms": 10 + r / 10,
@@ -62,7 +64,8 @@ def _present_sections(analysis: dict) -> None:
                                    for r in (20, 40, 60, 80, 100, 120, 140)],
                          "knee_rps": 100.0, "max_rate_under_slo_rps": 100.0, "slo": "p99 < 250ms"}
     first_two = [s["name"] for s in analysis["signals"]["series"][:2]]
-    analysis["signals"]["panels"] = [{"title": "CPU", "series": first_two}]
+    analysis["signals"]["panels"] = [{"id": "cpu", "title": "CPU", "unit": analysis["signals"]["series"][0]["unit"],
+                                      "series": first_two}]
 
 
 @pytest.fixture(scope="module")
