@@ -20,7 +20,7 @@ from tailscope.analysis_model.spikes import CauseFinding
 from tailscope.analysis_model.summary import Summary
 from tailscope.analysis_model.verdict import SloRow
 from tailscope.reports.formatting import fmt_metric
-from tailscope.reports.upgrade import spikes_of, verdict_of
+from tailscope.reports.upgrade import findings_of, spikes_of, verdict_of, warnings_of
 from tailscope.support.units import percentile_label
 
 PLAIN_PROGRESS_INTERVAL_S = 5.0
@@ -128,13 +128,12 @@ def print_summary(console: Console, analysis: dict, paths: dict) -> None:
     stages = stage_table(analysis.get("stages") or {})
     if stages is not None:
         console.print(stages)
-    for finding in analysis.get("findings") or []:
-        color = "red" if finding.get("severity") == "high" else "yellow"
-        console.print(f"[bold {color}]finding {escape(str(finding.get('kind')))}:[/] {escape(str(finding.get('summary')))}",
+    for finding in findings_of(analysis):
+        color = "red" if finding.severity == "high" else "yellow"
+        console.print(f"[bold {color}]finding {escape(finding.kind)}:[/] {escape(finding.summary)}",
                       highlight=False, soft_wrap=True)
-    for warning in analysis.get("warnings", []):
-        text = warning.get("message", warning) if isinstance(warning, dict) else warning
-        console.print(f"[yellow]warning:[/] {text}", highlight=False, soft_wrap=True)
+    for warning in warnings_of(analysis):
+        console.print(f"[yellow]warning:[/] {warning.message}", highlight=False, soft_wrap=True)
     spikes = spikes_of(analysis)
     for spike in spikes[:MAX_SPIKES_PRINTED]:
         top = spike.top_cause or CauseFinding("unexplained", 0.0, {})

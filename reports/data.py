@@ -37,7 +37,7 @@ from tailscope.reports.overview_view import detection_text, signals_text, slo_ch
 from tailscope.reports.signal_view import summarise_panels
 from tailscope.reports.timeline import fault_label, timeline_charts
 from tailscope.reports.tracing_view import receiver_rows, stage_data, stage_section
-from tailscope.reports.upgrade import spike_detection_of, spikes_of, upgrade_analysis
+from tailscope.reports.upgrade import findings_of, spike_detection_of, spikes_of, upgrade_analysis, warnings_of
 from tailscope.support.units import percentile_label
 
 PERCENTILE_LABELS = tuple((key, percentile_label(key)) for key in ("p50", "p90", "p95", "p99", "p999"))
@@ -212,8 +212,8 @@ def build_report_data(analysis: dict) -> dict:
                    "top": [{"message": e.message, "count": fmt_count(e.count)} for e in summary.top_errors]},
         "lateness": {"p50": fmt_ms(summary.lateness_ms.p50_ms), "p99": fmt_ms(summary.lateness_ms.p99_ms),
                      "late_share": fmt_share(summary.lateness_ms.late_share)},
-        "warnings": [{"code": w["code"], "message": w["message"]} for w in analysis["warnings"]],
-        "findings": findings_data(analysis),
+        "warnings": [{"code": w.code, "message": w.message} for w in warnings_of(analysis)],
+        "findings": findings_data(findings_of(analysis)),
         "error_samples": error_sample_rows(analysis),
         "percentile_rows": percentile_rows(summary),
         "class_rows": [{**row, **class_slos[row["name"]]} for row in class_rows(classes)],

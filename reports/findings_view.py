@@ -1,7 +1,7 @@
 """The report's whole-run findings, the join's missing spans, and the error samples, as text.
 
-Reads only the analysis dict (``findings``, ``stages.missing_spans``,
-``error_samples``); an older analysis without them yields no rows / empty text.
+Reads the typed ``findings`` (reports/upgrade.py ``findings_of``), ``stages.missing_spans`` and the
+analysis's ``error_samples``; an older analysis without them yields no rows / empty text.
 Every value is pre-formatted text the template only loops over; the texts
 that come from the target (error messages and bodies) are passed through as
 they are and escaped by the template engine (autoescape), never marked safe.
@@ -9,6 +9,7 @@ they are and escaped by the template engine (autoescape), never marked safe.
 
 from __future__ import annotations
 
+from tailscope.analysis_model.findings import Finding
 from tailscope.analysis_model.stages import MissingSpans
 from tailscope.reports.formatting import fmt_count
 
@@ -21,11 +22,11 @@ FINDING_TITLES = {
 }
 
 
-def findings_data(analysis: dict) -> list[dict]:
-    """``[{"kind", "title", "severity", "summary"}]``, most severe first (as the analysis lists them)."""
-    return [{"kind": str(f.get("kind")), "title": FINDING_TITLES.get(f.get("kind"), str(f.get("kind"))),
-             "severity": str(f.get("severity")), "summary": str(f.get("summary"))}
-            for f in analysis.get("findings") or []]
+def findings_data(findings: list[Finding]) -> list[dict]:
+    """``[{"kind", "title", "severity", "summary"}]``, most severe first (as the analysis lists them);
+    a kind without a title shows as itself."""
+    return [{"kind": f.kind, "title": FINDING_TITLES.get(f.kind, f.kind), "severity": f.severity, "summary": f.summary}
+            for f in findings]
 
 
 def missing_spans_text(missing: MissingSpans | None) -> str:

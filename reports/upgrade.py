@@ -20,8 +20,10 @@ from __future__ import annotations
 import re
 
 from tailscope.analysis_model.codec import decode
+from tailscope.analysis_model.findings import Finding
 from tailscope.analysis_model.spikes import Spike, SpikeDetection
 from tailscope.analysis_model.verdict import DEFAULT_UNCLAIMED, Verdict
+from tailscope.analysis_model.warning import AnalysisWarning
 
 #: Old stage name -> current name, by the format version that renamed it.
 RENAMED_STAGES = {"client_network": "outside_server"}
@@ -110,6 +112,18 @@ def spikes_of(analysis: dict) -> list[Spike]:
     """The analysis's latency spikes as their type, however old the analysis (:func:`upgrade_spike`;
     none in an analysis without ``spikes``): the one door the report reads them through."""
     return decode(list[Spike], [upgrade_spike(spike) for spike in analysis.get("spikes") or []], "spikes")
+
+
+def findings_of(analysis: dict) -> list[Finding]:
+    """The analysis's whole-run findings as their type, most severe first as written; none in an
+    analysis written before findings existed: the one door the report and the terminal read them through."""
+    return decode(list[Finding], analysis.get("findings") or [], "findings")
+
+
+def warnings_of(analysis: dict) -> list[AnalysisWarning]:
+    """The analysis's warnings as their type, in the order written (none where the key is absent,
+    as in an analysis cut short)."""
+    return decode(list[AnalysisWarning], analysis.get("warnings") or [], "warnings")
 
 
 def spike_detection_of(analysis: dict) -> SpikeDetection | None:
