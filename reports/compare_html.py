@@ -14,6 +14,8 @@ distributions renders its tables without the charts.
 
 from __future__ import annotations
 
+from tailscope.analysis_model.codec import decode
+from tailscope.analysis_model.records import Distribution
 from tailscope.reports.distribution_view import distribution_charts
 from tailscope.reports.formatting import fmt_count, fmt_ms, fmt_rate, fmt_share, fmt_signed_ms
 from tailscope.reports.html import render_page
@@ -228,7 +230,7 @@ def build_comparison_data(comparison: dict) -> dict:
 
 
 def _overlay(distribution: dict | None, suffix: str, dash: str) -> dict | None:
-    curves = distribution_charts(distribution)
+    curves = distribution_charts(decode(Distribution, distribution, "distributions") if distribution else None)
     if not curves:
         return None
     return {"classes": [c for c in curves["classes"] if c["name"] == "all"] or curves["classes"][:1],

@@ -11,6 +11,7 @@ import json
 
 from tailscope.analysis_model.codec import decode
 from tailscope.analysis_model.events import Events
+from tailscope.analysis_model.run import Environment, Run
 from tailscope.analysis_model.signals import Signals
 from tailscope.analysis_model.stages import Stages
 from tailscope.analysis_model.summary import Summary
@@ -37,7 +38,18 @@ from tailscope.reports.overview_view import detection_text, signals_text, slo_ch
 from tailscope.reports.signal_view import summarise_panels
 from tailscope.reports.timeline import fault_label, timeline_charts
 from tailscope.reports.tracing_view import receiver_rows, stage_data, stage_section
-from tailscope.reports.upgrade import findings_of, spike_detection_of, spikes_of, upgrade_analysis, warnings_of
+from tailscope.reports.upgrade import (
+    distribution_of,
+    error_samples_of,
+    findings_of,
+    run_of,
+    slow_requests_of,
+    spike_detection_of,
+    spikes_of,
+    streaming_of,
+    upgrade_analysis,
+    warnings_of,
+)
 from tailscope.support.units import percentile_label
 
 PERCENTILE_LABELS = tuple((key, percentile_label(key)) for key in ("p50", "p90", "p95", "p99", "p999"))
@@ -100,46 +112,45 @@ def _key_values(mapping: dict) -> list[dict]:
     return [{"key": str(k), "value": v if isinstance(v, str) else json.dumps(v)} for k, v in mapping.items()]
 
 
-def environment_items(environment: dict | None) -> list[dict]:
+def environment_items(env: Environment | None) -> list[dict]:
     """The run's environment as a compact list of ``{"key", "value"}`` (server, model, GPUs, CPU,
     kernel, tailscope, scenario hash); what was not recorded says so. [] for analyses before it."""
-    if not environment:
+    if env is None:
         return []
-    env = environment
 
     def given(value) -> str:
         return "not recorded" if value is None else str(value)
 
-    if env.get("server_probed") is False:
-        server = f"{env['server_kind'] or 'unnamed kind'} (not asked: no OpenAI-API classes or known server preset)"
+    if env.server_probed is False:
+        server = f"{env.server_kind or 'unnamed kind'} (not asked: no OpenAI-API classes or known server preset)"
     else:
-        server = " ".join(str(v) for v in (env.get("server_kind"), env.get("server_version")) if v) or "not recorded"
-    model = given(env.get("model")) + (f" (max_model_len {env['max_model_len']})" if env.get("max_model_len") else "")
-    gpus = env.get("gpus") or (f"none ({env['gpu_absent']})" if env.get("gpu_absent") else "not recorded")
-    if env.get("gpus") and env.get("gpu_driver"):
-        gpus += f", driver {env['gpu_driver']}"
-    sha = env.get("scenario_sha256")
+        server = " ".join(str(v) for v in (env.server_kind, env.server_version) if v) or "not recorded"
+    model = given(env.model) + (f" (max_model_len {env.max_model_len})" if env.max_model_len else "")
+    gpus = env.gpus or (f"none ({env.gpu_absent})" if env.gpu_absent else "not recorded")
+    if env.gpus and env.gpu_driver:
+        gpus += f", driver {env.gpu_driver}"
+    sha = env.scenario_sha256
     return [{"key": "server", "value": server}, {"key": "model", "value": model}, {"key": "GPUs", "value": gpus},
-            {"key": "CPU", "value": given(env.get("cpu_model"))}, {"key": "kernel", "value": given(env.get("kernel"))},
-            {"key": "tailscope", "value": given(env.get("tailscope_version"))},
+            {"key": "CPU", "value": given(env.cpu_model)}, {"key": "kernel", "value": given(env.kernel)},
+            {"key": "tailscope", "value": given(env.tailscope_version)},
             {"key": "scenario SHA-256", "value": sha[:12] if sha else "not recorded"}]
 
 
-def setup_data(analysis: dict, signals: Signals) -> dict:
-    run = analysis["run"]
+def setup_data(analysis: dict, run: Run, signals: Signals) -> dict:
+    """The setup tab: the run's facts, scenario, host, environment, signal sources and receiver."""
     return {
         "run_rows": [
-            {"key": "name", "value": run["name"]}, {"key": "status", "value": run["status"]},
-            {"key": "path", "value": run["path"]}, {"key": "target", "value": run["target"] or "—"},
-            {"key": "started", "value": fmt_iso(run["start_ns"])}, {"key": "ended", "value": fmt_iso(run["end_ns"])},
-            {"key": "load duration", "value": f"{run['duration_s']:.1f} s"},
-            {"key": "format", "value": str(run["format_version"])},
-            {"key": "tailscope", "value": str(run["tailscope_version"])},
+            {"key": "name", "value": run.name}, {"key": "status", "value": run.status},
+            {"key": "path", "value": run.path}, {"key": "target", "value": run.target or "—"},
+            {"key": "started", "value": fmt_iso(run.start_ns)}, {"key": "ended", "value": fmt_iso(run.end_ns)},
+            {"key": "load duration", "value": f"{run.duration_s:.1f} s"},
+            {"key": "format", "value": str(run.format_version)},
+            {"key": "tailscope", "value": str(run.tailscope_version)},
             {"key": "window", "value": f"{analysis['window_s']:g} s"},
         ],
-        "scenario_json": json.dumps(run["scenario"], indent=2, sort_keys=True, default=str),
-        "host_rows": _key_values(run["host"]),
-        "environment": environment_items(run.get("environment")),
+        "scenario_json": json.dumps(run.scenario, indent=2, sort_keys=True, default=str),
+        "host_rows": _key_values(run.host),
+        "environment": environment_items(run.environment),
         "sources": [{"name": name, "state": "available" if s.available else "unavailable",
                      "reason": s.reason or ""} for name, s in signals.sources.items()],
         "receiver_rows": receiver_rows(analysis["receiver"]),
@@ -173,7 +184,7 @@ def chart_data(analysis: dict, cards: dict, stages: Stages, events: Events,
         "stages": {"names": list(by_stage), "p50": [s.p50_ms for s in by_stage.values()],
                    "p99": [s.p99_ms for s in by_stage.values()]},
         "cards": cards["charts"],
-        "distribution": distribution_charts(analysis.get("distribution")),
+        "distribution": distribution_charts(distribution_of(analysis)),
         "sweep": sweep_chart,
         "llm": llm_view.llm_charts(analysis),
         "server": server_view.server_panels(analysis),
@@ -186,8 +197,8 @@ def build_report_data(analysis: dict) -> dict:
     """The presentation dict of one analysis (see module docstring); an older analysis is read
     with the current names (:func:`upgrade_analysis`)."""
     analysis = upgrade_analysis(analysis)
-    summary, run = decode(Summary, analysis["summary"], "summary"), analysis["run"]
-    origin = run["load_start_ns"] or run["start_ns"]
+    summary, run = decode(Summary, analysis["summary"], "summary"), run_of(analysis)
+    origin = run.load_start_ns or run.start_ns
     cards = spike_cards(spikes_of(analysis), origin)
     stages, events = stage_section(analysis), decode(Events, analysis["events"], "events")
     signal_section = decode(Signals, analysis["signals"], "signals")
@@ -197,10 +208,12 @@ def build_report_data(analysis: dict) -> dict:
     classes = decode(dict[str, Summary], analysis["classes"], "classes")
     class_slos = loadgen_view.class_slo_cells(list(classes), summary.goodput, verdict_section)
     tokens = llm_view.token_spike_cards(analysis)  # an LLM run's TTFT/TPOT spikes, carded beside latency's
+    windows = charts["latency"]["windows"]  # how many (the timeline read them)
+    streaming, slow, distribution = streaming_of(analysis), slow_requests_of(analysis), distribution_of(analysis)
     ranked, capped = rank_cards(cards["cards"], tokens["cards"])
     return {
-        "title": f"tailscope — {run['name']}",
-        "run_name": run["name"],
+        "title": f"tailscope — {run.name}",
+        "run_name": run.name,
         "verdict": verdict,
         "slo_chips": slo_chips(verdict["rows"]),
         "headline": [{"label": label, **percentile_cells(getattr(summary.latency_ms, key))}
@@ -214,11 +227,11 @@ def build_report_data(analysis: dict) -> dict:
                      "late_share": fmt_share(summary.lateness_ms.late_share)},
         "warnings": [{"code": w.code, "message": w.message} for w in warnings_of(analysis)],
         "findings": findings_data(findings_of(analysis)),
-        "error_samples": error_sample_rows(analysis),
+        "error_samples": error_sample_rows(error_samples_of(analysis)),
         "percentile_rows": percentile_rows(summary),
         "class_rows": [{**row, **class_slos[row["name"]]} for row in class_rows(classes)],
         "generator": loadgen_view.generator_data(analysis, summary.lateness_ms),
-        "stream_rates": loadgen_view.streaming_rates(analysis.get("streaming")),
+        "stream_rates": loadgen_view.streaming_rates(streaming),
         "stages": stage_data(stages),
         "spikes": cards["rows"],
         "spike_cards": ranked,
@@ -226,18 +239,18 @@ def build_report_data(analysis: dict) -> dict:
         "minor_token_spikes": tokens["minor"],
         "uncarded_spikes": cards["uncarded"] + capped,
         "detection": detection_text(spike_detection_of(analysis), len(cards["rows"]), len(cards["minor"])),
-        "tail": tail_text(charts["tail"], len(analysis["windows"])),
+        "tail": tail_text(charts["tail"], windows),
         "signals": {"text": signals_text(signals), "constants": signals["constants"],
                     "panels": len(signals["panels"])},
         "events": event_data(events, origin),
         "outages": reliability_view.outage_data(analysis.get("outages"), origin),
         "soak": reliability_view.soak_data(analysis.get("soak"), origin),
         "retention": reliability_view.retention_data(analysis.get("retention")),
-        "setup": setup_data(analysis, signal_section),
-        "has_windows": bool(analysis["windows"]),
+        "setup": setup_data(analysis, run, signal_section),
+        "has_windows": bool(windows),
         "goodput": extras.goodput(summary.goodput),
-        "loop": extras.loop_label(run.get("scenario")),
-        "streaming": extras.streaming(analysis.get("streaming")),
+        "loop": extras.loop_label(run.scenario),
+        "streaming": extras.streaming(streaming),
         "llm": llm_view.llm_data(analysis),
         "llm_headline": llm_view.llm_headline(analysis),
         "server": charts["server"],  # the panels' titles; their series travel in charts
@@ -245,9 +258,9 @@ def build_report_data(analysis: dict) -> dict:
         "has_other_chart": charts["other"] is not None,
         "slow_split": server_view.slow_split_data(analysis),
         "sweep": extras.sweep(analysis.get("sweep"))[0],
-        "has_distribution": bool(analysis.get("distribution", {}).get("bin_edges_ms")),
-        "slow_points": {"shown": fmt_count((analysis.get("slow_requests") or {}).get("shown")),
-                        "above": fmt_count((analysis.get("slow_requests") or {}).get("above_threshold")),
-                        "threshold": fmt_ms((analysis.get("slow_requests") or {}).get("threshold_ms"))},
+        "has_distribution": bool(distribution is not None and distribution.bin_edges_ms),
+        "slow_points": {"shown": fmt_count(slow.shown if slow is not None else None),
+                        "above": fmt_count(slow.above_threshold if slow is not None else None),
+                        "threshold": fmt_ms(slow.threshold_ms if slow is not None else None)},
         "charts": charts,
     }

@@ -3,9 +3,9 @@
 Keys read (all optional; docs/report.md lists them for the analyzers' authors):
 
 - ``summary.goodput`` — a share in [0, 1], or ``{"share", "rps", "definition"}``;
-- ``streaming`` — ``{metric: percentile_set}`` for the run (e.g. ``ttft_ms``,
-  ``itl_ms``, ``tpot_ms``), optionally ``classes: {cls: {metric: percentile_set}}``
-  and scalar facts (``streams``, ``tokens_per_s``...);
+- ``streaming`` — read as :class:`~tailscope.analysis_model.streaming.Streaming`: TTFT and
+  inter-token latency over every streamed request and per class, and the scalar facts (requests,
+  chunks, tokens/s...);
 - ``generator_limited_windows`` — ``[{"start_ns", "end_ns"}]`` (drawn as grey bands);
 - ``sweep`` — ``{"steps": [{"offered_rps", "achieved_rps", "p50_ms", "p99_ms",
   "error_rate", "passed"}], "knee_rps", "max_rate_under_slo_rps", "slo"}``;
@@ -14,13 +14,14 @@ Keys read (all optional; docs/report.md lists them for the analyzers' authors):
 
 from __future__ import annotations
 
+from tailscope.analysis_model.percentiles import PercentileSet
+from tailscope.analysis_model.streaming import Streaming, StreamMetrics
 from tailscope.analysis_model.summary import Goodput
 from tailscope.reports.formatting import fmt_count, fmt_ms, fmt_number, fmt_rate, fmt_share
 from tailscope.support.units import percentile_label
 
 PERCENTILES = tuple((key, percentile_label(key)) for key in ("p50", "p90", "p99", "p999"))
-METRIC_LABELS = {"ttft_ms": "time to first token", "itl_ms": "inter-token latency",
-                 "tpot_ms": "time per output token", "e2e_ms": "end-to-end"}
+METRIC_LABELS = {"ttft_ms": "time to first token", "itl_ms": "inter-token latency"}
 
 
 def goodput(value: Goodput | None) -> dict | None:
@@ -31,38 +32,32 @@ def goodput(value: Goodput | None) -> dict | None:
     return {"share": fmt_share(value.share), "rps": fmt_rate(value.rps), "definition": value.definition}
 
 
-def _percentile_value(entry) -> str:
-    if isinstance(entry, dict):
-        return fmt_ms(entry.get("value_ms", entry.get("value")))
-    return fmt_ms(entry) if isinstance(entry, (int, float)) else "—"
+#: The streamed metrics' scalar facts, in the order the table shows them.
+STREAM_FACTS = ("requests", "chunks", "chunks_per_request", "tokens_per_s", "decode_tokens_per_s_p50",
+                "decode_tokens_per_s_mean")
 
 
-def _is_percentile_set(value) -> bool:
-    return isinstance(value, dict) and any(key in value for key, _ in PERCENTILES)
+def metric_rows(metrics: StreamMetrics | None, scope: str) -> list[dict]:
+    """One row per percentile-set metric (TTFT; inter-token latency where measured): scope, metric
+    label, P50…P99.9 (ms) and n; none for ``metrics`` None (nothing streamed)."""
+    if metrics is None:
+        return []
+    sets: tuple[tuple[str, PercentileSet | None], ...] = (("ttft_ms", metrics.ttft_ms), ("itl_ms", metrics.itl_ms))
+    return [{"scope": scope, "metric": METRIC_LABELS[key],
+             **{label: fmt_ms(getattr(value, k).value_ms) for k, label in PERCENTILES},
+             "n": fmt_count(value.p50.n)} for key, value in sets if value is not None]
 
 
-def metric_rows(metrics: dict, scope: str) -> list[dict]:
-    """One row per percentile-set metric of a mapping: scope, metric label, P50…P99.9, n."""
-    rows = []
-    for key, value in (metrics or {}).items():
-        if not _is_percentile_set(value):
-            continue
-        p50 = value.get("p50") if isinstance(value.get("p50"), dict) else {}
-        rows.append({"scope": scope, "metric": METRIC_LABELS.get(key, key),
-                     **{label: _percentile_value(value.get(k)) for k, label in PERCENTILES},
-                     "n": fmt_count(p50.get("n"))})
-    return rows
-
-
-def streaming(section: dict | None) -> dict | None:
-    """Streaming metrics table (run, then per class) and scalar facts; None when absent."""
-    if not section:
+def streaming(section: Streaming | None) -> dict | None:
+    """Streaming metrics table (run, then per class) and scalar facts; None when absent or when
+    nothing streamed."""
+    if section is None:
         return None
-    rows = metric_rows(section, "all")
-    for cls, metrics in (section.get("classes") or {}).items():
+    rows = metric_rows(section.overall, "all")
+    for cls, metrics in section.classes.items():
         rows += metric_rows(metrics, str(cls))
-    facts = [{"key": str(k), "value": fmt_number(v)} for k, v in section.items()
-             if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    facts = [{"key": key, "value": fmt_number(value)} for key in STREAM_FACTS
+             if (value := getattr(section, key)) is not None]
     if not rows and not facts:
         return None
     return {"rows": rows, "facts": facts, "labels": [label for _, label in PERCENTILES]}

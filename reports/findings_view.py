@@ -10,6 +10,7 @@ they are and escaped by the template engine (autoescape), never marked safe.
 from __future__ import annotations
 
 from tailscope.analysis_model.findings import Finding
+from tailscope.analysis_model.run import ErrorSamples
 from tailscope.analysis_model.stages import MissingSpans
 from tailscope.reports.formatting import fmt_count
 
@@ -48,15 +49,15 @@ def missing_spans_text(missing: MissingSpans | None) -> str:
     return "missing server spans: " + "; ".join(parts) + waited
 
 
-def error_sample_rows(analysis: dict) -> list[dict]:
+def error_sample_rows(samples: ErrorSamples) -> list[dict]:
     """One row per sampled error: class, status, kind, count, message and body (untrusted text)."""
     rows = []
-    for cls, entry in ((analysis.get("error_samples") or {}).get("classes") or {}).items():
-        for sample in entry.get("samples") or []:
-            rows.append({"cls": str(cls), "status": "—" if sample.get("status") in (None, 0) else str(sample["status"]),
-                         "kind": str(sample.get("error_kind") or "—"), "count": fmt_count(sample.get("count")),
-                         "message": str(sample.get("message") or ""), "body": str(sample.get("body") or "")})
-        if entry.get("unsampled"):
-            rows.append({"cls": str(cls), "status": "", "kind": "", "count": fmt_count(entry["unsampled"]),
+    for cls, entry in samples.classes.items():
+        for sample in entry.samples:
+            rows.append({"cls": str(cls), "status": "—" if sample.status in (None, 0) else str(sample.status),
+                         "kind": sample.error_kind or "—", "count": fmt_count(sample.count),
+                         "message": sample.message or "", "body": sample.body or ""})
+        if entry.unsampled:
+            rows.append({"cls": str(cls), "status": "", "kind": "", "count": fmt_count(entry.unsampled),
                          "message": "other errors (beyond the distinct ones kept)", "body": ""})
     return rows

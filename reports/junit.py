@@ -18,7 +18,7 @@ import xml.etree.ElementTree as ET
 
 from tailscope.analysis_model.verdict import SloRow
 from tailscope.reports.formatting import fmt_metric
-from tailscope.reports.upgrade import verdict_of
+from tailscope.reports.upgrade import run_of, verdict_of
 
 SUITE_NAME = "tailscope.slo"
 COMPARE_SUITE_NAME = "tailscope.compare"
@@ -26,7 +26,7 @@ COMPARE_SUITE_NAME = "tailscope.compare"
 
 def slo_suite(analysis: dict) -> ET.Element:
     """The SLO verdict as one ``<testsuite>``."""
-    verdict = verdict_of(analysis)
+    verdict, run = verdict_of(analysis), run_of(analysis)
     rows = verdict.slos
     unclaimed_fails = verdict.policy.unclaimed == "fail"
     statuses = [_status(row, unclaimed_fails) for row in rows]
@@ -34,11 +34,10 @@ def slo_suite(analysis: dict) -> ET.Element:
     suite = ET.Element("testsuite", {
         "name": SUITE_NAME, "tests": str(len(rows) + incomplete), "failures": str(statuses.count("fail")),
         "errors": str(int(incomplete)), "skipped": str(statuses.count("unclaimed")),
-        "time": f"{analysis['run']['duration_s']:.3f}",
+        "time": f"{run.duration_s:.3f}",
     })
     properties = ET.SubElement(suite, "properties")
-    for name, value in (("run", analysis["run"]["name"]), ("path", analysis["run"]["path"]),
-                        ("status", analysis["run"]["status"])):
+    for name, value in (("run", run.name), ("path", run.path), ("status", run.status)):
         ET.SubElement(properties, "property", {"name": name, "value": str(value)})
     if incomplete:
         case = ET.SubElement(suite, "testcase", {"classname": f"{SUITE_NAME}.run", "name": "run complete", "time": "0"})

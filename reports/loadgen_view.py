@@ -9,9 +9,11 @@ from __future__ import annotations
 
 from tailscope.analysis_model.codec import decode
 from tailscope.analysis_model.health import Generator, GeneratorProcess, LatenessRule
+from tailscope.analysis_model.streaming import Streaming
 from tailscope.analysis_model.summary import Goodput, Lateness
 from tailscope.analysis_model.verdict import Verdict
 from tailscope.reports.formatting import fmt_count, fmt_ms, fmt_number, fmt_offset, fmt_rate, fmt_share
+from tailscope.reports.upgrade import run_of
 
 CAUSE_TEXT = {
     "in_flight_cap": "the in-flight cap was full",
@@ -65,7 +67,7 @@ def generator_data(analysis: dict, lateness: Lateness) -> dict | None:
     if not analysis.get("generator"):
         return None
     generator = decode(Generator, analysis["generator"], "generator")
-    origin = analysis["run"].get("load_start_ns")
+    origin = run_of(analysis).load_start_ns
     cpu, gc, processes = generator.cpu, generator.gc, generator.processes
     facts = [
         {"key": "arrivals", "value": _arrival_text(generator.load_model)},
@@ -156,12 +158,11 @@ def class_slo_cells(classes: list[str], goodput: Goodput | None, verdict: Verdic
     return cells
 
 
-def streaming_rates(section: dict | None) -> list[dict]:
-    """Tokens/s per class (output rate and per-response decode speed) as text rows."""
-    rows = []
-    for name, metrics in ((section or {}).get("classes") or {}).items():
-        rows.append({"scope": name, "requests": fmt_count(metrics.get("requests")),
-                     "chunks": fmt_number(metrics.get("chunks_per_request")),
-                     "rate": fmt_rate(metrics.get("tokens_per_s")).replace("req/s", "tokens/s"),
-                     "decode": fmt_number(metrics.get("decode_tokens_per_s_p50"))})
-    return rows
+def streaming_rates(section: Streaming | None) -> list[dict]:
+    """Tokens/s per class that streamed (output rate and per-response decode speed) as text rows;
+    none without the section."""
+    classes = section.classes if section is not None else {}
+    return [{"scope": name, "requests": fmt_count(metrics.requests),
+             "chunks": fmt_number(metrics.chunks_per_request),
+             "rate": fmt_rate(metrics.tokens_per_s).replace("req/s", "tokens/s"),
+             "decode": fmt_number(metrics.decode_tokens_per_s_p50)} for name, metrics in classes.items()]

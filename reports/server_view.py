@@ -28,6 +28,7 @@ from tailscope.analysis_model.server import OtherTraffic, ServerLoad
 from tailscope.analysis_model.stages import SlowSplit
 from tailscope.reports.downsample import lttb
 from tailscope.reports.formatting import NS_PER_S, fmt_count, fmt_ms, fmt_number
+from tailscope.reports.upgrade import run_of
 
 MAX_LINE_POINTS = 2000
 
@@ -62,8 +63,8 @@ def _optional(analysis: dict, key: str, cls: type[T]) -> T | None:
 
 def _origin_ns(analysis: dict) -> int:
     """Where the x axes start: the load start (epoch ns), else the run's start, else 0."""
-    run = analysis["run"]
-    return run["load_start_ns"] or run["start_ns"] or 0
+    run = run_of(analysis)
+    return run.load_start_ns or run.start_ns or 0
 
 
 def _slow_split(analysis: dict) -> SlowSplit | None:

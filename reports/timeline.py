@@ -27,12 +27,21 @@ from __future__ import annotations
 
 from tailscope.analysis_model.codec import decode
 from tailscope.analysis_model.events import Event, Events
+from tailscope.analysis_model.records import RollingLine, RollingLines, SlowRequests, TailLine, Window
 from tailscope.analysis_model.signals import Signals, SignalSeries
 from tailscope.reports.cards import minor_flags
 from tailscope.reports.downsample import lttb
 from tailscope.reports.formatting import NS_PER_S
 from tailscope.reports.signal_panels import build_panels
-from tailscope.reports.upgrade import spike_detection_of, spikes_of
+from tailscope.reports.upgrade import (
+    rolling_lines_of,
+    run_of,
+    slow_requests_of,
+    spike_detection_of,
+    spikes_of,
+    tail_line_of,
+    windows_of,
+)
 from tailscope.support.units import percentile_label
 
 MAX_LINE_POINTS = 2000
@@ -46,15 +55,15 @@ def seconds(values_ns, origin_ns) -> list:
     return [round((v - origin_ns) / NS_PER_S, 6) for v in values_ns]
 
 
-def latency_lines(windows: list[dict], origin_ns: int, skip: tuple[str, ...] = ()) -> dict:
+def latency_lines(windows: list[Window], origin_ns: int, skip: tuple[str, ...] = ()) -> dict:
     """``{"lines": [{"name", "x", "y"}], "windows": n, "downsampled": bool}``, one line per window
     percentile (those with a value in some window; ``skip``: column keys left out)."""
-    mids = [((w["start_ns"] + w["end_ns"]) / 2 - origin_ns) / NS_PER_S for w in windows]
+    mids = [((w.start_ns + w.end_ns) / 2 - origin_ns) / NS_PER_S for w in windows]
     lines = []
     for key, label in WINDOW_PERCENTILES:
-        if key in skip or not any(w.get(key) is not None for w in windows):
+        values = [getattr(w, key) for w in windows]
+        if key in skip or all(v is None for v in values):
             continue
-        values = [w.get(key) for w in windows]
         if len(windows) <= MAX_LINE_POINTS:
             x, y = mids, values  # every window; nulls stay gaps in the line
         else:
@@ -68,48 +77,44 @@ def latency_lines(windows: list[dict], origin_ns: int, skip: tuple[str, ...] = (
 MIN_CLAIMED_WINDOW_SHARE = 0.5
 
 
-def latency_chart(analysis: dict, origin_ns: int, rolling_p99: bool) -> dict:
+def latency_chart(windows: list[Window], rolling: RollingLines, origin_ns: int, rolling_p99: bool) -> dict:
     """:func:`latency_lines` of the windows, with the P50 and P90 drawn from their rolling lines
     (each point over at least the requests that claim it: 7 and 44) where fewer than
     MIN_CLAIMED_WINDOW_SHARE of the windows holding requests claim their own — at any rate there
     are P50/P90 lines, and a line with no value is not drawn (so not in the legend).
     ``rolling_p99``: the P99 comes from ``tail_line`` (the window P99 is left out)."""
-    windows = analysis.get("windows") or []
-    rolling = analysis.get("rolling_lines") or {}
-    held = [w for w in windows if (w.get("n") or 0) > 0]
-    swapped = []
-    for key, label in (("p50_ms", "P50"), ("p90_ms", "P90")):
-        line = rolling.get(key[:-3])
-        claimed = sum(w.get(key) is not None for w in held)
-        if line and line.get("t_ns") and claimed < MIN_CLAIMED_WINDOW_SHARE * len(held):
+    held = [w for w in windows if (w.n or 0) > 0]
+    swapped: list[tuple[str, str, RollingLine]] = []
+    for key, label, line in (("p50_ms", "P50", rolling.p50), ("p90_ms", "P90", rolling.p90)):
+        claimed = sum(getattr(w, key) is not None for w in held)
+        if line is not None and line.t_ns and claimed < MIN_CLAIMED_WINDOW_SHARE * len(held):
             swapped.append((key, label, line))
     chart = latency_lines(windows, origin_ns, (("p99_ms",) if rolling_p99 else ()) + tuple(k for k, _, _ in swapped))
     for _, label, line in swapped:
-        chart["lines"].append({"name": f"{label} (rolling, ≥ {int(line.get('min_samples') or 0)} requests)",
-                               "key": label, "rolling": True, "x": seconds(line["t_ns"], origin_ns),
-                               "y": list(line["values_ms"])})
+        chart["lines"].append({"name": f"{label} (rolling, ≥ {line.min_samples} requests)",
+                               "key": label, "rolling": True, "x": seconds(line.t_ns, origin_ns),
+                               "y": list(line.values_ms)})
     return chart
 
 
-def rolling_tail(line: dict | None, origin_ns: int) -> dict | None:
+def rolling_tail(line: TailLine | None, origin_ns: int) -> dict | None:
     """The rolling P99 line (``analysis.tail_line``): x (s at each point's end), y (ms), its rule as words."""
-    if not line or not line.get("t_ns"):
+    if line is None or not line.t_ns:
         return None
-    span = line.get("span_s") or {}
-    return {"name": "P99 (rolling)", "x": seconds(line["t_ns"], origin_ns), "y": list(line["values_ms"]),
-            "min_samples": int(line.get("min_samples") or 0), "step_s": line.get("step_s"),
-            "span_median_s": span.get("median")}
+    return {"name": "P99 (rolling)", "x": seconds(line.t_ns, origin_ns), "y": list(line.values_ms),
+            "min_samples": line.min_samples, "step_s": line.step_s, "span_median_s": line.span_s.median}
 
 
-def slow_points(slow: dict | None, origin_ns: int) -> dict:
-    """Slow requests as points: x (s), y (ms), class names, trace ids and the counts shown / above."""
-    slow = slow or {}
+def slow_points(slow: SlowRequests | None, origin_ns: int) -> dict:
+    """Slow requests as points: x (s), y (ms), class names, trace ids and the counts shown / above
+    (none, 0 and no threshold in an analysis without them)."""
+    if slow is None:
+        slow = SlowRequests(None, 0, 0, [], [], [], [])
     return {
-        "x": seconds(slow.get("t_ns") or [], origin_ns), "y": list(slow.get("latency_ms") or []),
-        "cls": [str(c) if c is not None else "" for c in slow.get("cls") or []],
-        "trace": [str(t) if t is not None else "" for t in slow.get("trace_id") or []],
-        "shown": int(slow.get("shown") or 0), "above": int(slow.get("above_threshold") or 0),
-        "threshold_ms": slow.get("threshold_ms"),
+        "x": seconds(slow.t_ns, origin_ns), "y": list(slow.latency_ms),
+        "cls": [str(c) if c is not None else "" for c in slow.cls],
+        "trace": [str(t) if t is not None else "" for t in slow.trace_id],
+        "shown": slow.shown, "above": slow.above_threshold, "threshold_ms": slow.threshold_ms,
     }
 
 
@@ -159,21 +164,21 @@ def signal_panels(signals: Signals, origin_ns: int) -> list[dict]:
 def timeline_charts(analysis: dict, events: Events | None = None, signals: Signals | None = None) -> dict:
     """Everything drawn against the shared time axis (see the module docstring); ``events`` and
     ``signals``: those sections when the caller has read them already (else read here)."""
-    run = analysis["run"]
-    origin = run.get("load_start_ns") or run.get("start_ns") or 0
+    run = run_of(analysis)
+    origin = run.load_start_ns or run.start_ns or 0
     events = events if events is not None else decode(Events, analysis["events"], "events")
     faults = [{"start_ns": f.start_ns, "end_ns": f.end_ns, "label": fault_label(f)} for f in events.faults]
-    tail = rolling_tail(analysis.get("tail_line"), origin)
+    tail = rolling_tail(tail_line_of(analysis), origin)
     spikes = spikes_of(analysis)
     labelled = [{"start_ns": s.start_ns, "end_ns": s.end_ns, "label": f"spike {i}"} for i, s in enumerate(spikes, 1)]
     minor = minor_flags(spikes)
     detection = spike_detection_of(analysis)
     return {
         "x_title": "seconds since load start",
-        "x_range": [0.0, run.get("duration_s") or 0.0],
-        "latency": latency_chart(analysis, origin, tail is not None),
+        "x_range": [0.0, run.duration_s],
+        "latency": latency_chart(windows_of(analysis), rolling_lines_of(analysis), origin, tail is not None),
         "tail": tail,
-        "slow": slow_points(analysis.get("slow_requests"), origin),
+        "slow": slow_points(slow_requests_of(analysis), origin),
         "spikes": bands([s for s, m in zip(labelled, minor) if not m], origin, lambda s: s["label"]),
         "minor_spikes": bands([s for s, m in zip(labelled, minor) if m], origin, lambda s: s["label"] + " (minor)"),
         "faults": bands(faults, origin, lambda f: f["label"]),

@@ -21,7 +21,10 @@ import re
 
 from tailscope.analysis_model.codec import decode
 from tailscope.analysis_model.findings import Finding
+from tailscope.analysis_model.records import Distribution, RollingLines, SlowRequests, TailLine, Window
+from tailscope.analysis_model.run import ErrorSamples, Run
 from tailscope.analysis_model.spikes import Spike, SpikeDetection
+from tailscope.analysis_model.streaming import Streaming
 from tailscope.analysis_model.verdict import DEFAULT_UNCLAIMED, Verdict
 from tailscope.analysis_model.warning import AnalysisWarning
 
@@ -130,3 +133,51 @@ def spike_detection_of(analysis: dict) -> SpikeDetection | None:
     """The ``spike_detection`` section as its type; None in an analysis written before it existed."""
     detection = analysis.get("spike_detection")
     return None if detection is None else decode(SpikeDetection, detection, "spike_detection")
+
+
+def run_of(analysis: dict) -> Run:
+    """The ``run`` section as its type (an older analysis: no environment, nothing damaged, no abort)."""
+    return decode(Run, analysis["run"], "run")
+
+
+def windows_of(analysis: dict) -> list[Window]:
+    """The display windows as their type, in time order (none in a run without a load period)."""
+    return decode(list[Window], analysis.get("windows") or [], "windows")
+
+
+def slow_requests_of(analysis: dict) -> SlowRequests | None:
+    """The slow-request points as their type; None in an analysis written before them."""
+    slow = analysis.get("slow_requests")
+    return None if slow is None else decode(SlowRequests, slow, "slow_requests")
+
+
+def tail_line_of(analysis: dict) -> TailLine | None:
+    """The rolling P99 line; None for a retained run, too few requests or an analysis before it."""
+    line = analysis.get("tail_line")
+    return None if line is None else decode(TailLine, line, "tail_line")
+
+
+def rolling_lines_of(analysis: dict) -> RollingLines:
+    """The rolling P50 and P90 lines (each None where there is none: a retained run, too few
+    requests, an analysis before them)."""
+    lines = analysis.get("rolling_lines")
+    return RollingLines(None, None) if lines is None else decode(RollingLines, lines, "rolling_lines")
+
+
+def distribution_of(analysis: dict) -> Distribution | None:
+    """The latency histogram; None in an analysis written before it."""
+    distribution = analysis.get("distribution")
+    return None if distribution is None else decode(Distribution, distribution, "distribution")
+
+
+def streaming_of(analysis: dict) -> Streaming | None:
+    """The streamed-response metrics; None in an analysis written before them."""
+    streaming = analysis.get("streaming")
+    return None if streaming is None else decode(Streaming, streaming, "streaming")
+
+
+def error_samples_of(analysis: dict) -> ErrorSamples:
+    """The error samples per class; not ``available`` (no classes) in an analysis written before them."""
+    samples = analysis.get("error_samples")
+    return (ErrorSamples(available=False, classes={}) if samples is None
+            else decode(ErrorSamples, samples, "error_samples"))

@@ -26,6 +26,13 @@ ONERROR_PAYLOAD = "<img src=x onerror=\"window.__pwned='onerror'\">"
 SVG_PAYLOAD = "<svg onload=\"window.__pwned='svg'\"></svg>"
 
 
+def run_section(**facts) -> dict:
+    """A whole ``run`` section as analyses write it (a complete run, no load period), ``facts`` over it."""
+    return {"path": "/r", "name": "r", "status": "complete", "incomplete": False, "incomplete_reason": None,
+            "start_ns": None, "end_ns": None, "load_start_ns": None, "load_end_ns": None, "duration_s": 0.0,
+            "target": None, "scenario": {}, "host": {}, "truncated_files": [], **facts}
+
+
 def add_hostile_spans(run_path: str, count: int = 6) -> None:
     """Spans with hostile names, services and attributes, joined to real requests (listed as unmapped)."""
     run = load_run(run_path)

@@ -17,6 +17,8 @@ from tailscope.analysis_model.run import Run
 from tailscope.analysis_model.sections import TYPED
 from tailscope.analysis_model.streaming import Streaming
 from tailscope.analyzers.analysis import analyze_run
+from tailscope.reports.data import build_report_data
+from tailscope.reports.html import render_html
 from tailscope.testkit.synthetic import write_synthetic_run
 from tailscope.testkit.synthetic_llm import write_synthetic_llm_run
 
@@ -98,3 +100,31 @@ def test_an_older_analysis_without_the_later_fields_reads_with_the_defaults(anal
     assert (facts.environment, facts.damaged_files, facts.abort_reasons, facts.format_version) == (None, (), (), None)
     windows = [decode(Window, w) for w in old["windows"]]
     assert windows and all((w.n, w.p90_ms, w.too_few_samples, w.max_ms) == (None, None, (), None) for w in windows)
+
+
+@pytest.mark.parametrize("run", ["plain", "llm"])
+def test_an_older_analysis_without_the_later_fields_still_renders(analyses, run):
+    old = _as_older(analyses[run])
+    data = build_report_data(old)
+    setup = {row["key"]: row["value"] for row in data["setup"]["run_rows"]}
+    assert (setup["format"], setup["tailscope"], data["setup"]["environment"]) == ("None", "None", [])
+    current = build_report_data(analyses[run])
+    if current["streaming"] is None:
+        assert data["streaming"] is None
+    else:  # the same tables, less the facts the older analysis lacks
+        later = {"chunks_per_request", "decode_tokens_per_s_p50", "decode_tokens_per_s_mean"}
+        assert data["streaming"]["rows"] == current["streaming"]["rows"]
+        assert data["streaming"]["facts"] == [f for f in current["streaming"]["facts"] if f["key"] not in later]
+    assert data["charts"]["slow"] == current["charts"]["slow"] and data["charts"]["tail"] == current["charts"]["tail"]
+    html = render_html(data)
+    assert analyses[run]["run"]["name"] in html
+
+
+def test_an_analysis_without_the_optional_record_sections_still_renders(analyses):
+    old = copy.deepcopy(analyses["llm"])
+    for key in ("slow_requests", "tail_line", "rolling_lines", "distribution", "streaming", "error_samples"):
+        old.pop(key)
+    data = build_report_data(old)
+    assert data["charts"]["slow"]["shown"] == 0 and data["charts"]["tail"] is None
+    assert (data["streaming"], data["stream_rates"], data["error_samples"], data["has_distribution"]) == (None, [], [], False)
+    assert render_html(data)

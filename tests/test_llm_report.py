@@ -17,6 +17,7 @@ import os
 import numpy as np
 import pytest
 from cli_helpers import only_run_dir, run_tailscope
+from report_fixtures import run_section
 
 from tailscope.analysis_model.codec import decode
 from tailscope.analysis_model.spikes import CauseFinding
@@ -78,7 +79,7 @@ def test_server_panels_give_the_kv_cache_in_percent_and_preemptions_per_second(k
 
 
 def test_other_traffic_is_a_rate_per_window_and_a_sentence():
-    analysis = {"run": {"load_start_ns": 10 * NS}, "stages": {"joined_requests": 40},
+    analysis = {"run": run_section(load_start_ns=10 * NS), "stages": {"joined_requests": 40},
                 "other_traffic": {"requests": 12, "prompt_tokens": 6000, "output_tokens": None, "token_attributes": None, "window_s": 2.0,
                                   "windows": [{"start_ns": 10 * NS, "requests": 4, "prompt_tokens": 2000, "output_tokens": None},
                                               {"start_ns": 12 * NS, "requests": 8, "prompt_tokens": 4000, "output_tokens": None}]}}

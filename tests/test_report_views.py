@@ -6,11 +6,13 @@ import xml.etree.ElementTree as ET
 
 import numpy as np
 import pytest
-from report_fixtures import make_spike
+from report_fixtures import make_spike, run_section
 
 from tailscope.analysis_model.codec import decode
+from tailscope.analysis_model.records import Window
 from tailscope.analysis_model.signals import Signals
 from tailscope.analysis_model.spikes import CauseFinding
+from tailscope.analysis_model.streaming import Streaming
 from tailscope.analyzers.inputs.records import request_arrays
 from tailscope.analyzers.stages.representative_trace import representative_trace, span_depths
 from tailscope.analyzers.stats.distribution import bin_edges_ms, latency_distribution
@@ -51,8 +53,9 @@ def test_lttb_keeps_the_peak_and_the_ends_within_the_bound():
 
 
 def test_a_day_of_windows_charts_in_bounded_points():
-    windows = [{"start_ns": i * NS, "end_ns": (i + 1) * NS, "p50_ms": 10.0, "p99_ms": 50.0 + (i == 40_000) * 900,
-                "max_ms": 60.0} for i in range(86_400)]
+    windows = [Window(start_ns=i * NS, end_ns=(i + 1) * NS, count=50, errors=0, p50_ms=10.0,
+                      p99_ms=50.0 + (i == 40_000) * 900, p99_claimed=False, max_ms=60.0, slow_share=None)
+               for i in range(86_400)]
     lines = latency_lines(windows, 0)
     assert lines["downsampled"] and lines["windows"] == 86_400
     assert {line["name"] for line in lines["lines"]} == {"P50", "P99", "max"}
@@ -132,8 +135,18 @@ def test_optional_sections_read_defensively():
     table, chart = sweep({"steps": [{"offered_rps": 10, "achieved_rps": 9.9, "p99_ms": 20, "passed": True}],
                           "knee_rps": 10})
     assert table["rows"][0]["result"] == "pass" and chart["p99"] == [20] and table["max_under_slo"] == "—"
-    rows = streaming({"ttft_ms": {"p50": {"value_ms": 30.0, "n": 10}, "p99": {"value_ms": 90.0}}, "streams": 10})
-    assert rows["rows"][0]["metric"] == "time to first token" and rows["rows"][0]["P99"] == "90.0 ms"
+    def at(value_ms):
+        return {"value_ms": value_ms, "ci_low_ms": None, "ci_high_ms": None, "n": 10, "claimed": False, "bound_ms": None}
+
+    ttft = {"p50": at(30.0), "p90": at(60.0), "p95": at(70.0), "p99": at(90.0), "p999": at(None),
+            "max": {"value_ms": 95.0, "n": 10}}
+    section = decode(Streaming, {"requests": 10, "chunks": 40, "ttft_ms": ttft, "itl_ms": None, "tokens_per_s": None,
+                                 "classes": {}, "itl_available": False})
+    rows = streaming(section)
+    assert [r["metric"] for r in rows["rows"]] == ["time to first token"]  # no ITL without a chunk-time file
+    assert rows["rows"][0]["P99"] == "90.0 ms" and rows["rows"][0]["n"] == "10"
+    assert rows["facts"] == [{"key": "requests", "value": "10"}, {"key": "chunks", "value": "40"}]
+    assert streaming(decode(Streaming, {"classes": {}, "itl_available": False})) is None  # nothing streamed
     assert "coordinated omission" in loop_label({"arrival": {"process": "closed"}})
     assert loop_label({"arrival": {"process": "poisson"}}) is None
     older = {"series": [{"name": "a", "unit": "%", "kind": "gauge", "t_ns": [0], "values": [1]},  # panels chosen by
@@ -156,7 +169,7 @@ COMPARISON = {
 
 
 def test_junit_has_a_case_per_slo_and_per_comparison_check():
-    analysis = {"run": {"name": "r", "path": "/r", "status": "complete", "duration_s": 1.0},
+    analysis = {"run": run_section(name="r", path="/r", status="complete", duration_s=1.0),
                 "verdict": {"slos": [{"slo": "p99 < 100ms", "metric": "p99", "observed": 50.0, "threshold": 100.0,
                                       "passed": True, "claimed": True}]}}
     root = ET.fromstring(render_junit(analysis, COMPARISON).split("?>", 1)[1])
