@@ -9,6 +9,7 @@ zero counts and null percentiles, never an exception.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -23,6 +24,9 @@ import pyarrow.compute as pc
 from tailscope.analysis_model.codec import encode
 from tailscope.analysis_model.events import Event, Events, GcPauses
 from tailscope.analysis_model.llm import Llm
+from tailscope.analysis_model.records import SlowRequests, Window
+from tailscope.analysis_model.run import DamagedFile, Environment
+from tailscope.analysis_model.run import Run as RunFacts
 from tailscope.analysis_model.server import OtherTraffic
 from tailscope.analysis_model.spikes import TooShort
 from tailscope.analysis_model.stages import SlowSplit
@@ -179,16 +183,16 @@ def analyze_run(run_or_path: Run | str | os.PathLike, *, window_s: float = 1.0,
                               split=stage_slow_split(req, matrix, records))
     analysis = {
         "format_version": ANALYSIS_FORMAT_VERSION,
-        "run": run_facts(run, period),
+        "run": encode(run_facts(run, period)),
         "summary": summary,
-        "classes": records["classes"],
+        "classes": encode(records["classes"]),
         "stages": encode(stages),
         "window_s": window_s,
-        "windows": window_records(req, windows, records, window_s),
-        "slow_requests": records["slow_requests"],
-        "tail_line": records["tail_line"],
-        "rolling_lines": records["rolling_lines"],
-        "distribution": records["distribution"],
+        "windows": encode(window_records(req, windows, records, window_s)),
+        "slow_requests": encode(records["slow_requests"]),
+        "tail_line": encode(records["tail_line"]),
+        "rolling_lines": encode(records["rolling_lines"]),
+        "distribution": encode(records["distribution"]),
         "spike_detection": encode(detection_facts(
             detection, spike_rules, method, period[0] if period else None, short,
             "e2e_for_answer_length" if per_length is not None else "latency", longer)),
@@ -203,9 +207,9 @@ def analyze_run(run_or_path: Run | str | os.PathLike, *, window_s: float = 1.0,
         "generator_limited_windows": encode(limited_bands(judged_generator)),
         "server_load": encode(server_load_section(servers, signal_index, period)),
         "other_traffic": encode(other_traffic_section(run, req, matrix, join.span_request, period, window_s)),
-        "streaming": streaming_section(req, records["stream_times"], duration_s),
+        "streaming": encode(streaming_section(req, records["stream_times"], duration_s)),
         "llm": None,  # below, once its TTFT and TPOT spikes have causes
-        "error_samples": error_samples_section(run.path),
+        "error_samples": encode(error_samples_section(run.path)),
     }
     llm = llm_analysis(req, records["llm"], records["stream_times"], slos, duration_s, windows, spike_rules,
                        run.manifest)
@@ -258,16 +262,16 @@ def record_sections(req: RequestArrays, run: Run, period: tuple[int, int] | None
     }
 
 
-def retained_slow_points(req: RequestArrays, p99_ms: float | None, period, retained) -> dict:
+def retained_slow_points(req: RequestArrays, p99_ms: float | None, period, retained) -> SlowRequests:
     """``slow_requests`` (:func:`~.stats.slow_points.slow_request_points`); in a retained run the
     points are kept records but ``above_threshold`` counts every request, from the histograms."""
     points = slow_request_points(req, p99_ms, period)
     if retained is None or p99_ms is None:
         return points
-    return {**points, "above_threshold": retained.count_above(p99_ms)}
+    return dataclasses.replace(points, above_threshold=retained.count_above(p99_ms))
 
 
-def window_records(req: RequestArrays, windows: dict | None, records: dict, window_s: float) -> list[dict]:
+def window_records(req: RequestArrays, windows: dict | None, records: dict, window_s: float) -> list[Window]:
     """The ``windows`` list: the window table's records, with the LLM columns in a run with
     OpenAI-API requests (:func:`~.stats.llm.window_columns`)."""
     if not windows:
@@ -355,37 +359,38 @@ def last_data_ns(run: Run) -> int | None:
     return max(candidates) if candidates else None
 
 
-def run_facts(run: Run, period: tuple[int, int] | None) -> dict:
-    """Manifest facts plus status, completeness and the load period."""
+def run_facts(run: Run, period: tuple[int, int] | None) -> RunFacts:
+    """The ``run`` section (:class:`~tailscope.analysis_model.run.Run`): manifest facts plus status,
+    completeness and the load period (epoch ns; ``duration_s`` in s)."""
     manifest = run.manifest
     status = manifest.get("status", "unknown")
     incomplete = status == "running"
     stopped_ns = last_data_ns(run) if incomplete else None
     stopped_at = iso_utc(stopped_ns if stopped_ns is not None else manifest.get("start_ns") or 0)
     scenario = manifest.get("scenario") or {}
-    return {
-        "path": run.path,
-        "name": manifest.get("name") or scenario.get("name") or os.path.basename(run.path.rstrip("/")),
-        "status": status,
-        "incomplete": incomplete,
-        "incomplete_reason": f"incomplete: harness stopped at {stopped_at}" if incomplete else None,
-        "format_version": manifest.get("format_version"),
-        "tailscope_version": manifest.get("tailscope_version"),
-        "start_ns": manifest.get("start_ns"),
-        "end_ns": manifest.get("end_ns") if not incomplete else stopped_ns,
-        "load_start_ns": period[0] if period else None,
-        "load_end_ns": period[1] if period else None,
-        "duration_s": (period[1] - period[0]) / NS_PER_S if period else 0.0,
-        "target": manifest.get("target"),
-        "scenario": scenario,
-        "host": manifest.get("host") or {},
-        "environment": environment_facts(manifest),
-        "truncated_files": sorted(name for name, cut in run.truncated.items() if cut),
-        "damaged_files": [{"file": name, "batch": damage.batch, "reason": damage.reason,
-                           "message": damage.describe(name)}
-                          for name, damage in sorted(run.damaged.items())],
-        "abort_reasons": list(manifest.get("abort_reasons") or []),
-    }
+    return RunFacts(
+        path=run.path,
+        name=manifest.get("name") or scenario.get("name") or os.path.basename(run.path.rstrip("/")),
+        status=status,
+        incomplete=incomplete,
+        incomplete_reason=f"incomplete: harness stopped at {stopped_at}" if incomplete else None,
+        format_version=manifest.get("format_version"),
+        tailscope_version=manifest.get("tailscope_version"),
+        start_ns=manifest.get("start_ns"),
+        end_ns=manifest.get("end_ns") if not incomplete else stopped_ns,
+        load_start_ns=period[0] if period else None,
+        load_end_ns=period[1] if period else None,
+        duration_s=(period[1] - period[0]) / NS_PER_S if period else 0.0,
+        target=manifest.get("target"),
+        scenario=scenario,
+        host=manifest.get("host") or {},
+        environment=Environment(**environment_facts(manifest)),
+        truncated_files=tuple(sorted(name for name, cut in run.truncated.items() if cut)),
+        damaged_files=tuple(DamagedFile(file=name, batch=damage.batch, reason=damage.reason,
+                                        message=damage.describe(name))
+                            for name, damage in sorted(run.damaged.items())),
+        abort_reasons=tuple(manifest.get("abort_reasons") or []),
+    )
 
 
 def _event_record(kind, start, end, source, attributes) -> Event:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 
+from tailscope.analysis_model.codec import encode
 from tailscope.analyzers.inputs.error_samples import error_samples_section
 from tailscope.loadgen.distributed import MergedRecords, WorkerOutbox
 from tailscope.loadgen.error_samples import BODY_BYTES, MAX_SAMPLES_PER_CLASS, ErrorSamples
@@ -71,9 +72,9 @@ def test_the_record_keeper_saves_the_samples_of_every_error(tmp_path):
             record(recorder, i, "infer")
     sink.close()
     section = error_samples_section(run_dir)
-    infer = section["classes"]["infer"]
-    assert section["available"] and infer["errors"] == 30 + 12 and infer["unsampled"] == 0
-    assert [(s["status"], s["count"], s["body"]) for s in infer["samples"]] == [
+    infer = section.classes["infer"]
+    assert section.available and infer.errors == 30 + 12 and infer.unsampled == 0
+    assert [(s.status, s.count, s.body) for s in infer.samples] == [
         (503, 30, '{"detail": "queue full"}'), (0, 12, None)]  # most frequent first
 
 
@@ -92,11 +93,11 @@ def test_a_distributed_runs_workers_are_merged_on_the_master(tmp_path):
         for message in outbox.messages():
             merged.add_batch(message)
     sink.close()
-    infer = error_samples_section(run_dir)["classes"]["infer"]
-    assert {s["body"]: s["count"] for s in infer["samples"]} == {"<h1>worker 0</h1>": 10, "<h1>worker 1</h1>": 10}
+    infer = error_samples_section(run_dir).classes["infer"]
+    assert {s.body: s.count for s in infer.samples} == {"<h1>worker 0</h1>": 10, "<h1>worker 1</h1>": 10}
     with open(os.path.join(run_dir, schema.ERROR_SAMPLES), encoding="utf-8") as fh:
         assert json.load(fh)["max_per_class"] == MAX_SAMPLES_PER_CLASS
 
 
 def test_a_run_without_samples_has_none(tmp_path):
-    assert error_samples_section(str(tmp_path)) == {"available": False, "max_per_class": None, "classes": {}}
+    assert encode(error_samples_section(str(tmp_path))) == {"available": False, "max_per_class": None, "classes": {}}

@@ -66,13 +66,13 @@ def test_a_day_of_windows_charts_in_bounded_points():
 def test_distribution_uses_one_grid_and_reads_quantiles_within_six_percent(gc_run):
     _, _, req = gc_run
     dist = latency_distribution(req)
-    edges = np.array(dist["bin_edges_ms"])
+    edges = np.array(dist.bin_edges_ms)
     grid = bin_edges_ms()
     assert len(grid) == 161 and np.isclose(grid[0], 0.01) and np.isclose(grid[-1], 1e6)
     assert np.all(np.isclose(edges, grid[np.searchsorted(grid, edges[0] * 0.999):][:len(edges)]))
-    counts = np.array(dist["classes"]["all"]["counts"])
-    assert counts.sum() == dist["classes"]["all"]["n"] == int(req.is_ok.sum())
-    assert sum(dist["classes"][c]["n"] for c in ("short", "long")) == dist["classes"]["all"]["n"]
+    counts = np.array(dist.classes["all"].counts)
+    assert counts.sum() == dist.classes["all"].n == int(req.is_ok.sum())
+    assert sum(dist.classes[c].n for c in ("short", "long")) == dist.classes["all"].n
     exact = np.quantile(req.latency_ms[req.is_ok], 0.5)
     upper = edges[1:][np.searchsorted(np.cumsum(counts), counts.sum() / 2)]
     assert exact <= upper <= exact * 1.13  # the bin's upper edge is at most one bin (12.2%) above
@@ -82,9 +82,9 @@ def test_slow_points_are_bounded_per_bucket_and_in_time_order(gc_run):
     _, _, req = gc_run
     period = (int(req.scheduled_ns.min()), int(req.end_ns.max()))
     points = slow_request_points(req, 5.0, period, max_buckets=10, top=3)
-    assert points["shown"] == len(points["t_ns"]) <= 30 < points["above_threshold"]
-    assert points["t_ns"] == sorted(points["t_ns"]) and min(points["latency_ms"]) > 5.0
-    assert slow_request_points(req, None, period)["shown"] == 0
+    assert points.shown == len(points.t_ns) <= 30 < points.above_threshold
+    assert points.t_ns == sorted(points.t_ns) and min(points.latency_ms) > 5.0
+    assert slow_request_points(req, None, period).shown == 0
 
 
 def test_representative_trace_is_a_median_slow_request_with_relative_spans(gc_run):

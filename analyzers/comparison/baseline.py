@@ -33,6 +33,7 @@ from datetime import UTC, datetime
 
 import numpy as np
 
+from tailscope.analysis_model.codec import encode
 from tailscope.analyzers.comparison.judge import (  # noqa: F401
     CompareRules,
     Figure,
@@ -204,7 +205,7 @@ class ComparisonSide:
     def distribution(self) -> dict:
         """The side's latency distribution (analysis ``distribution`` shape), its runs' counts summed."""
         if len(self.runs) == 1:
-            return latency_distribution(self.runs[0].req)
+            return encode(latency_distribution(self.runs[0].req))
         edges = bin_edges_ms()
         full: dict[str, np.ndarray] = {}
         for side in self.runs:

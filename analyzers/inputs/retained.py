@@ -32,6 +32,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from tailscope.analysis_model.health import Retention
+from tailscope.analysis_model.records import Distribution
 from tailscope.analyzers.inputs.records import NS_PER_S, RequestArrays
 from tailscope.analyzers.stats.distribution import ALL_CLASSES, bin_counts, bin_edges_ms, distribution_section
 from tailscope.analyzers.stats.goodput import per_request_slos
@@ -57,7 +58,7 @@ class RetainedView:
     retention: Retention
     table: dict  # the windows.arrow columns, histograms flattened
     #: The ``distribution`` section from the latency histograms (:func:`histogram_distribution`).
-    distribution: dict
+    distribution: Distribution
 
     def period_counts(self, origin_ns: int, period_ns: int, n: int) -> dict:
         """Per period: requests, errors, ok and P50/P99 (ms) merged from the histograms."""
@@ -267,8 +268,8 @@ def _window_table(table: dict, origin_ns: int, end_ns: int, window_ns: int,
     }
 
 
-def histogram_distribution(table: dict) -> dict:
-    """The ``distribution`` section (:func:`.distribution.latency_distribution`'s shape) from the
+def histogram_distribution(table: dict) -> Distribution:
+    """The ``distribution`` section (as :func:`.distribution.latency_distribution`) from the
     latency histograms of every successful request: each bucket's value (±1 %) binned on the fixed
     grid with its count, per class and for all. A value within 1 % of a grid edge may land in the
     neighbouring bin (bins are 12 % wide)."""

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tailscope.analysis_model.records import ClassCounts, Distribution
 from tailscope.analyzers.inputs.records import RequestArrays
 
 MIN_MS = 0.01
@@ -42,8 +43,9 @@ def bin_counts(values_ms: np.ndarray, edges: np.ndarray, weights: np.ndarray | N
     return np.bincount(index, weights=weights[keep], minlength=len(edges) - 1).astype(np.int64)
 
 
-def latency_distribution(req: RequestArrays) -> dict:
-    """``{"unit", "bin_edges_ms", "classes": {name: {"n", "counts"}}}`` of successful requests' latency.
+def latency_distribution(req: RequestArrays) -> Distribution:
+    """The ``distribution`` section (:class:`~tailscope.analysis_model.records.Distribution`) of
+    successful requests' latency.
 
     ``classes`` holds ``"all"`` first, then each request class by name; the
     edges are trimmed to the non-empty range (empty lists for a run without
@@ -57,16 +59,15 @@ def latency_distribution(req: RequestArrays) -> dict:
     return distribution_section(full, edges)
 
 
-def distribution_section(full: dict[str, np.ndarray], edges: np.ndarray) -> dict:
+def distribution_section(full: dict[str, np.ndarray], edges: np.ndarray) -> Distribution:
     """The section from per-class counts on the full grid (``"all"`` first): edges and counts
     trimmed to the bins between the lowest and the highest non-empty one."""
     occupied = np.flatnonzero(full[ALL_CLASSES])
     if len(occupied) == 0:
-        return {"unit": "ms", "bin_edges_ms": [], "classes": {ALL_CLASSES: {"n": 0, "counts": []}}}
+        return Distribution("ms", [], {ALL_CLASSES: ClassCounts(0, [])})
     lo, hi = int(occupied[0]), int(occupied[-1]) + 1
-    return {
-        "unit": "ms",
-        "bin_edges_ms": [float(e) for e in edges[lo:hi + 1]],
-        "classes": {name: {"n": int(counts.sum()), "counts": counts[lo:hi].tolist()}
-                    for name, counts in full.items()},
-    }
+    return Distribution(
+        unit="ms",
+        bin_edges_ms=[float(e) for e in edges[lo:hi + 1]],
+        classes={name: ClassCounts(n=int(counts.sum()), counts=counts[lo:hi].tolist()) for name, counts in full.items()},
+    )

@@ -83,6 +83,7 @@ from tailscope.analysis_model.llm import (
     TokenSpike,
     TokenStats,
 )
+from tailscope.analysis_model.records import Window
 from tailscope.analysis_model.summary import GoodputShare
 from tailscope.analyzers.inputs.records import NS_PER_MS, RequestArrays, int_column
 from tailscope.analyzers.stats.goodput import goodput_summary
@@ -327,7 +328,7 @@ def window_columns(req: RequestArrays, llm: LlmArrays, times: StreamTimes,
     return out
 
 
-def add_window_columns(records: list[dict], columns: dict[str, np.ndarray] | None, window_s: float) -> list[dict]:
+def add_window_columns(records: list[Window], columns: dict[str, np.ndarray] | None, window_s: float) -> list[Window]:
     """``records`` (:func:`~.windows.windows_as_records`) with the LLM columns added and
     ``output_tokens_per_s`` (the window's arrived tokens ÷ its length); unchanged without columns."""
     if columns is None:
@@ -337,8 +338,8 @@ def add_window_columns(records: list[dict], columns: dict[str, np.ndarray] | Non
         extra = {name: (None if np.isnan(float(values[i])) else float(values[i]))
                  for name, values in columns.items() if name.endswith("_ms")}
         tokens = int(columns["output_tokens"][i])
-        out.append({**record, "llm_requests": int(columns["llm_requests"][i]), **extra,
-                    "output_tokens": tokens, "output_tokens_per_s": tokens / window_s if window_s > 0 else None})
+        out.append(replace(record, llm_requests=int(columns["llm_requests"][i]), **extra, output_tokens=tokens,
+                           output_tokens_per_s=tokens / window_s if window_s > 0 else None))
     return out
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tailscope.analysis_model.records import SlowRequests
 from tailscope.analyzers.inputs.records import RequestArrays, take_rows
 
 MAX_BUCKETS = 600
@@ -33,14 +34,13 @@ def top_per_bucket(bucket: np.ndarray, latency_ms: np.ndarray, top: int) -> np.n
 
 
 def slow_request_points(req: RequestArrays, threshold_ms: float | None, period_ns: tuple[int, int] | None,
-                        max_buckets: int = MAX_BUCKETS, top: int = TOP_PER_BUCKET) -> dict:
-    """``{"threshold_ms", "above_threshold", "shown", "t_ns", "latency_ms", "cls", "trace_id"}``.
+                        max_buckets: int = MAX_BUCKETS, top: int = TOP_PER_BUCKET) -> SlowRequests:
+    """The ``slow_requests`` section (:class:`~tailscope.analysis_model.records.SlowRequests`).
 
     ``t_ns`` is each shown request's scheduled time (epoch ns), in time order;
     ``above_threshold`` counts every slow request, ``shown`` the ones kept.
     """
-    empty = {"threshold_ms": threshold_ms, "above_threshold": 0, "shown": 0,
-             "t_ns": [], "latency_ms": [], "cls": [], "trace_id": []}
+    empty = SlowRequests(threshold_ms, 0, 0, [], [], [], [])
     if threshold_ms is None or period_ns is None:
         return empty
     slow = np.flatnonzero(req.is_ok & (req.latency_ms > threshold_ms))
@@ -51,12 +51,12 @@ def slow_request_points(req: RequestArrays, threshold_ms: float | None, period_n
     bucket = np.clip(((req.scheduled_ns[slow] - start) * max_buckets) // span, 0, max_buckets - 1)
     kept = slow[top_per_bucket(bucket, req.latency_ms[slow], top)]
     kept = kept[np.argsort(req.scheduled_ns[kept], kind="stable")]
-    return {
-        "threshold_ms": float(threshold_ms),
-        "above_threshold": int(len(slow)),
-        "shown": int(len(kept)),
-        "t_ns": req.scheduled_ns[kept].tolist(),
-        "latency_ms": req.latency_ms[kept].tolist(),
-        "cls": [None if c is None else str(c) for c in req.cls[kept]],
-        "trace_id": take_rows(req.trace_ids, kept).to_pylist(),
-    }
+    return SlowRequests(
+        threshold_ms=float(threshold_ms),
+        above_threshold=int(len(slow)),
+        shown=int(len(kept)),
+        t_ns=req.scheduled_ns[kept].tolist(),
+        latency_ms=req.latency_ms[kept].tolist(),
+        cls=[None if c is None else str(c) for c in req.cls[kept]],
+        trace_id=take_rows(req.trace_ids, kept).to_pylist(),
+    )

@@ -27,15 +27,16 @@ is then null. Cost: one O(c log c) sort of the c chunks.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from tailscope.analysis_model.streaming import Streaming, StreamMetrics
 from tailscope.analyzers.inputs.records import NS_PER_MS, NS_PER_S, RequestArrays, int_column
 from tailscope.analyzers.stats.llm_metrics import chunk_tokens, token_gaps_ns, tpot_ns_array
-from tailscope.analyzers.stats.percentiles import grouped_quantile, percentile_set
+from tailscope.analyzers.stats.percentiles import grouped_quantile, typed_percentile_set
 from tailscope.rundir import read_stream
 from tailscope.rundir import schema as fmt
 
@@ -132,23 +133,23 @@ def _tpot_ms(requests: pa.Table, streamed: np.ndarray) -> np.ndarray:
     return tpot
 
 
-def _class_metrics(times: StreamTimes, mask: np.ndarray, duration_s: float) -> dict:
+def _class_metrics(times: StreamTimes, mask: np.ndarray, duration_s: float) -> StreamMetrics:
     streamed = mask & (times.chunks > 0)
     gaps = token_gaps_ms(times, streamed)
     decode = times.decode_rate[streamed]
     decode = decode[np.isfinite(decode)]
     total_chunks = int(times.chunks[streamed].sum())
     total_tokens = int((times.tokens if times.tokens is not None else times.chunks)[streamed].sum())
-    return {
-        "requests": int(streamed.sum()),
-        "chunks": total_chunks,
-        "chunks_per_request": float(total_chunks / streamed.sum()) if streamed.any() else None,
-        "ttft_ms": percentile_set(times.ttft_ms[streamed]),
-        "itl_ms": percentile_set(gaps) if times.has_chunk_file else None,
-        "tokens_per_s": total_tokens / duration_s if duration_s > 0 else None,
-        "decode_tokens_per_s_p50": float(np.median(decode)) if len(decode) else None,
-        "decode_tokens_per_s_mean": float(decode.mean()) if len(decode) else None,
-    }
+    return StreamMetrics(
+        requests=int(streamed.sum()),
+        chunks=total_chunks,
+        chunks_per_request=float(total_chunks / streamed.sum()) if streamed.any() else None,
+        ttft_ms=typed_percentile_set(times.ttft_ms[streamed]),
+        itl_ms=typed_percentile_set(gaps) if times.has_chunk_file else None,
+        tokens_per_s=total_tokens / duration_s if duration_s > 0 else None,
+        decode_tokens_per_s_p50=float(np.median(decode)) if len(decode) else None,
+        decode_tokens_per_s_mean=float(decode.mean()) if len(decode) else None,
+    )
 
 
 def token_gaps_ms(times: StreamTimes, mask: np.ndarray) -> np.ndarray:
@@ -160,10 +161,13 @@ def token_gaps_ms(times: StreamTimes, mask: np.ndarray) -> np.ndarray:
     return np.concatenate(pieces)
 
 
-def streaming_section(req: RequestArrays, times: StreamTimes, duration_s: float) -> dict:
+def streaming_section(req: RequestArrays, times: StreamTimes, duration_s: float) -> Streaming:
     """The metrics over every streamed request (top level), ``classes`` (per class
     that streamed) and ``itl_available``; only the last two when nothing streamed."""
     names = req.class_names(times.chunks > 0)
     classes = {name: _class_metrics(times, req.class_mask(name), duration_s) for name in names}
-    overall = _class_metrics(times, np.ones(req.n, bool), duration_s) if names else {}
-    return {**overall, "classes": classes, "itl_available": times.has_chunk_file}
+    if not names:
+        return Streaming(classes=classes, itl_available=times.has_chunk_file)
+    overall = _class_metrics(times, np.ones(req.n, bool), duration_s)
+    return Streaming(**{f.name: getattr(overall, f.name) for f in fields(overall)},
+                     classes=classes, itl_available=times.has_chunk_file)

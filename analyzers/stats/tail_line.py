@@ -11,30 +11,31 @@ at 1,000 requests/s just its step. Points are ``step_s`` apart: the display
 window, widened so that there are at most ``MAX_POINTS`` (2,000). A point that
 N requests cannot yet fill (the start of the run) is left out.
 
-Output (``analysis.tail_line``, JSON-ready)::
-
-    {"percentile": "p99", "min_samples": 459, "step_s": float,
-     "span_s": {"median": float, "max": float}, "t_ns": [point ends], "values_ms": [...], "n": [samples]}
-
-or None without enough samples for one point. Cost: one O(n log n) sort by
+Output (``analysis.tail_line``): a :class:`~tailscope.analysis_model.records.TailLine` —
+``percentile`` "p99", ``min_samples`` 459, ``step_s``, ``span_s`` (median, max), ``t_ns`` (point
+ends), ``values_ms``, ``n`` (samples per point) — or None without enough samples for one point. Cost: one O(n log n) sort by
 time, plus O(points × samples per point) partitions (bounded by the
 2,000 points).
 """
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 import numpy as np
 
+from tailscope.analysis_model.records import RollingLine, RollingLines, Span, TailLine
 from tailscope.analyzers.inputs.records import NS_PER_S, RequestArrays
 from tailscope.analyzers.stats.percentiles import min_samples_for_claim, nearest_rank
 
 MAX_POINTS = 2000
+Line = TypeVar("Line", bound=RollingLine)
 P = 0.99
 
 
-def tail_line(req: RequestArrays, period: tuple[int, int] | None, window_s: float) -> dict | None:
+def tail_line(req: RequestArrays, period: tuple[int, int] | None, window_s: float) -> TailLine | None:
     """The rolling P99 line (module docstring); None when no point can hold N samples."""
-    return rolling_line(req, period, window_s, P)
+    return rolling_line(req, period, window_s, P, TailLine)
 
 
 #: The rolling lines drawn beside the P99 where the display windows are too small for their own
@@ -42,16 +43,18 @@ def tail_line(req: RequestArrays, period: tuple[int, int] | None, window_s: floa
 ROLLING_PERCENTILES = ((0.5, "p50"), (0.9, "p90"))
 
 
-def rolling_lines(req: RequestArrays, period: tuple[int, int] | None, window_s: float) -> dict:
-    """``{"p50": line | None, "p90": line | None}``: the rolling line (as :func:`tail_line`) of
+def rolling_lines(req: RequestArrays, period: tuple[int, int] | None, window_s: float) -> RollingLines:
+    """The P50 and P90 lines (each None where no point can be made): the rolling line (as :func:`tail_line`) of
     each, every point over at least the samples that claim it (7 for a P50, 44 for a P90). The
     latency chart draws these where the display windows cannot claim their own (an LLM at 2
     requests/s: a 1-s window holds two requests); at 40 requests/s a P90 point covers 1.1 s."""
-    return {name: rolling_line(req, period, window_s, p) for p, name in ROLLING_PERCENTILES}
+    return RollingLines(**{name: rolling_line(req, period, window_s, p) for p, name in ROLLING_PERCENTILES})
 
 
-def rolling_line(req: RequestArrays, period: tuple[int, int] | None, window_s: float, p: float) -> dict | None:
-    """The rolling ``p``-quantile line (module docstring, with N = the samples that claim ``p``)."""
+def rolling_line(req: RequestArrays, period: tuple[int, int] | None, window_s: float, p: float,
+                 kind: type[Line] = RollingLine) -> Line | None:
+    """The rolling ``p``-quantile line (module docstring, with N = the samples that claim ``p``), as a
+    ``kind`` (:class:`TailLine` for the P99); None when no point can hold N samples."""
     if period is None or window_s <= 0:
         return None
     need = min_samples_for_claim(p, 0)
@@ -77,7 +80,7 @@ def rolling_line(req: RequestArrays, period: tuple[int, int] | None, window_s: f
         rank = nearest_rank(len(sample), p) - 1
         values[j] = np.partition(sample, rank)[rank]
     span_ns = ends[usable] - times[lo[usable]]
-    return {"percentile": f"p{p * 100:g}", "min_samples": int(need), "step_s": step_ns / NS_PER_S,
-            "span_s": {"median": float(np.median(span_ns)) / NS_PER_S, "max": float(span_ns.max()) / NS_PER_S},
-            "t_ns": [int(t) for t in ends[usable]], "values_ms": [float(v) for v in values],
-            "n": [int(n) for n in (hi[usable] - lo[usable])]}
+    return kind(percentile=f"p{p * 100:g}", min_samples=int(need), step_s=step_ns / NS_PER_S,
+                span_s=Span(median=float(np.median(span_ns)) / NS_PER_S, max=float(span_ns.max()) / NS_PER_S),
+                t_ns=[int(t) for t in ends[usable]], values_ms=[float(v) for v in values],
+                n=[int(n) for n in (hi[usable] - lo[usable])])

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tailscope.analysis_model.records import Window
 from tailscope.analyzers.inputs.records import NS_PER_S, RequestArrays
 from tailscope.analyzers.stats.percentiles import grouped_quantile, min_samples_for_claim, stable_group_order
 
@@ -72,27 +73,28 @@ def claimed_quantiles(sorted_values: np.ndarray, starts: np.ndarray, counts: np.
     return out
 
 
-def windows_as_records(table: dict[str, np.ndarray]) -> list[dict]:
-    """The window table as JSON-ready dicts (NaN → None)."""
+def windows_as_records(table: dict[str, np.ndarray]) -> list[Window]:
+    """The window table as the analysis's :class:`~tailscope.analysis_model.records.Window` records
+    (NaN → None)."""
     def number(x):
         return None if x != x else float(x)
 
     return [
-        {
-            "start_ns": int(table["start_ns"][i]),
-            "end_ns": int(table["end_ns"][i]),
-            "count": int(table["count"][i]),
-            "errors": int(table["errors"][i]),
-            "n": int(table["ok"][i]),
-            "p50_ms": number(table["p50_ms"][i]),
-            "p90_ms": number(table["p90_ms"][i]),
-            "p99_ms": number(table["p99_ms"][i]),
-            "p999_ms": number(table["p999_ms"][i]),
-            "p99_claimed": bool(table["p99_claimed"][i]),
-            "too_few_samples": [name for name, _ in WINDOW_PERCENTILES
-                                if table["ok"][i] > 0 and not table[f"{name}_claimed"][i]],
-            "max_ms": number(table["max_ms"][i]),
-            "slow_share": number(table["slow_share"][i]),
-        }
+        Window(
+            start_ns=int(table["start_ns"][i]),
+            end_ns=int(table["end_ns"][i]),
+            count=int(table["count"][i]),
+            errors=int(table["errors"][i]),
+            n=int(table["ok"][i]),
+            p50_ms=number(table["p50_ms"][i]),
+            p90_ms=number(table["p90_ms"][i]),
+            p99_ms=number(table["p99_ms"][i]),
+            p999_ms=number(table["p999_ms"][i]),
+            p99_claimed=bool(table["p99_claimed"][i]),
+            too_few_samples=tuple(name for name, _ in WINDOW_PERCENTILES
+                                  if table["ok"][i] > 0 and not table[f"{name}_claimed"][i]),
+            max_ms=number(table["max_ms"][i]),
+            slow_share=number(table["slow_share"][i]),
+        )
         for i in range(len(table["start_ns"]))
     ]
