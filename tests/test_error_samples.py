@@ -101,3 +101,20 @@ def test_a_distributed_runs_workers_are_merged_on_the_master(tmp_path):
 
 def test_a_run_without_samples_has_none(tmp_path):
     assert encode(error_samples_section(str(tmp_path))) == {"available": False, "max_per_class": None, "classes": {}}
+
+
+def test_a_hand_edited_samples_file_reads_what_is_well_formed(tmp_path):
+    """error_samples.json is the harness's file but a person may edit it: a status, first time or
+    limit that is not an integer reads None, a text that is not text is made text, an entry without
+    an integer count is left out — the section stays the shape its type states."""
+    with open(tmp_path / schema.ERROR_SAMPLES, "w", encoding="utf-8") as fh:
+        json.dump({"max_per_class": "20", "classes": {"infer": {"errors": 7, "unsampled": 1, "samples": [
+            {"status": "503", "error_kind": "http", "message": 42, "body": None, "count": 5, "first_ns": "soon"},
+            {"status": 500, "error_kind": "http", "message": "HTTP 500", "body": "x", "count": 2, "first_ns": 7},
+            {"status": 500, "count": "many"}]}}}, fh)
+    section = error_samples_section(str(tmp_path))
+    assert section.available and section.max_per_class is None
+    first, second = section.classes["infer"].samples
+    assert (first.status, first.message, first.first_ns, first.count) == (None, "42", None, 5)
+    assert (second.status, second.first_ns, second.count) == (500, 7, 2)
+    assert json.loads(json.dumps(encode(section)))["classes"]["infer"]["unsampled"] == 1
