@@ -12,10 +12,11 @@ from __future__ import annotations
 import errno
 from dataclasses import dataclass
 
+from tailscope.analysis_model.run import DamagedFile
 from tailscope.analyzers.analysis import analyze_run
 from tailscope.analyzers.comparison.baseline import CompareRules, compare_runs
 from tailscope.reports.junit import render_junit
-from tailscope.reports.upgrade import verdict_of
+from tailscope.reports.upgrade import run_of, verdict_of
 from tailscope.reports.writer import outputs_variant, write_comparison_outputs, write_outputs, write_text_atomic
 from tailscope.rundir.manifest import release_stale_reserves
 
@@ -57,9 +58,9 @@ class RunReport:
         return verdict_of(self.analysis).passed
 
     @property
-    def damaged(self) -> list[dict]:
-        """The run's damaged data files (``run.damaged_files`` of the analysis); [] when none."""
-        return list((self.analysis.get("run") or {}).get("damaged_files") or [])
+    def damaged(self) -> tuple[DamagedFile, ...]:
+        """The run's damaged data files (``run.damaged_files`` of the analysis); none when none."""
+        return run_of(self.analysis).damaged_files
 
 
 @dataclass(frozen=True)

@@ -181,7 +181,7 @@ class Sweep:
         self.interrupted = outcome.status == "interrupted"
         report = analyse_and_write(outcome.run_dir)
         if report.damaged:
-            self.listener.note(f"step {index + 1}: damaged data: {report.damaged[0]['message']}")
+            self.listener.note(f"step {index + 1}: damaged data: {report.damaged[0].message}")
         step = step_record(index, level, outcome.run_dir, report.analysis, self.variable)
         self.steps.append(step)
         if self.listener.on_step is not None:

@@ -296,7 +296,7 @@ def warn_of_fault_leftovers(run_dir: str, console) -> None:
 def damaged_line(report) -> str:
     """One line on a run whose data files are damaged: which file and batch, and where the
     report went (beside the earlier good one, which was kept)."""
-    first = report.damaged[0]["message"]
+    first = report.damaged[0].message
     more = f" (and {len(report.damaged) - 1} more damaged files)" if len(report.damaged) > 1 else ""
     html = os.path.basename(report.paths.get("html", ""))
     where = (f"; the earlier report.html was kept, this analysis is in {html}" if report.kept_earlier
