@@ -27,6 +27,7 @@ row's ``stalls``) (docs/report.md).
 
 from __future__ import annotations
 
+from tailscope.analysis_model.llm import TokenSpike
 from tailscope.analysis_model.spikes import CauseFinding, Decomposition, RecurringStalls, RepresentativeTrace, Spike
 from tailscope.reports.evidence_text import evidence_chart, evidence_sentences
 from tailscope.reports.formatting import fmt_count, fmt_ms, fmt_offset, fmt_signed_ms
@@ -95,28 +96,14 @@ def minor_by_ratio(unexplained: bool, p99_ms: float | None, baseline_ms: float |
     return unexplained and p99_ms is not None and bool(baseline_ms) and p99_ms < MINOR_RATIO * baseline_ms
 
 
-def impact(spike: Spike | dict) -> float:
-    """:func:`impact_of` a spike. A dict is a spike's JSON as reports/llm_view.py still hands it
-    (an LLM token spike, or a latency spike read without :func:`~.upgrade.spikes_of`), read as the
-    report read it before the types: a missing figure is 0, ``slow_requests`` the decomposition's;
-    llm_view can drop it by passing typed spikes or calling :func:`impact_of`."""
-    if isinstance(spike, dict):
-        slow = spike.get("slow_requests")
-        if slow is None:
-            slow = (spike.get("decomposition") or {}).get("slow_requests") or 0
-        return impact_of(spike.get("excess_ms"), slow, spike.get("requests") or 0,
-                         spike.get("expected_slow_share") or STEADY_SLOW_SHARE)
+def impact(spike: Spike) -> float:
+    """:func:`impact_of` a latency spike (token spikes: llm_view calls :func:`impact_of` itself)."""
     return impact_of(spike.excess_ms, spike.slow_requests, spike.requests, spike.expected_slow_share)
 
 
-def is_minor(spike: Spike | dict) -> bool:
-    """:func:`minor_by_ratio` of a spike, on what it was judged on (:meth:`Spike.judged_p99`); a dict:
-    as :func:`impact` (``causes[].kind``, ``p99_ms``, ``baseline_p99_ms``; a token spike is judged on
-    its own metric, never for answer length; llm_view can call :func:`minor_by_ratio`)."""
-    if isinstance(spike, dict):
-        causes = spike.get("causes") or []
-        return minor_by_ratio(not causes or causes[0].get("kind") == "unexplained", spike.get("p99_ms"),
-                              spike.get("baseline_p99_ms"))
+def is_minor(spike: Spike | TokenSpike) -> bool:
+    """:func:`minor_by_ratio` of a spike, on what it was judged on (:meth:`Spike.judged_p99`; a token
+    spike on its own metric, never for answer length)."""
     return minor_by_ratio(spike.unexplained, *spike.judged_p99())
 
 

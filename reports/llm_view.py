@@ -22,6 +22,7 @@ import math
 from tailscope.analysis_model.codec import decode
 from tailscope.analysis_model.llm import Llm, TokenSpike, TokenStats
 from tailscope.analysis_model.percentiles import PercentileSet
+from tailscope.analysis_model.records import Window
 from tailscope.analysis_model.spikes import Spike
 from tailscope.reports.cards import MINOR_IMPACT_SHARE, impact, impact_of, is_minor, ratio_text
 from tailscope.reports.downsample import lttb
@@ -38,7 +39,7 @@ from tailscope.reports.formatting import (
 from tailscope.reports.kinds_view import kinds_data, kinds_headline
 from tailscope.reports.prefix_cache_view import prefix_cache_data, prefix_cache_headline
 from tailscope.reports.sessions_view import sessions_data, sessions_headline
-from tailscope.reports.upgrade import spikes_of
+from tailscope.reports.upgrade import run_of, spikes_of, windows_of
 from tailscope.support.cause_words import cause_title
 
 #: The percentile-set metrics of the section, in display order: (key, label).
@@ -66,7 +67,8 @@ def llm_of(analysis: dict) -> Llm | None:
 def load_origin_ns(analysis: dict) -> int | None:
     """The run's load start (epoch ns; its start where the load start is unknown): the origin of the
     section's offsets and chart x."""
-    return analysis["run"].get("load_start_ns") or analysis["run"].get("start_ns")
+    run = run_of(analysis)
+    return run.load_start_ns or run.start_ns
 
 
 def _metric_row(label: str, entry: PercentileSet) -> dict:
@@ -233,11 +235,13 @@ def _seconds(values_ns, origin_ns) -> list:
     return [round((v - origin_ns) / NS_PER_S, 6) for v in values_ns]
 
 
-def _line(windows: list[dict], key: str, origin_ns: int) -> dict | None:
-    if not any(w.get(key) is not None for w in windows):
+def _line(windows: list[Window], field: str, origin_ns: int) -> dict | None:
+    """A window column (``field`` of :class:`Window`, e.g. ``ttft_p99_ms``) at each window's middle
+    (s since ``origin_ns``), thinned by LTTB past MAX_LINE_POINTS; None when no window has a value."""
+    values = [getattr(w, field) for w in windows]
+    if all(v is None for v in values):
         return None
-    mids = [((w["start_ns"] + w["end_ns"]) / 2 - origin_ns) / NS_PER_S for w in windows]
-    values = [w.get(key) for w in windows]
+    mids = [((w.start_ns + w.end_ns) / 2 - origin_ns) / NS_PER_S for w in windows]
     x, y = (mids, values) if len(windows) <= MAX_LINE_POINTS else lttb(mids, values, MAX_LINE_POINTS)
     return {"x": [round(v, 6) for v in x], "y": y}
 
@@ -274,15 +278,15 @@ def llm_charts(analysis: dict) -> dict | None:
     if llm is None:
         return None
     origin = load_origin_ns(analysis) or 0
-    windows = analysis.get("windows") or []
+    windows = windows_of(analysis)
     points = llm.points
     x = _seconds(points.scheduled_ns, origin)
     y_of = {"ttft": points.ttft_ms, "tpot": points.tpot_ms}
     out = {}
-    held = [w for w in windows if (w.get("n") or 0) > 0]
+    held = [w for w in windows if (w.n or 0) > 0]
     for key, _ in SERIES:
         lines = {label: _line(windows, f"{key}_{p}_ms", origin) for p, label in (("p50", "P50"), ("p99", "P99"))}
-        claimed = sum(w.get(f"{key}_p50_ms") is not None for w in held)
+        claimed = sum(getattr(w, f"{key}_p50_ms") is not None for w in held)
         if claimed < MIN_CLAIMED_WINDOW_SHARE * len(held):  # too few requests a window: rolling lines instead
             lines = {f"{label} (rolling, ≥ {need} requests)": rolling_points(x, y_of[key], q, need)
                      for q, need, label in ((0.5, 7, "P50"), (0.9, 44, "P90"))}
