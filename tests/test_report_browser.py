@@ -57,7 +57,10 @@ def _present_sections(analysis: dict) -> None:
     analysis["summary"]["goodput"] = {"share": 0.953, "good": 1715, "total": 1800, "rps": 55.1,
                                       "criteria": ["p99 < 250ms"], "definition": "requests meeting p99 < 250ms",
                                       "by_class": {}}
-    analysis["streaming"] = {"ttft_ms": percentiles, "itl_ms": analysis["summary"]["service_time_ms"], "streams": 120}
+    analysis["streaming"] = {"requests": 120, "chunks": 2400, "chunks_per_request": 20.0, "ttft_ms": percentiles,
+                             "itl_ms": analysis["summary"]["service_time_ms"], "tokens_per_s": 80.0,
+                             "decode_tokens_per_s_p50": 41.0, "decode_tokens_per_s_mean": 40.2, "classes": {},
+                             "itl_available": True}
     analysis["generator_limited_windows"] = [{"start_ns": load_start + 26 * NS, "end_ns": load_start + 27 * NS}]
     analysis["sweep"] = {"steps": [{"offered_rps": r, "achieved_rps": r * 0.99, "p50_ms": 10 + r / 10,
                                     "p99_ms": 20 + (r / 25) ** 3, "error_rate": 0.0, "passed": r < 120}
