@@ -12,7 +12,7 @@ from __future__ import annotations
 from html.parser import HTMLParser
 
 import pytest
-from report_fixtures import make_spike
+from report_fixtures import make_spike, run_section
 
 from tailscope.analysis_model.codec import encode
 from tailscope.analysis_model.health import Generator, GeneratorCpu, GeneratorGc, LimitedInterval
@@ -163,7 +163,7 @@ def _token_spike(start_s, p99, baseline, slow, requests):
 
 def test_ttft_and_tpot_spikes_are_cards_ranked_with_the_latency_spikes_by_impact():
     latency = [_spike(1, "gc", 400.0)]  # 10–12 s; impact 380 ms × 27 requests
-    analysis = {"run": {"load_start_ns": 0, "start_ns": 0}, "spikes": encode(latency),
+    analysis = {"run": run_section(load_start_ns=0, start_ns=0), "spikes": encode(latency),
                 "llm": {"spikes": {"ttft": [_token_spike(9, 700.0, 100.0, 100, 200),  # impact 600 ms × 98
                                             _token_spike(30, 260.0, 100.0, 12, 200)],  # 160 ms × 10: minor (< 10%)
                                    "tpot": [_token_spike(40, 35.0, 20.0, 40, 200)]}}}  # P99 < 2× baseline: minor
