@@ -68,15 +68,24 @@ def is_section(tp: Any) -> bool:
     return isinstance(tp, type) and dataclasses.is_dataclass(tp)
 
 
+#: The JSON scalars :func:`encode` returns as they are (exact types: a numpy number is not one).
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
 def encode(value: Any) -> Any:
     """``value`` as JSON-ready data: a section becomes a dict of its fields in declaration order
     (each encoded; a :func:`written_when_set` field only when not None), a tuple or list a list, a
-    dict a dict of encoded values; anything else is returned as it is."""
+    dict a dict of encoded values; anything else is returned as it is. A list of plain JSON scalars
+    (a chart series) is copied without a call per item."""
+    if type(value) in _SCALARS:
+        return value
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {f.name: encode(item) for f in dataclasses.fields(value)
                 if ((item := getattr(value, f.name)) is not None or not f.metadata.get(OMIT_NONE))
                 and (WRITTEN_WITH not in f.metadata or getattr(value, f.metadata[WRITTEN_WITH]) is not None)}
     if isinstance(value, (list, tuple)):
+        if all(type(item) in _SCALARS for item in value):
+            return list(value)
         return [encode(item) for item in value]
     if isinstance(value, dict):
         return {key: encode(item) for key, item in value.items()}
