@@ -14,13 +14,14 @@ from rich.markup import escape
 from rich.table import Table
 
 from tailscope.analysis_model.codec import decode
+from tailscope.analysis_model.comparison import LlmChange, LlmComparison, PercentileChange
 from tailscope.analysis_model.llm import Llm
 from tailscope.analysis_model.percentiles import MaxValue, Percentile, PercentileSet
 from tailscope.analysis_model.spikes import CauseFinding
 from tailscope.analysis_model.summary import Summary
 from tailscope.analysis_model.verdict import SloRow
 from tailscope.reports.formatting import fmt_metric
-from tailscope.reports.upgrade import findings_of, spikes_of, verdict_of, warnings_of
+from tailscope.reports.upgrade import comparison_of, findings_of, spikes_of, verdict_of, warnings_of
 from tailscope.support.units import percentile_label
 
 PLAIN_PROGRESS_INTERVAL_S = 5.0
@@ -160,59 +161,55 @@ def print_summary(console: Console, analysis: dict, paths: dict) -> None:
 
 def print_comparison(console, comparison: dict, paths: dict) -> None:
     """The latency percentiles of all requests, the verdict, how the intervals were resampled,
-    the changed stage, the files."""
-    from tailscope.analyzers.comparison.baseline import row_label
-
-    title = comparison.get("title") or f"{comparison['current']['name']} vs {comparison['baseline']['name']}"
-    console.rule(f"compare: {escape(title)}")
+    the changed stage, the files; ``comparison`` is its JSON, read through reports/upgrade.py
+    ``comparison_of`` (AnalysisShapeError when malformed)."""
+    c = comparison_of(comparison)
+    console.rule(f"compare: {escape(c.title)}")
     table = Table(show_header=True)
-    for column in ("all requests", "baseline", "current", "change", f"change {comparison['confidence']:.0%} CI", ""):
+    for column in ("all requests", "baseline", "current", "change", f"change {c.confidence:.0%} CI", ""):
         table.add_column(column, justify="right")
-    for row in comparison["percentiles"]:
-        if row["cls"] is not None or row["metric"] != "latency_ms":
+    for row in c.percentiles:
+        if row.cls is not None or row.metric != "latency_ms":
             continue
-        relative = row["relative_change"]
-        table.add_row(row_label(row), f"{row['baseline_ms']:.1f} ms", f"{row['current_ms']:.1f} ms",
-                      f"{row['change_ms']:+.1f} ms" + ("" if relative is None else f" ({relative:+.1%})"),
-                      f"{row['change_ci_ms'][0]:+.1f} … {row['change_ci_ms'][1]:+.1f} ms", _judgement(row))
+        relative = row.relative_change
+        table.add_row(row.figure, f"{row.baseline_ms:.1f} ms", f"{row.current_ms:.1f} ms",
+                      f"{row.change_ms:+.1f} ms" + ("" if relative is None else f" ({relative:+.1%})"),
+                      f"{row.change_ci_ms[0]:+.1f} … {row.change_ci_ms[1]:+.1f} ms", _judgement(row))
     console.print(table)
-    llm = llm_comparison_table(comparison.get("llm"))
+    llm = llm_comparison_table(c.llm)
     if llm is not None:
         console.print(llm)
-    method = comparison.get("method") or {}
-    if method.get("note"):
-        console.print(f"intervals: {method.get('name')}, {method.get('baseline_runs')} baseline run(s) and "
-                      f"{method.get('current_runs')} new run(s); {escape(method['note'])}", highlight=False, soft_wrap=True)
-    regressed = comparison["verdict"]["regressed"]
-    console.print(("[bold red]REGRESSION[/] " if regressed else "[bold green]NO REGRESSION[/] ")
-                  + escape(comparison["verdict"]["summary"]), highlight=False, soft_wrap=True)
-    for difference in (comparison.get("environment") or {}).get("differences") or []:
-        console.print(f"[yellow]warning: {escape(difference['message'])}[/]", highlight=False, soft_wrap=True)
+    if c.method is not None and c.method.note:
+        console.print(f"intervals: {c.method.name}, {c.method.baseline_runs} baseline run(s) and "
+                      f"{c.method.current_runs} new run(s); {escape(c.method.note)}", highlight=False, soft_wrap=True)
+    console.print(("[bold red]REGRESSION[/] " if c.verdict.regressed else "[bold green]NO REGRESSION[/] ")
+                  + escape(c.verdict.summary), highlight=False, soft_wrap=True)
+    for difference in c.environment.differences if c.environment else ():
+        console.print(f"[yellow]warning: {escape(difference.message)}[/]", highlight=False, soft_wrap=True)
     for name, path in paths.items():
         console.print(f"{name}: {path}", highlight=False, soft_wrap=True)
 
 
-def _judgement(row: dict) -> str:
+def _judgement(row: PercentileChange | LlmChange) -> str:
     """A compared row's mark: REGRESSED, improved or significant, and whether it could be claimed."""
-    mark = ("[red]REGRESSED[/]" if row["regressed"] else "[green]improved[/]" if row["improved"]
-            else "significant" if row["significant"] else "")
-    return mark if row["claimable"] else (mark + " " if mark else "") + "(too few samples)"
+    mark = ("[red]REGRESSED[/]" if row.regressed else "[green]improved[/]" if row.improved
+            else "significant" if row.significant else "")
+    return mark if row.claimable else (mark + " " if mark else "") + "(too few samples)"
 
 
-def llm_comparison_table(section: dict | None) -> Table | None:
+def llm_comparison_table(section: LlmComparison | None) -> Table | None:
     """An LLM comparison's rows (TTFT/TPOT P50 and P99, output tokens/s, goodput): baseline,
     current, relative change and the judgement; None when the runs had no LLM requests to compare."""
-    from tailscope.analyzers.comparison.llm_compare import fmt_value, row_label
+    from tailscope.analyzers.comparison.llm_compare import fmt_value
 
-    rows = (section or {}).get("rows") or []
-    if not rows:
+    if section is None or not section.rows:
         return None
     table = Table(show_header=True)
     for column in ("LLM", "baseline", "current", "change", ""):
         table.add_column(column, justify="right")
-    for row in rows:
-        relative = row["relative_change"]
-        table.add_row(row_label(row), fmt_value(row, row["baseline"]), fmt_value(row, row["current"]),
+    for row in section.rows:
+        relative = row.relative_change
+        table.add_row(row.figure, fmt_value(row, row.baseline), fmt_value(row, row.current),
                       "—" if relative is None else f"{relative:+.1%}", _judgement(row))
     return table
 

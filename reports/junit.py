@@ -18,7 +18,7 @@ import xml.etree.ElementTree as ET
 
 from tailscope.analysis_model.verdict import SloRow
 from tailscope.reports.formatting import fmt_metric
-from tailscope.reports.upgrade import run_of, verdict_of
+from tailscope.reports.upgrade import comparison_of, run_of, verdict_of
 
 SUITE_NAME = "tailscope.slo"
 COMPARE_SUITE_NAME = "tailscope.compare"
@@ -65,22 +65,23 @@ def _status(row: SloRow, unclaimed_fails: bool) -> str:
 
 
 def comparison_suite(comparison: dict) -> ET.Element:
-    """The comparison's checks as one ``<testsuite>`` (a failed check is a failure)."""
-    checks = comparison.get("checks") or []
+    """The comparison's checks (its JSON, read through ``comparison_of``) as one ``<testsuite>``
+    (a failed check is a failure)."""
+    typed = comparison_of(comparison)
+    checks = typed.checks
     suite = ET.Element("testsuite", {
         "name": COMPARE_SUITE_NAME, "tests": str(len(checks)),
-        "failures": str(sum(1 for c in checks if not c.get("passed"))), "errors": "0", "time": "0",
+        "failures": str(sum(1 for c in checks if not c.passed)), "errors": "0", "time": "0",
     })
     properties = ET.SubElement(suite, "properties")
-    for role in ("baseline", "current"):
-        run = comparison.get(role) or {}
-        ET.SubElement(properties, "property", {"name": role, "value": str(run.get("path") or run.get("name") or "")})
+    for role, side in (("baseline", typed.baseline), ("current", typed.current)):
+        ET.SubElement(properties, "property", {"name": role, "value": side.path or side.name})
     for check in checks:
-        name = str(check.get("name", "check"))
-        case = ET.SubElement(suite, "testcase", {"classname": f"{COMPARE_SUITE_NAME}.{check.get('cls') or 'all'}",
+        name = check.name
+        case = ET.SubElement(suite, "testcase", {"classname": f"{COMPARE_SUITE_NAME}.{check.cls or 'all'}",
                                                  "name": name, "time": "0"})
-        message = str(check.get("message") or "")
-        if check.get("passed"):
+        message = check.message
+        if check.passed:
             ET.SubElement(case, "system-out").text = message
         else:
             ET.SubElement(case, "failure", {"message": f"{name}: {message}", "type": "regression"}).text = message

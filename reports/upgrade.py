@@ -17,9 +17,11 @@ incomplete or unclaimed (:func:`upgrade_verdict`).
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 from tailscope.analysis_model.codec import decode
+from tailscope.analysis_model.comparison import Comparison
 from tailscope.analysis_model.findings import Finding
 from tailscope.analysis_model.records import Distribution, RollingLines, SlowRequests, TailLine, Window
 from tailscope.analysis_model.run import ErrorSamples, Run
@@ -76,6 +78,17 @@ def verdict_of(analysis: dict) -> Verdict:
     """The analysis's verdict as its type, however old the analysis (:func:`upgrade_verdict`); the
     one door the report, the terminal and the exit code read it through."""
     return decode(Verdict, upgrade_verdict(analysis.get("verdict")), "verdict")
+
+
+def comparison_of(comparison: dict) -> Comparison:
+    """A ``comparison.json`` (tailscope compare) as its type, whatever its ``format_version``: the
+    fields later formats added read as their defaults (analysis_model/comparison.py), and a
+    comparison from before titles (format 1.0) is titled by its sides' names (``new vs base``).
+    Raises AnalysisShapeError naming the place when the document does not have a comparison's shape."""
+    typed = decode(Comparison, comparison, "comparison")
+    if typed.title is None:
+        typed = dataclasses.replace(typed, title=f"{typed.current.name} vs {typed.baseline.name}")
+    return typed
 
 
 def upgrade_analysis(analysis: dict) -> dict:

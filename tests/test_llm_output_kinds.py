@@ -347,7 +347,8 @@ def test_analysis_report_and_compare_carry_reasoning_and_tool_calls(kinds_server
     reasoning_tpot = by_metric[("reasoning_tpot_ms", "p99")]
     assert reasoning_tpot["baseline"] > 0 and reasoning_tpot["current"] > 0 and not reasoning_tpot["regressed"]
     from tailscope.reports.compare_html import llm_change_rows
-    shown = {(r["metric"], r["percentile"]) for r in llm_change_rows(comparison["llm"])}
+    from tailscope.reports.upgrade import comparison_of
+    shown = {(r["metric"], r["percentile"]) for r in llm_change_rows(comparison_of(comparison).llm)}
     assert {("time to first answer token", "P99"), ("time to complete tool call", "P50"),
             ("TTFT with images", "P99"), ("rerank/score end-to-end", "P99")} <= shown
     names = {c["name"] for c in comparison["checks"]}

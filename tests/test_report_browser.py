@@ -19,6 +19,7 @@ import os
 
 import pytest
 from cli_helpers import only_run_dir, run_tailscope
+from comparison_fixtures import check, comparison_document, percentile_row, side, stage_row
 from report_fixtures import ONERROR_PAYLOAD, SCRIPT_PAYLOAD, SVG_PAYLOAD, add_hostile_fault, add_hostile_spans, spike_with_known_causes
 
 from tailscope.analyzers.analysis import analyze_run
@@ -121,24 +122,23 @@ def demo_report(tmp_path_factory):
 def comparison_report(synthetic_report, tmp_path_factory):
     current = synthetic_report["analysis"]
     p99 = current["summary"]["latency_ms"]["p99"]
-    comparison = {
-        "baseline": {"name": "last-release " + ONERROR_PAYLOAD, "path": "/runs/base", "requests": 1800,
-                     "achieved_rps": 60.0, "error_rate": 0.0, "duration_s": 30.0},
-        "current": {"name": current["run"]["name"], "path": current["run"]["path"], "requests": 1790,
-                    "achieved_rps": 59.7, "error_rate": 0.02, "duration_s": 30.0},
-        "verdict": {"regressed": True, "summary": "P99 rose by 180 ms; the interval excludes 0"},
-        "checks": [{"name": "p99 within +10% of baseline", "passed": False, "message": "+180 ms (+72%)"},
-                   {"name": "error_rate within +0.5 points", "passed": True, "message": SCRIPT_PAYLOAD}],
-        "percentiles": [{"metric": "latency_ms", "cls": None, "percentile": "p99", "baseline_ms": 70.0,
-                         "baseline_ci_ms": [65.0, 74.0], "current_ms": p99["value_ms"],
-                         "current_ci_ms": [p99["ci_low_ms"], p99["ci_high_ms"]], "change_ms": p99["value_ms"] - 70,
-                         "change_ci_ms": [p99["ci_low_ms"] - 74, p99["ci_high_ms"] - 65],
-                         "relative_change": p99["value_ms"] / 70 - 1, "significant": True, "regressed": True}],
-        "stages": [{"stage": "inference", "baseline_ms": 9.0, "current_ms": 30.0, "change_ms": 21.0},
-                   {"stage": SCRIPT_PAYLOAD, "baseline_ms": 1.0, "current_ms": 1.1, "change_ms": 0.1}],
-        "changed_stage": {"stage": "inference", "change_ms": 21.0, "summary": "inference mean 9 → 30 ms"},
-        "distributions": {"baseline": current["distribution"], "current": current["distribution"]},
-    }
+    comparison = comparison_document(
+        baseline=side("last-release " + ONERROR_PAYLOAD, "/runs/base", requests=1800, achieved_rps=60.0,
+                      error_rate=0.0, duration_s=30.0),
+        current=side(current["run"]["name"], current["run"]["path"], requests=1790, achieved_rps=59.7,
+                     error_rate=0.02, duration_s=30.0),
+        verdict={"regressed": True, "summary": "P99 rose by 180 ms; the interval excludes 0"},
+        checks=[check("p99 within +10% of baseline", False, "+180 ms (+72%)"),
+                check("error_rate within +0.5 points", True, SCRIPT_PAYLOAD)],
+        percentiles=[percentile_row("p99", baseline_ms=70.0, baseline_ci_ms=[65.0, 74.0], current_ms=p99["value_ms"],
+                                    current_ci_ms=[p99["ci_low_ms"], p99["ci_high_ms"]], change_ms=p99["value_ms"] - 70,
+                                    change_ci_ms=[p99["ci_low_ms"] - 74, p99["ci_high_ms"] - 65],
+                                    relative_change=p99["value_ms"] / 70 - 1, significant=True, regressed=True)],
+        stages=[stage_row("inference", 9.0, 30.0, 21.0), stage_row(SCRIPT_PAYLOAD, 1.0, 1.1, 0.1)],
+        changed_stage={"stage": "inference", "change_ms": 21.0, "share_of_growth": 1.0,
+                       "summary": "inference mean 9 → 30 ms"},
+        distributions={"baseline": current["distribution"], "current": current["distribution"]},
+    )
     return write_comparison_outputs(os.path.dirname(synthetic_report["html"]), comparison)["html"]
 
 

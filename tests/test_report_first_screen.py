@@ -15,6 +15,7 @@ import pytest
 from report_fixtures import make_spike, run_section
 
 from tailscope.analysis_model.codec import encode
+from tailscope.analysis_model.comparison import PercentileChange
 from tailscope.analysis_model.health import Generator, GeneratorCpu, GeneratorGc, LimitedInterval
 from tailscope.analysis_model.spikes import Decomposition
 from tailscope.analyzers.analysis import analyze_run
@@ -200,9 +201,12 @@ def test_an_unexplained_spike_says_what_was_checked_and_what_grew():
 
 
 def _row(percentile, relative, significant=True, improved=False, regressed=False, claimable=True):
-    return {"metric": "latency_ms", "cls": None, "percentile": percentile, "relative_change": relative,
-            "significant": significant, "improved": improved, "regressed": regressed, "claimable": claimable,
-            "baseline_ms": 10.0, "current_ms": 10.0 * (1 + relative)}
+    current = 10.0 * (1 + relative)
+    return PercentileChange(metric="latency_ms", cls=None, percentile=percentile, relative_change=relative,
+                            significant=significant, improved=improved, regressed=regressed, claimable=claimable,
+                            baseline_ms=10.0, current_ms=current, baseline_ci_ms=(10.0, 10.0),
+                            current_ci_ms=(current, current), change_ms=current - 10.0,
+                            change_ci_ms=(current - 10.0, current - 10.0), baseline_n=1000, current_n=1000)
 
 
 def test_compare_says_why_a_significant_change_is_not_a_regression():

@@ -6,6 +6,7 @@ import xml.etree.ElementTree as ET
 
 import numpy as np
 import pytest
+from comparison_fixtures import check, comparison_document, percentile_row, side
 from report_fixtures import make_spike, run_section
 
 from tailscope.analysis_model.codec import decode
@@ -157,15 +158,14 @@ def test_optional_sections_read_defensively():
     assert [(p["title"], len(p["series"])) for p in panels] == [("CPU", 2), ("c", 1)]
 
 
-COMPARISON = {
-    "baseline": {"name": "base", "path": "/runs/a"}, "current": {"name": "new|run", "path": "/runs/b"},
-    "verdict": {"regressed": True, "summary": "P95 60 ms → 90 ms"},
-    "checks": [{"name": "p95 within +10%", "passed": False, "message": "+30 ms"},
-               {"name": "error_rate within +0.5 points", "passed": True, "message": "+0.0 points"}],
-    "percentiles": [{"percentile": "p95", "baseline_ms": 60.0, "current_ms": 90.0, "change_ms": 30.0,
-                     "change_ci_ms": [24.0, 36.0], "relative_change": 0.5, "significant": True, "regressed": True}],
-    "changed_stage": {"stage": "queue", "change_ms": 28.0, "summary": "queue wait grew"},
-}
+COMPARISON = comparison_document(
+    baseline=side("base", "/runs/a"), current=side("new|run", "/runs/b"),
+    verdict={"regressed": True, "summary": "P95 60 ms → 90 ms"},
+    checks=[check("p95 within +10%", False, "+30 ms"), check("error_rate within +0.5 points", True, "+0.0 points")],
+    percentiles=[percentile_row("p95", baseline_ms=60.0, current_ms=90.0, change_ms=30.0, change_ci_ms=[24.0, 36.0],
+                                relative_change=0.5, significant=True, regressed=True)],
+    changed_stage={"stage": "queue", "change_ms": 28.0, "share_of_growth": 1.0, "summary": "queue wait grew"},
+)
 
 
 def test_junit_has_a_case_per_slo_and_per_comparison_check():

@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import re
 
+from comparison_fixtures import comparison_document, llm_row, side
 from report_fixtures import make_spike
 from rich.console import Console
 
@@ -45,14 +46,13 @@ def test_a_comparison_prints_the_llm_rows_beside_latency():
     from tailscope.conductor.terminal import print_comparison
 
     def row(metric, percentile, unit, base, now, regressed):
-        return {"metric": metric, "percentile": percentile, "unit": unit, "baseline": base, "current": now,
-                "relative_change": now / base - 1, "regressed": regressed, "improved": False,
-                "significant": regressed, "claimable": True}
+        return llm_row(metric, percentile, unit, baseline=base, current=now, relative_change=now / base - 1,
+                       regressed=regressed, improved=False, significant=regressed, claimable=True)
 
-    comparison = {"current": {"name": "now"}, "baseline": {"name": "before"}, "confidence": 0.95, "percentiles": [],
-                  "verdict": {"regressed": True, "summary": "LLM regression: TTFT P99"},
-                  "llm": {"rows": [row("ttft_ms", "p99", "ms", 40.0, 96.0, True),
-                                   row("goodput", None, "share", 0.99, 0.98, False)]}}
+    comparison = comparison_document(current=side("now"), baseline=side("before"), confidence=0.95, percentiles=[],
+                                     verdict={"regressed": True, "summary": "LLM regression: TTFT P99"},
+                                     llm={"rows": [row("ttft_ms", "p99", "ms", 40.0, 96.0, True),
+                                                   row("goodput", None, "share", 0.99, 0.98, False)]})
     out = io.StringIO()
     print_comparison(Console(file=out, width=160), comparison, {})
     text = out.getvalue()

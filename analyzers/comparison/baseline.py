@@ -20,7 +20,9 @@ Stage-level attribution: the mean of every stage for the *tail* requests (latenc
 each run's own quantile of the most-regressed percentile, or P99) on both sides, with the change
 and a normal-approximation 95% interval; the stage whose mean grew most is ``changed_stage``.
 
-The dict follows docs/analyzers/compare.md (the reports render it).
+:func:`compare` builds the typed :class:`~tailscope.analysis_model.comparison.Comparison`;
+:func:`compare_runs` returns it encoded, the dict written as comparison.json
+(docs/analyzers/compare.md; the reports render it).
 """
 
 from __future__ import annotations
@@ -34,6 +36,24 @@ from datetime import UTC, datetime
 import numpy as np
 
 from tailscope.analysis_model.codec import encode
+from tailscope.analysis_model.comparison import (
+    METRIC_NAMES,
+    ChangedStage,
+    Check,
+    Comparison,
+    ComparisonVerdict,
+    Distributions,
+    EnvironmentComparison,
+    EnvironmentDifference,
+    ErrorRateChange,
+    Method,
+    PercentileChange,
+    RunFacts,
+    SideFacts,
+    StageChange,
+)
+from tailscope.analysis_model.records import ClassCounts, Distribution
+from tailscope.analysis_model.run import Environment
 from tailscope.analyzers.comparison.judge import (  # noqa: F401
     CompareRules,
     Figure,
@@ -55,8 +75,8 @@ from tailscope.rundir import Run, load_run
 from tailscope.support.units import percentile_label
 
 COMPARISON_FORMAT_VERSION = "1.1"
-METRICS = (("latency_ms", "latency"), ("service_time_ms", "service time"))
-METRIC_LABELS = dict(METRICS)
+#: The compared metrics (their words: analysis_model/comparison.py).
+METRICS = tuple(METRIC_NAMES)
 Z_95 = 1.959963984540054
 MANIFEST = "manifest.json"
 
@@ -104,14 +124,14 @@ class RunSide:
         start = self.run.manifest.get("start_ns")
         return start if isinstance(start, int) and start > 0 else None
 
-    def facts(self) -> dict:
+    def facts(self) -> RunFacts:
         req = self.req
         period = load_period_ns(req)
         duration = (period[1] - period[0]) / NS_PER_S if period else 0.0
-        return {"name": self.name, "path": self.run.path, "requests": int(req.n),
-                "achieved_rps": float(req.is_ok.sum() / duration) if duration > 0 else None,
-                "error_rate": float(req.is_error.mean()) if req.n else 0.0, "duration_s": duration,
-                "started": start_text(self.start_ns, seconds=True)}
+        return RunFacts(name=self.name, path=self.run.path, requests=int(req.n),
+                        achieved_rps=float(req.is_ok.sum() / duration) if duration > 0 else None,
+                        error_rate=float(req.is_error.mean()) if req.n else 0.0, duration_s=duration,
+                        started=start_text(self.start_ns, seconds=True))
 
     def classes(self) -> set[str]:
         return set(self.req.class_names())
@@ -186,26 +206,26 @@ class ComparisonSide:
     def classes(self) -> set[str]:
         return set().union(*(r.classes() for r in self.runs))
 
-    def facts(self) -> dict:
+    def facts(self) -> SideFacts:
         """The side in figures: the first run's name, the path given, requests, achieved rate and
         error rate over all its runs, ``duration_s`` summed over them, ``started`` (the first run's
         start, UTC) and ``runs`` (each run's own facts)."""
-        runs = [r.facts() for r in self.runs]
-        requests = sum(f["requests"] for f in runs)
-        duration = sum(f["duration_s"] for f in runs)
+        runs = tuple(r.facts() for r in self.runs)
+        requests = sum(f.requests for f in runs)
+        duration = sum(f.duration_s for f in runs)
         ok = sum(int(r.req.is_ok.sum()) for r in self.runs)
         errors = sum(int(r.req.is_error.sum()) for r in self.runs)
         starts = [r.start_ns for r in self.runs if r.start_ns]
-        return {"name": self.name, "path": self.path, "requests": requests,
-                "achieved_rps": ok / duration if duration > 0 else None,
-                "error_rate": errors / requests if requests else 0.0, "duration_s": duration,
-                "started": start_text(min(starts), seconds=True) if starts else None,
-                "run_count": len(runs), "runs": runs}
+        return SideFacts(name=self.name, path=self.path, requests=requests,
+                         achieved_rps=ok / duration if duration > 0 else None,
+                         error_rate=errors / requests if requests else 0.0, duration_s=duration,
+                         started=start_text(min(starts), seconds=True) if starts else None,
+                         run_count=len(runs), runs=runs)
 
-    def distribution(self) -> dict:
-        """The side's latency distribution (analysis ``distribution`` shape), its runs' counts summed."""
+    def distribution(self) -> Distribution:
+        """The side's latency distribution (the analysis's ``distribution``), its runs' counts summed."""
         if len(self.runs) == 1:
-            return encode(latency_distribution(self.runs[0].req))
+            return latency_distribution(self.runs[0].req)
         edges = bin_edges_ms()
         full: dict[str, np.ndarray] = {}
         for side in self.runs:
@@ -216,10 +236,10 @@ class ComparisonSide:
                 full[name] = full[name] + counts if name in full else counts
         occupied = np.flatnonzero(full.get(ALL_CLASSES, np.zeros(1)))
         if len(occupied) == 0:
-            return {"unit": "ms", "bin_edges_ms": [], "classes": {ALL_CLASSES: {"n": 0, "counts": []}}}
+            return Distribution("ms", [], {ALL_CLASSES: ClassCounts(0, [])})
         lo, hi = int(occupied[0]), int(occupied[-1]) + 1
-        return {"unit": "ms", "bin_edges_ms": [float(e) for e in edges[lo:hi + 1]],
-                "classes": {name: {"n": int(c.sum()), "counts": c[lo:hi].tolist()} for name, c in full.items()}}
+        return Distribution("ms", [float(e) for e in edges[lo:hi + 1]],
+                            {name: ClassCounts(int(c.sum()), c[lo:hi].tolist()) for name, c in full.items()})
 
 
 def load_side(spec, block_s: float | None = None) -> ComparisonSide:
@@ -241,7 +261,7 @@ def side_label(side: ComparisonSide, other: ComparisonSide) -> str:
     return f"{count} runs of {side.name}" + (f" from {when}" if same and when else "")
 
 
-def method_facts(before: ComparisonSide, now: ComparisonSide, rules: CompareRules) -> dict:
+def method_facts(before: ComparisonSide, now: ComparisonSide, rules: CompareRules) -> Method:
     """The comparison's ``method``: how the intervals were resampled, the runs per side, the
     block length, and whether the run-to-run spread is part of the intervals."""
     runs = min(len(before.runs), len(now.runs))
@@ -257,14 +277,31 @@ def method_facts(before: ComparisonSide, now: ComparisonSide, rules: CompareRule
         note = (f"one run on {'each side' if max(len(before.runs), len(now.runs)) == 1 else 'a side'}: run-to-run "
                 f"noise unknown; intervals from {before.layout.block_s:g}-s time blocks within the run only; repeat "
                 f"the runs (tailscope run --repeat 3) and compare the folders to judge against it")
-    return {"name": name, "resampling": rules.method, "run_to_run_noise": noise, "note": note,
-            "block_s": max(before.layout.block_s, now.layout.block_s) if rules.method != "request" else None,
-            "baseline_runs": len(before.runs), "current_runs": len(now.runs), "resamples": rules.resamples}
+    return Method(name, rules.method, noise, note,
+                  max(before.layout.block_s, now.layout.block_s) if rules.method != "request" else None,
+                  len(before.runs), len(now.runs), rules.resamples)
 
 
 def compare_runs(current, baseline, rules: CompareRules = CompareRules()) -> dict:
-    """The comparison dict of ``current`` against ``baseline``: each a run directory, a folder
-    of runs, a loaded run, a list of those or a :class:`ComparisonSide`.
+    """The comparison of ``current`` against ``baseline`` (:func:`compare`) as the JSON-ready
+    dict written as comparison.json. Raises RunDirError when a run cannot be read."""
+    return encode(compare(current, baseline, rules))
+
+
+def _interval_of(pair) -> tuple[float, ...] | None:
+    return None if pair is None else tuple(pair)
+
+
+def percentile_change(metric: str, cls: str | None, percentile: str, row: dict) -> PercentileChange:
+    """A row of :func:`~.judge.compare_percentiles` as the comparison's :class:`PercentileChange`."""
+    return PercentileChange(metric=metric, cls=cls, percentile=percentile,
+                            **{key: _interval_of(value) if key.endswith("_ci_ms") else value
+                               for key, value in row.items()})
+
+
+def compare(current, baseline, rules: CompareRules = CompareRules()) -> Comparison:
+    """The comparison of ``current`` against ``baseline``: each a run directory, a folder of
+    runs, a loaded run, a list of those or a :class:`ComparisonSide`.
     Raises RunDirError when a run cannot be read."""
     now, before = load_side(current, rules.block_s), load_side(baseline, rules.block_s)
     rng = np.random.default_rng(rules.seed)
@@ -274,73 +311,73 @@ def compare_runs(current, baseline, rules: CompareRules = CompareRules()) -> dic
     family = len(scopes) * len(STANDARD_PERCENTILES)  # the latency checks judged together
     runs = (1, 1) if rules.method == "request" else (len(before.runs), len(now.runs))
     for cls in scopes:
-        for metric, _ in METRICS:
+        for metric in METRICS:
             judged = compare_percentiles(before.figure(metric, cls, weights_before),
                                          now.figure(metric, cls, weights_now), STANDARD_PERCENTILES, rules, rng,
                                          family=family, runs=runs)
-            rows += [{"metric": metric, "cls": cls, "percentile": name, **row} for name, row in judged]
+            rows += [percentile_change(metric, cls, name, row) for name, row in judged]
     focus = _focus_percentile(rows)
     stages, changed = stage_attribution(before, now, focus, rules)
     llm = compare_llm(before, now, (weights_before, weights_now), rules)
     checks = regression_checks(rows, rules, gate_confidence(rules.confidence, family, runs)) + llm_checks(llm, rules)
-    regressed = any(not c["passed"] for c in checks)
+    regressed = any(not c.passed for c in checks)
     method = method_facts(before, now, rules)
     summary = verdict_summary(rows, changed, rules)
     if llm_summary(llm):  # an LLM regression leads when latency did not regress
-        latency_regressed = any(r["regressed"] and r["metric"] == "latency_ms" for r in rows)
+        latency_regressed = any(r.regressed and r.metric == "latency_ms" for r in rows)
         summary = f"{summary}; {llm_summary(llm)}" if latency_regressed else f"{llm_summary(llm)}; latency: {summary}"
-    if method["run_to_run_noise"] == "unknown":
+    if method.run_to_run_noise == "unknown":
         summary += " (one run per side: run-to-run noise unknown, judged by a time-block bootstrap)"
+    # the first run of each side: server, model, GPUs (analyzers/inputs/environment.py)
     env_before, env_now = (environment_facts(side.runs[0].run.manifest) for side in (before, now))
-    return {
-        "format_version": COMPARISON_FORMAT_VERSION,
-        "title": f"{side_label(now, before)} vs {side_label(before, now)}",
-        "baseline": before.facts(), "current": now.facts(),
-        "threshold": rules.threshold, "confidence": rules.confidence, "resamples": rules.resamples,
-        "gate_confidence": gate_confidence(rules.confidence, family, runs), "checks_judged_together": family,
-        "method": method,
-        "verdict": {"regressed": regressed, "summary": summary},
-        "checks": checks, "percentiles": rows, "stages": stages, "changed_stage": changed, "llm": llm,
-        "error_rate": error_rate_change(before, now),
-        "classes_compared": [c for c in scopes if c is not None],
-        "classes_only_in_one": sorted(now.classes() ^ before.classes()),
-        "distributions": {"baseline": before.distribution(), "current": now.distribution()},
-        # the first run of each side: server, model, GPUs (analyzers/inputs/environment.py)
-        "environment": {"baseline": env_before, "current": env_now,
-                        "differences": environment_differences(env_before, env_now)},
-    }
+    return Comparison(
+        format_version=COMPARISON_FORMAT_VERSION,
+        title=f"{side_label(now, before)} vs {side_label(before, now)}",
+        baseline=before.facts(), current=now.facts(),
+        threshold=rules.threshold, confidence=rules.confidence, resamples=rules.resamples,
+        gate_confidence=gate_confidence(rules.confidence, family, runs), checks_judged_together=family,
+        method=method,
+        verdict=ComparisonVerdict(regressed, summary),
+        checks=tuple(checks), percentiles=tuple(rows), stages=tuple(stages), changed_stage=changed, llm=llm,
+        error_rate=error_rate_change(before, now),
+        classes_compared=tuple(c for c in scopes if c is not None),
+        classes_only_in_one=tuple(sorted(now.classes() ^ before.classes())),
+        distributions=Distributions(before.distribution(), now.distribution()),
+        environment=EnvironmentComparison(
+            Environment(**env_before), Environment(**env_now),
+            tuple(EnvironmentDifference(**d) for d in environment_differences(env_before, env_now))),
+    )
 
 
-def _focus_percentile(rows: list[dict]) -> str:
+def _focus_percentile(rows: list[PercentileChange]) -> str:
     """The percentile whose latency (all requests) regressed most, else p99."""
-    regressed = [r for r in rows if r["cls"] is None and r["metric"] == "latency_ms" and r["regressed"]]
+    regressed = [r for r in rows if r.cls is None and r.metric == "latency_ms" and r.regressed]
     if not regressed:
         return "p99"
-    return max(regressed, key=lambda r: r["relative_change"] or 0.0)["percentile"]
+    return max(regressed, key=lambda r: r.relative_change or 0.0).percentile
 
 
-def regression_checks(rows: list[dict], rules: CompareRules, gate: float | None = None) -> list[dict]:
+def regression_checks(rows: list[PercentileChange], rules: CompareRules, gate: float | None = None) -> list[Check]:
     """One check per latency percentile and scope: passed unless regressed (JUnit testcases);
     ``gate``: the confidence the judged intervals were read at (:func:`~.judge.gate_confidence`)."""
     gate = rules.confidence if gate is None else gate
     checks = []
     for row in rows:
-        if row["metric"] != "latency_ms":
+        if row.metric != "latency_ms":
             continue
-        scope = row["cls"] or "all"
-        label = row_label(row)
-        relative = row["relative_change"]
-        message = (f"{label} {row['baseline_ms']:.1f} ms → {row['current_ms']:.1f} ms "
+        scope = row.cls or "all"
+        label = row.figure
+        relative = row.relative_change
+        message = (f"{label} {row.baseline_ms:.1f} ms → {row.current_ms:.1f} ms "
                    f"({'—' if relative is None else f'{relative:+.1%}'}; change {rules.confidence:.0%} CI "
-                   f"{row['change_ci_ms'][0]:+.1f} … {row['change_ci_ms'][1]:+.1f} ms)")
-        if row["regressed"]:
+                   f"{row.change_ci_ms[0]:+.1f} … {row.change_ci_ms[1]:+.1f} ms)")
+        if row.regressed:
             message += (f": regression (above {rules.threshold:.0%}, and the change's "
-                        f"{_percent(gate)} interval {row['gate_ci_ms'][0]:+.1f} … "
-                        f"{row['gate_ci_ms'][1]:+.1f} ms lies above 0)")
-        elif not row["claimable"]:
+                        f"{_percent(gate)} interval {row.gate_ci_ms[0]:+.1f} … "
+                        f"{row.gate_ci_ms[1]:+.1f} ms lies above 0)")
+        elif not row.claimable:
             message += ": too few samples to judge"
-        checks.append({"name": f"{scope} {label}", "cls": row["cls"], "passed": not row["regressed"],
-                       "message": message})
+        checks.append(Check(f"{scope} {label}", row.cls, not row.regressed, message))
     return checks
 
 
@@ -373,7 +410,7 @@ def _stages(side: ComparisonSide) -> list[str]:
 
 
 def stage_attribution(before: ComparisonSide, now: ComparisonSide, percentile: str,
-                      rules: CompareRules) -> tuple[list[dict], dict | None]:
+                      rules: CompareRules) -> tuple[list[StageChange], ChangedStage | None]:
     """(per-stage mean change in the tail, the stage that changed most) for one percentile's tail."""
     p = dict(STANDARD_PERCENTILES)[percentile]
     before_stages = _stages(before)
@@ -389,23 +426,21 @@ def stage_attribution(before: ComparisonSide, now: ComparisonSide, percentile: s
             continue
         change = float(b.mean() - a.mean())
         se = math.sqrt(a.var(ddof=1) / len(a) + b.var(ddof=1) / len(b)) if len(a) > 1 and len(b) > 1 else 0.0
-        out.append({"stage": stage, "baseline_ms": float(a.mean()), "current_ms": float(b.mean()),
-                    "change_ms": change, "change_ci_ms": [change - Z_95 * se, change + Z_95 * se],
-                    "tail_percentile": percentile, "baseline_tail_requests": int(tail_before),
-                    "current_tail_requests": int(tail_now)})
-    grown = [s for s in out if s["change_ci_ms"][0] > 0]
+        out.append(StageChange(stage, float(a.mean()), float(b.mean()), change,
+                               (change - Z_95 * se, change + Z_95 * se), percentile, int(tail_before), int(tail_now)))
+    grown = [s for s in out if s.change_ci_ms[0] > 0]
     if not grown:
         return out, None
-    top = max(grown, key=lambda s: s["change_ms"])
-    total = sum(max(s["change_ms"], 0.0) for s in out)
-    share = top["change_ms"] / total if total > 0 else 1.0
-    summary = (f"{top['stage']} changed most in the requests at or above latency {percentile_label(percentile)}: "
-               f"mean {top['baseline_ms']:.1f} ms → {top['current_ms']:.1f} ms ({top['change_ms']:+.1f} ms, "
+    top = max(grown, key=lambda s: s.change_ms)
+    total = sum(max(s.change_ms, 0.0) for s in out)
+    share = top.change_ms / total if total > 0 else 1.0
+    summary = (f"{top.stage} changed most in the requests at or above latency {percentile_label(percentile)}: "
+               f"mean {top.baseline_ms:.1f} ms → {top.current_ms:.1f} ms ({top.change_ms:+.1f} ms, "
                f"{share:.0%} of the stages' growth)")
-    return out, {"stage": top["stage"], "change_ms": top["change_ms"], "share_of_growth": share, "summary": summary}
+    return out, ChangedStage(top.stage, top.change_ms, share, summary)
 
 
-def error_rate_change(before: ComparisonSide, now: ComparisonSide) -> dict:
+def error_rate_change(before: ComparisonSide, now: ComparisonSide) -> ErrorRateChange:
     """Error rates of both sides (all their runs' requests), their difference and a
     two-proportion z-test p-value."""
     from scipy import stats
@@ -417,37 +452,32 @@ def error_rate_change(before: ComparisonSide, now: ComparisonSide) -> dict:
     pooled = (e1 + e2) / (n1 + n2) if n1 + n2 else 0.0
     se = math.sqrt(pooled * (1 - pooled) * (1 / n1 + 1 / n2)) if n1 and n2 and 0 < pooled < 1 else 0.0
     p_value = float(2 * stats.norm.sf(abs(r2 - r1) / se)) if se > 0 else 1.0
-    return {"baseline": r1, "current": r2, "change": r2 - r1, "p_value": p_value}
+    return ErrorRateChange(r1, r2, r2 - r1, p_value)
 
 
-def row_label(row: dict) -> str:
-    """A percentile row's figure in words: ``latency P50``, ``service time P99.9``."""
-    return f"{METRIC_LABELS.get(row.get('metric') or 'latency_ms', row.get('metric'))} {percentile_label(row['percentile'])}"
-
-
-def _unjudged(row: dict, rules: CompareRules) -> str:
+def _unjudged(row: PercentileChange, rules: CompareRules) -> str:
     """A significant change that is not a regression, and why: ``latency P99.9 −13.1%: improved``,
     ``latency P50 +3.2%: significant, but within the 10% threshold``, ``latency P99.9 −13.1%:
     significant, but too few requests to claim latency P99.9 on both sides``."""
-    name, relative = row_label(row), row["relative_change"]
+    name, relative = row.figure, row.relative_change
     change = "—" if relative is None else f"{relative:+.1%}".replace("-", "−")
-    if row.get("improved"):
+    if row.improved:
         return f"{name} {change}: improved"
-    if not row.get("claimable", True):
+    if not row.claimable:
         return f"{name} {change}: significant, but too few requests to claim {name} on both sides"
     return f"{name} {change}: significant, but within the {rules.threshold:.0%} threshold"
 
 
-def verdict_summary(rows: list[dict], changed: dict | None, rules: CompareRules) -> str:
+def verdict_summary(rows: list[PercentileChange], changed: ChangedStage | None, rules: CompareRules) -> str:
     """One sentence: what regressed (all requests first), and where."""
-    regressed = [r for r in rows if r["regressed"] and r["metric"] == "latency_ms"]
+    regressed = [r for r in rows if r.regressed and r.metric == "latency_ms"]
     if not regressed:
-        moved = [r for r in rows if r["significant"] and r["metric"] == "latency_ms" and r["cls"] is None]
+        moved = [r for r in rows if r.significant and r.metric == "latency_ms" and r.cls is None]
         return f"no regression above {rules.threshold:.0%}" + "".join(f"; {_unjudged(r, rules)}" for r in moved)
-    regressed.sort(key=lambda r: (r["cls"] is not None, -(r["relative_change"] or 0)))
-    parts = [f"{r['cls'] or 'all'} {row_label(r)} {r['baseline_ms']:.1f} → "
-             f"{r['current_ms']:.1f} ms ({r['relative_change']:+.0%})" for r in regressed[:4]]
+    regressed.sort(key=lambda r: (r.cls is not None, -(r.relative_change or 0)))
+    parts = [f"{r.cls or 'all'} {r.figure} {r.baseline_ms:.1f} → "
+             f"{r.current_ms:.1f} ms ({r.relative_change:+.0%})" for r in regressed[:4]]
     text = "regression: " + "; ".join(parts) + (f" (+{len(regressed) - 4} more)" if len(regressed) > 4 else "")
     if changed:
-        text += f". {changed['summary']}"
+        text += f". {changed.summary}"
     return text

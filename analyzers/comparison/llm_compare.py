@@ -51,6 +51,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from tailscope.analysis_model.comparison import Check, LlmChange, LlmComparison
 from tailscope.analysis_model.llm import PrefixCacheCounters, PrefixCacheGauge
 from tailscope.analyzers.comparison.judge import CompareRules, Figure, compare_percentiles, judge_change
 from tailscope.analyzers.comparison.resampling import ratio_replicates
@@ -71,18 +72,12 @@ WINDOW_NS = NS_PER_S
 LLM_FAMILY = 4
 #: (metric, percentile name, quantile) of the per-request rows.
 PERCENTILE_ROWS = (("ttft_ms", "p50", 0.50), ("ttft_ms", "p99", 0.99), ("tpot_ms", "p50", 0.50), ("tpot_ms", "p99", 0.99))
-LABELS = {"ttft_ms": "TTFT", "tpot_ms": "TPOT", "output_tokens_per_s": "output tokens/s", "goodput": "goodput",
-          "ttfa_ms": "time to first answer token", "reasoning_tpot_ms": "reasoning TPOT", "time_to_tool_call_ms": "time to complete tool call",
-          "image_ttft_ms": "TTFT with images", "ranking_e2e_ms": "rerank/score end-to-end"}
-LABELS.update({"ttft_first_turn_ms": "TTFT turn 1", "ttft_later_turns_ms": "TTFT later turns",
-               "session_duration_ms": "session duration", "session_tokens": "tokens per session"})
 #: The multi-turn session rows: (figure, percentile name, quantile, unit); never checks.
 SESSION_ROWS = (("ttft_first_turn_ms", "p50", 0.50, "ms"), ("ttft_later_turns_ms", "p50", 0.50, "ms"),
                 ("session_duration_ms", "p50", 0.50, "ms"), ("session_duration_ms", "p99", 0.99, "ms"),
                 ("session_tokens", "p50", 0.50, "tokens"))
 #: Session figures shown but never judged (they describe the workload, not the service).
 UNJUDGED = frozenset({"session_tokens"})
-LABELS["prefix_cache_hit_rate"] = "server prefix-cache hit rate"
 #: The output-kind rows (analyzers/stats/llm_kinds.py ``kind_series`` key, metric), when both sides have them.
 KIND_ROWS = (("ttfa", "ttfa_ms"), ("reasoning_tpot", "reasoning_tpot_ms"), ("time_to_tool_call", "time_to_tool_call_ms"),
              ("image_ttft", "image_ttft_ms"),
@@ -189,6 +184,16 @@ def _session_figures(req, llm, ttft_ms: np.ndarray) -> dict[str, tuple[np.ndarra
             "session_tokens": (table.prompt_tokens[done] + table.output_tokens[done], table.start_ns[done])}
 
 
+def _change(metric: str, percentile: str | None, unit: str, row: dict, **more) -> LlmChange:
+    """An LLM row from a judged change (:func:`~.judge.judge_change` keys, or
+    :func:`~.judge.compare_percentiles` keys without their ``_ms``); ``more`` sets the rest."""
+    values = {key.removesuffix("_ms"): value for key, value in row.items()}
+    values.update(more)
+    return LlmChange(metric=metric, percentile=percentile, unit=unit,
+                     **{key: tuple(value) if key.endswith("_ci") and value is not None else value
+                        for key, value in values.items()})
+
+
 def _runs(before: LlmSide, now: LlmSide, weights: tuple) -> tuple[int, int]:
     """The run counts the gate interval allows for ((1, 1) under the per-request method)."""
     return (1, 1) if weights[0] is None else (before.runs, now.runs)
@@ -199,7 +204,7 @@ def _per_block(values: np.ndarray, blocks: np.ndarray, total: int) -> np.ndarray
 
 
 def _rate_row(before: LlmSide, now: LlmSide, weights: tuple, rules: CompareRules,
-              rng: np.random.Generator) -> dict | None:
+              rng: np.random.Generator) -> LlmChange | None:
     a, b = before.window_tokens, now.window_tokens
     if not len(a) or not len(b):
         return None
@@ -215,12 +220,12 @@ def _rate_row(before: LlmSide, now: LlmSide, weights: tuple, rules: CompareRules
     row = judge_change(float(a.mean() / window_s), float(b.mean() / window_s), replicates(before, weights[0]),
                        replicates(now, weights[1]), min(len(a), len(b)) >= MIN_RATE_WINDOWS, rules, lower_is_worse=True,
                        family=LLM_FAMILY, runs=_runs(before, now, weights))
-    return {"metric": "output_tokens_per_s", "percentile": None, "unit": "tokens/s", **row, "lower_is_worse": True,
-            "baseline_n": int(len(a)), "current_n": int(len(b))}
+    return _change("output_tokens_per_s", None, "tokens/s", row, lower_is_worse=True,
+                   baseline_n=int(len(a)), current_n=int(len(b)))
 
 
 def _goodput_row(before: LlmSide, now: LlmSide, weights: tuple, rules: CompareRules,
-                 rng: np.random.Generator) -> dict | None:
+                 rng: np.random.Generator) -> LlmChange | None:
     if not before.requests or not now.requests:
         return None
 
@@ -233,12 +238,12 @@ def _goodput_row(before: LlmSide, now: LlmSide, weights: tuple, rules: CompareRu
     row = judge_change(float(before.good.mean()), float(now.good.mean()), replicates(before, weights[0]),
                        replicates(now, weights[1]), min(before.requests, now.requests) >= MIN_GOODPUT_REQUESTS,
                        rules, lower_is_worse=True, family=LLM_FAMILY, runs=_runs(before, now, weights))
-    return {"metric": "goodput", "percentile": None, "unit": "share", **row, "lower_is_worse": True,
-            "baseline_n": before.requests, "current_n": now.requests}
+    return _change("goodput", None, "share", row, lower_is_worse=True,
+                   baseline_n=before.requests, current_n=now.requests)
 
 
-def compare_llm(before, now, weights: tuple, rules: CompareRules) -> dict | None:
-    """The comparison's ``llm`` section: ``{"rows": [...]}`` (module docstring) of side ``now``
+def compare_llm(before, now, weights: tuple, rules: CompareRules) -> LlmComparison | None:
+    """The comparison's ``llm`` section: its rows (module docstring) of side ``now``
     against side ``before`` (:class:`~.baseline.ComparisonSide`), resampled with the sides'
     replicate ``weights`` (a pair; None entries under the per-request method); None unless every
     run of both sides holds OpenAI-API requests."""
@@ -258,17 +263,11 @@ def compare_llm(before, now, weights: tuple, rules: CompareRules) -> dict | None
         (a_values, a_blocks), (b_values, b_blocks) = figures[metric]
         judged = compare_percentiles(Figure(a_values, a_blocks, weights[0]), Figure(b_values, b_blocks, weights[1]),
                                      ((name, p),), rules, rng, family=family, runs=_runs(a, b, weights))
-        for _, row in judged:
-            rows.append({"metric": metric, "percentile": name, "unit": "ms",
-                         "baseline": row["baseline_ms"], "baseline_ci": row["baseline_ci_ms"],
-                         "current": row["current_ms"], "current_ci": row["current_ci_ms"],
-                         "change": row["change_ms"], "change_ci": row["change_ci_ms"], "gate_ci": row["gate_ci_ms"],
-                         **{k: row[k] for k in ("relative_change", "significant", "regressed", "improved", "claimable",
-                                                "baseline_n", "current_n")}, "lower_is_worse": False})
+        rows += [_change(metric, name, "ms", row, lower_is_worse=False) for _, row in judged]
     rows += [r for r in (_rate_row(a, b, weights, rules, rng), _goodput_row(a, b, weights, rules, rng)) if r is not None]
     rows += _session_rows(a, b, weights, rules, rng)
     rows += _prefix_cache_rows(before, now)
-    return {"rows": rows}
+    return LlmComparison(tuple(rows))
 
 
 def _pooled_prefix_cache(side) -> tuple[float | None, int]:
@@ -286,21 +285,21 @@ def _pooled_prefix_cache(side) -> tuple[float | None, int]:
     return (sum(s.hit_tokens for s in sections) / queries if queries else None), queries
 
 
-def _prefix_cache_rows(before, now) -> list[dict]:
+def _prefix_cache_rows(before, now) -> list[LlmChange]:
     """The ``prefix_cache_hit_rate`` row when both sides' servers reported one ([] otherwise): shown, not judged."""
     (baseline, baseline_n), (current, current_n) = _pooled_prefix_cache(before), _pooled_prefix_cache(now)
     if baseline is None or current is None:
         return []
-    return [{"metric": "prefix_cache_hit_rate", "percentile": None, "unit": "share",
-             "baseline": baseline, "baseline_ci": None, "current": current, "current_ci": None,
-             "change": current - baseline, "change_ci": None, "gate_ci": None,
-             "relative_change": (current - baseline) / baseline if baseline else None,
-             "significant": False, "regressed": False, "improved": False, "claimable": False,
-             "baseline_n": baseline_n, "current_n": current_n, "lower_is_worse": True, "check": False,
-             "judged": False}]
+    return [LlmChange(metric="prefix_cache_hit_rate", percentile=None, unit="share",
+                      baseline=baseline, baseline_ci=None, current=current, current_ci=None,
+                      change=current - baseline, change_ci=None, gate_ci=None,
+                      relative_change=(current - baseline) / baseline if baseline else None,
+                      significant=False, regressed=False, improved=False, claimable=False,
+                      baseline_n=baseline_n, current_n=current_n, lower_is_worse=True, check=False, judged=False)]
 
 
-def _session_rows(a: LlmSide, b: LlmSide, weights: tuple, rules: CompareRules, rng: np.random.Generator) -> list[dict]:
+def _session_rows(a: LlmSide, b: LlmSide, weights: tuple, rules: CompareRules,
+                  rng: np.random.Generator) -> list[LlmChange]:
     """The :data:`SESSION_ROWS` of two sides that both ran sessions ([] otherwise); ``check`` False."""
     rows = []
     for figure, name, p, unit in SESSION_ROWS:
@@ -310,58 +309,46 @@ def _session_rows(a: LlmSide, b: LlmSide, weights: tuple, rules: CompareRules, r
                                      ((name, p),), rules, rng, family=LLM_FAMILY, runs=_runs(a, b, weights))
         for _, row in judged:
             shown_only = figure in UNJUDGED
-            rows.append({"metric": figure, "percentile": name, "unit": unit,
-                         "baseline": row["baseline_ms"], "baseline_ci": row["baseline_ci_ms"],
-                         "current": row["current_ms"], "current_ci": row["current_ci_ms"],
-                         "change": row["change_ms"], "change_ci": row["change_ci_ms"], "gate_ci": row["gate_ci_ms"],
-                         **{k: row[k] for k in ("relative_change", "significant", "claimable", "baseline_n",
-                                                "current_n")},
-                         "regressed": row["regressed"] and not shown_only, "improved": row["improved"] and not shown_only,
-                         "lower_is_worse": False, "check": False})
+            rows.append(_change(figure, name, unit, row, regressed=row["regressed"] and not shown_only,
+                                improved=row["improved"] and not shown_only, lower_is_worse=False, check=False))
     return rows
 
 
-def row_label(row: dict) -> str:
-    """``TTFT P99``, ``output tokens/s``, ``LLM goodput``."""
-    label = LABELS.get(row["metric"], row["metric"])
-    return f"{label} {row['percentile'].upper()}" if row.get("percentile") else label
-
-
-def fmt_value(row: dict, value: float | None) -> str:
+def fmt_value(row: LlmChange, value: float | None) -> str:
     """A row's value in its unit: ``41.2 ms``, ``1,204.5 tokens/s``, ``97.1%``."""
     if value is None:
         return "—"
-    if row["unit"] == "share":
+    if row.unit == "share":
         return f"{100 * value:.1f}%"
-    return f"{value:,.1f} {row['unit']}"
+    return f"{value:,.1f} {row.unit}"
 
 
-def llm_checks(section: dict | None, rules: CompareRules) -> list[dict]:
+def llm_checks(section: LlmComparison | None, rules: CompareRules) -> list[Check]:
     """One check per LLM P99 row, output rate and goodput: failed when regressed (JUnit testcases)."""
     checks = []
-    for row in (section or {}).get("rows", []):
-        if row.get("percentile") == "p50" or row.get("check") is False:
+    for row in section.rows if section else ():
+        if not row.is_check:
             continue
-        relative = row["relative_change"]
-        low, high = row["change_ci"]
-        unit = "points" if row["unit"] == "share" else row["unit"]
-        scale = 100.0 if row["unit"] == "share" else 1.0
-        message = (f"{row_label(row)} {fmt_value(row, row['baseline'])} → {fmt_value(row, row['current'])} "
+        relative = row.relative_change
+        low, high = row.change_ci
+        unit = "points" if row.unit == "share" else row.unit
+        scale = 100.0 if row.unit == "share" else 1.0
+        message = (f"{row.figure} {fmt_value(row, row.baseline)} → {fmt_value(row, row.current)} "
                    f"({'—' if relative is None else f'{relative:+.1%}'}; change {rules.confidence:.0%} CI {low * scale:+.1f} … "
                    f"{high * scale:+.1f} {unit})")
-        if row["regressed"]:
-            message += f": regression ({'down' if row['lower_is_worse'] else 'up'} more than {rules.threshold:.0%}, significant)"
-        elif not row["claimable"]:
+        if row.regressed:
+            message += f": regression ({'down' if row.lower_is_worse else 'up'} more than {rules.threshold:.0%}, significant)"
+        elif not row.claimable:
             message += ": too few samples to judge"
-        checks.append({"name": f"LLM {row_label(row)}", "cls": None, "passed": not row["regressed"], "message": message})
+        checks.append(Check(f"LLM {row.figure}", None, not row.regressed, message))
     return checks
 
 
-def llm_summary(section: dict | None) -> str:
+def llm_summary(section: LlmComparison | None) -> str:
     """The LLM regressions in words (``""`` when none): ``LLM regression: TTFT P99 41.2 → 96.0 ms (+133%)``."""
-    regressed = [r for r in (section or {}).get("rows", []) if r["regressed"]]
+    regressed = [r for r in section.rows if r.regressed] if section else []
     if not regressed:
         return ""
     return "LLM regression: " + "; ".join(
-        f"{row_label(r)} {fmt_value(r, r['baseline'])} → {fmt_value(r, r['current'])} ({r['relative_change']:+.0%})"
+        f"{r.figure} {fmt_value(r, r.baseline)} → {fmt_value(r, r.current)} ({r.relative_change:+.0%})"
         for r in regressed)
