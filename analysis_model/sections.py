@@ -21,13 +21,14 @@ from tailscope.analysis_model.signals import Signals
 from tailscope.analysis_model.spikes import CauseFinding, Decomposition, Spike, SpikeDetection
 from tailscope.analysis_model.stages import NameCount, Stages, StageStats
 from tailscope.analysis_model.streaming import Streaming, StreamMetrics
-from tailscope.analysis_model.summary import Goodput, GoodputShare, Summary
+from tailscope.analysis_model.summary import Goodput, GoodputShare, RequestSummary, Summary
 from tailscope.analysis_model.verdict import Verdict
 from tailscope.analysis_model.warning import AnalysisWarning
 
 TYPED: dict[str, type] = {
     "$defs/percentile": Percentile,
     "$defs/percentile_set": PercentileSet,
+    "$defs/request_summary": RequestSummary,
     "$defs/summary": Summary,
     "$defs/goodput": Goodput,
     "$defs/goodput_share": GoodputShare,
@@ -56,7 +57,7 @@ TYPED: dict[str, type] = {
     "retention": Retention,
     "soak": Soak,
     "run": Run,
-    "classes": dict[str, Summary],
+    "classes": dict[str, RequestSummary],
     "windows": list[Window],
     "slow_requests": SlowRequests,
     "$defs/rolling_line": RollingLine,

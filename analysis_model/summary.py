@@ -1,9 +1,11 @@
 """The run's summary: counts, rates, latency / service-time / lateness percentiles, goodput.
 
-``$defs.summary`` of analyzers/analysis.schema.json: the analysis's ``summary`` (all requests) and
-each entry of ``classes`` (one request class). Built by analyzers/stats/summary.py (``summarize``;
-``load_model``, ``dropped`` and ``goodput`` added where the analysis is assembled,
-analyzers/analysis.py); drawn by the report's headline, rates, errors, lateness and percentile table.
+``$defs.request_summary`` of analyzers/analysis.schema.json: each entry of ``classes`` (one request
+class); ``$defs.summary``: the analysis's ``summary`` (all requests), the same with the run's
+``load_model``, ``dropped`` and ``goodput``. Built by analyzers/stats/summary.py (``summarize``, and
+from the histograms of a retained run by analyzers/inputs/retained.py; ``summary_section`` adds the
+run's fields where the analysis is assembled, analyzers/analysis.py); drawn by the report's headline,
+rates, errors, lateness and percentile table.
 """
 
 from __future__ import annotations
@@ -65,15 +67,14 @@ class Goodput:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Summary:
-    """The summary of a set of requests (the run's, or one class's). Latency and service time are
-    over the requests that count in latency (successes, HTTP errors, timeouts); ``errors`` counts
-    every failed request and ``error_rate`` is errors / requests (0–1; 0 without requests).
-    ``duration_s`` is the load period (first scheduled send to the last completion, s);
+class RequestSummary:
+    """The summary of a set of requests (one class's; the run's is a :class:`Summary`). Latency and
+    service time are over the requests that count in latency (successes, HTTP errors, timeouts);
+    ``errors`` counts every failed request and ``error_rate`` is errors / requests (0–1; 0 without
+    requests). ``duration_s`` is the load period (first scheduled send to the last completion, s);
     ``offered_rps``/``achieved_rps`` are requests and completions per second of it (None when it is
     0). ``errors_by_kind`` counts failures by ``error_kind``; ``top_errors`` the ≤ 10 most frequent
-    messages. ``load_model``, ``dropped`` (requests never sent) and ``goodput`` are the run's only
-    (a class's summary and an older analysis lack them: open loop, 0 dropped, no goodput)."""
+    messages."""
 
     requests: int
     completed: int
@@ -87,6 +88,14 @@ class Summary:
     latency_ms: PercentileSet
     service_time_ms: PercentileSet
     lateness_ms: Lateness
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Summary(RequestSummary):
+    """The run's summary: a :class:`RequestSummary` of every request with the run's ``load_model``,
+    ``dropped`` (requests never sent) and ``goodput`` (an older analysis lacks them: open loop,
+    0 dropped, no goodput; a class's summary read as a ``Summary`` reads the same)."""
+
     load_model: Literal["open", "closed"] = "open"
     dropped: int = 0
     goodput: Goodput | None = written_when_set()

@@ -135,7 +135,7 @@ def analyze_run(run_or_path: Run | str | os.PathLike, *, window_s: float = 1.0,
     retained = retained_view(run, req, window_s)  # records kept selectively: numbers from histograms
     if retained is not None:
         period, duration_s, summary = retained.period, retained.duration_s, retained.summary
-    p99_ms = summary["latency_ms"]["p99"]["value_ms"]
+    p99_ms = summary.latency_ms.p99.value_ms
     slos, slo_warnings = parse_scenario_slos(scenario)
     resolved = rules_for_scenario(scenario, stage_map)  # the scenario's `stages:` rules (stage_rules.py)
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="tailscope-records") as pool:

@@ -116,11 +116,11 @@ def test_merged_percentiles_equal_those_over_the_concatenated_records(tmp_path):
                       schema=schema.REQUESTS_SCHEMA)
     expected = summarize(request_arrays(direct))
     got = summarize(request_arrays(table))
-    assert got["requests"] == expected["requests"] == 2600
+    assert got.requests == expected.requests == 2600
     for key in ("p50", "p90", "p99", "p999"):
-        assert got["latency_ms"][key] == expected["latency_ms"][key]
+        assert getattr(got.latency_ms, key) == getattr(expected.latency_ms, key)
     ok = np.array([(r[2] - r[0]) / 1e6 for r in concatenated if r[9] is None])
-    assert got["latency_ms"]["p50"]["value_ms"] == pytest.approx(float(np.quantile(ok, 0.5)), rel=0.02)
+    assert got.latency_ms.p50.value_ms == pytest.approx(float(np.quantile(ok, 0.5)), rel=0.02)
 
 
 def test_merge_reports_lost_rows_missing_workers_and_reordered_batches():

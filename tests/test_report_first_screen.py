@@ -17,7 +17,9 @@ from report_fixtures import make_spike, run_section
 from tailscope.analysis_model.codec import encode
 from tailscope.analysis_model.comparison import PercentileChange
 from tailscope.analysis_model.health import Generator, GeneratorCpu, GeneratorGc, LimitedInterval
+from tailscope.analysis_model.percentiles import MaxValue, Percentile, PercentileSet
 from tailscope.analysis_model.spikes import Decomposition
+from tailscope.analysis_model.summary import Lateness, RequestSummary
 from tailscope.analyzers.analysis import analyze_run
 from tailscope.analyzers.causes.protocol import Finding, unexplained
 from tailscope.analyzers.comparison.baseline import CompareRules, verdict_summary
@@ -88,12 +90,18 @@ def test_the_p99_line_is_a_rolling_sample_every_point_of_which_can_claim_a_p99(w
 # --------------------------------------------------------------------------- generator lateness
 
 
-def _summary(latency_p99, service_p99, claimed=True, latency_p50=10.0, service_p50=9.9):
+def _summary(latency_p99, service_p99, claimed=True, latency_p50=10.0, service_p50=9.9) -> RequestSummary:
     def entry(value, claimed_=True):
-        return {"value_ms": value, "claimed": claimed_}
-    return {"latency_ms": {"p50": entry(latency_p50), "p99": entry(latency_p99, claimed)},
-            "service_time_ms": {"p50": entry(service_p50), "p99": entry(service_p99)},
-            "lateness_ms": {"p50_ms": 0.05, "p99_ms": 1.2, "late_share": 0.04, "generator_limited": True}}
+        return Percentile(value_ms=value, ci_low_ms=None, ci_high_ms=None, n=1000, claimed=claimed_, bound_ms=None)
+
+    def percentiles(p50, p99, p99_claimed=True):
+        return PercentileSet(p50=entry(p50), p90=entry(None, False), p95=entry(None, False),
+                             p99=entry(p99, p99_claimed), p999=entry(None, False), max=MaxValue(None, 1000))
+    return RequestSummary(requests=1000, completed=1000, errors=0, error_rate=0.0, errors_by_kind={}, top_errors=(),
+                          duration_s=60.0, offered_rps=1000 / 60, achieved_rps=1000 / 60,
+                          latency_ms=percentiles(latency_p50, latency_p99, claimed),
+                          service_time_ms=percentiles(service_p50, service_p99),
+                          lateness_ms=Lateness(p50_ms=0.05, p99_ms=1.2, late_share=0.04, generator_limited=True))
 
 
 def test_lateness_is_a_headline_only_when_it_moves_a_claimed_percentile_by_more_than_five_percent():

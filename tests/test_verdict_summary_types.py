@@ -14,7 +14,7 @@ import pytest
 from rich.console import Console
 
 from tailscope.analysis_model.codec import decode, encode
-from tailscope.analysis_model.summary import Summary
+from tailscope.analysis_model.summary import RequestSummary, Summary
 from tailscope.analysis_model.verdict import Verdict
 from tailscope.analyzers.analysis import analyze_run
 from tailscope.conductor.terminal import print_summary
@@ -57,6 +57,7 @@ def test_the_written_sections_read_back_byte_for_byte(analysis):
         assert json.dumps(encode(decode(cls, analysis[key], key))) == json.dumps(analysis[key]), key
     for name, summary in analysis["classes"].items():  # a class's summary: no load model, dropped or goodput
         assert encode(decode(Summary, summary, name)) == {**summary, "load_model": "open", "dropped": 0}
+        assert json.dumps(encode(decode(RequestSummary, summary, name))) == json.dumps(summary), name
     assert "aborted" not in analysis["verdict"]  # written only for an aborted run
 
 

@@ -14,7 +14,8 @@ so in its load-generator section.
 A generator-limited interval matters by the same measure over its own
 requests: their latency P99 exceeds their service-time P99 by more than 5% of
 the run's P99 latency. The report draws bands only for those. Pure functions
-of the summary dict and the typed ``generator`` section (and of the request arrays, for the intervals).
+of the summary (a :class:`~tailscope.analysis_model.summary.RequestSummary`) and the typed
+``generator`` section (and of the request arrays, for the intervals).
 """
 
 from __future__ import annotations
@@ -24,38 +25,37 @@ from dataclasses import replace
 import numpy as np
 
 from tailscope.analysis_model.health import Generator, LatenessCheck, LatenessRule, LimitedBand, LimitedInterval
+from tailscope.analysis_model.summary import RequestSummary
 from tailscope.analyzers.inputs.records import RequestArrays
 from tailscope.analyzers.stats.percentiles import nearest_rank_value
 
 #: Share of a claimed latency percentile by which lateness must move it to matter.
 MATERIAL_SHARE = 0.05
-#: The percentiles the rule compares: (summary key, lateness key, label, fraction).
+#: The percentiles the rule compares: (percentile set field, lateness field, label, fraction).
 COMPARED = (("p50", "p50_ms", "P50", 0.50), ("p99", "p99_ms", "P99", 0.99))
 RULE_TEXT = (f"lateness matters when it moves a claimed latency percentile by more than {MATERIAL_SHARE:.0%}: "
              "when P50 or P99 latency (from the scheduled send) exceeds the same percentile of service time "
              f"(from the actual send) by more than {MATERIAL_SHARE:.0%} of it")
 
 
-def lateness_judgement(summary: dict) -> LatenessRule:
+def lateness_judgement(summary: RequestSummary) -> LatenessRule:
     """The rule applied to the summary's latency, service-time and lateness percentiles (ms): one
     check per compared percentile; ``share`` = shift / latency."""
-    latency = summary.get("latency_ms") or {}
-    service = summary.get("service_time_ms") or {}
-    lateness = summary.get("lateness_ms") or {}
     checks = []
     for key, lateness_key, label, _ in COMPARED:
-        entry = latency.get(key) or {}
-        value, served = entry.get("value_ms"), (service.get(key) or {}).get("value_ms")
+        entry = getattr(summary.latency_ms, key)
+        value, served = entry.value_ms, getattr(summary.service_time_ms, key).value_ms
         shift = value - served if value is not None and served is not None else None
         share = shift / value if shift is not None and value > 0 else None
-        claimed = bool(entry.get("claimed"))
+        claimed = entry.claimed
         checks.append(LatenessCheck(percentile=label, latency_ms=value, service_ms=served, shift_ms=shift,
-                                    share=share, lateness_ms=lateness.get(lateness_key), claimed=claimed,
+                                    share=share, lateness_ms=getattr(summary.lateness_ms, lateness_key),
+                                    claimed=claimed,
                                     material=bool(claimed and share is not None and share > MATERIAL_SHARE)))
     return LatenessRule(material=any(c.material for c in checks), rule=RULE_TEXT, checks=checks)
 
 
-def judged(generator: Generator, summary: dict, req: RequestArrays) -> Generator:
+def judged(generator: Generator, summary: RequestSummary, req: RequestArrays) -> Generator:
     """``generator`` with the lateness rule applied: its ``lateness_rule`` and each limited
     interval's ``p99_shift_ms`` and ``material`` (:func:`material_intervals`)."""
     return replace(generator, limited_windows=material_intervals(generator, summary, req),
@@ -67,10 +67,10 @@ def limited_bands(generator: Generator) -> list[LimitedBand]:
     return [LimitedBand(start_ns=w.start_ns, end_ns=w.end_ns, material=w.material) for w in generator.limited_windows]
 
 
-def material_intervals(generator: Generator, summary: dict, req: RequestArrays) -> list[LimitedInterval]:
+def material_intervals(generator: Generator, summary: RequestSummary, req: RequestArrays) -> list[LimitedInterval]:
     """The generator's limited intervals, each with ``p99_shift_ms`` (its requests' latency P99 −
     service-time P99) and ``material`` (that shift above 5% of the run's P99 latency)."""
-    p99 = ((summary.get("latency_ms") or {}).get("p99") or {}).get("value_ms")
+    p99 = summary.latency_ms.p99.value_ms
     out = []
     for interval in generator.limited_windows:
         inside = (req.in_latency & req.has_sent & (req.scheduled_ns >= interval.start_ns)

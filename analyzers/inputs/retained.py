@@ -32,13 +32,21 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from tailscope.analysis_model.health import Retention
+from tailscope.analysis_model.percentiles import PercentileSet
 from tailscope.analysis_model.records import Distribution
+from tailscope.analysis_model.summary import Lateness, RequestSummary
 from tailscope.analyzers.inputs.records import NS_PER_S, RequestArrays
 from tailscope.analyzers.stats.distribution import ALL_CLASSES, bin_counts, bin_edges_ms, distribution_section
 from tailscope.analyzers.stats.goodput import per_request_slos
-from tailscope.analyzers.stats.percentiles import STANDARD_PERCENTILES, min_samples_for_claim, percentile_ci, weighted_grouped_quantiles
+from tailscope.analyzers.stats.percentiles import (
+    STANDARD_PERCENTILES,
+    as_percentile_set,
+    min_samples_for_claim,
+    percentile_ci,
+    weighted_grouped_quantiles,
+)
 from tailscope.analyzers.stats.slo import OPERATORS, PERCENTILE_METRICS
-from tailscope.analyzers.stats.summary import GENERATOR_LIMITED_SHARE, TOP_ERRORS
+from tailscope.analyzers.stats.summary import GENERATOR_LIMITED_SHARE, top_errors
 from tailscope.analyzers.stats.windows import WINDOW_PERCENTILES
 from tailscope.rundir import Run
 from tailscope.rundir import histograms as hist
@@ -51,8 +59,9 @@ class RetainedView:
     """Histogram-based replacements for the record-based analysis parts."""
 
     period: tuple[int, int]
-    summary: dict
-    classes: dict
+    #: Every request's summary, and each class's (from the histograms; percentiles ±1 %).
+    summary: RequestSummary
+    classes: dict[str, RequestSummary]
     windows: dict[str, np.ndarray]
     #: The analysis's ``retention`` section.
     retention: Retention
@@ -142,12 +151,12 @@ def histogram_percentile(dense: np.ndarray, p: float) -> dict:
     return percentile_ci(SortedHistogramView(dense), p)
 
 
-def histogram_percentile_set(dense: np.ndarray) -> dict:
-    """The entries of :func:`.percentiles.percentile_set`, from a histogram."""
+def histogram_percentile_set(dense: np.ndarray) -> PercentileSet:
+    """The percentile set of :func:`.percentiles.typed_percentile_set` (ms), from a histogram."""
     view = SortedHistogramView(dense)
     result = {name: percentile_ci(view, p) for name, p in STANDARD_PERCENTILES}
     result["max"] = {"value_ms": view[len(view) - 1] if len(view) else None, "n": len(view)}
-    return result
+    return as_percentile_set(result)
 
 
 @dataclass
@@ -188,8 +197,9 @@ def grouped_quantiles_ms(group: np.ndarray, bucket: np.ndarray, count: np.ndarra
 
 
 def _summary(table: dict, mask: np.ndarray, duration_s: float, req: RequestArrays,
-             class_name: str | None) -> dict:
-    """A summary dict (same keys as :func:`.summary.summarize`) over the chosen rows."""
+             class_name: str | None) -> RequestSummary:
+    """The summary (as :func:`.summary.summarize`'s) of the chosen rows, from their histograms;
+    the error messages from the kept records (every error is kept)."""
     requests = int(table["requests"][mask].sum())
     ok = int(table["ok"][mask].sum())
     errors = int(table["errors"][mask].sum())
@@ -201,25 +211,25 @@ def _summary(table: dict, mask: np.ndarray, duration_s: float, req: RequestArray
     chosen = req.is_error if class_name is None else req.is_error & req.class_mask(class_name)
     messages = Counter(m if m is not None else "" for m in req.error[chosen])
     per_second = (lambda count: count / duration_s) if duration_s > 0 else (lambda count: None)
-    return {
-        "requests": requests,
-        "completed": ok,
-        "errors": errors,
-        "error_rate": errors / requests if requests else 0.0,
-        "errors_by_kind": {k: v for k, v in sorted(by_kind.items()) if v},
-        "top_errors": [{"message": m, "count": c} for m, c in messages.most_common(TOP_ERRORS)],
-        "duration_s": duration_s,
-        "offered_rps": per_second(requests),
-        "achieved_rps": per_second(ok),
-        "latency_ms": histogram_percentile_set(table["latency"].dense(mask)),
-        "service_time_ms": histogram_percentile_set(table["service"].dense(mask)),
-        "lateness_ms": {
-            "p50_ms": hist.quantile_ms(lateness, 0.5) if sent else None,
-            "p99_ms": hist.quantile_ms(lateness, 0.99) if sent else None,
-            "late_share": late_share,
-            "generator_limited": late_share > GENERATOR_LIMITED_SHARE,
-        },
-    }
+    return RequestSummary(
+        requests=requests,
+        completed=ok,
+        errors=errors,
+        error_rate=errors / requests if requests else 0.0,
+        errors_by_kind={k: v for k, v in sorted(by_kind.items()) if v},
+        top_errors=top_errors(messages),
+        duration_s=duration_s,
+        offered_rps=per_second(requests),
+        achieved_rps=per_second(ok),
+        latency_ms=histogram_percentile_set(table["latency"].dense(mask)),
+        service_time_ms=histogram_percentile_set(table["service"].dense(mask)),
+        lateness_ms=Lateness(
+            p50_ms=hist.quantile_ms(lateness, 0.5) if sent else None,
+            p99_ms=hist.quantile_ms(lateness, 0.99) if sent else None,
+            late_share=late_share,
+            generator_limited=late_share > GENERATOR_LIMITED_SHARE,
+        ),
+    )
 
 
 def _columns(windows: pa.Table) -> dict:
@@ -319,7 +329,7 @@ def retained_view(run: Run, req: RequestArrays, window_s: float) -> RetainedView
         period=(origin, end),
         summary=summary,
         classes=classes,
-        windows=_window_table(table, origin, end, window_ns, summary["latency_ms"]["p99"]["value_ms"]),
+        windows=_window_table(table, origin, end, window_ns, summary.latency_ms.p99.value_ms),
         retention=Retention(
             sampled=True,
             requests=requests,

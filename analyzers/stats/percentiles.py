@@ -153,7 +153,12 @@ def percentile_set(values_ms: np.ndarray) -> dict:
 def typed_percentile_set(values_ms: np.ndarray) -> PercentileSet:
     """:func:`percentile_set` as the analysis's :class:`~tailscope.analysis_model.percentiles.PercentileSet`
     (ms; the same values), for the sections built as types."""
-    figures = percentile_set(values_ms)
+    return as_percentile_set(percentile_set(values_ms))
+
+
+def as_percentile_set(figures: dict) -> PercentileSet:
+    """A :func:`percentile_set`-shaped dict (each entry as :func:`percentile_ci`'s, ``max`` as
+    ``{value_ms, n}``) as a :class:`~tailscope.analysis_model.percentiles.PercentileSet`."""
     return PercentileSet(**{name: Percentile(**figures[name]) for name, _ in STANDARD_PERCENTILES},
                          max=MaxValue(**figures["max"]))
 

@@ -11,14 +11,15 @@ after their scheduled time (perf_analyzer's rule).
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 
 import numpy as np
 
 from tailscope.analysis_model.codec import decode
-from tailscope.analysis_model.summary import Summary
+from tailscope.analysis_model.summary import Goodput, Lateness, RequestSummary, Summary, TopError
 from tailscope.analyzers.inputs.records import NS_PER_S, RequestArrays
-from tailscope.analyzers.stats.percentiles import percentile_set
+from tailscope.analyzers.stats.percentiles import typed_percentile_set
 from tailscope.support.units import LATE_THRESHOLD_MS
 
 #: Share of late sends above which the generator, not the target, is the bottleneck.
@@ -40,67 +41,73 @@ def _selected(mask: np.ndarray, where: np.ndarray | None) -> np.ndarray:
     return mask if where is None else mask & where
 
 
-def lateness_summary(req: RequestArrays, where: np.ndarray | None = None) -> dict:
+def lateness_summary(req: RequestArrays, where: np.ndarray | None = None) -> Lateness:
     """Lateness (sent − scheduled) p50/p99 in ms, late share (> 1 ms), generator_limited, of
     the requests ``where`` selects (default all)."""
     lateness = req.lateness_ms[_selected(req.has_sent, where)]
     if len(lateness) == 0:
-        return {"p50_ms": None, "p99_ms": None, "late_share": 0.0, "generator_limited": False}
+        return Lateness(p50_ms=None, p99_ms=None, late_share=0.0, generator_limited=False)
     late_share = float(np.mean(lateness > LATE_THRESHOLD_MS))
-    return {
-        "p50_ms": float(np.quantile(lateness, 0.5, method="inverted_cdf")),
-        "p99_ms": float(np.quantile(lateness, 0.99, method="inverted_cdf")),
-        "late_share": late_share,
-        "generator_limited": late_share > GENERATOR_LIMITED_SHARE,
-    }
+    return Lateness(
+        p50_ms=float(np.quantile(lateness, 0.5, method="inverted_cdf")),
+        p99_ms=float(np.quantile(lateness, 0.99, method="inverted_cdf")),
+        late_share=late_share,
+        generator_limited=late_share > GENERATOR_LIMITED_SHARE,
+    )
 
 
-def error_breakdown(req: RequestArrays, where: np.ndarray | None = None) -> tuple[dict, list]:
-    """({kind: count}, [{"message", "count"}] for the most frequent messages) of the requests
-    ``where`` selects (default all)."""
+def top_errors(messages: Counter) -> tuple[TopError, ...]:
+    """The :data:`TOP_ERRORS` most frequent messages of a {message: count} counter ("" for none)."""
+    return tuple(TopError(message=m, count=c) for m, c in messages.most_common(TOP_ERRORS))
+
+
+def error_breakdown(req: RequestArrays, where: np.ndarray | None = None) -> tuple[dict[str, int], tuple[TopError, ...]]:
+    """({kind: count}, the most frequent messages) of the requests ``where`` selects (default all)."""
     failed = _selected(req.is_error, where)
     kinds = Counter(k for k in req.error_kind[failed])
     messages = Counter(m if m is not None else "" for m in req.error[failed])
-    top = [{"message": m, "count": c} for m, c in messages.most_common(TOP_ERRORS)]
-    return dict(sorted(kinds.items())), top
+    return dict(sorted(kinds.items())), top_errors(messages)
 
 
-def summarize(req: RequestArrays, duration_s: float | None = None, where: np.ndarray | None = None) -> dict:
-    """Summary of the requests ``where`` (a boolean mask) selects, default all of them.
-    ``duration_s`` defaults to the load period of all requests."""
+def summarize(req: RequestArrays, duration_s: float | None = None, where: np.ndarray | None = None) -> RequestSummary:
+    """Summary of the requests ``where`` (a boolean mask) selects, default all of them (counts;
+    rates per second of ``duration_s``; percentiles in ms). ``duration_s`` defaults to the load
+    period of all requests (s)."""
     if duration_s is None:
         period = load_period_ns(req)
         duration_s = (period[1] - period[0]) / NS_PER_S if period else 0.0
     n = req.n if where is None else int(np.count_nonzero(where))
     errors = int(np.count_nonzero(_selected(req.is_error, where)))
     completed = int(np.count_nonzero(_selected(req.is_ok, where)))
-    errors_by_kind, top_errors = error_breakdown(req, where)
+    errors_by_kind, top = error_breakdown(req, where)
     per_second = (lambda count: count / duration_s) if duration_s > 0 else (lambda count: None)
-    return {
-        "requests": n,
-        "completed": completed,
-        "errors": errors,
-        "error_rate": errors / n if n else 0.0,
-        "errors_by_kind": errors_by_kind,
-        "top_errors": top_errors,
-        "duration_s": duration_s,
-        "offered_rps": per_second(n),
-        "achieved_rps": per_second(completed),
-        "latency_ms": percentile_set(req.latency_ms[_selected(req.in_latency, where)]),
-        "service_time_ms": percentile_set(req.service_ms[_selected(req.in_latency & req.has_sent, where)]),
-        "lateness_ms": lateness_summary(req, where),
-    }
+    return RequestSummary(
+        requests=n,
+        completed=completed,
+        errors=errors,
+        error_rate=errors / n if n else 0.0,
+        errors_by_kind=errors_by_kind,
+        top_errors=top,
+        duration_s=duration_s,
+        offered_rps=per_second(n),
+        achieved_rps=per_second(completed),
+        latency_ms=typed_percentile_set(req.latency_ms[_selected(req.in_latency, where)]),
+        service_time_ms=typed_percentile_set(req.service_ms[_selected(req.in_latency & req.has_sent, where)]),
+        lateness_ms=lateness_summary(req, where),
+    )
 
 
-def summary_section(summary: dict, load_model: str, dropped: int, goodput: dict) -> Summary:
-    """The run's :class:`~tailscope.analysis_model.summary.Summary`: :func:`summarize`'s dict (or
+def summary_section(summary: RequestSummary, load_model: str, dropped: int, goodput: dict) -> Summary:
+    """The run's :class:`~tailscope.analysis_model.summary.Summary`: :func:`summarize`'s (or
     retention's, built from the histograms) with the run's ``load_model`` (``open`` | ``closed``),
-    ``dropped`` (requests never sent) and ``goodput`` (:func:`.goodput.goodput_summary`). Read
-    through the type, so a shape that differs from it raises ``AnalysisShapeError`` here, where the
-    analysis is written, not in a report that reads it later."""
-    return decode(Summary, {**summary, "load_model": load_model, "dropped": dropped, "goodput": goodput}, "summary")
+    ``dropped`` (requests never sent) and ``goodput`` (:func:`.goodput.goodput_summary`'s dict, read
+    through :class:`~tailscope.analysis_model.summary.Goodput`, so a shape that differs from it
+    raises ``AnalysisShapeError`` here, where the analysis is written, not in a report that reads it)."""
+    fields = {f.name: getattr(summary, f.name) for f in dataclasses.fields(RequestSummary)}
+    return Summary(**fields, load_model=load_model, dropped=dropped,
+                   goodput=decode(Goodput, goodput, "summary.goodput"))
 
 
-def summarize_classes(req: RequestArrays, duration_s: float) -> dict:
+def summarize_classes(req: RequestArrays, duration_s: float) -> dict[str, RequestSummary]:
     """{class name: summary} over the run's load period (shared ``duration_s``)."""
     return {name: summarize(req, duration_s, req.class_mask(name)) for name in req.class_names()}
