@@ -90,7 +90,7 @@ from tailscope.analyzers.stats.llm import (
 )
 from tailscope.analyzers.stats.llm_prefix_cache import prefix_cache_section
 from tailscope.analyzers.stats.percentiles import min_samples_for_claim
-from tailscope.analyzers.stats.slo import evaluate, parse_slo
+from tailscope.analyzers.stats.slo import SloSources, evaluate, parse_slo
 from tailscope.analyzers.stats.slow_points import slow_request_points
 from tailscope.analyzers.stats.streaming import read_chunks, stream_times, streaming_section
 from tailscope.analyzers.stats.summary import load_period_ns, summarize, summarize_classes, summary_section
@@ -181,9 +181,11 @@ def analyze_run(run_or_path: Run | str | os.PathLike, *, window_s: float = 1.0,
     stages = summarize_stages(matrix, traced, missing=missing, rules=resolved.rules.describe(),
                               clock=alignment.section(), servers=servers.describe(),
                               split=stage_slow_split(req, matrix, records))
+    facts = run_facts(run, period)
+    streaming = streaming_section(req, records["stream_times"], duration_s)
     analysis = {
         "format_version": ANALYSIS_FORMAT_VERSION,
-        "run": encode(run_facts(run, period)),
+        "run": encode(facts),
         "summary": summary,
         "classes": encode(records["classes"]),
         "stages": encode(stages),
@@ -207,7 +209,7 @@ def analyze_run(run_or_path: Run | str | os.PathLike, *, window_s: float = 1.0,
         "generator_limited_windows": encode(limited_bands(judged_generator)),
         "server_load": encode(server_load_section(servers, signal_index, period)),
         "other_traffic": encode(other_traffic_section(run, req, matrix, join.span_request, period, window_s)),
-        "streaming": encode(streaming_section(req, records["stream_times"], duration_s)),
+        "streaming": encode(streaming),
         "llm": None,  # below, once its TTFT and TPOT spikes have causes
         "error_samples": encode(error_samples_section(run.path)),
     }
@@ -223,8 +225,9 @@ def analyze_run(run_or_path: Run | str | os.PathLike, *, window_s: float = 1.0,
         retained.period_counts if retained is not None else partial(record_period_counts, req),
         analysis.get("patterns"), retained=retained is not None))
     policy, policy_warnings = scenario_policy(scenario)
-    analysis["verdict"] = encode(outcome_verdict(abort_verdict(evaluate(slos, analysis), run.manifest),
-                                                 analysis["run"], run.manifest, policy))
+    judgement = evaluate(slos, SloSources(summary=run_summary, classes=records["classes"], streaming=streaming, llm=llm))
+    analysis["verdict"] = encode(outcome_verdict(abort_verdict(judgement, run.manifest), facts.duration_s,
+                                                 run.manifest, policy))
     analysis["findings"] = encode(whole_run_findings(FindingInputs(
         summary=run_summary, spikes=spikes, generator=judged_generator, load_start_ns=period[0] if period else None,
         req=req, matrix=matrix, run=run, span_request=join.span_request)))

@@ -1,8 +1,9 @@
 """SLO parsing (accepted forms, precise errors) and evaluation."""
 
 import pytest
+from slo_fixtures import entry, request_summary, sources
 
-from tailscope.analyzers.stats.slo import evaluate, parse_slo
+from tailscope.analyzers.stats.slo import SloJudgement, evaluate, parse_slo
 
 
 @pytest.mark.parametrize("text, metric, op, threshold, cls", [
@@ -39,35 +40,35 @@ def test_errors_name_the_problem(text, message):
         parse_slo(text)
 
 
-def _analysis(p99_ms, claimed=True, error_rate=0.0, achieved=50.0, requests=1000):
-    summary = {"requests": requests, "error_rate": error_rate, "achieved_rps": achieved,
-               "latency_ms": {k: {"value_ms": p99_ms, "claimed": claimed} for k in ("p50", "p90", "p95", "p99", "p999")}}
-    return {"summary": summary, "classes": {"short": summary}}
+def _sources(p99_ms, claimed=True, error_rate=0.0, achieved=50.0, requests=1000, **percentiles):
+    summary = request_summary(entry(p99_ms, claimed, requests), requests=requests, error_rate=error_rate,
+                              achieved_rps=achieved, **percentiles)
+    return sources(summary, {"short": summary})
 
 
 def test_evaluate_pass_and_fail():
     slos = [parse_slo("p99 < 250ms"), parse_slo("error_rate < 1%"), parse_slo("short: achieved_rps >= 60")]
-    verdict = evaluate(slos, _analysis(300.0, error_rate=0.001))
-    assert verdict["passed"] is False
-    assert verdict["failed"] == ["p99 < 250ms", "short: achieved_rps >= 60"]
-    assert [row["passed"] for row in verdict["slos"]] == [False, True, False]
-    assert verdict["slos"][0]["observed"] == 300.0 and verdict["slos"][0]["threshold"] == 250.0
+    verdict = evaluate(slos, _sources(300.0, error_rate=0.001))
+    assert verdict.passed is False
+    assert verdict.failed == ("p99 < 250ms", "short: achieved_rps >= 60")
+    assert [row.passed for row in verdict.slos] == [False, True, False]
+    assert verdict.slos[0].observed == 300.0 and verdict.slos[0].threshold == 250.0
 
 
 def test_unclaimed_percentile_is_not_a_pass_and_missing_class_fails():
-    verdict = evaluate([parse_slo("p99 < 250ms"), parse_slo("other: p99 < 1s")], _analysis(100.0, claimed=False))
-    assert verdict["slos"][0] == {**verdict["slos"][0], "status": "unclaimed", "passed": False, "claimed": False,
-                                  "needed_samples": 459}
-    assert verdict["slos"][1]["observed"] is None and verdict["slos"][1]["status"] == "fail"
-    assert verdict["passed"] is False
-    assert verdict["failed"] == ["other: p99 < 1s"] and verdict["unclaimed"] == ["p99 < 250ms"]
+    verdict = evaluate([parse_slo("p99 < 250ms"), parse_slo("other: p99 < 1s")], _sources(100.0, claimed=False))
+    row = verdict.slos[0]
+    assert (row.status, row.passed, row.claimed, row.needed_samples) == ("unclaimed", False, False, 459)
+    assert verdict.slos[1].observed is None and verdict.slos[1].status == "fail"
+    assert verdict.passed is False
+    assert verdict.failed == ("other: p99 < 1s",) and verdict.unclaimed == ("p99 < 250ms",)
 
 
 def _entry(value_ms, ci_low_ms, ci_high_ms, n=100):
-    return {"value_ms": value_ms, "ci_low_ms": ci_low_ms, "ci_high_ms": ci_high_ms, "n": n, "claimed": False}
+    return entry(value_ms, False, n, ci_low_ms, ci_high_ms)
 
 
-@pytest.mark.parametrize("text, entry, status", [
+@pytest.mark.parametrize("text, entry_, status", [
     # unclaimed and holding: unclaimed, whatever the margin
     ("p99 < 250ms", _entry(10.0, 9.0, 11.0), "unclaimed"),
     # breached, but the CI's near end holds: the breach is not claimed either
@@ -77,17 +78,15 @@ def _entry(value_ms, ci_low_ms, ci_high_ms, n=100):
     ("p99 > 250ms", _entry(100.0, 50.0, 240.0), "fail"),
     ("p99 > 250ms", _entry(100.0, 50.0, 300.0), "unclaimed"),
 ])
-def test_an_unclaimed_percentile_fails_only_when_its_ci_claims_the_breach(text, entry, status):
-    analysis = _analysis(1.0)
-    analysis["summary"]["latency_ms"]["p99"] = entry
-    row = evaluate([parse_slo(text)], analysis)["slos"][0]
-    assert (row["status"], row["samples"], row["needed_samples"]) == (status, 100, 459)
+def test_an_unclaimed_percentile_fails_only_when_its_ci_claims_the_breach(text, entry_, status):
+    row = evaluate([parse_slo(text)], _sources(1.0, p99=entry_)).slos[0]
+    assert (row.status, row.samples, row.needed_samples) == (status, 100, 459)
 
 
 def test_rates_and_shares_are_always_claimed():
-    row = evaluate([parse_slo("error_rate < 1%")], _analysis(1.0, claimed=False, error_rate=0.5))["slos"][0]
-    assert (row["status"], row["claimed"], row["samples"], row["needed_samples"]) == ("fail", True, None, None)
+    row = evaluate([parse_slo("error_rate < 1%")], _sources(1.0, claimed=False, error_rate=0.5)).slos[0]
+    assert (row.status, row.claimed, row.samples, row.needed_samples) == ("fail", True, None, None)
 
 
 def test_no_slos_pass():
-    assert evaluate([], _analysis(1.0)) == {"passed": True, "slos": [], "failed": [], "unclaimed": []}
+    assert evaluate([], _sources(1.0)) == SloJudgement(passed=True, slos=(), failed=(), unclaimed=())

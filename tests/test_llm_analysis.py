@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from tailscope.analyzers.analysis import analyze_run
-from tailscope.analyzers.stats.slo import evaluate, parse_slo
+from tailscope.analyzers.stats.slo import SloSources, evaluate, parse_slo
 from tailscope.reports.data import build_report_data
 from tailscope.reports.writer import write_outputs
 from tailscope.testkit.synthetic import write_synthetic_run
@@ -124,8 +124,8 @@ def test_slos_on_ttft_tpot_itl_e2e_and_output_rate_read_the_llm_section(steady):
     assert not rows["ttft p50 < 1ms"]["passed"] and rows["itl p50 < 100ms"]["passed"]
     # without an llm section there is nothing to observe: the SLO fails rather than passes
     bare = {**analysis, "llm": None}
-    verdict = evaluate([parse_slo("tpot p99 < 1s"), parse_slo("output_tokens_per_s >= 1")], bare)
-    assert not verdict["passed"] and [row["observed"] for row in verdict["slos"]] == [None, None]
+    verdict = evaluate([parse_slo("tpot p99 < 1s"), parse_slo("output_tokens_per_s >= 1")], SloSources.of(bare))
+    assert not verdict.passed and [row.observed for row in verdict.slos] == [None, None]
 
 
 @pytest.mark.parametrize("text, metric, threshold, cls", [

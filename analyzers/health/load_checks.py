@@ -1,14 +1,17 @@
 """What the reader of a run must know about how its load was generated:
 closed loop (coordinated omission), a generator that fell behind, dropped
 requests, an aborted run. Pure functions over the analysis dict (its ``generator`` read as
-:class:`~tailscope.analysis_model.health.Generator`) and manifest.
+:class:`~tailscope.analysis_model.health.Generator`), the SLO judgement and the manifest.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from tailscope.analysis_model.codec import decode
 from tailscope.analysis_model.health import Generator, LimitedInterval
 from tailscope.analyzers.inputs.records import NS_PER_S
+from tailscope.analyzers.stats.slo import SloJudgement
 
 #: Intervals named in the generator-limited warning (the analysis lists them all).
 INTERVALS_IN_WARNING = 5
@@ -50,10 +53,11 @@ def load_warnings(analysis: dict, manifest: dict) -> list[dict]:
     return warnings
 
 
-def abort_verdict(verdict: dict, manifest: dict) -> dict:
-    """An aborted run fails its verdict, with the abort reasons listed as failures."""
+def abort_verdict(judgement: SloJudgement, manifest: dict) -> SloJudgement:
+    """An aborted run fails its SLO judgement, with the abort reasons listed as failures
+    (``aborted: <reason>``); any other run's judgement is returned as it is."""
     reasons = manifest.get("abort_reasons") or []
     if manifest.get("status") != "aborted" or not reasons:
-        return verdict
-    failed = list(verdict.get("failed", [])) + [f"aborted: {r}" for r in reasons]
-    return {**verdict, "passed": False, "failed": failed, "aborted": True}
+        return judgement
+    return replace(judgement, passed=False, failed=judgement.failed + tuple(f"aborted: {r}" for r in reasons),
+                   aborted=True)

@@ -16,8 +16,9 @@ consumer shows and the CLI maps to an exit code (README "Exit codes"). Precedenc
 4. ``passed``.
 
 ``passed`` stays a boolean, true only for the outcome ``passed``, so readers of older analyses
-stay right. Pure functions over the analysis dict and the manifest; the verdict is a
-:class:`~tailscope.analysis_model.verdict.Verdict`.
+stay right. Pure functions over the SLO judgement
+(:class:`~tailscope.analyzers.stats.slo.SloJudgement`), the load period's length and the manifest;
+the verdict is a :class:`~tailscope.analysis_model.verdict.Verdict`.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from tailscope.analysis_model.verdict import (
     Verdict,
     VerdictPolicy,
 )
+from tailscope.analyzers.stats.slo import SloJudgement
 from tailscope.support.units import percentile_label
 
 #: Every outcome word, in the order of the exit codes' severity (README "Exit codes").
@@ -97,13 +99,13 @@ def parse_verdict_section(value, path: tuple, reader) -> dict:
     return policy_from(value)
 
 
-def cut_short(run: dict, manifest: dict) -> dict | None:
+def cut_short(load_s: float, manifest: dict) -> Incomplete | None:
     """How the run was cut short, or None when it ran as planned (or was aborted: a failure).
 
-    ``run`` is the analysis's ``run`` section (its ``duration_s`` is the load period, from the
-    first send to the last record). Returns ``{"reason", "covered_s", "planned_s", "span"}``:
-    seconds of load covered and planned (None when the plan was a request count or unknown),
-    and ``span`` the words ``"covered 0–40 s of 60 s planned"``."""
+    ``load_s`` is the load period in s (the ``run`` section's ``duration_s``: from the first send
+    to the last record). The :class:`~tailscope.analysis_model.verdict.Incomplete` holds the
+    reason, seconds of load covered and planned (None when the plan was a request count or
+    unknown), and ``span``, the words ``"covered 0–40 s of 60 s planned"``."""
     status = manifest.get("status")
     load = manifest.get("load") or {}
     stop = load.get("stop_reason")
@@ -115,11 +117,11 @@ def cut_short(run: dict, manifest: dict) -> dict | None:
         reason = f"stopped early (stop reason: {stop})"
     else:
         return None
-    covered = float(run.get("duration_s") or 0.0)
+    covered = float(load_s or 0.0)
     planned = (manifest.get("options") or {}).get("duration_s")
     planned = float(planned) if isinstance(planned, (int, float)) and planned > 0 else None
     span = f"covered 0–{covered:.0f} s" + (f" of {planned:.0f} s planned" if planned is not None else "")
-    return {"reason": reason, "covered_s": covered, "planned_s": planned, "span": span}
+    return Incomplete(reason=reason, covered_s=covered, planned_s=planned, span=span)
 
 
 def metric_label(metric: str) -> str:
@@ -137,54 +139,53 @@ def _duration_words(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
-def conclusive_hint(row: dict, load_s: float) -> str:
+def conclusive_hint(row: SloRow, load_s: float) -> str:
     """What would make an unclaimed SLO row conclusive, computed from its sample:
     ``"TTFT P99 needs ≥ 459 samples (has 52): run ≥ 9 min at this rate (0.9 req/s)"``.
 
     ``load_s``: seconds of load the sample came from (the sample's rate is ``samples / load_s``)."""
-    label = metric_label(row["metric"]) + (f" of {row['cls']}" if row.get("cls") else "")
-    needed, samples = row.get("needed_samples"), row.get("samples") or 0
+    label = metric_label(row.metric) + (f" of {row.cls}" if row.cls else "")
+    needed, samples = row.needed_samples, row.samples or 0
     if not needed:
         return f"{label} is not claimed"
     text = f"{label} needs ≥ {needed:,} samples (has {samples:,})"
     if samples <= 0 or load_s <= 0:
         return text + ": run long enough to collect them"
     rate = samples / load_s
-    unit = "ITL samples/s" if row["metric"].startswith("itl_") else "req/s"
+    unit = "ITL samples/s" if row.metric.startswith("itl_") else "req/s"
     return text + f": run ≥ {_duration_words(needed / rate)} at this rate ({rate:.1f} {unit})"
 
 
-def outcome_verdict(verdict: dict, run: dict, manifest: dict, policy: dict | None = None) -> Verdict:
+def outcome_verdict(judgement: SloJudgement, load_s: float, manifest: dict, policy: dict | None = None) -> Verdict:
     """The verdict with its outcome word (see the module docstring for the precedence).
 
-    ``verdict``: :func:`~tailscope.analyzers.stats.slo.evaluate`'s dict (abort folded in by
-    :func:`.load_checks.abort_verdict`); ``run``: the analysis's ``run`` section; ``policy``:
-    :func:`policy_from`'s (None: the defaults). The :class:`Verdict` adds ``outcome`` (one of
+    ``judgement``: :func:`~tailscope.analyzers.stats.slo.evaluate`'s (abort folded in by
+    :func:`.load_checks.abort_verdict`); ``load_s``: the load period in s (the ``run`` section's
+    ``duration_s``); ``policy``: :func:`policy_from`'s (None: the defaults). The :class:`Verdict` adds ``outcome`` (one of
     :data:`OUTCOMES`), ``label`` (the word in capitals), ``detail`` (one line: what failed, the
     covered span, or what would make it conclusive; "" when passed), ``incomplete``
     (:func:`cut_short`'s, or None), ``needs`` (one hint per unclaimed SLO), ``policy``; ``passed``
     is true only for ``passed``; with ``unclaimed: fail`` the unclaimed SLOs are listed in
     ``failed`` too, with " (not claimed)"."""
     policy = policy or dict(VERDICT_DEFAULTS)
-    failed = list(verdict["failed"])
-    unclaimed_rows = [row for row in verdict["slos"] if row["status"] == "unclaimed"]
-    load_s = float(run.get("duration_s") or 0.0)
+    failed = list(judgement.failed)
+    unclaimed_rows = [row for row in judgement.slos if row.status == "unclaimed"]
+    load_s = float(load_s or 0.0)
     needs = [conclusive_hint(row, load_s) for row in unclaimed_rows]
-    short = cut_short(run, manifest)
+    short = cut_short(load_s, manifest)
     if not failed and short is None and unclaimed_rows and policy["unclaimed"] == "fail":
-        failed = [f"{row['slo']} (not claimed)" for row in unclaimed_rows]
+        failed = [f"{row.slo} (not claimed)" for row in unclaimed_rows]
     if failed:
         outcome, detail = "failed", "failed: " + ", ".join(failed)
     elif short is not None:
-        outcome, detail = "incomplete", f"{short['reason']}; {short['span']}"
+        outcome, detail = "incomplete", f"{short.reason}; {short.span}"
     elif unclaimed_rows and policy["unclaimed"] == "inconclusive":
         outcome, detail = "inconclusive", "; ".join(needs)
     else:
         outcome = "passed"
         detail = ("passed by the scenario's verdict policy (unclaimed: pass); not claimed: "
-                  + ", ".join(row["slo"] for row in unclaimed_rows)) if unclaimed_rows else ""
-    return Verdict(passed=outcome == "passed", slos=tuple(SloRow(**row) for row in verdict["slos"]),
-                   failed=tuple(failed), unclaimed=tuple(verdict["unclaimed"]),
-                   aborted=True if verdict.get("aborted") else None, outcome=outcome, label=outcome.upper(),
-                   detail=detail, incomplete=Incomplete(**short) if short is not None else None,
-                   needs=tuple(needs), policy=VerdictPolicy(**policy))
+                  + ", ".join(row.slo for row in unclaimed_rows)) if unclaimed_rows else ""
+    return Verdict(passed=outcome == "passed", slos=judgement.slos, failed=tuple(failed),
+                   unclaimed=judgement.unclaimed, aborted=True if judgement.aborted else None, outcome=outcome,
+                   label=outcome.upper(), detail=detail, incomplete=short, needs=tuple(needs),
+                   policy=VerdictPolicy(**policy))

@@ -26,8 +26,8 @@ Examples: ``p99 < 250ms``, ``short: p95 <= 0.1s``, ``error_rate < 1%``,
 stored in ms, error rates and goodput as fractions; ttft/itl/tpot/e2e metrics
 are named ``ttft_p99``, ``itl_p50``, ``tpot_p90``, ``e2e_p99``, ...
 
-Where the observations come from (:func:`observe`): latency percentiles from
-``summary`` / ``classes``; ``ttft`` and ``itl`` from the ``llm`` section when
+Where the observations come from (:func:`observe`, on the typed sections of
+:class:`SloSources`): latency percentiles from ``summary`` / ``classes``; ``ttft`` and ``itl`` from the ``llm`` section when
 its scope (the run, or the class) has OpenAI-API requests, else from
 ``streaming``; ``tpot``, ``e2e`` and ``output_tokens_per_s`` from ``llm``
 only (a run without OpenAI-API requests has no observation: the SLO fails).
@@ -38,6 +38,13 @@ from __future__ import annotations
 import operator
 import re
 from dataclasses import dataclass
+
+from tailscope.analysis_model.codec import decode
+from tailscope.analysis_model.llm import Llm, LlmMetrics
+from tailscope.analysis_model.percentiles import Percentile, PercentileSet
+from tailscope.analysis_model.streaming import Streaming
+from tailscope.analysis_model.summary import RequestSummary, Summary
+from tailscope.analysis_model.verdict import SloRow
 
 PERCENTILE_METRICS = ("p50", "p90", "p95", "p99", "p999")
 STREAM_METRICS = tuple(f"{kind}_{p}" for kind in ("ttft", "itl") for p in PERCENTILE_METRICS)
@@ -122,62 +129,99 @@ def _threshold(text: str, metric: str, value: float, unit: str) -> float:
     return value
 
 
-def observe(slo: Slo, analysis: dict) -> tuple[float | None, bool]:
-    """(observed value in the SLO's units, claimed) from an analysis dict."""
-    observed, claimed, _ = _observation(slo, analysis)
+@dataclass(frozen=True, slots=True)
+class SloSources:
+    """The sections an SLO is observed in (:func:`observe`): the run's ``summary``, each class's
+    (``classes``), the ``streaming`` section and the ``llm`` section (None: a run without
+    OpenAI-API requests; a TTFT or ITL SLO then reads ``streaming``)."""
+
+    summary: Summary
+    classes: dict[str, RequestSummary]
+    streaming: Streaming | None
+    llm: Llm | None
+
+    @classmethod
+    def of(cls, analysis: dict) -> SloSources:
+        """The sources decoded from an analysis dict (one :func:`analyze_run` wrote), for a caller
+        that holds only that; raises ``AnalysisShapeError`` naming a section of the wrong shape."""
+        return cls(summary=decode(Summary, analysis["summary"], "summary"),
+                   classes=decode(dict[str, RequestSummary], analysis.get("classes") or {}, "classes"),
+                   streaming=decode(Streaming | None, analysis.get("streaming"), "streaming"),
+                   llm=decode(Llm | None, analysis.get("llm"), "llm"))
+
+
+@dataclass(frozen=True, slots=True)
+class SloJudgement:
+    """Every SLO judged (:func:`evaluate`), before the run's outcome is decided
+    (:mod:`tailscope.analyzers.health.outcome`): the rows in the scenario's order; ``failed`` and
+    ``unclaimed`` the SLO texts with that status (``failed`` also lists ``aborted: <reason>`` for
+    a run an abort rule stopped, :func:`~tailscope.analyzers.health.load_checks.abort_verdict`);
+    ``passed`` true only when nothing failed and nothing is unclaimed; ``aborted`` true after an
+    abort."""
+
+    passed: bool
+    slos: tuple[SloRow, ...]
+    failed: tuple[str, ...]
+    unclaimed: tuple[str, ...]
+    aborted: bool = False
+
+
+def observe(slo: Slo, sources: SloSources) -> tuple[float | None, bool]:
+    """(observed value in the SLO's units, claimed) from the run's sections."""
+    observed, claimed, _ = _observation(slo, sources)
     return observed, claimed
 
 
-def _observation(slo: Slo, analysis: dict) -> tuple[float | None, bool, dict | None]:
+def _observation(slo: Slo, sources: SloSources) -> tuple[float | None, bool, Percentile | None]:
     """(observed value, claimed, the percentile entry it came from: None for other metrics)."""
-    scope = analysis["summary"] if slo.cls is None else analysis.get("classes", {}).get(slo.cls)
-    if not scope or not scope.get("requests"):
+    scope = sources.summary if slo.cls is None else sources.classes.get(slo.cls)
+    if scope is None or not scope.requests:
         return None, False, None
     if slo.metric in PERCENTILE_METRICS:
-        return _percentile_entry(scope["latency_ms"], slo.metric)
-    llm = _llm_scope(slo, analysis)
+        return _percentile_entry(scope.latency_ms, slo.metric)
+    llm = _llm_scope(slo, sources.llm)
     if slo.metric in TOKEN_METRICS or (slo.metric in STREAM_METRICS and llm is not None):
         kind, percentile = slo.metric.split("_", 1)
-        return _percentile_entry((llm or {}).get(f"{kind}_ms"), percentile)
+        return _percentile_entry(getattr(llm, f"{kind}_ms") if llm is not None else None, percentile)
     if slo.metric in STREAM_METRICS:
-        return _observe_stream(slo, analysis)
+        return _observe_stream(slo, sources.streaming)
     if slo.metric == "output_tokens_per_s":
-        rate = ((llm or {}).get("output_tokens_per_s") or {}).get("aggregate")
+        rate = llm.output_tokens_per_s.aggregate if llm is not None else None
         return rate, rate is not None, None
     if slo.metric == "goodput":
-        goodput = analysis["summary"].get("goodput") or {}
-        if slo.cls is not None:
-            goodput = (goodput.get("by_class") or {}).get(slo.cls) or {}
-        return goodput.get("share"), goodput.get("share") is not None, None
-    return scope[slo.metric], True, None
+        goodput = sources.summary.goodput
+        share = (None if goodput is None else goodput.share if slo.cls is None
+                 else goodput.by_class[slo.cls].share if slo.cls in goodput.by_class else None)
+        return share, share is not None, None
+    return getattr(scope, slo.metric), True, None
 
 
-def _observe_stream(slo: Slo, analysis: dict) -> tuple[float | None, bool, dict | None]:
+def _observe_stream(slo: Slo, streaming: Streaming | None) -> tuple[float | None, bool, Percentile | None]:
     """A TTFT or ITL percentile of the class (or of every streamed request)."""
-    streaming = analysis.get("streaming") or {}
-    section = streaming if slo.cls is None else (streaming.get("classes") or {}).get(slo.cls)
+    section = (None if streaming is None else streaming if slo.cls is None
+               else streaming.classes.get(slo.cls))
     kind, percentile = slo.metric.split("_", 1)
-    return _percentile_entry((section or {}).get(f"{kind}_ms"), percentile)
+    return _percentile_entry(getattr(section, f"{kind}_ms") if section is not None else None, percentile)
 
 
-def _llm_scope(slo: Slo, analysis: dict) -> dict | None:
+def _llm_scope(slo: Slo, llm: Llm | None) -> LlmMetrics | None:
     """The ``llm`` section's metrics of the SLO's scope (the run, or its class) when it
     holds OpenAI-API requests, else None."""
-    llm = analysis.get("llm") or {}
-    section = llm if slo.cls is None else (llm.get("classes") or {}).get(slo.cls)
-    return section if section and section.get("requests") else None
+    section = None if llm is None else llm if slo.cls is None else llm.classes.get(slo.cls)
+    return section if section is not None and section.requests else None
 
 
-def _percentile_entry(percentiles: dict | None, percentile: str) -> tuple[float | None, bool, dict | None]:
+def _percentile_entry(percentiles: PercentileSet | None,
+                      percentile: str) -> tuple[float | None, bool, Percentile | None]:
     """(value_ms, claimed, entry) of one entry of a percentile set; (None, False, None) when
     absent or empty."""
-    entry = (percentiles or {}).get(percentile)
-    if not entry or entry.get("value_ms") is None:
+    entry = getattr(percentiles, percentile) if percentiles is not None else None
+    if entry is None or entry.value_ms is None:
         return None, False, None
-    return entry["value_ms"], bool(entry["claimed"]), entry
+    return entry.value_ms, entry.claimed, entry
 
 
-def judge(slo: Slo, observed: float | None, claimed: bool, entry: dict | None) -> str:
+def judge(slo: Slo, observed: float | None, claimed: bool, entry: Percentile | None) -> str:
     """One SLO's status: ``"pass"``, ``"fail"`` or ``"unclaimed"``.
 
     No observation fails. A rate, share or count (no percentile ``entry``) passes or fails by
@@ -195,7 +239,7 @@ def judge(slo: Slo, observed: float | None, claimed: bool, entry: dict | None) -
         return "pass" if holds else "fail"
     if holds:
         return "unclaimed"
-    near = entry.get("ci_low_ms") if slo.op in ("<", "<=") else entry.get("ci_high_ms")
+    near = entry.ci_low_ms if slo.op in ("<", "<=") else entry.ci_high_ms
     return "fail" if near is not None and not slo.holds(near) else "unclaimed"
 
 
@@ -212,24 +256,22 @@ def claim_size(metric: str) -> int | None:
     return min_samples_for_claim(fractions[name], 0)
 
 
-def evaluate(slos: list[Slo], analysis: dict) -> dict:
-    """Every SLO judged on the analysis (:func:`judge`).
-
-    Returns ``{"passed", "slos", "failed", "unclaimed"}``: ``passed`` is true only when every
-    row passed (an unclaimed row is not a pass); each row carries ``status``, ``passed``
-    (status is "pass"), ``claimed``, ``samples`` (the percentile's sample size; None for other
-    metrics) and ``needed_samples`` (the sample size that claims it; None for other metrics).
-    The run's outcome word is decided from this by :mod:`tailscope.analyzers.health.outcome`.
+def evaluate(slos: list[Slo], sources: SloSources) -> SloJudgement:
+    """Every SLO judged on the run's sections (:func:`judge`), as a :class:`SloJudgement`: its
+    ``passed`` is true only when every row passed (an unclaimed row is not a pass); each
+    :class:`~tailscope.analysis_model.verdict.SloRow` carries ``status``, ``passed`` (status is
+    "pass"), ``claimed``, ``samples`` (the percentile's sample size; None for other metrics) and
+    ``needed_samples`` (the sample size that claims it; None for other metrics). The run's outcome
+    word is decided from this by :mod:`tailscope.analyzers.health.outcome`.
     """
     rows = []
     for slo in slos:
-        observed, claimed, entry = _observation(slo, analysis)
+        observed, claimed, entry = _observation(slo, sources)
         status = judge(slo, observed, claimed, entry)
-        rows.append({"slo": slo.text, "metric": slo.metric, "cls": slo.cls, "op": slo.op,
-                     "observed": observed, "threshold": slo.threshold, "status": status,
-                     "passed": status == "pass", "claimed": claimed,
-                     "samples": int(entry["n"]) if entry is not None and entry.get("n") is not None else None,
-                     "needed_samples": claim_size(slo.metric)})
-    failed = [row["slo"] for row in rows if row["status"] == "fail"]
-    unclaimed = [row["slo"] for row in rows if row["status"] == "unclaimed"]
-    return {"passed": not failed and not unclaimed, "slos": rows, "failed": failed, "unclaimed": unclaimed}
+        rows.append(SloRow(slo=slo.text, metric=slo.metric, cls=slo.cls, op=slo.op, observed=observed,
+                           threshold=slo.threshold, status=status, passed=status == "pass", claimed=claimed,
+                           samples=entry.n if entry is not None else None,
+                           needed_samples=claim_size(slo.metric)))
+    failed = tuple(row.slo for row in rows if row.status == "fail")
+    unclaimed = tuple(row.slo for row in rows if row.status == "unclaimed")
+    return SloJudgement(passed=not failed and not unclaimed, slos=tuple(rows), failed=failed, unclaimed=unclaimed)
