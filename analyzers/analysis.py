@@ -236,7 +236,7 @@ def analyze_run(run_or_path: Run | str | os.PathLike, *, window_s: float = 1.0,
                             + encode(pattern_warnings(patterns))
                             + consistency_warnings(stages.consistency)
                             + run_health_warnings(run.manifest, analysis)
-                            + load_warnings(analysis, run.manifest)
+                            + load_warnings(judged_generator, run.manifest)
                             + llm_warnings(analysis))
     return jsonable(analysis)
 

@@ -1,14 +1,13 @@
 """What the reader of a run must know about how its load was generated:
 closed loop (coordinated omission), a generator that fell behind, dropped
-requests, an aborted run. Pure functions over the analysis dict (its ``generator`` read as
-:class:`~tailscope.analysis_model.health.Generator`), the SLO judgement and the manifest.
+requests, an aborted run. Pure functions over the typed ``generator`` section
+(:class:`~tailscope.analysis_model.health.Generator`), the SLO judgement and the manifest.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
 
-from tailscope.analysis_model.codec import decode
 from tailscope.analysis_model.health import Generator, LimitedInterval
 from tailscope.analyzers.inputs.records import NS_PER_S
 from tailscope.analyzers.stats.slo import SloJudgement
@@ -30,10 +29,9 @@ def limited_windows_text(intervals: list[LimitedInterval], origin_ns: int | None
     return ", ".join(parts) + (f" and {more} more" if more > 0 else "")
 
 
-def load_warnings(analysis: dict, manifest: dict) -> list[dict]:
+def load_warnings(generator: Generator, manifest: dict) -> list[dict]:
     """Warnings about the load model, the generator's health, drops and an abort."""
     warnings = []
-    generator = decode(Generator, analysis["generator"], "generator")
     model = generator.load_model
     if model.get("loop") == "closed":
         warnings.append({"code": "closed_loop", "message": (
