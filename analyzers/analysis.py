@@ -23,6 +23,7 @@ import pyarrow.compute as pc
 
 from tailscope.analysis_model.codec import encode
 from tailscope.analysis_model.events import Event, Events, GcPauses
+from tailscope.analysis_model.health import Retention
 from tailscope.analysis_model.llm import Llm
 from tailscope.analysis_model.records import SlowRequests, Window
 from tailscope.analysis_model.run import DamagedFile, Environment
@@ -183,6 +184,8 @@ def analyze_run(run_or_path: Run | str | os.PathLike, *, window_s: float = 1.0,
                               split=stage_slow_split(req, matrix, records))
     facts = run_facts(run, period)
     streaming = streaming_section(req, records["stream_times"], duration_s)
+    outages = find_outages(req, run.events)
+    retention = retained.retention if retained is not None else Retention(sampled=False)
     analysis = {
         "format_version": ANALYSIS_FORMAT_VERSION,
         "run": encode(facts),
@@ -203,8 +206,8 @@ def analyze_run(run_or_path: Run | str | os.PathLike, *, window_s: float = 1.0,
         "signals": encode(signals),
         "events": encode(event_digest(run)),
         "receiver": run.receiver,
-        "outages": encode(find_outages(req, run.events)),
-        "retention": encode(retained.retention) if retained is not None else {"sampled": False},  # all kept
+        "outages": encode(outages),
+        "retention": encode(retention) if retention.sampled else {"sampled": False},  # all kept: just that
         "generator": generator,
         "generator_limited_windows": encode(limited_bands(judged_generator)),
         "server_load": encode(server_load_section(servers, signal_index, period)),
@@ -235,7 +238,7 @@ def analyze_run(run_or_path: Run | str | os.PathLike, *, window_s: float = 1.0,
                             + run_warnings(run, analysis, windows, spike_rules, detection, short)
                             + encode(pattern_warnings(patterns))
                             + consistency_warnings(stages.consistency)
-                            + run_health_warnings(run.manifest, analysis)
+                            + run_health_warnings(run.manifest, outages, run.receiver, stages, run_summary, retention)
                             + load_warnings(judged_generator, run.manifest)
                             + llm_warnings(analysis))
     return jsonable(analysis)

@@ -61,16 +61,14 @@ def test_a_span_flood_beyond_ingest_is_shed_with_counts_and_the_receiver_keeps_s
 
 
 def test_the_report_names_the_share_of_requests_without_spans_and_why():
-    warnings = span_warnings({"spans_dropped": 12_345, "rejected": {"malformed": 2}},
-                             {"joined_fraction": 0.8}, {"completed": 1000})
+    warnings = span_warnings({"spans_dropped": 12_345, "rejected": {"malformed": 2}}, 0.8, None, 1000)
     assert warnings == [{"code": "spans_shed", "message": (
         "20.0% of requests lack spans: the receiver shed 12,345 spans (queue full: it answered 503 / "
         "UNAVAILABLE); 2 export requests were rejected as malformed or oversized")}]
-    assert span_warnings({"spans_dropped": 0}, {"joined_fraction": 1.0}, {"completed": 10}) == []
-    sampled = span_warnings({"spans_dropped": 7}, {"joined_fraction": 0.45}, {"completed": 1000}, sample_rate=0.5)
+    assert span_warnings({"spans_dropped": 0}, 1.0, None, 10) == []
+    sampled = span_warnings({"spans_dropped": 7}, 0.45, None, 1000, sample_rate=0.5)
     assert sampled[0]["message"].startswith("10.0% of the requests sent for tracing lack spans: the receiver shed 7")
-    realized = span_warnings({"spans_dropped": 7}, {"joined_fraction": 0.45, "traced_fraction": 0.46},
-                             {"completed": 1000}, sample_rate=0.5)
+    realized = span_warnings({"spans_dropped": 7}, 0.45, 0.46, 1000, sample_rate=0.5)
     assert realized[0]["message"].startswith("2.2% of the requests sent for tracing lack spans"), \
         "the share is of the requests actually sent sampled, not of the nominal rate"
 

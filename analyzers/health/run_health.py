@@ -17,8 +17,9 @@ Each is ``{"code", "message"}`` like the other analysis warnings:
 
 from __future__ import annotations
 
-from tailscope.analysis_model.codec import decode
 from tailscope.analysis_model.health import Outages, Retention
+from tailscope.analysis_model.stages import Stages
+from tailscope.analysis_model.summary import Summary
 from tailscope.analyzers.health.outages import DERIVED
 from tailscope.analyzers.inputs.records import NS_PER_S
 
@@ -54,19 +55,21 @@ def trace_sample_rate(manifest: dict) -> float:
     return 1.0 if rate is None else float(rate)
 
 
-def span_warnings(receiver: dict, stages: dict, summary: dict, sample_rate: float = 1.0) -> list[dict]:
-    """Why requests lack spans, when the receiver shed or rejected some.
+def span_warnings(receiver: dict, joined: float | None, sent: float | None, completed: int,
+                  sample_rate: float = 1.0) -> list[dict]:
+    """Why requests lack spans, when the receiver shed or rejected some (``receiver``: receiver.json).
 
-    The share is of the requests sent for tracing (``stages.traced_fraction`` of the successful
-    ones; ``sample_rate`` of them when an older analysis lacks it).
+    ``joined``: the share (0–1) of the ``completed`` (successful) requests that joined a span
+    (``stages.joined_fraction``); ``sent``: the share of them sent for tracing
+    (``stages.traced_fraction``; None: ``sample_rate``). The share named is of the requests sent
+    for tracing.
     """
     shed = int(receiver.get("spans_dropped") or 0)
     rejected = receiver.get("rejected") or {}
     malformed = int(rejected.get("malformed") or 0) + int(rejected.get("oversized") or 0)
-    joined = stages.get("joined_fraction")
-    sent = stages.get("traced_fraction", sample_rate)
+    sent = sample_rate if sent is None else sent
     traced = joined / sent if joined is not None and sent > 0 else joined
-    missing = max(0.0, 1.0 - traced) if traced is not None and summary["completed"] else 0.0
+    missing = max(0.0, 1.0 - traced) if traced is not None and completed else 0.0
     reasons = []
     if shed:
         reasons.append(f"the receiver shed {shed:,} spans (queue full: it answered 503 / UNAVAILABLE)")
@@ -78,12 +81,11 @@ def span_warnings(receiver: dict, stages: dict, summary: dict, sample_rate: floa
     return [{"code": "spans_shed", "message": f"{missing:.1%} {share} lack spans: {'; '.join(reasons)}"}]
 
 
-def sampling_warnings(sample_rate: float, stages: dict) -> list[dict]:
+def sampling_warnings(sample_rate: float, stages: Stages) -> list[dict]:
     """What head sampling means for the stage statistics, when the run sampled traces."""
     if sample_rate >= 1.0:
         return []
-    joined = stages.get("joined_fraction") or 0.0
-    sent = stages.get("traced_fraction", sample_rate)
+    joined, sent = stages.joined_fraction, stages.traced_fraction
     return [{"code": "traces_sampled", "message": (
         f"head sampling: the load generator set the traceparent's sampled flag on a {sample_rate:g} share "
         f"of requests (trace_sample_rate; {sent:.1%} of the successful ones); {joined:.1%} of requests "
@@ -104,10 +106,12 @@ def retention_warnings(retention: Retention) -> list[dict]:
         "from the kept records")}]
 
 
-def run_health_warnings(manifest: dict, analysis: dict) -> list[dict]:
-    """All of the above, in that order."""
+def run_health_warnings(manifest: dict, outages: Outages, receiver: dict | None, stages: Stages, summary: Summary,
+                        retention: Retention) -> list[dict]:
+    """All of the above, in that order (``receiver``: receiver.json, None when the run has none)."""
     sample_rate = trace_sample_rate(manifest)
-    return (failure_warnings(manifest) + outage_warnings(decode(Outages, analysis["outages"], "outages"))
-            + span_warnings(analysis.get("receiver") or {}, analysis["stages"], analysis["summary"], sample_rate)
-            + sampling_warnings(sample_rate, analysis["stages"])
-            + retention_warnings(decode(Retention, analysis["retention"], "retention")))
+    return (failure_warnings(manifest) + outage_warnings(outages)
+            + span_warnings(receiver or {}, stages.joined_fraction, stages.traced_fraction, summary.completed,
+                            sample_rate)
+            + sampling_warnings(sample_rate, stages)
+            + retention_warnings(retention))
