@@ -240,7 +240,7 @@ def analyze_run(run_or_path: Run | str | os.PathLike, *, window_s: float = 1.0,
                             + consistency_warnings(stages.consistency)
                             + run_health_warnings(run.manifest, outages, run.receiver, stages, run_summary, retention)
                             + load_warnings(judged_generator, run.manifest)
-                            + llm_warnings(analysis))
+                            + llm_warnings(llm, retention))
     return jsonable(analysis)
 
 
@@ -321,11 +321,11 @@ def llm_analysis(req: RequestArrays, llm: LlmArrays | None, times, slos: list, d
     return llm_section(req, llm, times, slos, duration_s, manifest, series_detections(detection), token_spikes(spikes))
 
 
-def llm_warnings(analysis: dict) -> list[dict]:
+def llm_warnings(llm: Llm | None, retention: Retention) -> list[dict]:
     """``llm_sampled_records``: the ``llm`` section of a run whose records a retention policy
     thinned is computed from the kept records (every error, a sample, the spikes' surroundings),
     not from every request as ``summary`` is."""
-    if analysis.get("llm") and (analysis.get("retention") or {}).get("sampled"):
+    if llm is not None and retention.sampled:
         return [{"code": "llm_sampled_records", "message": (
             "the LLM metrics (TTFT, TPOT, tokens, goodput) come from the records a retention policy kept "
             "(every error, a sample, the spikes' surroundings), not from every request")}]
