@@ -30,7 +30,8 @@ from tailscope.analysis_model.run import DamagedFile, Environment
 from tailscope.analysis_model.run import Run as RunFacts
 from tailscope.analysis_model.server import OtherTraffic
 from tailscope.analysis_model.spikes import TooShort
-from tailscope.analysis_model.stages import SlowSplit
+from tailscope.analysis_model.stages import SlowSplit, Stages
+from tailscope.analysis_model.summary import Summary
 from tailscope.analyzers.causes.protocol import DetectorRegistry
 from tailscope.analyzers.findings.protocol import FindingInputs
 from tailscope.analyzers.findings.registry import whole_run_findings
@@ -235,7 +236,7 @@ def analyze_run(run_or_path: Run | str | os.PathLike, *, window_s: float = 1.0,
         summary=run_summary, spikes=spikes, generator=judged_generator, load_start_ns=period[0] if period else None,
         req=req, matrix=matrix, run=run, span_request=join.span_request)))
     analysis["warnings"] = (slo_warnings + policy_warnings + resolved.warnings + clock_warnings(alignment)
-                            + run_warnings(run, analysis, windows, spike_rules, detection, short)
+                            + run_warnings(run, facts, run_summary, stages, windows, spike_rules, detection, short)
                             + encode(pattern_warnings(patterns))
                             + consistency_warnings(stages.consistency)
                             + run_health_warnings(run.manifest, outages, run.receiver, stages, run_summary, retention)
@@ -439,16 +440,16 @@ def event_digest(run: Run) -> Events:
     )
 
 
-def run_warnings(run: Run, analysis: dict, windows, rules: SpikeRules, detection=None,
-                 short: TooShort | None = None) -> list[dict]:
-    """Everything the reader of the numbers must know first, as ``{"code", "message"}`` (``short``: why
-    spike detection did not run, when it did not)."""
+def run_warnings(run: Run, facts: RunFacts, summary: Summary, stages: Stages, windows, rules: SpikeRules,
+                 detection=None, short: TooShort | None = None) -> list[dict]:
+    """Everything the reader of the numbers must know first, as ``{"code", "message"}``, from the run,
+    its ``run``, ``summary`` and ``stages`` sections (``short``: why spike detection did not run, when
+    it did not)."""
     warnings = []
-    facts, summary, stages = analysis["run"], analysis["summary"], analysis["stages"]
-    if facts["incomplete"]:
-        warnings.append({"code": "incomplete", "message": facts["incomplete_reason"]})
-    for damaged in facts["damaged_files"]:
-        warnings.append({"code": "damaged", "message": damaged["message"]})
+    if facts.incomplete:
+        warnings.append({"code": "incomplete", "message": facts.incomplete_reason})
+    for damaged in facts.damaged_files:
+        warnings.append({"code": "damaged", "message": damaged.message})
     refused = ((run.receiver or {}).get("rejected") or {}).get("unauthenticated") or 0
     if refused:
         warnings.append({"code": "receiver_unauthenticated", "message": (
@@ -456,25 +457,25 @@ def run_warnings(run: Run, analysis: dict, windows, rules: SpikeRules, detection
             "bearer token (HTTP 401 / gRPC UNAUTHENTICATED): a stranger's, or a target or agent of yours "
             "missing OTEL_EXPORTER_OTLP_HEADERS=Authorization=Bearer%20<token> or --token; what they sent is "
             "not in this run")})
-    for name in facts["truncated_files"]:
+    for name in facts.truncated_files:
         warnings.append({"code": "truncated", "message": f"{name}: a file ended inside a batch "
                          "(writer killed); its last partial batch is lost"})
-    if summary["requests"] == 0:
+    if summary.requests == 0:
         warnings.append({"code": "no_requests", "message": "the run recorded no requests"})
         return warnings
     # generator-limited: a whole-run finding (analyzers/findings/generator_limited.py), not a warning
-    p99 = summary["latency_ms"]["p99"]
-    if not p99["claimed"]:
+    p99 = summary.latency_ms.p99
+    if not p99.claimed:
         warnings.append({"code": "too_few_samples", "message": (
-            f"P99 from {p99['n']} successful requests is not claimed: early stopping needs at least "
+            f"P99 from {p99.n} successful requests is not claimed: early stopping needs at least "
             f"{min_samples_for_claim(0.99, 0)} at 99% confidence")})
     sample_rate = trace_sample_rate(run.manifest)
     if len(run.spans) == 0:
         warnings.append({"code": "no_spans", "message": "no spans were recorded: no stage decomposition"})
-    elif stages["joined_fraction"] < MIN_JOINED_FRACTION * stages["traced_fraction"]:
+    elif stages.joined_fraction < MIN_JOINED_FRACTION * stages.traced_fraction:
         warnings.append({"code": "partial_join", "message": (
-            f"only {stages['joined_fraction']:.1%} of successful requests joined a server span"
-            + (f" ({stages['traced_fraction']:.1%} were sent for tracing)" if sample_rate < 1.0 else "")
+            f"only {stages.joined_fraction:.1%} of successful requests joined a server span"
+            + (f" ({stages.traced_fraction:.1%} were sent for tracing)" if sample_rate < 1.0 else "")
             + "; stage statistics cover the joined ones")})
     if windows is not None and detection is None:
         warnings.append({"code": "no_spike_detection", "message": (
