@@ -227,7 +227,7 @@ def analyze_run(run_or_path: Run | str | os.PathLike, *, window_s: float = 1.0,
     analysis["soak"] = encode(soak_section(
         windows, run.signals, period,
         retained.period_counts if retained is not None else partial(record_period_counts, req),
-        analysis.get("patterns"), retained=retained is not None))
+        patterns, retained=retained is not None))
     policy, policy_warnings = scenario_policy(scenario)
     judgement = evaluate(slos, SloSources(summary=run_summary, classes=records["classes"], streaming=streaming, llm=llm))
     analysis["verdict"] = encode(outcome_verdict(abort_verdict(judgement, run.manifest), facts.duration_s,

@@ -41,7 +41,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from scipy import stats
 
+from tailscope.analysis_model.codec import encode
 from tailscope.analysis_model.health import Soak, SoakPeriod
+from tailscope.analysis_model.patterns import Patterns
 from tailscope.analyzers.inputs.records import NS_PER_S, RequestArrays, int_column
 from tailscope.analyzers.patterns.trends import PER_HOUR_MIN_SPAN_S, call_trend
 from tailscope.analyzers.stats.percentiles import grouped_quantile, min_samples_for_claim, stable_group_order
@@ -217,11 +219,12 @@ def leak_verdict(memory: dict) -> dict:
 
 
 def soak_section(windows: dict | None, signals: pa.Table, period: tuple[int, int] | None,
-                 period_counts, patterns: dict | None = None, retained: bool = False) -> Soak:
+                 period_counts, patterns: Patterns | None = None, retained: bool = False) -> Soak:
     """The ``soak`` part of the analysis (see module docstring). ``period_counts(origin_ns,
     period_ns, n)`` gives the per-period counts and percentiles (records or histograms);
-    ``retained``: the run kept records selectively (``retention:``), which shows the view
-    whatever its length."""
+    ``patterns``: the diagnosis detectors' (:func:`.trends.analyze_patterns`), whose drift and leak
+    verdicts the view then shows (None: its own tests'); ``retained``: the run kept records
+    selectively (``retention:``), which shows the view whatever its length."""
     def empty(reason: str) -> Soak:
         return Soak(period_s=None, periods=[], drift=None, leak=None, verdicts_source=None, shown=False,
                     reason=reason)
@@ -235,13 +238,12 @@ def soak_section(windows: dict | None, signals: pa.Table, period: tuple[int, int
     memory = {name: _series(signals, name) for name in MEMORY_SERIES}
     memory = {name: series for name, series in memory.items() if len(series[0])}
     counts = period_counts(period[0], period_s * NS_PER_S, period_count(period, period_s))
-    use_patterns = isinstance(patterns, dict) and ("drift" in patterns or "leak" in patterns)
     return Soak(
         period_s=period_s,
         periods=period_rows(counts, period, period_s, memory),
-        drift=patterns.get("drift") if use_patterns else drift_verdict(windows),
-        leak=patterns.get("leak") if use_patterns else leak_verdict(memory),
-        verdicts_source="patterns" if use_patterns else "soak",
+        drift=encode(patterns.drift) if patterns is not None else drift_verdict(windows),
+        leak=encode(patterns.leak) if patterns is not None else leak_verdict(memory),
+        verdicts_source="patterns" if patterns is not None else "soak",
         shown=True,
         reason=None,
     )
