@@ -37,7 +37,12 @@ from __future__ import annotations
 
 import statistics
 
+from tailscope.analysis_model.codec import decode
+from tailscope.analysis_model.events import Event, Events
+from tailscope.analysis_model.records import Window
+from tailscope.analysis_model.spikes import Spike
 from tailscope.analyzers.causes.registry import cause_names_by_fault
+from tailscope.reports.upgrade import spikes_of, windows_of
 from tailscope.support.units import NS_PER_S
 
 #: How long after a fault ends a spike still counts as its effect (s).
@@ -54,90 +59,96 @@ def names_fault(cause_kind: str, fault_kind: str) -> bool:
     return cause_kind == fault_kind or cause_kind in CAUSE_ALIASES.get(fault_kind, frozenset())
 
 
-def fault_events(analysis: dict) -> list[dict]:
-    """The ``fault`` events of an analysis (ground truth), by start."""
-    return sorted((analysis.get("events") or {}).get("faults") or [], key=lambda f: f["start_ns"])
+def fault_events(events: Events) -> list[Event]:
+    """The ``fault`` events of the run (ground truth), by start."""
+    return sorted(events.faults, key=lambda f: f.start_ns)
 
 
-def role_of(event: dict) -> str:
+def role_of(event: Event) -> str:
     """A fault event's ``role``: ``cause`` (also when it records none) or ``distraction``."""
-    return str((event.get("attributes") or {}).get("role") or "cause")
+    return str(event.attributes.get("role") or "cause")
 
 
-def fault_kind_of(event: dict) -> str:
-    attributes = event.get("attributes") or {}
-    return str(attributes.get("fault") or attributes.get("name") or event.get("kind"))
+def fault_kind_of(event: Event) -> str:
+    """The fault kind an event injected (its ``fault`` attribute, else its ``name``, else its kind)."""
+    return str(event.attributes.get("fault") or event.attributes.get("name") or event.kind)
 
 
-def _overlap_ns(spike: dict, start_ns: int, end_ns: int) -> int:
-    return max(0, min(spike["end_ns"], end_ns) - max(spike["start_ns"], start_ns))
+def _overlap_ns(spike: Spike, start_ns: int, end_ns: int) -> int:
+    return max(0, min(spike.end_ns, end_ns) - max(spike.start_ns, start_ns))
 
 
-def matching_spike(spikes: list[dict], start_ns: int, end_ns: int) -> dict | None:
+def matching_spike(spikes: list[Spike], start_ns: int, end_ns: int) -> Spike | None:
     """The spike overlapping ``[start_ns, end_ns + LAG_S]`` most (ties: the earlier), or None."""
     horizon = end_ns + int(LAG_S * NS_PER_S)
     best, best_overlap = None, 0
-    for spike in sorted(spikes, key=lambda s: s["start_ns"]):
+    for spike in sorted(spikes, key=lambda s: s.start_ns):
         overlap = _overlap_ns(spike, start_ns, horizon)
         if overlap > best_overlap:
             best, best_overlap = spike, overlap
     return best
 
 
-def _tail_ms(window: dict) -> float | None:
+def _tail_ms(window: Window) -> float | None:
     """A window's P99, or its maximum when it has too few requests to claim a P99."""
-    return window.get("p99_ms") if window.get("p99_ms") is not None else window.get("max_ms")
+    return window.p99_ms if window.p99_ms is not None else window.max_ms
 
 
-def impact(windows: list[dict], start_ns: int, end_ns: int) -> float | None:
+def impact(windows: list[Window], start_ns: int, end_ns: int) -> float | None:
     """Highest window P99 inside the fault over the median window P99 outside it (None: no data)."""
     tails = [(w, _tail_ms(w)) for w in windows]
-    inside = [tail for w, tail in tails if tail is not None and w["end_ns"] > start_ns and w["start_ns"] < end_ns]
+    inside = [tail for w, tail in tails if tail is not None and w.end_ns > start_ns and w.start_ns < end_ns]
     outside = [tail for w, tail in tails if tail is not None
-               and (w["end_ns"] <= start_ns or w["start_ns"] >= end_ns + int(LAG_S * NS_PER_S))]
+               and (w.end_ns <= start_ns or w.start_ns >= end_ns + int(LAG_S * NS_PER_S))]
     if not inside or not outside or statistics.median(outside) <= 0:
         return None
     return max(inside) / statistics.median(outside)
 
 
+def _cause_kinds(spike: Spike | None) -> list[str]:
+    """A spike's cause kinds, highest ranked first (none without a spike)."""
+    return [] if spike is None else [c.kind for c in spike.causes]
+
+
 def score_fault_run(analysis: dict) -> dict:
-    """The scores of one fault experiment (see the module docstring)."""
-    events = fault_events(analysis)
+    """The scores of one fault experiment (see the module docstring) from its analysis (the
+    ``events``, ``spikes`` and ``windows`` sections, each read once through its type)."""
+    events = fault_events(decode(Events, analysis["events"], "events"))
     faults = [f for f in events if role_of(f) != "distraction"]
     if not faults:
         return {"ground_truth": False, "detected": False, "ac1": False, "ac3": False,
                 "time_to_detect_s": None, "impact": None, "top_causes": [], "fault_window_ns": None}
     fault = faults[0]
     kind = fault_kind_of(fault)
-    distractions = [fault_kind_of(f) for f in events if role_of(f) == "distraction"]
-    spike = matching_spike(analysis.get("spikes") or [], fault["start_ns"], fault["end_ns"])
-    causes = [c.get("kind", UNEXPLAINED) for c in (spike or {}).get("causes") or []]
+    distractions = [f for f in events if role_of(f) == "distraction"]
+    spikes = spikes_of(analysis)
+    spike = matching_spike(spikes, fault.start_ns, fault.end_ns)
+    causes = _cause_kinds(spike)
     return {
         "ground_truth": True,
         "fault_kind": kind,
-        "fault_window_ns": [fault["start_ns"], fault["end_ns"]],
-        "fault_error": (fault.get("attributes") or {}).get("error"),
-        "fault_attributes": fault.get("attributes") or {},
+        "fault_window_ns": [fault.start_ns, fault.end_ns],
+        "fault_error": fault.attributes.get("error"),
+        "fault_attributes": fault.attributes,
         "detected": spike is not None,
         "ac1": bool(causes) and names_fault(causes[0], kind),
         "ac3": any(names_fault(c, kind) for c in causes[:3]),
-        "time_to_detect_s": (max(0.0, (spike["start_ns"] - fault["start_ns"]) / NS_PER_S) if spike else None),
-        "impact": impact(analysis.get("windows") or [], fault["start_ns"], fault["end_ns"]),
+        "time_to_detect_s": (max(0.0, (spike.start_ns - fault.start_ns) / NS_PER_S) if spike else None),
+        "impact": impact(windows_of(analysis), fault.start_ns, fault.end_ns),
         "top_causes": causes[:3],
-        "spikes": len(analysis.get("spikes") or []),
-        "distractions": distractions,
-        "distracted": bool(causes) and any(names_fault(causes[0], d) for d in distractions),
-        "distraction_errors": [(f.get("attributes") or {}).get("error") for f in events
-                               if role_of(f) == "distraction" and (f.get("attributes") or {}).get("error")],
+        "spikes": len(spikes),
+        "distractions": [fault_kind_of(f) for f in distractions],
+        "distracted": bool(causes) and any(names_fault(causes[0], fault_kind_of(d)) for d in distractions),
+        "distraction_errors": [f.attributes["error"] for f in distractions if f.attributes.get("error")],
     }
 
 
 def score_control_run(analysis: dict) -> dict:
     """False alarms of one control run: spikes whose top cause is named."""
-    spikes = analysis.get("spikes") or []
-    named = [s for s in spikes if (s.get("causes") or [{}])[0].get("kind", UNEXPLAINED) != UNEXPLAINED]
+    spikes = spikes_of(analysis)
+    named = [s for s in spikes if not s.unexplained]
     return {"spikes": len(spikes), "false_alarms": len(named),
-            "false_alarm_causes": [s["causes"][0]["kind"] for s in named]}
+            "false_alarm_causes": [s.causes[0].kind for s in named]}
 
 
 def _share(flags: list[bool]) -> float | None:

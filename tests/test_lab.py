@@ -8,7 +8,11 @@ import os
 import pyarrow.compute as pc
 import pytest
 from cli_helpers import run_tailscope
+from report_fixtures import make_spike
 
+from tailscope.analysis_model.codec import encode
+from tailscope.analysis_model.events import Event, Events, GcPauses
+from tailscope.analysis_model.records import Window
 from tailscope.faults.cgroupfs import target_cgroup
 from tailscope.faults.registry import INJECTORS
 from tailscope.faults.swapfile import active_swap_files
@@ -21,19 +25,24 @@ from tailscope.rundir import load_run
 S = 1_000_000_000
 
 
+def _fault(start_ns, end_ns, **attributes) -> Event:
+    return Event("fault", start_ns, end_ns, (end_ns - start_ns) / 1e6, "faults", attributes)
+
+
 def _analysis(fault=None, spikes=(), windows=()):
-    faults = [] if fault is None else [{"kind": "fault", "start_ns": fault[1], "end_ns": fault[2],
-                                        "attributes": {"fault": fault[0], "error": None}}]
-    return {"events": {"faults": faults}, "spikes": list(spikes), "windows": list(windows)}
+    """The sections scoring reads, whole, as analyses write them."""
+    faults = [] if fault is None else [_fault(fault[1], fault[2], fault=fault[0], error=None)]
+    events = Events(faults=faults, faults_total=len(faults), gc_pauses=GcPauses(0, 0.0, None, []), other_counts={})
+    return {"events": encode(events), "spikes": encode(list(spikes)), "windows": encode(list(windows))}
 
 
 def _spike(start_s, end_s, *kinds):
-    return {"start_ns": start_s * S, "end_ns": end_s * S,
-            "causes": [{"kind": k, "confidence": 0.9 - i / 10} for i, k in enumerate(kinds)]}
+    return make_spike(start_s * S, end_s * S, [(k, 0.9 - i / 10, {}) for i, k in enumerate(kinds)])
 
 
 def _windows(p99_by_second):
-    return [{"start_ns": i * S, "end_ns": (i + 1) * S, "p99_ms": None, "max_ms": v} for i, v in enumerate(p99_by_second)]
+    return [Window(start_ns=i * S, end_ns=(i + 1) * S, count=5, errors=0, p50_ms=None, p99_ms=None, p99_claimed=False,
+                   max_ms=v, slow_share=0.0) for i, v in enumerate(p99_by_second)]
 
 
 def test_suite_covers_every_kind_and_controls_with_varied_loads():
@@ -79,19 +88,18 @@ def test_scoring_matches_the_overlapping_spike_and_its_ranked_causes():
     assert late["detected"] and late["ac1"]  # within the lag after the window: its effect
     missed = score_fault_run(_analysis(("overload", 10 * S, 15 * S), spikes=[_spike(25, 26, "queueing")]))
     assert not missed["detected"] and not missed["ac1"] and missed["time_to_detect_s"] is None
-    assert matching_spike([_spike(9, 11), _spike(12, 20)], 10 * S, 15 * S)["start_ns"] == 12 * S
+    assert matching_spike([_spike(9, 11), _spike(12, 20)], 10 * S, 15 * S).start_ns == 12 * S
 
 
 def test_scoring_a_confounded_run_expects_the_cause_not_the_distraction():
     analysis = _analysis(("cpu_contention", 10 * S, 15 * S), spikes=[_spike(10, 14, "swap", "cpu_contention")])
     analysis["events"]["faults"][0]["attributes"]["role"] = "cause"
-    analysis["events"]["faults"].insert(0, {"kind": "fault", "start_ns": 9 * S, "end_ns": 16 * S,
-                                            "attributes": {"fault": "memory_swap", "role": "distraction"}})
+    analysis["events"]["faults"].insert(0, encode(_fault(9 * S, 16 * S, fault="memory_swap", role="distraction")))
     misled = score_fault_run(analysis)
     assert misled["fault_kind"] == "cpu_contention" and misled["fault_window_ns"] == [10 * S, 15 * S]
     assert misled["detected"] and not misled["ac1"] and misled["ac3"] and misled["distracted"]
     assert misled["distractions"] == ["memory_swap"]
-    analysis["spikes"] = [_spike(10, 14, "cpu_contention")]
+    analysis["spikes"] = encode([_spike(10, 14, "cpu_contention")])
     right = score_fault_run(analysis)
     assert right["ac1"] and not right["distracted"]
 
