@@ -177,9 +177,8 @@ def analyze_run(run_or_path: Run | str | os.PathLike, *, window_s: float = 1.0,
         servers = run_server_series(run, signal_index)
         records = records_later.result()
     judged_generator = judged(records["generator"], summary, req)  # the lateness rule needs the summary
-    generator = encode(judged_generator)
-    run_summary = summary_section(summary, generator["load_model"]["loop"], generator["dropped"], records["goodput"])
-    summary = encode(run_summary)
+    run_summary = summary_section(summary, judged_generator.load_model["loop"], judged_generator.dropped,
+                                  records["goodput"])
     stages = summarize_stages(matrix, traced, missing=missing, rules=resolved.rules.describe(),
                               clock=alignment.section(), servers=servers.describe(),
                               split=stage_slow_split(req, matrix, records))
@@ -187,10 +186,32 @@ def analyze_run(run_or_path: Run | str | os.PathLike, *, window_s: float = 1.0,
     streaming = streaming_section(req, records["stream_times"], duration_s)
     outages = find_outages(req, run.events)
     retention = retained.retention if retained is not None else Retention(sampled=False)
-    analysis = {
+    llm = llm_analysis(req, records["llm"], records["stream_times"], slos, duration_s, windows, spike_rules,
+                       run.manifest)
+    if llm is not None:  # TTFT and TPOT spikes get causes as latency spikes do
+        llm = with_causes_and_cache(llm, token_spike_causes(
+            encode(llm.spikes), series(req, records["llm"], records["stream_times"]), req, matrix, run,
+            windows, registry, method, join.span_request, queue), prefix_cache_section(servers, signal_index, period))
+    soak = soak_section(windows, run.signals, period,
+                        retained.period_counts if retained is not None else partial(record_period_counts, req),
+                        patterns, retained=retained is not None)
+    policy, policy_warnings = scenario_policy(scenario)
+    judgement = evaluate(slos, SloSources(summary=run_summary, classes=records["classes"], streaming=streaming, llm=llm))
+    verdict = outcome_verdict(abort_verdict(judgement, run.manifest), facts.duration_s, run.manifest, policy)
+    findings = whole_run_findings(FindingInputs(
+        summary=run_summary, spikes=spikes, generator=judged_generator, load_start_ns=period[0] if period else None,
+        req=req, matrix=matrix, run=run, span_request=join.span_request))
+    warnings = (slo_warnings + policy_warnings + resolved.warnings + clock_warnings(alignment)
+                + run_warnings(run, facts, run_summary, stages, windows, spike_rules, detection, short)
+                + encode(pattern_warnings(patterns))
+                + consistency_warnings(stages.consistency)
+                + run_health_warnings(run.manifest, outages, run.receiver, stages, run_summary, retention)
+                + load_warnings(judged_generator, run.manifest)
+                + llm_warnings(llm, retention))
+    return jsonable({  # every section encoded once, in the order analysis.json has always had
         "format_version": ANALYSIS_FORMAT_VERSION,
         "run": encode(facts),
-        "summary": summary,
+        "summary": encode(run_summary),
         "classes": encode(records["classes"]),
         "stages": encode(stages),
         "window_s": window_s,
@@ -209,40 +230,18 @@ def analyze_run(run_or_path: Run | str | os.PathLike, *, window_s: float = 1.0,
         "receiver": run.receiver,
         "outages": encode(outages),
         "retention": encode(retention) if retention.sampled else {"sampled": False},  # all kept: just that
-        "generator": generator,
+        "generator": encode(judged_generator),
         "generator_limited_windows": encode(limited_bands(judged_generator)),
         "server_load": encode(server_load_section(servers, signal_index, period)),
         "other_traffic": encode(other_traffic_section(run, req, matrix, join.span_request, period, window_s)),
         "streaming": encode(streaming),
-        "llm": None,  # below, once its TTFT and TPOT spikes have causes
+        "llm": encode(llm),
         "error_samples": encode(error_samples_section(run.path)),
-    }
-    llm = llm_analysis(req, records["llm"], records["stream_times"], slos, duration_s, windows, spike_rules,
-                       run.manifest)
-    if llm is not None:  # TTFT and TPOT spikes get causes as latency spikes do
-        llm = with_causes_and_cache(llm, token_spike_causes(
-            encode(llm.spikes), series(req, records["llm"], records["stream_times"]), req, matrix, run,
-            windows, registry, method, join.span_request, queue), prefix_cache_section(servers, signal_index, period))
-    analysis["llm"] = encode(llm)
-    analysis["soak"] = encode(soak_section(
-        windows, run.signals, period,
-        retained.period_counts if retained is not None else partial(record_period_counts, req),
-        patterns, retained=retained is not None))
-    policy, policy_warnings = scenario_policy(scenario)
-    judgement = evaluate(slos, SloSources(summary=run_summary, classes=records["classes"], streaming=streaming, llm=llm))
-    analysis["verdict"] = encode(outcome_verdict(abort_verdict(judgement, run.manifest), facts.duration_s,
-                                                 run.manifest, policy))
-    analysis["findings"] = encode(whole_run_findings(FindingInputs(
-        summary=run_summary, spikes=spikes, generator=judged_generator, load_start_ns=period[0] if period else None,
-        req=req, matrix=matrix, run=run, span_request=join.span_request)))
-    analysis["warnings"] = (slo_warnings + policy_warnings + resolved.warnings + clock_warnings(alignment)
-                            + run_warnings(run, facts, run_summary, stages, windows, spike_rules, detection, short)
-                            + encode(pattern_warnings(patterns))
-                            + consistency_warnings(stages.consistency)
-                            + run_health_warnings(run.manifest, outages, run.receiver, stages, run_summary, retention)
-                            + load_warnings(judged_generator, run.manifest)
-                            + llm_warnings(llm, retention))
-    return jsonable(analysis)
+        "soak": encode(soak),
+        "verdict": encode(verdict),
+        "findings": encode(findings),
+        "warnings": warnings,
+    })
 
 
 def record_sections(req: RequestArrays, run: Run, period: tuple[int, int] | None, duration_s: float,
