@@ -57,6 +57,7 @@ from tailscope.analysis_model.run import Environment
 from tailscope.analyzers.comparison.judge import (  # noqa: F401
     CompareRules,
     Figure,
+    JudgedPercentile,
     bootstrap_quantiles,
     compare_percentiles,
     gate_confidence,
@@ -288,15 +289,15 @@ def compare_runs(current, baseline, rules: CompareRules = CompareRules()) -> dic
     return encode(compare(current, baseline, rules))
 
 
-def _interval_of(pair) -> tuple[float, ...] | None:
-    return None if pair is None else tuple(pair)
-
-
-def percentile_change(metric: str, cls: str | None, percentile: str, row: dict) -> PercentileChange:
-    """A row of :func:`~.judge.compare_percentiles` as the comparison's :class:`PercentileChange`."""
-    return PercentileChange(metric=metric, cls=cls, percentile=percentile,
-                            **{key: _interval_of(value) if key.endswith("_ci_ms") else value
-                               for key, value in row.items()})
+def percentile_change(metric: str, cls: str | None, row: JudgedPercentile) -> PercentileChange:
+    """A judged percentile of ``metric`` (ms; class ``cls``, None: all) as the comparison's row."""
+    j = row.judged
+    return PercentileChange(metric=metric, cls=cls, percentile=row.name, baseline_ms=j.baseline,
+                            baseline_ci_ms=j.baseline_ci, current_ms=j.current, current_ci_ms=j.current_ci,
+                            change_ms=j.change, change_ci_ms=j.change_ci, gate_ci_ms=j.gate_ci,
+                            relative_change=j.relative_change, significant=j.significant, regressed=j.regressed,
+                            improved=j.improved, claimable=j.claimable, baseline_n=row.baseline_n,
+                            current_n=row.current_n)
 
 
 def compare(current, baseline, rules: CompareRules = CompareRules()) -> Comparison:
@@ -315,7 +316,7 @@ def compare(current, baseline, rules: CompareRules = CompareRules()) -> Comparis
             judged = compare_percentiles(before.figure(metric, cls, weights_before),
                                          now.figure(metric, cls, weights_now), STANDARD_PERCENTILES, rules, rng,
                                          family=family, runs=runs)
-            rows += [percentile_change(metric, cls, name, row) for name, row in judged]
+            rows += [percentile_change(metric, cls, row) for row in judged]
     focus = _focus_percentile(rows)
     stages, changed = stage_attribution(before, now, focus, rules)
     llm = compare_llm(before, now, (weights_before, weights_now), rules)

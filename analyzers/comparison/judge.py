@@ -43,6 +43,38 @@ class CompareRules:
             raise ValueError(f"unknown comparison method {self.method!r} (expected one of {', '.join(METHODS)})")
 
 
+@dataclass(frozen=True, slots=True)
+class Judged:
+    """A figure's change ``current − baseline`` judged (:func:`judge_change`), in the figure's unit:
+    each side's value with its interval at the rules' confidence, the change with its interval
+    (``significant`` when it excludes 0) and its gate interval (read at :func:`gate_confidence`:
+    ``regressed`` / ``improved``), the relative change (None when the baseline is 0) and whether
+    both sides can claim the figure. Intervals are ``(low, high)``."""
+
+    baseline: float
+    baseline_ci: tuple[float, float]
+    current: float
+    current_ci: tuple[float, float]
+    change: float
+    change_ci: tuple[float, float]
+    gate_ci: tuple[float, float]
+    relative_change: float | None
+    significant: bool
+    regressed: bool
+    improved: bool
+    claimable: bool
+
+
+@dataclass(frozen=True, slots=True)
+class JudgedPercentile:
+    """One percentile (``name``, e.g. ``p99``) of both sides judged, with the sides' sample sizes."""
+
+    name: str
+    judged: Judged
+    baseline_n: int
+    current_n: int
+
+
 @dataclass(frozen=True)
 class Figure:
     """One figure's values on one side (e.g. all requests' latency, ms): ``values`` (one per
@@ -68,17 +100,17 @@ def bootstrap_quantiles(sorted_values: np.ndarray, p: float, resamples: int,
     return sorted_values[ranks - 1]
 
 
-def interval(values: np.ndarray, confidence: float, fallback: float | None = None) -> list[float]:
+def interval(values: np.ndarray, confidence: float, fallback: float | None = None) -> tuple[float, float]:
     """The central ``confidence`` interval of the finite ``values`` (replicates that drew nothing
     are NaN); ``[fallback, fallback]`` when none is finite."""
     values = np.asarray(values, dtype=np.float64)
     values = values[np.isfinite(values)]
     if len(values) == 0:
         point = float("nan") if fallback is None else float(fallback)
-        return [point, point]
+        return point, point
     tail = (1.0 - confidence) / 2.0
     low, high = np.quantile(values, [tail, 1.0 - tail])
-    return [float(low), float(high)]
+    return float(low), float(high)
 
 
 def gate_confidence(confidence: float, family: int, runs: tuple[int, int] = (1, 1)) -> float:
@@ -103,7 +135,7 @@ def gate_confidence(confidence: float, family: int, runs: tuple[int, int] = (1, 
 
 def judge_change(base: float, current: float, boot_base: np.ndarray, boot_current: np.ndarray, claimable: bool,
                  rules: CompareRules, lower_is_worse: bool = False, family: int = 1,
-                 runs: tuple[int, int] = (1, 1)) -> dict:
+                 runs: tuple[int, int] = (1, 1)) -> Judged:
     """A figure's change ``current − base`` with intervals (from the two sides' replicates) and
     its judgement (module docstring). Values keep the figure's unit.
 
@@ -119,13 +151,13 @@ def judge_change(base: float, current: float, boot_base: np.ndarray, boot_curren
     bad_side = gate_ci[1] < 0 if lower_is_worse else gate_ci[0] > 0
     good_side = gate_ci[0] > 0 if lower_is_worse else gate_ci[1] < 0
     moved = None if relative is None else relative * (-1.0 if lower_is_worse else 1.0)
-    return {"baseline": base, "baseline_ci": interval(boot_base, rules.confidence, fallback=base),
-            "current": current, "current_ci": interval(boot_current, rules.confidence, fallback=current),
-            "change": current - base, "change_ci": change_ci, "gate_ci": gate_ci, "relative_change": relative,
-            "significant": bool(change_ci[0] > 0 or change_ci[1] < 0),
-            "regressed": bool(claimable and bad_side and moved is not None and moved > rules.threshold),
-            "improved": bool(claimable and good_side and moved is not None and moved < -rules.threshold),
-            "claimable": bool(claimable)}
+    return Judged(baseline=base, baseline_ci=interval(boot_base, rules.confidence, fallback=base),
+                  current=current, current_ci=interval(boot_current, rules.confidence, fallback=current),
+                  change=current - base, change_ci=change_ci, gate_ci=gate_ci, relative_change=relative,
+                  significant=bool(change_ci[0] > 0 or change_ci[1] < 0),
+                  regressed=bool(claimable and bad_side and moved is not None and moved > rules.threshold),
+                  improved=bool(claimable and good_side and moved is not None and moved < -rules.threshold),
+                  claimable=bool(claimable))
 
 
 def quantile_replicate_pairs(base: Figure, current: Figure, quantiles: list[float], rules: CompareRules,
@@ -142,15 +174,12 @@ def quantile_replicate_pairs(base: Figure, current: Figure, quantiles: list[floa
 
 def compare_percentiles(base: Figure, current: Figure, percentiles: tuple, rules: CompareRules,
                         rng: np.random.Generator, family: int = 1,
-                        runs: tuple[int, int] = (1, 1)) -> list[tuple[str, dict]]:
-    """``[(name, row)]`` for the ``(name, p)`` in ``percentiles``: each nearest-rank percentile
-    of both sides (all their requests pooled), its change with intervals and judgement, the
-    sample sizes and ``claimable`` (both sides hold enough values to claim it); [] when a side is
-    empty. ``family``: the number of checks judged together, ``runs``: the sides' run counts
-    (:func:`gate_confidence`). Keys:
-    ``baseline_ms``, ``baseline_ci_ms``, ``current_ms``, ``current_ci_ms``, ``change_ms``,
-    ``change_ci_ms``, ``gate_ci_ms``, ``relative_change``, ``significant``, ``regressed``,
-    ``improved``, ``claimable``, ``baseline_n``, ``current_n``."""
+                        runs: tuple[int, int] = (1, 1)) -> list[JudgedPercentile]:
+    """One :class:`JudgedPercentile` per ``(name, p)`` in ``percentiles``: each nearest-rank
+    percentile of both sides (all their requests pooled, in the values' unit), its change with
+    intervals and judgement (``claimable``: both sides hold enough values to claim it) and the
+    sample sizes; [] when a side is empty. ``family``: the number of checks judged together,
+    ``runs``: the sides' run counts (:func:`gate_confidence`)."""
     if len(base) == 0 or len(current) == 0:
         return []
     sb, sc = np.sort(base.values), np.sort(current.values)
@@ -161,11 +190,6 @@ def compare_percentiles(base: Figure, current: Figure, percentiles: tuple, rules
         b = float(sb[nearest_rank(len(sb), p) - 1])
         c = float(sc[nearest_rank(len(sc), p) - 1])
         claimable = min(len(sb), len(sc)) >= min_samples_for_claim(p, 0)
-        row = judge_change(b, c, boot_b[i], boot_c[i], claimable, rules, family=family, runs=runs)
-        out.append((name, {"baseline_ms": row["baseline"], "baseline_ci_ms": row["baseline_ci"],
-                           "current_ms": row["current"], "current_ci_ms": row["current_ci"],
-                           "change_ms": row["change"], "change_ci_ms": row["change_ci"], "gate_ci_ms": row["gate_ci"],
-                           **{k: row[k] for k in ("relative_change", "significant", "regressed", "improved",
-                                                  "claimable")},
-                           "baseline_n": int(len(sb)), "current_n": int(len(sc))}))
+        judged = judge_change(b, c, boot_b[i], boot_c[i], claimable, rules, family=family, runs=runs)
+        out.append(JudgedPercentile(name, judged, int(len(sb)), int(len(sc))))
     return out

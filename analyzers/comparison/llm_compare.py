@@ -53,7 +53,7 @@ import numpy as np
 
 from tailscope.analysis_model.comparison import Check, LlmChange, LlmComparison
 from tailscope.analysis_model.llm import PrefixCacheCounters, PrefixCacheGauge
-from tailscope.analyzers.comparison.judge import CompareRules, Figure, compare_percentiles, judge_change
+from tailscope.analyzers.comparison.judge import CompareRules, Figure, Judged, compare_percentiles, judge_change
 from tailscope.analyzers.comparison.resampling import ratio_replicates
 from tailscope.analyzers.inputs.records import NS_PER_S
 from tailscope.analyzers.stats.goodput import good_requests
@@ -184,14 +184,15 @@ def _session_figures(req, llm, ttft_ms: np.ndarray) -> dict[str, tuple[np.ndarra
             "session_tokens": (table.prompt_tokens[done] + table.output_tokens[done], table.start_ns[done])}
 
 
-def _change(metric: str, percentile: str | None, unit: str, row: dict, **more) -> LlmChange:
-    """An LLM row from a judged change (:func:`~.judge.judge_change` keys, or
-    :func:`~.judge.compare_percentiles` keys without their ``_ms``); ``more`` sets the rest."""
-    values = {key.removesuffix("_ms"): value for key, value in row.items()}
-    values.update(more)
-    return LlmChange(metric=metric, percentile=percentile, unit=unit,
-                     **{key: tuple(value) if key.endswith("_ci") and value is not None else value
-                        for key, value in values.items()})
+def _change(metric: str, percentile: str | None, unit: str, j: Judged, baseline_n: int, current_n: int, *,
+            lower_is_worse: bool, shown_only: bool = False, check: bool | None = None) -> LlmChange:
+    """An LLM row from a judged change in ``unit``; ``shown_only``: never regressed or improved."""
+    return LlmChange(metric=metric, percentile=percentile, unit=unit, baseline=j.baseline, baseline_ci=j.baseline_ci,
+                     current=j.current, current_ci=j.current_ci, change=j.change, change_ci=j.change_ci,
+                     gate_ci=j.gate_ci, relative_change=j.relative_change, significant=j.significant,
+                     regressed=j.regressed and not shown_only, improved=j.improved and not shown_only,
+                     claimable=j.claimable, baseline_n=baseline_n, current_n=current_n, lower_is_worse=lower_is_worse,
+                     check=check)
 
 
 def _runs(before: LlmSide, now: LlmSide, weights: tuple) -> tuple[int, int]:
@@ -220,8 +221,7 @@ def _rate_row(before: LlmSide, now: LlmSide, weights: tuple, rules: CompareRules
     row = judge_change(float(a.mean() / window_s), float(b.mean() / window_s), replicates(before, weights[0]),
                        replicates(now, weights[1]), min(len(a), len(b)) >= MIN_RATE_WINDOWS, rules, lower_is_worse=True,
                        family=LLM_FAMILY, runs=_runs(before, now, weights))
-    return _change("output_tokens_per_s", None, "tokens/s", row, lower_is_worse=True,
-                   baseline_n=int(len(a)), current_n=int(len(b)))
+    return _change("output_tokens_per_s", None, "tokens/s", row, int(len(a)), int(len(b)), lower_is_worse=True)
 
 
 def _goodput_row(before: LlmSide, now: LlmSide, weights: tuple, rules: CompareRules,
@@ -238,8 +238,7 @@ def _goodput_row(before: LlmSide, now: LlmSide, weights: tuple, rules: CompareRu
     row = judge_change(float(before.good.mean()), float(now.good.mean()), replicates(before, weights[0]),
                        replicates(now, weights[1]), min(before.requests, now.requests) >= MIN_GOODPUT_REQUESTS,
                        rules, lower_is_worse=True, family=LLM_FAMILY, runs=_runs(before, now, weights))
-    return _change("goodput", None, "share", row, lower_is_worse=True,
-                   baseline_n=before.requests, current_n=now.requests)
+    return _change("goodput", None, "share", row, before.requests, now.requests, lower_is_worse=True)
 
 
 def compare_llm(before, now, weights: tuple, rules: CompareRules) -> LlmComparison | None:
@@ -263,7 +262,8 @@ def compare_llm(before, now, weights: tuple, rules: CompareRules) -> LlmComparis
         (a_values, a_blocks), (b_values, b_blocks) = figures[metric]
         judged = compare_percentiles(Figure(a_values, a_blocks, weights[0]), Figure(b_values, b_blocks, weights[1]),
                                      ((name, p),), rules, rng, family=family, runs=_runs(a, b, weights))
-        rows += [_change(metric, name, "ms", row, lower_is_worse=False) for _, row in judged]
+        rows += [_change(metric, name, "ms", row.judged, row.baseline_n, row.current_n, lower_is_worse=False)
+                 for row in judged]
     rows += [r for r in (_rate_row(a, b, weights, rules, rng), _goodput_row(a, b, weights, rules, rng)) if r is not None]
     rows += _session_rows(a, b, weights, rules, rng)
     rows += _prefix_cache_rows(before, now)
@@ -307,10 +307,8 @@ def _session_rows(a: LlmSide, b: LlmSide, weights: tuple, rules: CompareRules,
             continue
         judged = compare_percentiles(Figure(*a.sessions[figure], weights[0]), Figure(*b.sessions[figure], weights[1]),
                                      ((name, p),), rules, rng, family=LLM_FAMILY, runs=_runs(a, b, weights))
-        for _, row in judged:
-            shown_only = figure in UNJUDGED
-            rows.append(_change(figure, name, unit, row, regressed=row["regressed"] and not shown_only,
-                                improved=row["improved"] and not shown_only, lower_is_worse=False, check=False))
+        rows += [_change(figure, name, unit, row.judged, row.baseline_n, row.current_n, lower_is_worse=False,
+                         shown_only=figure in UNJUDGED, check=False) for row in judged]
     return rows
 
 
