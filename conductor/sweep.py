@@ -21,6 +21,9 @@ import os
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 
+from tailscope.analysis_model import sweep as sweep_model
+from tailscope.analysis_model.codec import encode
+from tailscope.analysis_model.sweep import SaturationStop, Search, SearchTry, Stopped, SweepStep
 from tailscope.analyzers.patterns.load_sweep import saturation_stop, step_record, summarize_sweep
 from tailscope.conductor.children import ChildError
 from tailscope.conductor.reporting import analyse_and_write
@@ -42,11 +45,11 @@ class SweepListener:
     """What a sweep tells its caller as it goes (every callback optional).
 
     ``progress(title)``: a context manager for one step's run whose ``update`` receives the
-    load's progress snapshots; ``on_step(step)``: a step's record once it is reported;
+    load's progress snapshots; ``on_step(step)``: a step's record (SweepStep) once it is reported;
     ``on_note(text)``: a sentence on why the sweep stops early or a step's damaged data."""
 
     progress: Callable[[str], AbstractContextManager] | None = None
-    on_step: Callable[[dict], None] | None = None
+    on_step: Callable[[SweepStep], None] | None = None
     on_note: Callable[[str], None] | None = None
 
     def note(self, text: str) -> None:
@@ -56,15 +59,15 @@ class SweepListener:
 
 @dataclasses.dataclass(frozen=True)
 class SweepResult:
-    """A finished sweep: the ``sweep.json`` dict, its folder and files, and why it ended early.
+    """A finished sweep: ``sweep.json`` as its type, its folder and files, and why it ended early.
 
     ``setup_error``: the message of the step that could not start (the sweep stopped there),
     None when every step started."""
 
-    sweep: dict
+    sweep: sweep_model.Sweep
     path: str
     paths: dict
-    steps: list
+    steps: list[SweepStep]
     interrupted: bool
     setup_error: str | None = None
 
@@ -74,23 +77,23 @@ def level_text(level: float, concurrency: bool) -> str:
     return f"{level:g} in flight" if concurrency else f"{level:g} req/s"
 
 
-def search_facts(search: PeakSearch) -> dict:
+def search_facts(search: PeakSearch) -> Search:
     """``sweep.json``'s ``search`` section of a peak search."""
     passing, failing = search.bracket
-    return {"low": search.low, "high": search.high, "tolerance_rps": search.tolerance_rps,
-            "steps": len(search.history), "max_steps": search.max_steps,
-            "passing_rate": passing, "failing_rate": failing,
-            "history": [{"rate": r, "passed": p} for r, p in search.history]}
+    return Search(low=search.low, high=search.high, tolerance_rps=search.tolerance_rps,
+                  steps=len(search.history), max_steps=search.max_steps,
+                  passing_rate=passing, failing_rate=failing,
+                  history=[SearchTry(rate=r, passed=p) for r, p in search.history])
 
 
-def saturation_note(found: dict, levels_left: int, concurrency: bool) -> str:
+def saturation_note(found: SaturationStop, levels_left: int, concurrency: bool) -> str:
     """The sentence that says a sweep stops at saturation (``found``: load_sweep.saturation_stop)."""
-    knee, after = found["knee"], found["after"]
+    knee, after = found.knee, found.after
     what = "concurrency level" if concurrency else "rate"
-    gains = ", ".join(f"{a['throughput_gain']:+.0%} at {level_text(a['level'], concurrency)}" for a in after)
-    return (f"saturated at {level_text(knee['level'], concurrency)} ({knee['throughput']:.1f} {found['unit']}): "
+    gains = ", ".join(f"{a.throughput_gain:+.0%} at {level_text(a.level, concurrency)}" for a in after)
+    return (f"saturated at {level_text(knee.level, concurrency)} ({knee.throughput:.1f} {found.unit}): "
             f"throughput stopped growing ({gains} over the knee) while latency kept rising "
-            f"({knee['latency_ms']:.1f} → {after[-1]['latency_ms']:.1f} ms): stopping the sweep, "
+            f"({knee.latency_ms:.1f} → {after[-1].latency_ms:.1f} ms): stopping the sweep, "
             f"{levels_left} remaining {what}{'s' if levels_left != 1 else ''} not run "
             f"(--keep-going, or the scenario's sweep.stop_at_saturation: false, runs every {what})")
 
@@ -114,7 +117,7 @@ class Sweep:
         self.listener = listener or SweepListener()
         os.makedirs(options.out_dir, exist_ok=True)
         self.path = new_run_dir(options.out_dir, "sweep-" + safe_name(scenario.name))
-        self.steps: list[dict] = []
+        self.steps: list[SweepStep] = []
         self.interrupted = False
 
     @property
@@ -129,7 +132,7 @@ class Sweep:
                 step, problem = self.step(rate)
                 if step is None:
                     return self._finish("search", search_facts(plan), setup_error=problem)
-                plan.record(rate, bool(step["passed"]) if step["passed"] is not None else True)
+                plan.record(rate, bool(step.passed) if step.passed is not None else True)
             return self._finish("search", search_facts(plan))
         mode = "concurrency" if self.concurrency else "rates"
         failed_in_a_row, stopped = 0, None
@@ -139,31 +142,30 @@ class Sweep:
             step, problem = self.step(level)
             if step is None:
                 return self._finish(mode, None, setup_error=problem)
-            failed_in_a_row = failed_in_a_row + 1 if step["passed"] is False else 0
+            failed_in_a_row = failed_in_a_row + 1 if step.passed is False else 0
             stopped = self._stop(failed_in_a_row, list(plan)[position:])
             if stopped is not None:
-                self.listener.note(stopped["message"])
+                self.listener.note(stopped.message)
                 break
         return self._finish(mode, None, stopped=stopped)
 
-    def _stop(self, failed_in_a_row: int, levels_left: list) -> dict | None:
+    def _stop(self, failed_in_a_row: int, levels_left: list) -> Stopped | None:
         """Why the list stops after this step (``sweep.json``'s ``stopped``), or None."""
         if self.keep_going or not levels_left:
             return None
         what = "concurrency level" if self.concurrency else "rate"
         note = early_stop_note(failed_in_a_row, len(levels_left), self.keep_going, what)
         if note:
-            return {"reason": "slo_failures", "message": note, "levels_not_run": list(levels_left),
-                    "saturation": None}
+            return Stopped(reason="slo_failures", message=note, levels_not_run=list(levels_left), saturation=None)
         if not self.policy.stop_at_saturation:
             return None
         found = saturation_stop(self.steps, self.policy.steps_past_knee)
         if found is None:
             return None
-        return {"reason": "saturation", "message": saturation_note(found, len(levels_left), self.concurrency),
-                "levels_not_run": list(levels_left), "saturation": found}
+        return Stopped(reason="saturation", message=saturation_note(found, len(levels_left), self.concurrency),
+                       levels_not_run=list(levels_left), saturation=found)
 
-    def step(self, level: float) -> tuple[dict | None, str | None]:
+    def step(self, level: float) -> tuple[SweepStep | None, str | None]:
         """Run, analyse and report one step at ``level``; (its record, None), or (None, why) when
         its run could not start."""
         index = len(self.steps)
@@ -188,15 +190,13 @@ class Sweep:
             self.listener.on_step(step)
         return step, None
 
-    def _finish(self, mode: str, search: dict | None, stopped: dict | None = None,
+    def _finish(self, mode: str, search: Search | None, stopped: Stopped | None = None,
                 setup_error: str | None = None) -> SweepResult:
         sweep = summarize_sweep(self.scenario.name, mode, self.scenario.slos, self.steps, search, self.variable,
-                                stopped=stopped)
-        sweep["path"] = self.path
-        sweep["step_duration_s"] = self.step_duration_s
-        sweep["interrupted"] = self.interrupted
+                                stopped=stopped, path=self.path, step_duration_s=self.step_duration_s,
+                                interrupted=self.interrupted)
         paths = {"sweep": os.path.join(self.path, SWEEP_JSON), "html": os.path.join(self.path, SWEEP_HTML)}
-        write_json_atomic(paths["sweep"], sweep)
+        write_json_atomic(paths["sweep"], encode(sweep))
         write_text_atomic(paths["html"], render_sweep_html(sweep))
         return SweepResult(sweep=sweep, path=self.path, paths=paths, steps=list(self.steps),
                            interrupted=self.interrupted, setup_error=setup_error)

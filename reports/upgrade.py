@@ -23,10 +23,13 @@ import re
 from tailscope.analysis_model.codec import decode
 from tailscope.analysis_model.comparison import Comparison
 from tailscope.analysis_model.findings import Finding
+from tailscope.analysis_model.health import Generator, LimitedBand, Outages, Retention, Soak
+from tailscope.analysis_model.llm import Llm, TokenSpike
 from tailscope.analysis_model.records import Distribution, RollingLines, SlowRequests, TailLine, Window
 from tailscope.analysis_model.run import ErrorSamples, Run
 from tailscope.analysis_model.spikes import Spike, SpikeDetection
 from tailscope.analysis_model.streaming import Streaming
+from tailscope.analysis_model.sweep import AnalysisSweep, Sweep
 from tailscope.analysis_model.verdict import DEFAULT_UNCLAIMED, Verdict
 from tailscope.analysis_model.warning import AnalysisWarning
 
@@ -194,3 +197,65 @@ def error_samples_of(analysis: dict) -> ErrorSamples:
     samples = analysis.get("error_samples")
     return (ErrorSamples(available=False, classes={}) if samples is None
             else decode(ErrorSamples, samples, "error_samples"))
+
+
+def sweep_of(sweep: dict) -> Sweep:
+    """A ``sweep.json`` (tailscope sweep) as its type, whatever its ``format_version``: the fields
+    later formats added read as their defaults (analysis_model/sweep.py), and a format-1.0 knee,
+    written before the knee's ``level``, takes its ``rate`` as the level (1.0 swept rates only).
+    Raises AnalysisShapeError naming the place when the file does not have a sweep's shape."""
+    knee = sweep.get("knee") if isinstance(sweep, dict) else None
+    if isinstance(knee, dict) and "level" not in knee:
+        sweep = {**sweep, "knee": {**knee, "level": knee.get("rate")}}
+    return decode(Sweep, sweep, "sweep")
+
+
+def analysis_sweep_of(analysis: dict) -> AnalysisSweep | None:
+    """The ``sweep`` key an analyzer of one's own may add to the analysis (docs/report.md "Keys read
+    when present"); None where there is none (tailscope's analyzers do not write it)."""
+    section = analysis.get("sweep")
+    return None if section is None else decode(AnalysisSweep, section, "sweep")
+
+
+def generator_of(analysis: dict) -> Generator | None:
+    """The load generator's section as its type; None in an analysis written before it."""
+    generator = analysis.get("generator")
+    return decode(Generator, generator, "generator") if generator else None
+
+
+def limited_bands_of(analysis: dict) -> list[LimitedBand]:
+    """The generator-limited intervals drawn on the latency chart (``generator_limited_windows``; an
+    entry from before the lateness rule reads as material); none in an analysis without them."""
+    return decode(list[LimitedBand], analysis.get("generator_limited_windows") or [], "generator_limited_windows")
+
+
+def outages_of(analysis: dict) -> Outages | None:
+    """The outages section as its type; None in an analysis without one."""
+    outages = analysis.get("outages")
+    return decode(Outages, outages, "outages") if outages else None
+
+
+def soak_of(analysis: dict) -> Soak | None:
+    """The soak view's section as its type; None in an analysis written before it."""
+    soak = analysis.get("soak")
+    return decode(Soak, soak, "soak") if soak else None
+
+
+def retention_of(analysis: dict) -> Retention | None:
+    """How records were kept, as its type; None in an analysis written before retention."""
+    retention = analysis.get("retention")
+    return decode(Retention, retention, "retention") if retention else None
+
+
+def llm_of(analysis: dict) -> Llm | None:
+    """The analysis's ``llm`` section as :class:`Llm` (None: a run without OpenAI-API requests, or an
+    analysis from before the section existed); a shape that differs from the type raises
+    ``AnalysisShapeError`` naming the place."""
+    return decode(Llm | None, analysis.get("llm"), "llm")
+
+
+def token_spikes_of(analysis: dict) -> dict[str, list[TokenSpike]]:
+    """The TTFT and TPOT spikes (``llm.spikes``, keyed ``"ttft"``, ``"tpot"``), decoded alone (the
+    cards read nothing else of the section); none without an ``llm`` section."""
+    llm = analysis.get("llm")
+    return {} if llm is None else decode(dict[str, list[TokenSpike]], llm["spikes"], "llm.spikes")

@@ -16,6 +16,7 @@ SSE chunk) on loopback, with short runs:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import textwrap
@@ -28,6 +29,8 @@ import pytest
 from cli_helpers import load_analysis, only_run_dir, run_tailscope
 from test_llm_server import LlmServer
 
+from tailscope.analysis_model.codec import decode
+from tailscope.analysis_model.sweep import SweepStep
 from tailscope.analyzers.patterns.load_sweep import frontier
 from tailscope.loadgen.distributed import cap_share, split_description
 from tailscope.loadgen.spec import ArrivalSpec
@@ -203,24 +206,29 @@ def test_concurrency_sweep_plots_the_token_frontier_and_names_the_best_point(tmp
     assert 'id="frontier-chart"' in html and "best under SLO" in html
 
 
-def _point(index: int, level: int, tokens: float, ttft: float, tpot: float, passed) -> dict:
+def _point(index: int, level: int, tokens: float, ttft: float, tpot: float, passed) -> SweepStep:
     def pct(v):
         return {"value_ms": v, "ci_low_ms": v, "ci_high_ms": v, "n": 100, "claimed": True}
 
-    return {"index": index, "rate": None, "concurrency": level, "achieved_rps": tokens / 10, "passed": passed,
-            "llm": {"requests": 100, "completed": 100, "output_tokens_per_s": tokens,
-                    "ttft_ms": {"p50": pct(ttft / 2), "p99": pct(ttft)}, "tpot_ms": {"p50": pct(tpot / 2), "p99": pct(tpot)}}}
+    return decode(SweepStep, {
+        "index": index, "rate": None, "concurrency": level, "run_dir": f"/r/{index}", "status": "complete",
+        "duration_s": 10.0, "requests": 100, "errors": 0, "error_rate": 0.0, "offered_rps": None,
+        "achieved_rps": tokens / 10, "p50": pct(ttft), "p99": pct(ttft), "passed": passed, "failed_slos": [],
+        "generator_limited": False,
+        "llm": {"requests": 100, "completed": 100, "output_tokens_per_s": tokens,
+                "ttft_ms": {"p50": pct(ttft / 2), "p99": pct(ttft)}, "tpot_ms": {"p50": pct(tpot / 2), "p99": pct(tpot)}}},
+        "step")
 
 
 def test_frontier_marks_pareto_points_and_the_best_passing_throughput():
     steps = [_point(0, 1, 100, 50, 10, True), _point(1, 2, 180, 60, 12, True), _point(2, 4, 170, 90, 20, True),
              _point(3, 8, 300, 400, 30, False)]
     front = frontier(steps, has_slos=True)
-    assert [p["pareto"] for p in front["points"]] == [True, True, False, True]  # 4 in flight: beaten by 2
-    assert front["best_under_slo"]["index"] == 1  # the most tokens/s among the passing steps
-    assert frontier(steps, has_slos=False)["best_under_slo"] is None
-    assert frontier([_point(0, 1, 100, 50, 10, False)], has_slos=True)["best_under_slo"] is None
-    assert frontier([{**steps[0], "llm": None}], has_slos=True) is None  # no LLM figures: no frontier
+    assert [p.pareto for p in front.points] == [True, True, False, True]  # 4 in flight: beaten by 2
+    assert front.best_under_slo.index == 1  # the most tokens/s among the passing steps
+    assert frontier(steps, has_slos=False).best_under_slo is None
+    assert frontier([_point(0, 1, 100, 50, 10, False)], has_slos=True).best_under_slo is None
+    assert frontier([dataclasses.replace(steps[0], llm=None)], has_slos=True) is None  # no LLM figures: no frontier
 
 
 def test_a_max_concurrency_cap_is_split_over_the_workers_and_must_cover_them(tmp_path):

@@ -3,6 +3,7 @@ real 3-step sweep against the reference target on 127.0.0.1."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -12,6 +13,8 @@ import textwrap
 import pytest
 from cli_helpers import run_tailscope
 
+from tailscope.analysis_model.codec import decode
+from tailscope.analysis_model.sweep import Search, StepLlm, StepPercentile, StepPercentiles, SweepStep
 from tailscope.analyzers.patterns.load_sweep import find_knee, max_rate_under_slo, saturation, summarize_sweep
 from tailscope.loadgen.sweep_rates import PeakSearch, parse_rates
 from tailscope.reports.sweep_report import render_sweep_html, sweep_report_data
@@ -56,10 +59,16 @@ def _step(index, rate, achieved, p99, passed, limited=False, errors=0.0):
     def pct(value):
         return {"value_ms": value, "ci_low_ms": value * 0.9, "ci_high_ms": value * 1.2, "n": 1000, "claimed": True}
 
-    return {"index": index, "rate": rate, "run_dir": f"runs/s{index}", "status": "complete", "duration_s": 10.0,
-            "requests": 1000, "errors": 0, "error_rate": errors, "offered_rps": rate, "achieved_rps": achieved,
-            "p50": pct(p99 / 3), "p99": pct(p99), "passed": passed, "failed_slos": [] if passed else ["p99 < 100ms"],
-            "generator_limited": limited}
+    return decode(SweepStep, {
+        "index": index, "rate": rate, "run_dir": f"runs/s{index}", "status": "complete", "duration_s": 10.0,
+        "requests": 1000, "errors": 0, "error_rate": errors, "offered_rps": rate, "achieved_rps": achieved,
+        "p50": pct(p99 / 3), "p99": pct(p99), "passed": passed, "failed_slos": [] if passed else ["p99 < 100ms"],
+        "generator_limited": limited}, "step")
+
+
+def _summary(*args, **kwargs):
+    """summarize_sweep with the facts the sweep loop adds (its folder, step length, no Ctrl-C)."""
+    return summarize_sweep(*args, path="runs", step_duration_s=10.0, interrupted=False, **kwargs)
 
 
 HOCKEY_STICK = [_step(0, 50, 50, 20, True), _step(1, 100, 100, 22, True), _step(2, 150, 150, 25, True),
@@ -69,30 +78,30 @@ HOCKEY_STICK = [_step(0, 50, 50, 20, True), _step(1, 100, 100, 22, True), _step(
 def test_knee_max_rate_and_saturation_of_a_hockey_stick_curve():
     assert max_rate_under_slo(HOCKEY_STICK) == (200, 3)
     knee = find_knee(HOCKEY_STICK)
-    assert knee["rate"] in (200, 250) and knee["method"] == "kneedle"
-    assert saturation(HOCKEY_STICK)["rate"] == 300  # 240 < 0.9 * 300; 230 >= 0.9 * 250
+    assert knee.rate in (200, 250) and knee.method == "kneedle"
+    assert saturation(HOCKEY_STICK).rate == 300  # 240 < 0.9 * 300; 230 >= 0.9 * 250
     flat = [_step(i, 50 * (i + 1), 50 * (i + 1), 20 + i * 10, True) for i in range(5)]  # a straight line
     assert find_knee(flat) is None and find_knee(HOCKEY_STICK[:2]) is None
 
 
 def test_sweep_summary_flags_noise_and_generator_limits():
     steps = [_step(0, 50, 50, 20, False), _step(1, 100, 100, 22, True, limited=True), _step(2, 150, 120, 300, False)]
-    sweep = summarize_sweep("s", "rates", ["p99 < 100ms"], steps)
-    assert sweep["max_rate_under_slo"] == 100 and sweep["passed"] is True
-    codes = {w["code"] for w in sweep["warnings"]}
+    sweep = _summary("s", "rates", ["p99 < 100ms"], steps)
+    assert sweep.max_rate_under_slo == 100 and sweep.passed is True
+    codes = {w.code for w in sweep.warnings}
     assert codes == {"non_monotone", "generator_limited"}
-    none_passed = summarize_sweep("s", "rates", ["p99 < 1ms"], [_step(0, 50, 50, 20, False)])
-    assert none_passed["passed"] is False and none_passed["max_rate_under_slo"] is None
-    no_slos = summarize_sweep("s", "rates", [], [_step(0, 50, 50, 20, None)])
-    assert no_slos["passed"] is None and no_slos["warnings"][0]["code"] == "no_slos"
+    none_passed = _summary("s", "rates", ["p99 < 1ms"], [_step(0, 50, 50, 20, False)])
+    assert none_passed.passed is False and none_passed.max_rate_under_slo is None
+    no_slos = _summary("s", "rates", [], [_step(0, 50, 50, 20, None)])
+    assert no_slos.passed is None and no_slos.warnings[0].code == "no_slos"
 
 
 def _concurrency_step(index, users, achieved, p99, passed):
-    step = _step(index, None, achieved, p99, passed)
-    step["concurrency"], step["offered_rps"] = users, None
-    step["llm"] = {"output_tokens_per_s": 40.0 * achieved,
-                   "ttft_ms": {"p99": {"value_ms": p99 / 2}}, "tpot_ms": {"p99": {"value_ms": 4.0}}}
-    return step
+    ttft, tpot = StepPercentile(p99 / 2, None, None, 100, True), StepPercentile(4.0, None, None, 100, True)
+    llm = StepLlm(requests=100, completed=100, output_tokens_per_s=40.0 * achieved,
+                  ttft_ms=StepPercentiles(ttft, ttft), tpot_ms=StepPercentiles(tpot, tpot))
+    return dataclasses.replace(_step(index, None, achieved, p99, passed), concurrency=users, offered_rps=None,
+                               llm=llm)
 
 
 def test_a_concurrency_sweep_speaks_of_concurrency_and_each_step_line_says_what_it_measured():
@@ -100,30 +109,29 @@ def test_a_concurrency_sweep_speaks_of_concurrency_and_each_step_line_says_what_
 
     steps = [_concurrency_step(0, 1, 90, 20, None), _concurrency_step(1, 4, 300, 30, None),
              _concurrency_step(2, 16, 800, 90, None)]
-    no_slos = summarize_sweep("s", "concurrency", [], steps, variable="concurrency")
-    assert "rate" not in no_slos["warnings"][0]["message"]
-    assert "no highest concurrency under the SLOs" in no_slos["warnings"][0]["message"]
+    no_slos = _summary("s", "concurrency", [], steps, variable="concurrency")
+    assert "rate" not in no_slos.warnings[0].message
+    assert "no highest concurrency under the SLOs" in no_slos.warnings[0].message
     assert "rate" not in outcome_line(no_slos, True)
-    line = _step_line(no_slos["steps"][2])
+    line = _step_line(no_slos.steps[2])
     assert line.startswith("step 3: 16 in flight: 800.0 req/s achieved, 32000 output tokens/s")
     assert "latency P99 90.0 ms" in line and line.endswith("; no SLOs")
     assert "—" not in line and "→" not in line
-    for step, passed in zip(steps, (True, True, False)):
-        step["passed"], step["failed_slos"] = passed, [] if passed else ["p99 < 50ms"]
-    judged = summarize_sweep("s", "concurrency", ["p99 < 50ms"], steps, variable="concurrency")
+    steps = [dataclasses.replace(step, passed=passed, failed_slos=[] if passed else ["p99 < 50ms"])
+             for step, passed in zip(steps, (True, True, False))]
+    judged = _summary("s", "concurrency", ["p99 < 50ms"], steps, variable="concurrency")
     assert "highest concurrency under the SLOs: 16 in flight" not in outcome_line(judged, True)
     assert "highest concurrency under the SLOs: 4 in flight" in outcome_line(judged, True)
-    assert _step_line(judged["steps"][2]).endswith("SLOs failed[/]: p99 < 50ms")
-    for step in steps:
-        step["passed"] = False
-    none_met = summarize_sweep("s", "concurrency", ["p99 < 1ms"], steps, variable="concurrency")
+    assert _step_line(judged.steps[2]).endswith("SLOs failed[/]: p99 < 50ms")
+    steps = [dataclasses.replace(step, passed=False) for step in steps]
+    none_met = _summary("s", "concurrency", ["p99 < 1ms"], steps, variable="concurrency")
     assert "no concurrency level met the SLOs" in outcome_line(none_met, True)
 
 
 def test_sweep_report_is_self_contained_and_escapes_names():
-    sweep = summarize_sweep("<script>alert(1)</script>", "search", ["p99 < 100ms"], HOCKEY_STICK,
-                            {"low": 50, "high": 300, "tolerance_rps": 5, "steps": 6, "max_steps": 8,
-                             "passing_rate": 200, "failing_rate": 250, "history": []})
+    sweep = _summary("<script>alert(1)</script>", "search", ["p99 < 100ms"], HOCKEY_STICK,
+                     Search(low=50, high=300, tolerance_rps=5, steps=6, max_steps=8,
+                            passing_rate=200, failing_rate=250, history=[]))
     data = sweep_report_data(sweep)
     assert data["max_rate"] == "200.00 req/s" and data["banner"]["label"] == "PASSED"
     assert [r["best"] for r in data["rows"]] == [False, False, False, True, False, False]

@@ -4,6 +4,7 @@ steps past its knee (issue 29 item 9; docs/sweep.md "Stopping at saturation").""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -13,19 +14,34 @@ import textwrap
 import pytest
 from cli_helpers import run_tailscope
 
+from tailscope.analysis_model.codec import decode, encode
+from tailscope.analysis_model.sweep import StepLlm, Stopped, SweepStep
 from tailscope.analyzers.patterns.load_sweep import saturation_stop, summarize_sweep
 from tailscope.reports.sweep_report import render_sweep_html
 from tailscope.scenario_model.scenario import ScenarioError, load_scenario
 
 
-def _step(index: int, users: int, achieved: float, p99: float) -> dict:
-    def pct(v):
-        return {"value_ms": v, "ci_low_ms": v, "ci_high_ms": v, "n": 100, "claimed": True}
+def _pct(v):
+    return {"value_ms": v, "ci_low_ms": v, "ci_high_ms": v, "n": 100, "claimed": True}
 
-    return {"index": index, "rate": None, "concurrency": users, "run_dir": f"/r/{index}", "status": "complete",
-            "duration_s": 10.0, "requests": 100, "errors": 0, "error_rate": 0.0, "offered_rps": None,
-            "achieved_rps": achieved, "p50": pct(p99 / 2), "p99": pct(p99), "passed": None, "outcome": None,
-            "failed_slos": [], "generator_limited": False, "llm": None}
+
+def _step(index: int, users: int, achieved: float, p99: float) -> SweepStep:
+    return decode(SweepStep, {
+        "index": index, "rate": None, "concurrency": users, "run_dir": f"/r/{index}", "status": "complete",
+        "duration_s": 10.0, "requests": 100, "errors": 0, "error_rate": 0.0, "offered_rps": None,
+        "achieved_rps": achieved, "p50": _pct(p99 / 2), "p99": _pct(p99), "passed": None, "outcome": None,
+        "failed_slos": [], "generator_limited": False, "llm": None}, "step")
+
+
+def _llm(tokens: float) -> StepLlm:
+    """LLM figures with ``tokens`` output tokens/s (their TTFT and TPOT do not enter the rule)."""
+    return decode(StepLlm, {"requests": 100, "completed": 100, "output_tokens_per_s": tokens,
+                            "ttft_ms": {"p50": _pct(50), "p99": _pct(90)}, "tpot_ms": {"p50": _pct(5), "p99": _pct(9)}})
+
+
+def _summary(*args, **kwargs):
+    """summarize_sweep with the facts the sweep loop adds (its folder, step length, no Ctrl-C)."""
+    return summarize_sweep(*args, path="/r", step_duration_s=10.0, interrupted=False, **kwargs)
 
 
 def test_flat_throughput_with_rising_latency_is_saturation_and_growth_is_not():
@@ -33,11 +49,11 @@ def test_flat_throughput_with_rising_latency_is_saturation_and_growth_is_not():
     assert saturation_stop(growing, 2) is None
     flat = [_step(0, 1, 20, 50), _step(1, 2, 40, 52), _step(2, 4, 41, 100), _step(3, 8, 40, 200)]
     found = saturation_stop(flat, 2)
-    assert found["knee"]["index"] == 1 and found["knee"]["level"] == 2 and found["unit"] == "req/s"
-    assert [a["index"] for a in found["after"]] == [2, 3]
-    assert found["after"][0]["throughput_gain"] == pytest.approx(0.025)
+    assert found.knee.index == 1 and found.knee.level == 2 and found.unit == "req/s"
+    assert [a.index for a in found.after] == [2, 3]
+    assert found.after[0].throughput_gain == pytest.approx(0.025)
     assert saturation_stop(flat[:3], 2) is None  # one step past the knee is not yet two
-    assert saturation_stop(flat[:3], 1)["knee"]["index"] == 1
+    assert saturation_stop(flat[:3], 1).knee.index == 1
     # throughput flat but latency not rising (a noisy plateau): not saturation
     plateau = [_step(0, 1, 20, 50), _step(1, 2, 40, 52), _step(2, 4, 41, 100), _step(3, 8, 40, 90)]
     assert saturation_stop(plateau, 2) is None
@@ -50,33 +66,31 @@ def test_flat_throughput_with_rising_latency_is_saturation_and_growth_is_not():
 
 def test_rate_steps_and_llm_steps_are_judged_by_what_they_deliver():
     def rate_step(index, rate, achieved, p50):
-        step = _step(index, 0, achieved, 2 * p50)
-        step.update(concurrency=None, rate=rate, offered_rps=rate)
-        return step
+        return dataclasses.replace(_step(index, 0, achieved, 2 * p50), concurrency=None, rate=rate, offered_rps=rate)
 
     # an open loop past capacity: achieved stays at ~120 req/s while the queue grows
     rates = [rate_step(0, 50, 50, 10), rate_step(1, 100, 99, 12), rate_step(2, 150, 121, 400), rate_step(3, 200, 119, 900)]
     found = saturation_stop(rates, 2)
-    assert found["knee"]["level"] == 100 and found["unit"] == "req/s"
+    assert found.knee.level == 100 and found.unit == "req/s"
     # LLM steps: output tokens/s decides, not requests/s (longer answers at the same request rate still grow)
-    llm = [_step(0, 1, 10, 50), _step(1, 2, 10, 60), _step(2, 4, 10, 70)]
-    for step, tokens in zip(llm, (400.0, 790.0, 1560.0)):
-        step["llm"] = {"output_tokens_per_s": tokens}
+    llm = [dataclasses.replace(step, llm=_llm(tokens)) for step, tokens in
+           zip([_step(0, 1, 10, 50), _step(1, 2, 10, 60), _step(2, 4, 10, 70)], (400.0, 790.0, 1560.0))]
     assert saturation_stop(llm, 1) is None
-    llm[2]["llm"]["output_tokens_per_s"] = 800.0
-    assert saturation_stop(llm, 1)["unit"] == "output tokens/s"
+    llm[2] = dataclasses.replace(llm[2], llm=_llm(800.0))
+    assert saturation_stop(llm, 1).unit == "output tokens/s"
 
 
 def test_the_stop_is_in_sweep_json_and_the_sweep_report():
     flat = [_step(0, 1, 20, 50), _step(1, 2, 40, 52), _step(2, 4, 41, 100), _step(3, 8, 40, 200)]
-    stopped = {"reason": "saturation", "message": "saturated at 2 in flight <b>", "levels_not_run": [16, 32],
-               "saturation": saturation_stop(flat, 2)}
-    sweep = summarize_sweep("s", "concurrency", [], flat, variable="concurrency", stopped=stopped)
-    assert sweep["format_version"] == "1.2" and sweep["stopped"]["levels_not_run"] == [16, 32]
+    stopped = Stopped(reason="saturation", message="saturated at 2 in flight <b>", levels_not_run=[16, 32],
+                      saturation=saturation_stop(flat, 2))
+    sweep = _summary("s", "concurrency", [], flat, variable="concurrency", stopped=stopped)
+    written = encode(sweep)  # as sweep.json holds it
+    assert written["format_version"] == "1.2" and written["stopped"]["levels_not_run"] == [16, 32]
     html = render_sweep_html(sweep)
     assert 'id="stopped"' in html and "Stopped early (saturation)" in html and "&lt;b&gt;" in html
-    assert 'id="stopped"' not in render_sweep_html(summarize_sweep("s", "concurrency", [], flat,
-                                                                   variable="concurrency"))
+    assert 'id="stopped"' not in render_sweep_html(_summary("s", "concurrency", [], flat,
+                                                            variable="concurrency"))
 
 
 def _scenario(tmp_path, extra: str = "") -> str:

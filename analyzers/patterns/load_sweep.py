@@ -3,7 +3,7 @@ under the SLOs, the knee, and for LLM workloads the throughput–latency frontie
 
 Pure functions over the analysis dicts of the sweep's step runs (each step is
 a full run directory; see docs/sweep.md). The result is ``sweep.json``
-(format below) and feeds the sweep report. A sweep varies one *level*: the
+(its types: analysis_model/sweep.py) and feeds the sweep report. A sweep varies one *level*: the
 offered rate (``variable`` ``rate``, req/s; the step's ``rate``) or the
 number of requests kept in flight in concurrency mode (``concurrency``; the
 step's ``concurrency``, its ``rate`` null).
@@ -44,8 +44,27 @@ import numpy as np
 from tailscope.analysis_model.codec import decode
 from tailscope.analysis_model.llm import Llm
 from tailscope.analysis_model.percentiles import Percentile
+from tailscope.analysis_model.run import Run
 from tailscope.analysis_model.summary import Summary
+from tailscope.analysis_model.sweep import (
+    BestPoint,
+    Frontier,
+    FrontierPoint,
+    Knee,
+    KneeStep,
+    PastKnee,
+    Saturation,
+    SaturationStop,
+    Search,
+    StepLlm,
+    StepPercentile,
+    StepPercentiles,
+    Stopped,
+    Sweep,
+    SweepStep,
+)
 from tailscope.analysis_model.verdict import Verdict
+from tailscope.analysis_model.warning import AnalysisWarning
 
 SWEEP_FORMAT_VERSION = "1.2"
 #: What a sweep varies from step to step.
@@ -59,36 +78,24 @@ MIN_KNEE_DISTANCE = 0.05
 MIN_THROUGHPUT_SCALING = 0.5
 
 
-def _percentile(entry: dict | Percentile) -> dict:
+def _percentile(entry: Percentile) -> StepPercentile:
     """A step's percentile (ms): value, 95% CI, sample size and claim."""
-    if isinstance(entry, Percentile):
-        return {"value_ms": entry.value_ms, "ci_low_ms": entry.ci_low_ms, "ci_high_ms": entry.ci_high_ms,
-                "n": entry.n, "claimed": entry.claimed}
-    return {key: entry.get(key) for key in ("value_ms", "ci_low_ms", "ci_high_ms", "n", "claimed")}
+    return StepPercentile(entry.value_ms, entry.ci_low_ms, entry.ci_high_ms, entry.n, entry.claimed)
 
 
-def level_of(step: dict) -> float:
-    """The level a step ran at: its concurrency in a concurrency sweep, else its offered rate."""
-    concurrency = step.get("concurrency")
-    return concurrency if concurrency is not None else step["rate"]
-
-
-def llm_figures(analysis: dict) -> dict | None:
+def llm_figures(analysis: dict) -> StepLlm | None:
     """Output tokens/s (aggregate) and TTFT/TPOT P50/P99 from a run's ``llm`` section (read as
     :class:`~tailscope.analysis_model.llm.Llm`); None without one."""
     llm = decode(Llm | None, analysis.get("llm"), "llm")
     if llm is None:
         return None
-    return {
-        "requests": llm.requests,
-        "completed": llm.completed,
-        "output_tokens_per_s": llm.output_tokens_per_s.aggregate,
-        "ttft_ms": {p: _percentile(getattr(llm.ttft_ms, p)) for p in ("p50", "p99")},
-        "tpot_ms": {p: _percentile(getattr(llm.tpot_ms, p)) for p in ("p50", "p99")},
-    }
+    return StepLlm(requests=llm.requests, completed=llm.completed,
+                   output_tokens_per_s=llm.output_tokens_per_s.aggregate,
+                   ttft_ms=StepPercentiles(_percentile(llm.ttft_ms.p50), _percentile(llm.ttft_ms.p99)),
+                   tpot_ms=StepPercentiles(_percentile(llm.tpot_ms.p50), _percentile(llm.tpot_ms.p99)))
 
 
-def step_record(index: int, level: float, run_dir: str, analysis: dict, variable: str = "rate") -> dict:
+def step_record(index: int, level: float, run_dir: str, analysis: dict, variable: str = "rate") -> SweepStep:
     """One step's figures from its run's analysis dict; ``level`` is its offered rate
     (``variable`` ``rate``) or its concurrency (``concurrency``)."""
     if variable not in SWEEP_VARIABLES:
@@ -96,42 +103,42 @@ def step_record(index: int, level: float, run_dir: str, analysis: dict, variable
     summary = decode(Summary, analysis["summary"], "summary")
     verdict = decode(Verdict, analysis["verdict"], "verdict")
     has_slos = bool(verdict.slos)
-    return {
-        "index": index,
-        "rate": level if variable == "rate" else None,
-        "concurrency": int(level) if variable == "concurrency" else None,
-        "run_dir": run_dir,
-        "status": analysis["run"]["status"],
-        "duration_s": summary.duration_s,
-        "requests": summary.requests,
-        "errors": summary.errors,
-        "error_rate": summary.error_rate,
-        "offered_rps": summary.offered_rps,
-        "achieved_rps": summary.achieved_rps,
-        "p50": _percentile(summary.latency_ms.p50),
-        "p99": _percentile(summary.latency_ms.p99),
-        "passed": verdict.passed if has_slos else None,
+    return SweepStep(
+        index=index,
+        rate=level if variable == "rate" else None,
+        concurrency=int(level) if variable == "concurrency" else None,
+        run_dir=run_dir,
+        status=decode(Run, analysis["run"], "run").status,
+        duration_s=summary.duration_s,
+        requests=summary.requests,
+        errors=summary.errors,
+        error_rate=summary.error_rate,
+        offered_rps=summary.offered_rps,
+        achieved_rps=summary.achieved_rps,
+        p50=_percentile(summary.latency_ms.p50),
+        p99=_percentile(summary.latency_ms.p99),
+        passed=verdict.passed if has_slos else None,
         # passed | failed | inconclusive | incomplete (analyzers/health/outcome.py); None without SLOs
-        "outcome": verdict.outcome if has_slos else None,
-        "failed_slos": list(verdict.failed),
-        "generator_limited": summary.lateness_ms.generator_limited,
-        "llm": llm_figures(analysis),
-    }
+        outcome=verdict.outcome if has_slos else None,
+        failed_slos=list(verdict.failed),
+        generator_limited=summary.lateness_ms.generator_limited,
+        llm=llm_figures(analysis),
+    )
 
 
-def max_rate_under_slo(steps: list[dict]) -> tuple[float | None, int | None]:
+def max_rate_under_slo(steps: list[SweepStep]) -> tuple[float | None, int | None]:
     """(highest level whose step passed, that step's index); (None, None) if none passed."""
-    passing = [s for s in steps if s["passed"]]
+    passing = [s for s in steps if s.passed]
     if not passing:
         return None, None
-    best = max(passing, key=level_of)
-    return level_of(best), best["index"]
+    best = max(passing, key=lambda s: s.level)
+    return best.level, best.index
 
 
-def find_knee(steps: list[dict]) -> dict | None:
+def find_knee(steps: list[SweepStep]) -> Knee | None:
     """The knee of P99 vs level (Kneedle); None when the curve has none."""
-    points = sorted(((level_of(s), s["p99"]["value_ms"], s["index"]) for s in steps
-                     if s["p99"]["value_ms"] is not None), key=lambda p: p[0])
+    points = sorted(((s.level, s.p99.value_ms, s.index) for s in steps
+                     if s.p99.value_ms is not None), key=lambda p: p[0])
     if len(points) < 3:
         return None
     x = np.array([p[0] for p in points], dtype=float)
@@ -145,52 +152,49 @@ def find_knee(steps: list[dict]) -> dict | None:
     best = int(np.argmax(distance[1:-1])) + 1
     if distance[best] < MIN_KNEE_DISTANCE:
         return None
-    step = next(s for s in steps if s["index"] == points[best][2])
-    return {"rate": step["rate"], "concurrency": step.get("concurrency"), "level": level_of(step),
-            "index": step["index"], "achieved_rps": step["achieved_rps"],
-            "p99_ms": step["p99"]["value_ms"], "distance": float(distance[best]), "method": "kneedle"}
+    step = next(s for s in steps if s.index == points[best][2])
+    return Knee(rate=step.rate, concurrency=step.concurrency, level=step.level, index=step.index,
+                achieved_rps=step.achieved_rps, p99_ms=step.p99.value_ms, distance=float(distance[best]),
+                method="kneedle")
 
 
-def saturation(steps: list[dict]) -> dict | None:
+def saturation(steps: list[SweepStep]) -> Saturation | None:
     """The first step (by rate) whose achieved rate fell below SATURATION_SHARE of offered
     (rate sweeps; None for concurrency steps, which offer what they achieve)."""
-    if any(s.get("concurrency") is not None for s in steps):
+    if any(s.concurrency is not None for s in steps):
         return None
-    for step in sorted(steps, key=lambda s: s["rate"]):
-        offered, achieved = step["offered_rps"], step["achieved_rps"]
+    for step in sorted(steps, key=lambda s: s.rate):
+        offered, achieved = step.offered_rps, step.achieved_rps
         if offered and achieved is not None and achieved < SATURATION_SHARE * offered:
-            return {"rate": step["rate"], "index": step["index"], "offered_rps": offered,
-                    "achieved_rps": achieved}
+            return Saturation(rate=step.rate, index=step.index, offered_rps=offered, achieved_rps=achieved)
     return None
 
 
-def _throughput(step: dict) -> tuple[float | None, str]:
+def _throughput(step: SweepStep) -> tuple[float | None, str]:
     """A step's throughput and its unit: output tokens/s for a step with ``llm`` figures, else
     achieved req/s."""
-    llm = step.get("llm")
-    if llm and llm.get("output_tokens_per_s") is not None:
-        return llm["output_tokens_per_s"], "output tokens/s"
-    return step["achieved_rps"], "req/s"
+    if step.llm is not None and step.llm.output_tokens_per_s is not None:
+        return step.llm.output_tokens_per_s, "output tokens/s"
+    return step.achieved_rps, "req/s"
 
 
-def _latency_ms(step: dict) -> float | None:
+def _latency_ms(step: SweepStep) -> float | None:
     """A step's latency for the saturation rule: P50 (ms; steady in steps of a few seconds, where a
     P99 rests on a handful of requests), else P99 when P50 has no value."""
-    for p in ("p50", "p99"):
-        if step[p]["value_ms"] is not None:
-            return step[p]["value_ms"]
+    for p in (step.p50, step.p99):
+        if p.value_ms is not None:
+            return p.value_ms
     return None
 
 
-def saturation_stop(steps: list[dict], steps_past_knee: int) -> dict | None:
+def saturation_stop(steps: list[SweepStep], steps_past_knee: int) -> SaturationStop | None:
     """Whether a sweep has stepped past saturation, judged on ``steps`` in the order they ran
     (rising levels): the step ``steps_past_knee`` before the last is the knee when each step
     after it gained less throughput than ``MIN_THROUGHPUT_SCALING`` of its level's relative
     increase over the knee, and latency rose at each of them (module docstring).
 
-    Returns ``{"knee": {index, level, throughput, latency_ms}, "unit", "steps_past_knee",
-    "after": [{index, level, throughput, latency_ms, throughput_gain, level_gain}]}``
-    (gains are relative to the knee step: 0.05 = 5%), or None when the sweep has not saturated."""
+    Returns the knee step, the throughput unit, ``steps_past_knee`` and the steps after the knee
+    with their gains relative to the knee step (0.05 = 5%), or None when the sweep has not saturated."""
     if steps_past_knee < 1:
         raise ValueError(f"steps_past_knee must be >= 1, got {steps_past_knee}")
     if len(steps) < steps_past_knee + 1:
@@ -202,106 +206,104 @@ def saturation_stop(steps: list[dict], steps_past_knee: int) -> dict | None:
     previous, evidence = knee, []
     for step in after:
         throughput, _ = _throughput(step)
-        latency, level = _latency_ms(step), level_of(step)
-        level_gain = level / level_of(knee) - 1.0
+        latency, level = _latency_ms(step), step.level
+        level_gain = level / knee.level - 1.0
         if throughput is None or latency is None or level_gain <= 0:
             return None
         gain = throughput / knee_throughput - 1.0
         if gain >= MIN_THROUGHPUT_SCALING * level_gain or latency <= _latency_ms(previous):
             return None
-        evidence.append({"index": step["index"], "level": level, "throughput": throughput, "latency_ms": latency,
-                         "throughput_gain": gain, "level_gain": level_gain})
+        evidence.append(PastKnee(index=step.index, level=level, throughput=throughput, latency_ms=latency,
+                                 throughput_gain=gain, level_gain=level_gain))
         previous = step
-    return {"knee": {"index": knee["index"], "level": level_of(knee), "throughput": knee_throughput,
-                     "latency_ms": _latency_ms(knee)},
-            "unit": unit, "steps_past_knee": steps_past_knee, "after": evidence}
+    return SaturationStop(knee=KneeStep(index=knee.index, level=knee.level, throughput=knee_throughput,
+                                        latency_ms=_latency_ms(knee)),
+                          unit=unit, steps_past_knee=steps_past_knee, after=evidence)
 
 
-def sweep_warnings(steps: list[dict], best_rate: float | None, has_slos: bool) -> list[dict]:
+def sweep_warnings(steps: list[SweepStep], best_rate: float | None, has_slos: bool) -> list[AnalysisWarning]:
     """The sweep's warnings (``code``, ``message``), worded for what the steps varied:
     offered rates, or concurrency levels (requests kept in flight)."""
     warnings = []
-    concurrency = any(s.get("concurrency") is not None for s in steps)
+    concurrency = any(s.concurrency is not None for s in steps)
     if not has_slos:
         best_name = "highest concurrency" if concurrency else "highest rate"
-        warnings.append({"code": "no_slos", "message": "the scenario has no SLOs: no step can pass or "
-                         f"fail, so there is no {best_name} under the SLOs (the curve and knee still stand)"})
+        warnings.append(AnalysisWarning("no_slos", "the scenario has no SLOs: no step can pass or "
+                                        f"fail, so there is no {best_name} under the SLOs (the curve and knee still stand)"))
     unit = " in flight" if concurrency else " req/s"
-    limited = [level_of(s) for s in steps if s["generator_limited"]]
+    limited = [s.level for s in steps if s.generator_limited]
     if limited:
-        warnings.append({"code": "generator_limited", "message": (
+        warnings.append(AnalysisWarning("generator_limited", (
             "generator-limited at " + ", ".join(f"{r:g}" for r in limited) + unit + ": more than 1% of "
             "sends were over 1 ms late there; those steps measure the generator, not the target "
-            "(use --workers)")})
+            "(use --workers)")))
     if best_rate is not None:
-        below = [level_of(s) for s in steps if s["passed"] is False and level_of(s) < best_rate]
+        below = [s.level for s in steps if s.passed is False and s.level < best_rate]
         if below:
-            warnings.append({"code": "non_monotone", "message": (
+            warnings.append(AnalysisWarning("non_monotone", (
                 f"steps failed below the maximum passing {'concurrency' if concurrency else 'rate'} ("
-                + ", ".join(f"{r:g}" for r in below) + unit + "): the result is noisy; lengthen --step-duration")})
+                + ", ".join(f"{r:g}" for r in below) + unit + "): the result is noisy; lengthen --step-duration")))
     return warnings
 
 
-def _value(entry: dict | None) -> float | None:
-    return entry["value_ms"] if entry else None
-
-
-def frontier(steps: list[dict], has_slos: bool) -> dict | None:
+def frontier(steps: list[SweepStep], has_slos: bool) -> Frontier | None:
     """The throughput–latency frontier of the steps with ``llm`` figures (module docstring);
     None when no step has them."""
-    points = []
-    for s in sorted(steps, key=lambda s: (level_of(s), s["index"])):
-        llm = s.get("llm")
-        if not llm or llm["output_tokens_per_s"] is None:
-            continue
-        points.append({"index": s["index"], "level": level_of(s), "output_tokens_per_s": llm["output_tokens_per_s"],
-                       "achieved_rps": s["achieved_rps"], "ttft_ms": llm["ttft_ms"], "tpot_ms": llm["tpot_ms"],
-                       "passed": s["passed"]})
-    if not points:
+    steps = [s for s in sorted(steps, key=lambda s: (s.level, s.index))
+             if s.llm is not None and s.llm.output_tokens_per_s is not None]
+    if not steps:
         return None
 
-    def objectives(p: dict) -> tuple | None:
-        ttft, tpot = _value(p["ttft_ms"]["p99"]), _value(p["tpot_ms"]["p99"])
-        return None if ttft is None or tpot is None else (p["output_tokens_per_s"], ttft, tpot)
+    def objectives(s: SweepStep) -> tuple | None:
+        ttft, tpot = s.llm.ttft_ms.p99.value_ms, s.llm.tpot_ms.p99.value_ms
+        return None if ttft is None or tpot is None else (s.llm.output_tokens_per_s, ttft, tpot)
 
     def dominates(a: tuple, b: tuple) -> bool:
         return a[0] >= b[0] and a[1] <= b[1] and a[2] <= b[2] and a != b
 
-    scored = [(p, objectives(p)) for p in points]
-    for p, o in scored:
-        p["pareto"] = o is not None and not any(q is not None and dominates(q, o) for _, q in scored)
-    passing = [p for p in points if p["passed"]]
+    scored = [objectives(s) for s in steps]
+    points = [FrontierPoint(index=s.index, level=s.level, output_tokens_per_s=s.llm.output_tokens_per_s,
+                            achieved_rps=s.achieved_rps, ttft_ms=s.llm.ttft_ms, tpot_ms=s.llm.tpot_ms,
+                            passed=s.passed,
+                            pareto=o is not None and not any(q is not None and dominates(q, o) for q in scored))
+              for s, o in zip(steps, scored)]
+    passing = [p for p in points if p.passed]
     best = None
     if has_slos and passing:
-        top = max(passing, key=lambda p: (p["output_tokens_per_s"], -(_value(p["tpot_ms"]["p99"]) or 0.0)))
-        best = {"index": top["index"], "level": top["level"], "output_tokens_per_s": top["output_tokens_per_s"],
-                "ttft_p99_ms": _value(top["ttft_ms"]["p99"]), "tpot_p99_ms": _value(top["tpot_ms"]["p99"])}
-    return {"throughput": "output_tokens_per_s", "points": points, "best_under_slo": best}
+        top = max(passing, key=lambda p: (p.output_tokens_per_s, -(p.tpot_ms.p99.value_ms or 0.0)))
+        best = BestPoint(index=top.index, level=top.level, output_tokens_per_s=top.output_tokens_per_s,
+                         ttft_p99_ms=top.ttft_ms.p99.value_ms, tpot_p99_ms=top.tpot_ms.p99.value_ms)
+    return Frontier(throughput="output_tokens_per_s", points=points, best_under_slo=best)
 
 
-def summarize_sweep(name: str, mode: str, slos: list[str], steps: list[dict],
-                    search: dict | None = None, variable: str = "rate", stopped: dict | None = None) -> dict:
-    """The ``sweep.json`` dict; ``variable``: what the steps varied (:data:`SWEEP_VARIABLES`);
-    ``stopped``: why a list of levels stopped before its end (``{"reason": "saturation" |
-    "slo_failures", "message", "levels_not_run", "saturation"}``), None when it ran them all."""
+def summarize_sweep(name: str, mode: str, slos: list[str], steps: list[SweepStep],
+                    search: Search | None = None, variable: str = "rate", stopped: Stopped | None = None, *,
+                    path: str, step_duration_s: float, interrupted: bool) -> Sweep:
+    """The sweep (``sweep.json``, written once by conductor/sweep.py); ``variable``: what the steps
+    varied (:data:`SWEEP_VARIABLES`); ``stopped``: why a list of levels stopped before its end, None
+    when it ran them all; ``path``: the sweep's folder, ``step_duration_s`` each step's length (s),
+    ``interrupted`` whether Ctrl-C ended it."""
     if variable not in SWEEP_VARIABLES:
         raise ValueError(f"unknown sweep variable {variable!r}; expected one of {', '.join(SWEEP_VARIABLES)}")
     best_level, best_index = max_rate_under_slo(steps)
-    return {
-        "format_version": SWEEP_FORMAT_VERSION,
-        "name": name,
-        "mode": mode,
-        "variable": variable,
-        "slos": list(slos),
-        "steps": sorted(steps, key=lambda s: (level_of(s), s["index"])),
-        "max_rate_under_slo": best_level if variable == "rate" else None,
-        "max_concurrency_under_slo": best_level if variable == "concurrency" else None,
-        "max_rate_step": best_index,
-        "knee": find_knee(steps),
-        "saturation": saturation(steps),
-        "frontier": frontier(steps, bool(slos)),
-        "search": search,
-        "stopped": stopped,
-        "passed": best_level is not None if slos else None,
-        "warnings": sweep_warnings(steps, best_level, bool(slos)),
-    }
+    return Sweep(
+        format_version=SWEEP_FORMAT_VERSION,
+        name=name,
+        mode=mode,
+        variable=variable,
+        slos=list(slos),
+        steps=sorted(steps, key=lambda s: (s.level, s.index)),
+        max_rate_under_slo=best_level if variable == "rate" else None,
+        max_concurrency_under_slo=best_level if variable == "concurrency" else None,
+        max_rate_step=best_index,
+        knee=find_knee(steps),
+        saturation=saturation(steps),
+        frontier=frontier(steps, bool(slos)),
+        search=search,
+        stopped=stopped,
+        passed=best_level is not None if slos else None,
+        warnings=sweep_warnings(steps, best_level, bool(slos)),
+        path=path,
+        step_duration_s=step_duration_s,
+        interrupted=interrupted,
+    )

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from rich.markup import escape
 
+from tailscope.analysis_model import sweep as sweep_model
+from tailscope.analysis_model.sweep import StepPercentile, SweepStep
 from tailscope.cli.commands.common import (
     EXIT_CODES_HELP,
     EXIT_INCONCLUSIVE,
@@ -157,49 +159,49 @@ def _bounds(text: str) -> tuple[float, float]:
     return low, high
 
 
-def exit_code(sweep: dict, steps: list[dict], interrupted: bool, setup_failed: bool) -> int:
+def exit_code(sweep: sweep_model.Sweep, steps: list[SweepStep], interrupted: bool, setup_failed: bool) -> int:
     """README "Exit codes": 2 when a step could not start; 0 when a step met every SLO (or, without
     SLOs, the sweep ran to its end); 1 when none did and some step failed an SLO; 3 when none
     did and no step failed (each was inconclusive or incomplete), or a sweep without SLOs was
     interrupted."""
     if setup_failed:
         return EXIT_USAGE
-    if sweep["passed"]:
+    if sweep.passed:
         return EXIT_OK
-    if sweep["passed"] is None:
+    if sweep.passed is None:
         return EXIT_INCONCLUSIVE if interrupted else EXIT_OK
-    if any(step.get("outcome", "failed") == "failed" for step in steps):
+    if any(step.outcome == "failed" for step in steps):
         return EXIT_SLO_FAILED
     return EXIT_INCONCLUSIVE
 
 
 def _print_summary(console, result) -> None:
     sweep = result.sweep
-    for warning in sweep["warnings"]:
-        console.print(f"[yellow]warning: {escape(warning['message'])}[/]")
-    concurrency = sweep["variable"] == "concurrency"
-    knee, front = sweep["knee"], sweep.get("frontier")
+    for warning in sweep.warnings:
+        console.print(f"[yellow]warning: {escape(warning.message)}[/]")
+    concurrency = sweep.variable == "concurrency"
+    knee, front = sweep.knee, sweep.frontier
     console.print(outcome_line(sweep, concurrency))
     if knee is not None:
-        console.print(f"knee: {_level_text(knee['level'], concurrency)}"
-                      f"{'' if concurrency else ' offered'} (latency P99 {knee['p99_ms']:.1f} ms)")
-    if front is not None and front["best_under_slo"] is not None:
-        b = front["best_under_slo"]
-        console.print(f"[green]best point under SLO: {_level_text(b['level'], concurrency)}, "
-                      f"{b['output_tokens_per_s']:.0f} output tokens/s (TTFT P99 {_ms(b['ttft_p99_ms'])}, "
-                      f"TPOT P99 {_ms(b['tpot_p99_ms'])})[/]")
+        console.print(f"knee: {_level_text(knee.level, concurrency)}"
+                      f"{'' if concurrency else ' offered'} (latency P99 {knee.p99_ms:.1f} ms)")
+    if front is not None and front.best_under_slo is not None:
+        b = front.best_under_slo
+        console.print(f"[green]best point under SLO: {_level_text(b.level, concurrency)}, "
+                      f"{b.output_tokens_per_s:.0f} output tokens/s (TTFT P99 {_ms(b.ttft_p99_ms)}, "
+                      f"TPOT P99 {_ms(b.tpot_p99_ms)})[/]")
     console.print(f"sweep: {result.paths['sweep']}")
     console.print(f"html: {result.paths['html']}")
 
 
-def outcome_line(sweep: dict, concurrency: bool) -> str:
+def outcome_line(sweep: sweep_model.Sweep, concurrency: bool) -> str:
     """The sweep's outcome in words (rich markup), for what its steps varied: the highest
     offered rate, or the highest concurrency (requests in flight), whose step met every SLO."""
-    best = sweep["max_concurrency_under_slo"] if concurrency else sweep["max_rate_under_slo"]
+    best = sweep.max_concurrency_under_slo if concurrency else sweep.max_rate_under_slo
     levels = "concurrency level" if concurrency else "rate"
-    if sweep["passed"] is None:
+    if sweep.passed is None:
         return f"no SLOs: no {levels} can pass or fail"
-    if best is None and not any(step.get("outcome", "failed") == "failed" for step in sweep.get("steps") or []):
+    if best is None and not any(step.outcome == "failed" for step in sweep.steps):
         return (f"[yellow]INCONCLUSIVE: no {levels} met the SLOs at the requested confidence and none failed "
                 "them (each step's verdict is in its report; longer steps claim more percentiles)[/]")
     if best is None:
@@ -217,24 +219,24 @@ def _ms(value) -> str:
     return "—" if value is None else f"{value:.1f} ms"
 
 
-def _step_line(step: dict) -> str:
+def _step_line(step: SweepStep) -> str:
     """One step in words: its level, what it achieved (req/s; output tokens/s for LLM
     steps), latency percentiles with their units, errors, and its SLO outcome in words
     (``SLOs met``, ``SLOs failed: ...``, or ``no SLOs``)."""
-    def ms(entry):
-        return "not measured" if entry["value_ms"] is None else f"{entry['value_ms']:.1f} ms"
+    def ms(entry: StepPercentile) -> str:
+        return "not measured" if entry.value_ms is None else f"{entry.value_ms:.1f} ms"
 
     outcome = {True: "[green]SLOs met[/]",
-               False: "[red]SLOs failed[/]" + (f": {escape(', '.join(step['failed_slos']))}"
-                                                 if step.get("failed_slos") else ""),
-               None: "no SLOs"}[step["passed"]]
-    achieved = step["achieved_rps"] or 0.0
-    level = (f"{step['concurrency']} in flight" if step.get("concurrency") is not None
-             else f"{step['rate']:g} req/s offered")
-    llm = step.get("llm")
-    tokens = "" if not llm or llm["output_tokens_per_s"] is None else (
-        f", {llm['output_tokens_per_s']:.0f} output tokens/s, TTFT P99 {ms(llm['ttft_ms']['p99'])}, "
-        f"TPOT P99 {ms(llm['tpot_ms']['p99'])}")
-    return (f"step {step['index'] + 1}: {level}: {achieved:.1f} req/s achieved{tokens}, "
-            f"latency P50 {ms(step['p50'])}, latency P99 {ms(step['p99'])}, errors {step['error_rate']:.2%}; "
+               False: "[red]SLOs failed[/]" + (f": {escape(', '.join(step.failed_slos))}"
+                                                 if step.failed_slos else ""),
+               None: "no SLOs"}[step.passed]
+    achieved = step.achieved_rps or 0.0
+    level = (f"{step.concurrency} in flight" if step.concurrency is not None
+             else f"{step.rate:g} req/s offered")
+    llm = step.llm
+    tokens = "" if llm is None or llm.output_tokens_per_s is None else (
+        f", {llm.output_tokens_per_s:.0f} output tokens/s, TTFT P99 {ms(llm.ttft_ms.p99)}, "
+        f"TPOT P99 {ms(llm.tpot_ms.p99)}")
+    return (f"step {step.index + 1}: {level}: {achieved:.1f} req/s achieved{tokens}, "
+            f"latency P50 {ms(step.p50)}, latency P99 {ms(step.p99)}, errors {step.error_rate:.2%}; "
             f"{outcome}")
