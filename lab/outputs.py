@@ -47,7 +47,15 @@ def control_line(scores: dict) -> str:
     baro = ((scores.get("baro") or {}).get("control") or {}).get("false_alarm_rate")
     return (f"control runs: {c['scored']}/{c['runs']} scored, false-alarm rate {_pct(c['false_alarm_rate'])}"
             f" (BARO {_pct(baro)}), {_num(c['false_alarms_per_run'], 2)} named spikes per run, "
-            f"{_num(c['spikes_per_run'], 2)} spikes per run")
+            f"{_num(c['spikes_per_run'], 2)} spikes per run" + _token_words(c))
+
+
+def _token_words(control: dict) -> str:
+    """The TTFT/TPOT spikes of LLM controls ("" where none had any, or the scores predate them)."""
+    if not control.get("token_spikes_per_run"):
+        return ""
+    return (f"; TTFT/TPOT: {_num(control['token_false_alarms_per_run'], 2)} named spikes per run, "
+            f"{_num(control['token_spikes_per_run'], 2)} spikes per run")
 
 
 #: Shorter headers for the terminal, so the table fits 80 columns.

@@ -23,11 +23,13 @@ A cause names a fault kind when its ``kind`` is the fault kind or one of
 :data:`CAUSE_ALIASES`: the kind of the detector that declares it ``answers``
 that fault, or one of that detector's ``aliases`` (detectors elsewhere may use
 their own vocabulary). Per control
-run, *false alarms* are spikes whose top cause is not ``unexplained``.
+run, *false alarms* are spikes whose top cause is not ``unexplained``: latency spikes, and an LLM
+run's TTFT and TPOT spikes (a control run counts as a false alarm when either names a cause).
 Per kind: ``experiments``, ``detection_rate``, ``ac1``, ``ac3`` (shares of
 the kind's experiments that scored), ``mean_time_to_detect_s`` (of detected
 ones) and ``mean_impact``; controls: ``false_alarm_rate`` (share of control
-runs with at least one false alarm) and ``false_alarms_per_run``. The same
+runs with at least one false alarm, latency or token), ``false_alarms_per_run`` (latency spikes),
+``token_false_alarms_per_run`` and the spikes per run of each. The same
 runs analysed with the BARO-style baseline ranker (``analyze_run(...,
 method="baro")``, which always names a cause) are scored the same way under
 ``baro``.
@@ -42,7 +44,7 @@ from tailscope.analysis_model.events import Event, Events
 from tailscope.analysis_model.records import Window
 from tailscope.analysis_model.spikes import Spike
 from tailscope.analyzers.causes.registry import cause_names_by_fault
-from tailscope.reports.upgrade import spikes_of, windows_of
+from tailscope.reports.upgrade import spikes_of, token_spikes_of, windows_of
 from tailscope.support.units import NS_PER_S
 
 #: How long after a fault ends a spike still counts as its effect (s).
@@ -144,11 +146,23 @@ def score_fault_run(analysis: dict) -> dict:
 
 
 def score_control_run(analysis: dict) -> dict:
-    """False alarms of one control run: spikes whose top cause is named."""
+    """False alarms of one control run: latency spikes whose top cause is named (``false_alarms``),
+    and the same among an LLM run's TTFT and TPOT spikes (``token_false_alarms``; ``token_spikes``
+    counts them, 0 for a run without them); ``false_alarm_causes`` lists every named top cause,
+    the latency spikes' first."""
     spikes = spikes_of(analysis)
     named = [s for s in spikes if not s.unexplained]
+    tokens = [s for metric_spikes in token_spikes_of(analysis).values() for s in metric_spikes]
+    named_tokens = [s for s in tokens if not s.unexplained]
     return {"spikes": len(spikes), "false_alarms": len(named),
-            "false_alarm_causes": [s.causes[0].kind for s in named]}
+            "token_spikes": len(tokens), "token_false_alarms": len(named_tokens),
+            "false_alarm_causes": [s.causes[0].kind for s in named + named_tokens]}
+
+
+def _alarmed(control: dict) -> bool:
+    """Whether a control run named any cause, for a latency spike or a TTFT/TPOT spike (a score
+    written before token spikes were scored has no ``token_false_alarms``: 0)."""
+    return control["false_alarms"] > 0 or control.get("token_false_alarms", 0) > 0
 
 
 def _share(flags: list[bool]) -> float | None:
@@ -183,9 +197,11 @@ def aggregate(results: list[dict]) -> dict:
     control = {
         "runs": len([r for r in results if r["kind"] == "control"]),
         "scored": len(controls),
-        "false_alarm_rate": _share([c["false_alarms"] > 0 for c in controls]),
+        "false_alarm_rate": _share([_alarmed(c) for c in controls]),
         "false_alarms_per_run": _mean([c["false_alarms"] for c in controls]),
         "spikes_per_run": _mean([c["spikes"] for c in controls]),
+        "token_false_alarms_per_run": _mean([c.get("token_false_alarms", 0) for c in controls]),
+        "token_spikes_per_run": _mean([c.get("token_spikes", 0) for c in controls]),
     }
     scored_all = [k for k in kinds.values() if k["scored"]]
     overall = {
@@ -208,4 +224,4 @@ def aggregate_baro(results: list[dict]) -> dict:
     controls = [r["baro_score"] for r in results if r["kind"] == "control" and r["status"] == "ok"
                 and r.get("baro_score") is not None]
     return {"kinds": kinds, "control": {"scored": len(controls),
-                                        "false_alarm_rate": _share([c["false_alarms"] > 0 for c in controls])}}
+                                        "false_alarm_rate": _share([_alarmed(c) for c in controls])}}

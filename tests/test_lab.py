@@ -12,7 +12,9 @@ from report_fixtures import make_spike
 
 from tailscope.analysis_model.codec import encode
 from tailscope.analysis_model.events import Event, Events, GcPauses
+from tailscope.analysis_model.llm import TokenSpike
 from tailscope.analysis_model.records import Window
+from tailscope.analysis_model.spikes import CauseFinding
 from tailscope.faults.cgroupfs import target_cgroup
 from tailscope.faults.registry import INJECTORS
 from tailscope.faults.swapfile import active_swap_files
@@ -120,7 +122,34 @@ def test_aggregate_scores_per_kind_and_control_false_alarms():
     assert (gc["experiments"], gc["scored"], gc["detection_rate"], gc["ac1"], gc["ac3"]) == (3, 2, 1.0, 0.5, 0.5)
     assert gc["mean_time_to_detect_s"] == 1.5
     assert scores["control"] == {"runs": 2, "scored": 2, "false_alarm_rate": 0.5, "false_alarms_per_run": 0.5,
-                                 "spikes_per_run": 1.0}
+                                 "spikes_per_run": 1.0, "token_false_alarms_per_run": 0.0,
+                                 "token_spikes_per_run": 0.0}
+
+
+def _token_spike(start_s, end_s, kind):
+    return TokenSpike(start_ns=start_s * S, end_ns=end_s * S, p99_ms=14.2, p99_claimed=False, baseline_p99_ms=5.6,
+                      excess_ms=8.6, requests=27, slow_requests=12, slow_share=0.44,
+                      causes=[CauseFinding(kind, 0.8, {"summary": kind})])
+
+
+def test_an_llm_control_that_names_a_cause_for_a_tpot_spike_is_a_false_alarm():
+    """A control's TTFT/TPOT spikes are scored as its latency spikes are: a named top cause on any of
+    them makes the run a false alarm (BARO's too); an unexplained one is a spike, not an alarm."""
+    quiet = _analysis(spikes=[_spike(1, 2, "unexplained")])
+    quiet["llm"] = {"spikes": encode({"ttft": [], "tpot": [_token_spike(30, 33, "unexplained")]})}
+    named = _analysis()
+    named["llm"] = {"spikes": encode({"ttft": [], "tpot": [_token_spike(30, 33, "cpu_contention")]})}
+    assert score_control_run(named) == {"spikes": 0, "false_alarms": 0, "token_spikes": 1, "token_false_alarms": 1,
+                                        "false_alarm_causes": ["cpu_contention"]}
+    scores = aggregate([{"kind": CONTROL, "status": "ok", "score": score_control_run(quiet),
+                         "baro_score": score_control_run(named)},
+                        {"kind": CONTROL, "status": "ok", "score": score_control_run(named)}])
+    assert scores["control"]["false_alarm_rate"] == 0.5 and scores["control"]["false_alarms_per_run"] == 0.0
+    assert scores["control"]["token_false_alarms_per_run"] == 0.5 and scores["control"]["token_spikes_per_run"] == 1.0
+    assert scores["baro"]["control"]["false_alarm_rate"] == 1.0
+    assert "TTFT/TPOT: 0.50 named spikes per run, 1.00 spikes per run" in control_line(scores)
+    older = {"spikes": 1, "false_alarms": 0, "false_alarm_causes": []}  # a lab.json written before token spikes
+    assert aggregate([{"kind": CONTROL, "status": "ok", "score": older}])["control"]["false_alarm_rate"] == 0.0
 
 
 def test_baro_baseline_is_scored_beside_ours_on_the_same_runs():
