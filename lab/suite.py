@@ -44,6 +44,7 @@ from tailscope.lab.plan import CONTROL, VLLM, Experiment
 from tailscope.lab.scoring import aggregate, score_control_run, score_fault_run
 from tailscope.lab.vllm_target import RunningTarget, VllmInstall, VllmServer
 from tailscope.reports.lab_page import render_lab_page
+from tailscope.reports.upgrade import run_of
 from tailscope.rundir import read_json, write_json_atomic
 from tailscope.support.python_child import python_module
 
@@ -245,8 +246,9 @@ def _score(result: dict) -> None:
     if analysis is None:
         result.update(status="error", error="the run has no analysis.json")
         return
-    result["load_start_ns"] = (analysis.get("run") or {}).get("load_start_ns")
-    result["run_status"] = (analysis.get("run") or {}).get("status")
+    run = run_of(analysis)
+    result["load_start_ns"] = run.load_start_ns
+    result["run_status"] = run.status
     baro = analyze_run(result["run_dir"], method="baro")
     if result["kind"] == CONTROL:
         result["score"] = score_control_run(analysis)
