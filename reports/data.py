@@ -27,11 +27,9 @@ from tailscope.reports.formatting import (  # noqa: F401
     fmt_iso,
     fmt_metric,
     fmt_ms,
-    fmt_observed,
     fmt_offset,
     fmt_rate,
     fmt_share,
-    fmt_threshold,
     percentile_cells,
 )
 from tailscope.reports.overview_view import detection_text, signals_text, slo_chips, tail_text
@@ -39,11 +37,16 @@ from tailscope.reports.signal_view import summarise_panels
 from tailscope.reports.timeline import fault_label, timeline_charts
 from tailscope.reports.tracing_view import receiver_rows, stage_data, stage_section
 from tailscope.reports.upgrade import (
+    analysis_sweep_of,
     distribution_of,
     error_samples_of,
     findings_of,
+    generator_of,
+    outages_of,
+    retention_of,
     run_of,
     slow_requests_of,
+    soak_of,
     spike_detection_of,
     spikes_of,
     streaming_of,
@@ -171,11 +174,11 @@ def event_data(events: Events, origin_ns) -> dict:
 
 
 def chart_data(analysis: dict, cards: dict, stages: Stages, events: Events,
-               signals: Signals) -> tuple[dict, dict]:
+               signals: Signals, sweep_chart: dict | None) -> tuple[dict, dict]:
     """(series for the page's charts (one JSON block; x in seconds since the load start), the
-    :func:`~.signal_view.summarise_panels` of the signal panels, whose drawn panels the charts hold)."""
+    :func:`~.signal_view.summarise_panels` of the signal panels, whose drawn panels the charts hold);
+    ``sweep_chart``: the series of the analysis's own sweep (:func:`.extras.sweep`), or None."""
     by_stage = stages.occurred()
-    _, sweep_chart = extras.sweep(analysis.get("sweep"))
     timeline = timeline_charts(analysis, events, signals)
     signals = summarise_panels(timeline["panels"])
     return {
@@ -202,7 +205,8 @@ def build_report_data(analysis: dict) -> dict:
     cards = spike_cards(spikes_of(analysis), origin)
     stages, events = stage_section(analysis), decode(Events, analysis["events"], "events")
     signal_section = decode(Signals, analysis["signals"], "signals")
-    charts, signals = chart_data(analysis, cards, stages, events, signal_section)
+    sweep_table, sweep_chart = extras.sweep(analysis_sweep_of(analysis))
+    charts, signals = chart_data(analysis, cards, stages, events, signal_section, sweep_chart)
     verdict_section = decode(Verdict, analysis["verdict"], "verdict")
     verdict = verdict_data(verdict_section)
     classes = decode(dict[str, Summary], analysis["classes"], "classes")
@@ -230,7 +234,7 @@ def build_report_data(analysis: dict) -> dict:
         "error_samples": error_sample_rows(error_samples_of(analysis)),
         "percentile_rows": percentile_rows(summary),
         "class_rows": [{**row, **class_slos[row["name"]]} for row in class_rows(classes)],
-        "generator": loadgen_view.generator_data(analysis, summary.lateness_ms),
+        "generator": loadgen_view.generator_data(generator_of(analysis), summary.lateness_ms, run.load_start_ns),
         "stream_rates": loadgen_view.streaming_rates(streaming),
         "stages": stage_data(stages),
         "spikes": cards["rows"],
@@ -243,9 +247,9 @@ def build_report_data(analysis: dict) -> dict:
         "signals": {"text": signals_text(signals), "constants": signals["constants"],
                     "panels": len(signals["panels"])},
         "events": event_data(events, origin),
-        "outages": reliability_view.outage_data(analysis.get("outages"), origin),
-        "soak": reliability_view.soak_data(analysis.get("soak"), origin),
-        "retention": reliability_view.retention_data(analysis.get("retention")),
+        "outages": reliability_view.outage_data(outages_of(analysis), origin),
+        "soak": reliability_view.soak_data(soak_of(analysis), origin),
+        "retention": reliability_view.retention_data(retention_of(analysis)),
         "setup": setup_data(analysis, run, signal_section),
         "has_windows": bool(windows),
         "goodput": extras.goodput(summary.goodput),
@@ -257,7 +261,7 @@ def build_report_data(analysis: dict) -> dict:
         "other_traffic": server_view.other_traffic_text(analysis),
         "has_other_chart": charts["other"] is not None,
         "slow_split": server_view.slow_split_data(analysis),
-        "sweep": extras.sweep(analysis.get("sweep"))[0],
+        "sweep": sweep_table,
         "has_distribution": bool(distribution is not None and distribution.bin_edges_ms),
         "slow_points": {"shown": fmt_count(slow.shown if slow is not None else None),
                         "above": fmt_count(slow.above_threshold if slow is not None else None),

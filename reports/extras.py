@@ -7,8 +7,9 @@ Keys read (all optional; docs/report.md lists them for the analyzers' authors):
   inter-token latency over every streamed request and per class, and the scalar facts (requests,
   chunks, tokens/s...);
 - ``generator_limited_windows`` — ``[{"start_ns", "end_ns"}]`` (drawn as grey bands);
-- ``sweep`` — ``{"steps": [{"offered_rps", "achieved_rps", "p50_ms", "p99_ms",
-  "error_rate", "passed"}], "knee_rps", "max_rate_under_slo_rps", "slo"}``;
+- ``sweep`` — read as :class:`~tailscope.analysis_model.sweep.AnalysisSweep` (every key optional):
+  ``{"steps": [{"offered_rps", "achieved_rps", "p50_ms", "p99_ms", "error_rate", "passed"}],
+  "knee_rps", "max_rate_under_slo_rps", "slo"}``;
 - the scenario's ``arrival.process == "closed"`` or ``arrival.concurrency`` — the closed-loop label.
 """
 
@@ -17,6 +18,7 @@ from __future__ import annotations
 from tailscope.analysis_model.percentiles import PercentileSet
 from tailscope.analysis_model.streaming import Streaming, StreamMetrics
 from tailscope.analysis_model.summary import Goodput
+from tailscope.analysis_model.sweep import AnalysisSweep
 from tailscope.reports.formatting import fmt_count, fmt_ms, fmt_number, fmt_rate, fmt_share
 from tailscope.support.units import percentile_label
 
@@ -63,21 +65,22 @@ def streaming(section: Streaming | None) -> dict | None:
     return {"rows": rows, "facts": facts, "labels": [label for _, label in PERCENTILES]}
 
 
-def sweep(section: dict | None) -> tuple[dict | None, dict | None]:
-    """(table data, chart series) of a load sweep; (None, None) when absent."""
-    steps = (section or {}).get("steps") or []
+def sweep(section: AnalysisSweep | None) -> tuple[dict | None, dict | None]:
+    """(table data, chart series) of an analysis's own load sweep (rates req/s, latencies ms);
+    (None, None) when absent or without steps."""
+    steps = (section.steps if section is not None else None) or []
     if not steps:
         return None, None
-    rows = [{"offered": fmt_rate(s.get("offered_rps")), "achieved": fmt_rate(s.get("achieved_rps")),
-             "p50": fmt_ms(s.get("p50_ms")), "p99": fmt_ms(s.get("p99_ms")),
-             "errors": fmt_share(s.get("error_rate")),
-             "result": {True: "pass", False: "fail"}.get(s.get("passed"), "—")} for s in steps]
-    table = {"rows": rows, "knee": fmt_rate(section.get("knee_rps")),
-             "max_under_slo": fmt_rate(section.get("max_rate_under_slo_rps")),
-             "slo": str(section.get("slo") or "")}
-    chart = {"achieved": [s.get("achieved_rps") for s in steps], "p50": [s.get("p50_ms") for s in steps],
-             "p99": [s.get("p99_ms") for s in steps], "offered": [s.get("offered_rps") for s in steps],
-             "knee": section.get("knee_rps"), "max_under_slo": section.get("max_rate_under_slo_rps")}
+    rows = [{"offered": fmt_rate(s.offered_rps), "achieved": fmt_rate(s.achieved_rps),
+             "p50": fmt_ms(s.p50_ms), "p99": fmt_ms(s.p99_ms),
+             "errors": fmt_share(s.error_rate),
+             "result": {True: "pass", False: "fail"}.get(s.passed, "—")} for s in steps]
+    table = {"rows": rows, "knee": fmt_rate(section.knee_rps),
+             "max_under_slo": fmt_rate(section.max_rate_under_slo_rps),
+             "slo": str(section.slo or "")}
+    chart = {"achieved": [s.achieved_rps for s in steps], "p50": [s.p50_ms for s in steps],
+             "p99": [s.p99_ms for s in steps], "offered": [s.offered_rps for s in steps],
+             "knee": section.knee_rps, "max_under_slo": section.max_rate_under_slo_rps}
     return table, chart
 
 

@@ -24,13 +24,8 @@ def fmt_ms(value) -> str:
     return f"{value:.2f} ms"
 
 
-def percentile_cells(entry: Percentile | dict) -> dict:
-    """Value, CI text and claim text of one percentile (ms; analyzers' ``percentile_ci``): a
-    :class:`Percentile`, or its JSON from a section not read through its type yet."""
-    if isinstance(entry, dict):
-        entry = Percentile(value_ms=entry["value_ms"], ci_low_ms=entry.get("ci_low_ms"),
-                           ci_high_ms=entry.get("ci_high_ms"), n=entry["n"], claimed=entry["claimed"],
-                           bound_ms=entry.get("bound_ms"))
+def percentile_cells(entry: Percentile) -> dict:
+    """Value, CI text and claim text of one percentile (ms; analyzers' ``percentile_ci``)."""
     return {
         "value": fmt_ms(entry.value_ms),
         "ci": "—" if entry.value_ms is None else f"{fmt_ms(entry.ci_low_ms)} – {fmt_ms(entry.ci_high_ms)}",
@@ -108,14 +103,6 @@ def fmt_metric(metric, value) -> str:
     if metric == "output_tokens_per_s":
         return fmt_tokens_per_s(value)
     return fmt_ms(value)
-
-
-def fmt_threshold(row: dict) -> str:
-    return fmt_metric(row.get("metric"), row.get("threshold"))
-
-
-def fmt_observed(row: dict) -> str:
-    return fmt_metric(row.get("metric"), row.get("observed"))
 
 
 def fault_counts_text(attributes: dict | None) -> str:

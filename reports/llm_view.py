@@ -1,7 +1,7 @@
 """The report's LLM section: token-level latencies, tokens, goodput and their course over time.
 
 Reads the analysis's ``llm`` section, once per view function, as ``tailscope.analysis_model.llm.Llm``
-(:func:`llm_of`; its defaults are how an older analysis reads), ``windows``, the run's load start and
+(reports/upgrade.py `llm_of`; its defaults are how an older analysis reads), ``windows``, the run's load start and
 (for the token spike cards) the latency spikes (docs/analysis-schema.md); None for a run without
 OpenAI-API requests. :func:`llm_data` is the
 section's pre-formatted table data, :func:`llm_charts` its chart series (x in
@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import math
 
-from tailscope.analysis_model.codec import decode
 from tailscope.analysis_model.llm import Llm, TokenSpike, TokenStats
 from tailscope.analysis_model.percentiles import PercentileSet
 from tailscope.analysis_model.records import Window
@@ -39,7 +38,7 @@ from tailscope.reports.formatting import (
 from tailscope.reports.kinds_view import kinds_data, kinds_headline
 from tailscope.reports.prefix_cache_view import prefix_cache_data, prefix_cache_headline
 from tailscope.reports.sessions_view import sessions_data, sessions_headline
-from tailscope.reports.upgrade import run_of, spikes_of, windows_of
+from tailscope.reports.upgrade import llm_of, run_of, spikes_of, token_spikes_of, windows_of
 from tailscope.support.cause_words import cause_title
 
 #: The percentile-set metrics of the section, in display order: (key, label).
@@ -55,13 +54,6 @@ TPOT_NOTE = ("TPOT = (last token − first token) ÷ (output tokens − 1). When
              "per-token gaps when chunks carry several tokens (a slow token is averaged with the others of its "
              "chunk, which flattens the tail). The chunk gap is g itself, one sample per content chunk: the "
              "longest waits the client saw between pieces of content.")
-
-
-def llm_of(analysis: dict) -> Llm | None:
-    """The analysis's ``llm`` section as :class:`Llm` (None: a run without OpenAI-API requests, or an
-    analysis from before the section existed); a shape that differs from the type raises
-    ``AnalysisShapeError`` naming the place."""
-    return decode(Llm | None, analysis.get("llm"), "llm")
 
 
 def load_origin_ns(analysis: dict) -> int | None:
@@ -188,8 +180,7 @@ def token_spike_cards(analysis: dict) -> dict:
     token_causes.py; an analysis from before token spikes had causes says which latency spike overlaps
     it instead). It is **minor** by the latency spikes' rule (unexplained with its P99 below twice the
     baseline P99, or its impact under a tenth of the largest spike's, latency spikes included)."""
-    llm = analysis.get("llm")  # only its spikes are read: decoded alone
-    spikes = decode(dict[str, list[TokenSpike]], llm["spikes"], "llm.spikes") if llm is not None else {}
+    spikes = token_spikes_of(analysis)
     origin = load_origin_ns(analysis)
     latency = spikes_of(analysis)
     found = [(key, label, number, s) for key, label in SERIES for number, s in enumerate(spikes.get(key, []), 1)]

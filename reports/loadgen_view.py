@@ -1,19 +1,18 @@
 """The report's "Load generator" section and per-class goodput/SLO cells.
 
-Reads the ``generator`` section as its type (analysis_model/health.py), and takes the summary's
-lateness and goodput and the verdict as theirs (analysis_model/summary.py, verdict.py; decoded once by
-reports/data.py); every value is pre-formatted text, so the template only loops.
+Takes the ``generator`` section, the summary's lateness and goodput and the verdict as their types
+(analysis_model/health.py, summary.py, verdict.py; decoded once by reports/data.py through
+reports/upgrade.py). The generator's ``load_model`` stays a dict by design: the scenario's arrival,
+whose keys each arrival process defines. Every value is pre-formatted text, so the template only loops.
 """
 
 from __future__ import annotations
 
-from tailscope.analysis_model.codec import decode
 from tailscope.analysis_model.health import Generator, GeneratorProcess, LatenessRule
 from tailscope.analysis_model.streaming import Streaming
 from tailscope.analysis_model.summary import Goodput, Lateness
 from tailscope.analysis_model.verdict import Verdict
 from tailscope.reports.formatting import fmt_count, fmt_ms, fmt_number, fmt_offset, fmt_rate, fmt_share
-from tailscope.reports.upgrade import run_of
 
 CAUSE_TEXT = {
     "in_flight_cap": "the in-flight cap was full",
@@ -60,14 +59,12 @@ def _arrival_text(model: dict) -> str:
     return ", ".join(parts)
 
 
-def generator_data(analysis: dict, lateness: Lateness) -> dict | None:
-    """Facts and generator-limited intervals of the load generator (the ``generator`` section, read
-    once as :class:`~tailscope.analysis_model.health.Generator`, with the summary's ``lateness``);
-    None for analyses without it."""
-    if not analysis.get("generator"):
+def generator_data(generator: Generator | None, lateness: Lateness, origin: int | None) -> dict | None:
+    """Facts and generator-limited intervals of the load generator (the ``generator`` section, with
+    the summary's ``lateness``; interval times as s since ``origin``, epoch ns: the load start); None
+    for analyses without it."""
+    if generator is None:
         return None
-    generator = decode(Generator, analysis["generator"], "generator")
-    origin = run_of(analysis).load_start_ns
     cpu, gc, processes = generator.cpu, generator.gc, generator.processes
     facts = [
         {"key": "arrivals", "value": _arrival_text(generator.load_model)},

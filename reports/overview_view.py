@@ -18,11 +18,12 @@ def slo_chips(verdict_rows: list[dict]) -> list[dict]:
 
 
 def tail_text(tail: dict | None, windows: int) -> str:
-    """How the chart's P99 line was drawn, and why; or why there is none."""
+    """How the chart's P99 line was drawn, and why; or why there is none (``tail``: the timeline's
+    rolling-P99 series, reports/timeline.py ``rolling_tail``)."""
     if tail is None:
         return ("P99 is drawn per window only where a window holds enough requests to claim it (459; early "
                 "stopping at 99% confidence)")
-    span = tail.get("span_median_s")
+    span = tail["span_median_s"]
     covered = f"; here a point covers about {span:.1f} s" if span else ""
     return (f"P99 is drawn over a rolling sample: each point is the P99 of the last {fmt_count(tail['min_samples'])} "
             f"requests or more (the fewest that can claim a P99 at 99% confidence){covered}, one point every "

@@ -1,15 +1,14 @@
 """Report data for outages, the soak view and record retention (pre-formatted text).
 
-Reads only the analysis keys ``outages``, ``soak`` and ``retention``, each decoded once into its type
-(analysis_model/health.py); each function returns None when its section has
-nothing to show, so the template can skip it.
+Draws the analysis sections ``outages``, ``soak`` and ``retention`` as their types
+(analysis_model/health.py; read once by reports/data.py through reports/upgrade.py); each function
+returns None when its section has nothing to show, so the template can skip it.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from tailscope.analysis_model.codec import decode
 from tailscope.analysis_model.health import Outages, Retention, Soak
 from tailscope.reports.formatting import fmt_count, fmt_ms, fmt_offset, fmt_rate, fmt_share
 
@@ -20,13 +19,10 @@ def _fmt_seconds(ms) -> str:
     return "—" if ms is None else f"{ms / 1e3:,.1f} s"
 
 
-def outage_data(outages: dict | None, origin_ns) -> dict | None:
-    """Rows of the outage table (the ``outages`` section, read once as
-    :class:`~tailscope.analysis_model.health.Outages`), or None when the target never went away."""
-    if not outages:
-        return None
-    section = decode(Outages, outages, "outages")
-    if not section.outages:
+def outage_data(section: Outages | None, origin_ns) -> dict | None:
+    """Rows of the outage table (the ``outages`` section; times as s since ``origin_ns``), or None when
+    the target never went away (or the analysis has no such section)."""
+    if section is None or not section.outages:
         return None
     rows = [{
         "kind": o.kind,
@@ -45,19 +41,18 @@ def _mb(value) -> str:
 
 
 def _verdict_line(verdict: dict[str, Any] | None) -> dict | None:
-    """A drift or leak verdict (``{verdict, summary, …}``, docs/analysis-schema.md) as text."""
+    """A drift or leak verdict (``{verdict, summary, …}``, docs/analysis-schema.md) as text. An open
+    dict by design: the diagnosis patterns' drift/leak or the soak module's own test, two shapes
+    (analysis_model/health.Soak)."""
     if verdict is None:
         return None
     return {"verdict": str(verdict.get("verdict", "—")), "summary": str(verdict.get("summary") or "")}
 
 
-def soak_data(soak: dict | None, origin_ns) -> dict | None:
-    """Period rows and verdict lines (the ``soak`` section, read once as
-    :class:`~tailscope.analysis_model.health.Soak`), or None for a run with fewer than two periods."""
-    if not soak:
-        return None
-    section = decode(Soak, soak, "soak")
-    if len(section.periods) < 2 or section.period_s is None:
+def soak_data(section: Soak | None, origin_ns) -> dict | None:
+    """Period rows and verdict lines (the ``soak`` section; times as s since ``origin_ns``), or None
+    for a run with fewer than two periods (or an analysis without the section)."""
+    if section is None or len(section.periods) < 2 or section.period_s is None:
         return None
     period_s = section.period_s
     label = "hour" if period_s == 3600 else (f"{period_s // 60} min" if period_s >= 60 else f"{period_s} s")
@@ -73,13 +68,10 @@ def soak_data(soak: dict | None, origin_ns) -> dict | None:
             "source": "diagnosis detectors" if section.verdicts_source == "patterns" else "soak analysis"}
 
 
-def retention_data(retention: dict | None) -> dict | None:
-    """Facts about selective record keeping (the ``retention`` section, read once as
-    :class:`~tailscope.analysis_model.health.Retention`), or None when every record was kept."""
-    if not retention:
-        return None
-    section = decode(Retention, retention, "retention")
-    if not section.sampled:
+def retention_data(section: Retention | None) -> dict | None:
+    """Facts about selective record keeping (the ``retention`` section), or None when every record
+    was kept (or the analysis has no such section)."""
+    if section is None or not section.sampled:
         return None
     budget = section.disk_budget_bytes
     return {

@@ -34,6 +34,7 @@ from tailscope.reports.downsample import lttb
 from tailscope.reports.formatting import NS_PER_S
 from tailscope.reports.signal_panels import build_panels
 from tailscope.reports.upgrade import (
+    limited_bands_of,
     rolling_lines_of,
     run_of,
     slow_requests_of,
@@ -182,8 +183,8 @@ def timeline_charts(analysis: dict, events: Events | None = None, signals: Signa
         "spikes": bands([s for s, m in zip(labelled, minor) if not m], origin, lambda s: s["label"]),
         "minor_spikes": bands([s for s, m in zip(labelled, minor) if m], origin, lambda s: s["label"] + " (minor)"),
         "faults": bands(faults, origin, lambda f: f["label"]),
-        "limited": bands([w for w in analysis.get("generator_limited_windows") or [] if w.get("material", True)],
-                         origin, lambda w: "generator-limited"),
+        "limited": bands([{"start_ns": w.start_ns, "end_ns": w.end_ns} for w in limited_bands_of(analysis)
+                          if w.material], origin, lambda w: "generator-limited"),
         "panels": signal_panels(signals if signals is not None else decode(Signals, analysis["signals"], "signals"),
                                 origin),
         "warmup_s": detection.warmup_s if detection is not None else 0.0,

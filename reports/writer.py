@@ -13,11 +13,13 @@ from __future__ import annotations
 import json
 import os
 
+from tailscope.analysis_model.codec import AnalysisShapeError
 from tailscope.reports.compare_html import build_comparison_data, render_comparison
 from tailscope.reports.data import build_report_data
 from tailscope.reports.html import render_html
 from tailscope.reports.junit import render_comparison_junit, render_junit
 from tailscope.reports.markdown import render_comparison_markdown, render_markdown
+from tailscope.reports.upgrade import run_of
 
 OUTPUT_FILES = {"analysis": "analysis.json", "html": "report.html", "junit": "junit.xml", "markdown": "summary.md"}
 #: The variant of the outputs of a failed re-analysis, written beside an earlier good report.
@@ -51,7 +53,7 @@ def outputs_variant(run_dir: str | os.PathLike, analysis: dict) -> str | None:
     """None (the usual names) or :data:`FAILED_VARIANT` when ``analysis`` read damaged data and
     ``run_dir`` already holds a report made from data that was not damaged (an unreadable
     earlier analysis.json beside a report.html counts as good: it is kept too)."""
-    if not (analysis.get("run") or {}).get("damaged_files"):
+    if not run_of(analysis).damaged_files:
         return None
     run_dir = os.fspath(run_dir)
     try:
@@ -61,7 +63,10 @@ def outputs_variant(run_dir: str | os.PathLike, analysis: dict) -> str | None:
         return FAILED_VARIANT if os.path.exists(os.path.join(run_dir, OUTPUT_FILES["html"])) else None
     except (OSError, ValueError):
         return FAILED_VARIANT
-    damaged_before = isinstance(earlier, dict) and (earlier.get("run") or {}).get("damaged_files")
+    try:
+        damaged_before = bool(run_of(earlier).damaged_files)
+    except (AnalysisShapeError, KeyError, TypeError):  # not an analysis's shape: kept, as a good one
+        return FAILED_VARIANT
     return None if damaged_before else FAILED_VARIANT
 
 

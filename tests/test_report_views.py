@@ -14,6 +14,7 @@ from tailscope.analysis_model.records import Window
 from tailscope.analysis_model.signals import Signals
 from tailscope.analysis_model.spikes import CauseFinding
 from tailscope.analysis_model.streaming import Streaming
+from tailscope.analysis_model.sweep import AnalysisSweep
 from tailscope.analyzers.inputs.records import request_arrays
 from tailscope.analyzers.stages.representative_trace import representative_trace, span_depths
 from tailscope.analyzers.stats.distribution import bin_edges_ms, latency_distribution
@@ -133,8 +134,8 @@ def test_cards_rank_by_impact_write_evidence_as_sentences_and_cap_the_count():
 
 def test_optional_sections_read_defensively():
     assert streaming(None) is None and sweep(None) == (None, None)
-    table, chart = sweep({"steps": [{"offered_rps": 10, "achieved_rps": 9.9, "p99_ms": 20, "passed": True}],
-                          "knee_rps": 10})
+    table, chart = sweep(decode(AnalysisSweep, {"steps": [{"offered_rps": 10, "achieved_rps": 9.9, "p99_ms": 20,
+                                                           "passed": True}], "knee_rps": 10}))
     assert table["rows"][0]["result"] == "pass" and chart["p99"] == [20] and table["max_under_slo"] == "—"
     def at(value_ms):
         return {"value_ms": value_ms, "ci_low_ms": None, "ci_high_ms": None, "n": 10, "claimed": False, "bound_ms": None}
