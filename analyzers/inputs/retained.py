@@ -25,7 +25,7 @@ window (9.6 kB each).
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pyarrow as pa
@@ -34,7 +34,7 @@ import pyarrow.compute as pc
 from tailscope.analysis_model.health import Retention
 from tailscope.analysis_model.percentiles import PercentileSet
 from tailscope.analysis_model.records import Distribution
-from tailscope.analysis_model.summary import Lateness, RequestSummary
+from tailscope.analysis_model.summary import Goodput, GoodputShare, Lateness, RequestSummary
 from tailscope.analyzers.inputs.records import NS_PER_S, RequestArrays
 from tailscope.analyzers.stats.distribution import ALL_CLASSES, bin_counts, bin_edges_ms, distribution_section
 from tailscope.analyzers.stats.goodput import per_request_slos
@@ -97,12 +97,13 @@ class RetainedView:
         latency = self.table["latency"]
         return int(latency.count[latency.bucket > hist.bucket_of(int(threshold_ms * 1e6))].sum())
 
-    def goodput(self, slos: list, from_records: dict) -> dict:
+    def goodput(self, slos: list, from_records: Goodput) -> Goodput:
         """``summary.goodput`` over every request, from the latency histograms, when every
         per-request SLO is a latency one (``p99 < 250ms``, ``e2e p99 < 8s``): a request is good when
-        it succeeded and its latency bucket's value (±1 %) meets each SLO that applies to its class.
-        Per-token SLOs (TTFT, ITL, TPOT) need the records: then ``from_records`` (the kept records'
-        goodput, :func:`.goodput.goodput_summary`) is returned as it is."""
+        it succeeded and its latency bucket's value (±1 %) meets each SLO that applies to its class
+        (``from_records``' criteria and definition kept). Per-token SLOs (TTFT, ITL, TPOT) need the
+        records: then ``from_records`` (the kept records' goodput, :func:`.goodput.goodput_summary`)
+        is returned as it is."""
         chosen = per_request_slos(slos)
         if any(s.metric not in PERCENTILE_METRICS and not s.metric.startswith("e2e_") for s in chosen):
             return from_records
@@ -115,11 +116,11 @@ class RetainedView:
                 if slo.cls is None or slo.cls == name:
                     met &= OPERATORS[slo.op](values, slo.threshold)
             good, total = int(latency.count[met].sum()), int(table["requests"][table["cls"] == name].sum())
-            by_class[str(name)] = {"share": good / total if total else None, "good": good, "total": total}
+            by_class[str(name)] = GoodputShare(share=good / total if total else None, good=good, total=total)
             good_all, total_all = good_all + good, total_all + total
         duration_s = self.duration_s
-        return {**from_records, "share": good_all / total_all if total_all else None, "good": good_all,
-                "total": total_all, "rps": good_all / duration_s if duration_s > 0 else None, "by_class": by_class}
+        return replace(from_records, share=good_all / total_all if total_all else None, good=good_all,
+                       total=total_all, rps=good_all / duration_s if duration_s > 0 else None, by_class=by_class)
 
     @property
     def duration_s(self) -> float:

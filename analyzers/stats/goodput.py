@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tailscope.analysis_model.summary import Goodput, GoodputShare
 from tailscope.analyzers.inputs.records import RequestArrays
 from tailscope.analyzers.stats.slo import OPERATORS, PER_REQUEST_METRICS, PERCENTILE_METRICS, Slo
 from tailscope.analyzers.stats.streaming import StreamTimes
@@ -89,27 +90,28 @@ def good_requests(req: RequestArrays, slos: list[Slo], times: StreamTimes | None
 
 
 def goodput_summary(req: RequestArrays, slos: list[Slo], times: StreamTimes | None,
-                    duration_s: float = 0.0, where: np.ndarray | None = None) -> dict:
-    """``{"share", "good", "total", "rps", "criteria", "definition", "by_class"}``
-    (share None with no request; rps = good requests ÷ ``duration_s``) over the
-    requests ``where`` selects (default all)."""
+                    duration_s: float = 0.0, where: np.ndarray | None = None) -> Goodput:
+    """The :class:`~tailscope.analysis_model.summary.Goodput` of the requests ``where`` selects
+    (default all): ``share`` 0–1 (None with no request), ``good`` of ``total``, ``rps`` = good
+    requests ÷ ``duration_s`` (s; None when it is 0), the per-request SLOs applied (``criteria``,
+    :func:`per_request_slos`), the ``definition`` in words and the same per request class."""
     selected = np.ones(req.n, dtype=bool) if where is None else where
     good = good_requests(req, slos, times) & selected
-    criteria = [s.text for s in per_request_slos(slos)]
+    criteria = tuple(s.text for s in per_request_slos(slos))
     by_class = {}
     for name in req.class_names(selected):
         mask = req.class_mask(name) & selected
         count = int(mask.sum())
-        by_class[name] = {"share": float(good[mask].mean()) if count else None,
-                          "good": int(good[mask].sum()), "total": count}
+        by_class[name] = GoodputShare(share=float(good[mask].mean()) if count else None,
+                                      good=int(good[mask].sum()), total=count)
     total = int(selected.sum())
-    return {
-        "share": float(good.sum() / total) if total else None,
-        "good": int(good.sum()),
-        "total": total,
-        "rps": int(good.sum()) / duration_s if duration_s > 0 else None,
-        "criteria": criteria,
-        "definition": ("share of requests without error that met " + ", ".join(criteria) if criteria
-                       else "share of requests without error (no per-request SLO)"),
-        "by_class": by_class,
-    }
+    return Goodput(
+        share=float(good.sum() / total) if total else None,
+        good=int(good.sum()),
+        total=total,
+        rps=int(good.sum()) / duration_s if duration_s > 0 else None,
+        criteria=criteria,
+        definition=("share of requests without error that met " + ", ".join(criteria) if criteria
+                    else "share of requests without error (no per-request SLO)"),
+        by_class=by_class,
+    )

@@ -229,15 +229,15 @@ def llm_section(req: RequestArrays, llm: LlmArrays, times: StreamTimes, slos: li
     classes = {}
     for name in req.class_names(llm.is_llm):
         settings = described.get(name) or {}
-        share = goodput["by_class"].get(name) or {"share": None, "good": 0, "total": 0}
         classes[name] = scope_metrics(req, llm, times, req.class_mask(name), duration_s, LlmClass,
                                       api=settings.get("api"), model=settings.get("model"),
-                                      goodput=GoodputShare(**share))
+                                      goodput=goodput.by_class.get(name) or GoodputShare(None, 0, 0))
     ttft = series(req, llm, times)["ttft"]
     return scope_metrics(
         req, llm, times, np.ones(req.n, dtype=bool), duration_s, Llm,
         sessions=sessions_section(req, llm.sessions, ttft, ~np.isnan(ttft), llm.prompt_tokens, llm.output_tokens),
-        goodput=LlmGoodput(**{key: goodput[key] for key in ("share", "good", "total", "rps", "criteria", "definition")}),
+        goodput=LlmGoodput(share=goodput.share, good=goodput.good, total=goodput.total, rps=goodput.rps,
+                           criteria=list(goodput.criteria), definition=goodput.definition),
         classes=classes,
         points=request_points(req, llm, times),
         spike_detection=spike_detection,

@@ -16,7 +16,6 @@ from collections import Counter
 
 import numpy as np
 
-from tailscope.analysis_model.codec import decode
 from tailscope.analysis_model.summary import Goodput, Lateness, RequestSummary, Summary, TopError
 from tailscope.analyzers.inputs.records import NS_PER_S, RequestArrays
 from tailscope.analyzers.stats.percentiles import typed_percentile_set
@@ -97,15 +96,13 @@ def summarize(req: RequestArrays, duration_s: float | None = None, where: np.nda
     )
 
 
-def summary_section(summary: RequestSummary, load_model: str, dropped: int, goodput: dict) -> Summary:
+def summary_section(summary: RequestSummary, load_model: str, dropped: int, goodput: Goodput) -> Summary:
     """The run's :class:`~tailscope.analysis_model.summary.Summary`: :func:`summarize`'s (or
     retention's, built from the histograms) with the run's ``load_model`` (``open`` | ``closed``),
-    ``dropped`` (requests never sent) and ``goodput`` (:func:`.goodput.goodput_summary`'s dict, read
-    through :class:`~tailscope.analysis_model.summary.Goodput`, so a shape that differs from it
-    raises ``AnalysisShapeError`` here, where the analysis is written, not in a report that reads it)."""
+    ``dropped`` (requests never sent) and ``goodput`` (:func:`.goodput.goodput_summary`'s, or a
+    retained run's from the histograms)."""
     fields = {f.name: getattr(summary, f.name) for f in dataclasses.fields(RequestSummary)}
-    return Summary(**fields, load_model=load_model, dropped=dropped,
-                   goodput=decode(Goodput, goodput, "summary.goodput"))
+    return Summary(**fields, load_model=load_model, dropped=dropped, goodput=goodput)
 
 
 def summarize_classes(req: RequestArrays, duration_s: float) -> dict[str, RequestSummary]:
