@@ -108,7 +108,7 @@ def judge(out: str, method: str, series: list[str], power: bool = True) -> None:
 
 def judge_aa(out: str, prefix: str, rules) -> None:
     """The false-alarm rates of one A/A series (OUT/PREFIX-NN): 1 vs 1 and 3 vs 3."""
-    from tailscope.analyzers.comparison.baseline import compare_runs, load_side
+    from tailscope.analyzers.comparison.baseline import compare, load_side
 
     method = f"{rules.method} [{prefix}]"
     aa = run_dirs(out, prefix)
@@ -116,11 +116,11 @@ def judge_aa(out: str, prefix: str, rules) -> None:
     pairs = [(aa[k + 1], aa[k]) for k in range(0, len(aa) - 1, 2)]
     false = 0
     for new, base in pairs:
-        comparison = compare_runs(sides[new], sides[base], rules)
-        false += comparison["verdict"]["regressed"]
-        if comparison["verdict"]["regressed"]:
+        verdict = compare(sides[new], sides[base], rules).verdict
+        false += verdict.regressed
+        if verdict.regressed:
             print(f"  1v1 false alarm: {os.path.basename(os.path.dirname(new))} vs "
-                  f"{os.path.basename(os.path.dirname(base))}: {comparison['verdict']['summary'][:160]}")
+                  f"{os.path.basename(os.path.dirname(base))}: {verdict.summary[:160]}")
     print(f"method {method}: 1 vs 1 ({len(aa)} runs): {false} REGRESSION in {len(pairs)} A/A pairs ({false / max(len(pairs), 1):.1%})")
     sextets = [aa[k:k + 6] for k in range(0, len(aa) - 5, 6)]
     for design, split in (("consecutive (runs 4-6 vs 1-3)", lambda six: (six[3:], six[:3])),
@@ -128,9 +128,9 @@ def judge_aa(out: str, prefix: str, rules) -> None:
         false3 = 0
         for six in sextets:
             new, base = split(six)
-            comparison = compare_runs(load_side([sides[p].runs[0] for p in new]),
-                                      load_side([sides[p].runs[0] for p in base]), rules)
-            false3 += comparison["verdict"]["regressed"]
+            comparison = compare(load_side([sides[p].runs[0] for p in new]),
+                                 load_side([sides[p].runs[0] for p in base]), rules)
+            false3 += comparison.verdict.regressed
         print(f"method {method}: 3 vs 3, {design}: {false3} REGRESSION in {len(sextets)} disjoint A/A sextets "
               f"({false3 / max(len(sextets), 1):.1%})", flush=True)
 
@@ -139,7 +139,7 @@ def judge_power(out: str, rules, prefix: str = "power", first: int = 0) -> None:
     """The share of 3 vs 3 splits of six runs (``prefix`` series from run ``first``: the six 60-s
     ``power`` runs by default) in which a known slowdown of the new side's latencies is judged a
     P99 regression, per slowdown."""
-    from tailscope.analyzers.comparison.baseline import compare_runs, load_side
+    from tailscope.analyzers.comparison.baseline import compare, load_side
 
     method = f"{rules.method} [{prefix} {first}-{first + 5}]"
     power_runs = run_dirs(out, prefix)[first:]
@@ -153,10 +153,10 @@ def judge_power(out: str, rules, prefix: str = "power", first: int = 0) -> None:
             base = [power_runs[i] for i in base_idx]
             new = [power_runs[i] for i in range(6) if i not in base_idx]
             for a, b in ((base, new), (new, base)):
-                comparison = compare_runs(slowed(load_side(b), 1 + slowdown), load_side(a), rules)
-                row = next(r for r in comparison["percentiles"]
-                           if r["cls"] is None and r["metric"] == "latency_ms" and r["percentile"] == "p99")
-                hits += row["regressed"]
+                comparison = compare(slowed(load_side(b), 1 + slowdown), load_side(a), rules)
+                row = next(r for r in comparison.percentiles
+                           if r.cls is None and r.metric == "latency_ms" and r.percentile == "p99")
+                hits += row.regressed
                 total += 1
         print(f"method {method}: 3 vs 3, P99 x{1 + slowdown:.2f}: all-latency P99 judged regressed "
               f"in {hits}/{total} splits ({hits / total:.0%})", flush=True)

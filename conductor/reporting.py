@@ -12,9 +12,11 @@ from __future__ import annotations
 import errno
 from dataclasses import dataclass
 
+from tailscope.analysis_model.codec import encode
+from tailscope.analysis_model.comparison import Comparison
 from tailscope.analysis_model.run import DamagedFile
 from tailscope.analyzers.analysis import analyze_run
-from tailscope.analyzers.comparison.baseline import CompareRules, compare_runs
+from tailscope.analyzers.comparison.baseline import CompareRules, compare
 from tailscope.reports.junit import render_junit
 from tailscope.reports.upgrade import run_of, verdict_of
 from tailscope.reports.writer import outputs_variant, write_comparison_outputs, write_outputs, write_text_atomic
@@ -65,15 +67,16 @@ class RunReport:
 
 @dataclass(frozen=True)
 class BaselineComparison:
-    """A run compared with a baseline run: the comparison dict and the files written
-    (``{"comparison"|"html"|"junit"|"markdown": path}``)."""
+    """A run compared with a baseline run: the comparison (typed; comparison.json is its encoding)
+    and the files written (``{"comparison"|"html"|"junit"|"markdown": path}``)."""
 
-    comparison: dict
+    comparison: Comparison
     paths: dict
 
     @property
     def regressed(self) -> bool:
-        return bool(self.comparison["verdict"]["regressed"])
+        """Whether any check failed (a percentile or LLM figure regressed): the comparison's verdict."""
+        return self.comparison.verdict.regressed
 
 
 def analyse_and_write(run_dir: str, window_s: float = 1.0) -> RunReport:
@@ -109,10 +112,10 @@ def compare_and_write(run_dir, baseline_dir, *, threshold: float = DEFAULT_THRES
     list of those. ``threshold``: relative change counted as a regression when significant (0.10 =
     10%); ``confidence``: of the resampled intervals. Raises RunDirError when a run cannot be read.
     """
-    comparison = compare_runs(run_dir, baseline_dir, CompareRules(threshold=threshold, confidence=confidence))
+    comparison = compare(run_dir, baseline_dir, CompareRules(threshold=threshold, confidence=confidence))
     if out_dir is None:
         out_dir = run_dir if isinstance(run_dir, str) else str(list(run_dir)[0])
-    return BaselineComparison(comparison=comparison, paths=write_comparison_outputs(out_dir, comparison))
+    return BaselineComparison(comparison=comparison, paths=write_comparison_outputs(out_dir, encode(comparison)))
 
 
 def compare_with_baseline(report: RunReport, baseline_dir, *, threshold: float = DEFAULT_THRESHOLD,
@@ -125,5 +128,5 @@ def compare_with_baseline(report: RunReport, baseline_dir, *, threshold: float =
     """
     compared = compare_and_write(report.run_dir, baseline_dir, threshold=threshold, confidence=confidence)
     if report.paths.get("junit"):
-        write_text_atomic(report.paths["junit"], render_junit(report.analysis, compared.comparison))
+        write_text_atomic(report.paths["junit"], render_junit(report.analysis, encode(compared.comparison)))
     return compared

@@ -14,14 +14,14 @@ from rich.markup import escape
 from rich.table import Table
 
 from tailscope.analysis_model.codec import decode
-from tailscope.analysis_model.comparison import LlmChange, LlmComparison, PercentileChange
+from tailscope.analysis_model.comparison import Comparison, LlmChange, LlmComparison, PercentileChange
 from tailscope.analysis_model.llm import Llm
 from tailscope.analysis_model.percentiles import MaxValue, Percentile, PercentileSet
 from tailscope.analysis_model.spikes import CauseFinding
 from tailscope.analysis_model.summary import Summary
 from tailscope.analysis_model.verdict import SloRow
 from tailscope.reports.formatting import fmt_metric
-from tailscope.reports.upgrade import comparison_of, findings_of, spikes_of, verdict_of, warnings_of
+from tailscope.reports.upgrade import findings_of, spikes_of, verdict_of, warnings_of
 from tailscope.support.units import percentile_label
 
 PLAIN_PROGRESS_INTERVAL_S = 5.0
@@ -159,11 +159,10 @@ def print_summary(console: Console, analysis: dict, paths: dict) -> None:
         console.print(f"{name}: {path}", highlight=False, soft_wrap=True)
 
 
-def print_comparison(console, comparison: dict, paths: dict) -> None:
+def print_comparison(console, c: Comparison, paths: dict) -> None:
     """The latency percentiles of all requests, the verdict, how the intervals were resampled,
-    the changed stage, the files; ``comparison`` is its JSON, read through reports/upgrade.py
-    ``comparison_of`` (AnalysisShapeError when malformed)."""
-    c = comparison_of(comparison)
+    the changed stage, the files (a comparison.json on disk: read it with reports/upgrade.py
+    ``comparison_of`` first)."""
     console.rule(f"compare: {escape(c.title)}")
     table = Table(show_header=True)
     for column in ("all requests", "baseline", "current", "change", f"change {c.confidence:.0%} CI", ""):

@@ -85,7 +85,7 @@ def test_an_older_comparison_renders_everywhere(compared):
     assert render_comparison_markdown(page).startswith("## tailscope comparison — new vs base: **REGRESSION**")
     assert render_comparison_junit(old) == render_comparison_junit(data)
     out = io.StringIO()
-    print_comparison(Console(file=out, width=160), old, {})
+    print_comparison(Console(file=out, width=160), comparison_of(old), {})
     assert "compare: new vs base" in out.getvalue() and "REGRESSION" in out.getvalue()
 
 
@@ -100,7 +100,7 @@ def test_a_malformed_comparison_is_refused_naming_the_place(compared, edit, wher
     data = copy.deepcopy(compared[1])
     edit(data)
     for reader in (build_comparison_data, render_comparison_junit,
-                   lambda d: print_comparison(Console(file=io.StringIO()), d, {})):
+                   lambda d: print_comparison(Console(file=io.StringIO()), comparison_of(d), {})):
         with pytest.raises(AnalysisShapeError, match=re.escape(where)):
             reader(data)
 

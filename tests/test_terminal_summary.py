@@ -44,6 +44,7 @@ def test_a_closed_loop_summary_names_its_concurrency_and_no_offered_rate():
 
 def test_a_comparison_prints_the_llm_rows_beside_latency():
     from tailscope.conductor.terminal import print_comparison
+    from tailscope.reports.upgrade import comparison_of
 
     def row(metric, percentile, unit, base, now, regressed):
         return llm_row(metric, percentile, unit, baseline=base, current=now, relative_change=now / base - 1,
@@ -54,7 +55,7 @@ def test_a_comparison_prints_the_llm_rows_beside_latency():
                                      llm={"rows": [row("ttft_ms", "p99", "ms", 40.0, 96.0, True),
                                                    row("goodput", None, "share", 0.99, 0.98, False)]})
     out = io.StringIO()
-    print_comparison(Console(file=out, width=160), comparison, {})
+    print_comparison(Console(file=out, width=160), comparison_of(comparison), {})
     text = out.getvalue()
     assert "TTFT P99" in text and "40.0 ms" in text and "96.0 ms" in text and "+140.0%" in text
     assert "REGRESSED" in text and "goodput" in text and "99.0%" in text
