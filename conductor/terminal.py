@@ -18,10 +18,12 @@ from tailscope.analysis_model.comparison import Comparison, LlmChange, LlmCompar
 from tailscope.analysis_model.llm import Llm
 from tailscope.analysis_model.percentiles import MaxValue, Percentile, PercentileSet
 from tailscope.analysis_model.spikes import CauseFinding
+from tailscope.analysis_model.stages import Stages
 from tailscope.analysis_model.summary import Summary
 from tailscope.analysis_model.verdict import SloRow
 from tailscope.reports.formatting import fmt_metric
-from tailscope.reports.upgrade import findings_of, spikes_of, verdict_of, warnings_of
+from tailscope.reports.tracing_view import stage_section
+from tailscope.reports.upgrade import findings_of, generator_of, llm_of, run_of, spikes_of, verdict_of, warnings_of
 from tailscope.support.units import percentile_label
 
 PLAIN_PROGRESS_INTERVAL_S = 5.0
@@ -99,36 +101,38 @@ def _ms(value) -> str:
 
 
 def print_summary(console: Console, analysis: dict, paths: dict) -> None:
-    """The end-of-run summary: verdict, headline percentiles, whole-run findings, spikes, where the report is."""
+    """The end-of-run summary: verdict, headline percentiles, whole-run findings, spikes, where the report is.
+    ``analysis`` is the one just computed (analyze_run's dict); its sections are read through their types
+    (reports/upgrade.py readers), so a malformed one raises AnalysisShapeError naming the place."""
     summary = decode(Summary, analysis["summary"], "summary")
-    verdict = verdict_of(analysis)
-    run = analysis.get("run", {})
+    verdict, run, stages = verdict_of(analysis), run_of(analysis), stage_section(analysis)
     console.rule("tailscope")
-    if run.get("incomplete"):
-        console.print(f"[yellow]{run.get('incomplete_reason', 'incomplete run')}[/]")
+    if run.incomplete:
+        console.print(f"[yellow]{run.incomplete_reason or 'incomplete run'}[/]")
     closed = summary.load_model == "closed"
     achieved = summary.achieved_rps or 0
     if closed:
-        users = ((analysis.get("generator") or {}).get("load_model") or {}).get("users")
+        generator = generator_of(analysis)
+        users = generator.load_model.get("users") if generator is not None else None  # the manifest's arrival
         load_text = f"{achieved:.1f} req/s (closed loop" + (f", {users} requests kept in flight)" if users else ")")
     else:
         load_text = f"{achieved:.1f} of {summary.offered_rps or 0:.1f} req/s offered"
     console.print(f"{summary.requests} requests, {summary.errors} errors "
                   f"({100 * summary.error_rate:.2f}%), achieved {load_text}")
-    joined = join_line(analysis.get("stages") or {}, summary.requests - summary.errors)
+    joined = join_line(stages, summary.requests - summary.errors)
     if joined:
         console.print(joined, highlight=False, soft_wrap=True)
     console.print(latency_table(summary.latency_ms, closed))
-    section = decode(Llm | None, analysis.get("llm"), "llm")
+    section = llm_of(analysis)
     llm = llm_table(section)
     if llm is not None:
         console.print(llm)
         chunks = chunk_line(section)
         if chunks is not None:
             console.print(chunks, highlight=False, soft_wrap=True)
-    stages = stage_table(analysis.get("stages") or {})
-    if stages is not None:
-        console.print(stages)
+    table = stage_table(stages)
+    if table is not None:
+        console.print(table)
     for finding in findings_of(analysis):
         color = "red" if finding.severity == "high" else "yellow"
         console.print(f"[bold {color}]finding {escape(finding.kind)}:[/] {escape(finding.summary)}",
@@ -270,13 +274,13 @@ def chunk_line(llm: Llm | None) -> str | None:
             "(its percentiles average a chunk's tokens; the chunk gap is the wait between chunks)")
 
 
-def join_line(stages: dict, successful: int) -> str | None:
+def join_line(stages: Stages, successful: int) -> str | None:
     """``server spans joined: 2,391 of 2,400 successful requests (99.6%)`` — the first thing to
-    check against a new service; None without successful requests or a stages section."""
-    fraction = stages.get("joined_fraction")
-    if fraction is None or successful <= 0:
+    check against a new service; None without successful requests."""
+    fraction = stages.joined_fraction
+    if successful <= 0:
         return None
-    joined = int(stages.get("joined_requests") or 0)
+    joined = stages.joined_requests
     line = f"server spans joined: {joined:,} of {successful:,} successful requests ({100 * fraction:.1f}%)"
     if fraction < 0.9:
         line += ("; the target's spans did not come back for the others: check OTEL_EXPORTER_OTLP_ENDPOINT "
@@ -284,21 +288,19 @@ def join_line(stages: dict, successful: int) -> str | None:
     return line
 
 
-def stage_table(stages: dict) -> Table | None:
-    """Where the joined requests' time went: P50/P99/mean per stage that occurred
+def stage_table(stages: Stages) -> Table | None:
+    """Where the joined requests' time went: P50/P99/mean (ms) per stage that occurred
     (a stage no request had is not listed); None without joined requests."""
-    from tailscope.reports.tracing_view import occurred_stages
-
-    occurred = occurred_stages(stages.get("by_stage"))
+    occurred = stages.occurred()
     if not occurred:
         return None
     table = Table(show_header=True)
-    table.add_column(f"stage ({stages.get('joined_requests', 0):,} joined requests)")
+    table.add_column(f"stage ({stages.joined_requests:,} joined requests)")
     for column in ("time in stage P50", "time in stage P99", "time in stage mean", "requests"):
         table.add_column(column, justify="right")
     for name, s in occurred.items():
-        table.add_row(escape(str(name)), *[_pct_cell(s.get(k)) for k in ("p50_ms", "p99_ms", "mean_ms")],
-                      f"{s['count']:,}")
+        table.add_row(escape(str(name)), _pct_cell(s.p50_ms), _pct_cell(s.p99_ms), _pct_cell(s.mean_ms),
+                      f"{s.count:,}")
     return table
 
 
@@ -328,7 +330,7 @@ def _with_unit(key: str, value: float) -> str:
     return f"{value:.4g}{unit}"
 
 
-def _pct_cell(entry) -> str:
+def _pct_cell(entry: Percentile | MaxValue | float | None) -> str:
     """A latency in ms with its unit (``12.3 ms``; ``*`` after an unclaimed percentile), or —."""
     if entry is None:
         return "—"
@@ -336,12 +338,6 @@ def _pct_cell(entry) -> str:
         if entry.value_ms is None:
             return "—"
         return f"{entry.value_ms:.1f} ms" + ("*" if isinstance(entry, Percentile) and not entry.claimed else "")
-    if isinstance(entry, dict):
-        value = entry.get("value_ms", entry.get("value"))
-        if value is None:
-            return "—"
-        mark = "" if entry.get("claimed", True) else "*"
-        return f"{value:.1f} ms{mark}"
     return f"{entry:.1f} ms"
 
 

@@ -8,11 +8,13 @@ import io
 import re
 
 from comparison_fixtures import comparison_document, llm_row, side
-from report_fixtures import make_spike
+from report_fixtures import make_spike, run_section
 from rich.console import Console
 
 from tailscope.analysis_model.codec import encode
+from tailscope.analysis_model.health import Generator, GeneratorCpu, GeneratorGc
 from tailscope.analysis_model.spikes import AnswerLength
+from tailscope.analysis_model.stages import Stages, StageStats
 from tailscope.conductor.terminal import print_summary
 
 
@@ -28,7 +30,17 @@ def _analysis(load_model: str, generator_model: dict) -> dict:
                "latency_ms": _percentiles(None), "service_time_ms": _percentiles(None),
                "lateness_ms": {"p50_ms": None, "p99_ms": None, "late_share": 0.0, "generator_limited": False},
                "load_model": load_model}
-    return {"summary": summary, "generator": {"load_model": generator_model}, "verdict": {"passed": True}, "run": {}}
+    generator = Generator(load_model=generator_model, in_flight_policy="wait", dropped=0, windows=[], limited=False,
+                          limited_windows=[], cpu=GeneratorCpu(), gc=GeneratorGc(0, 0.0, None))
+    return {"summary": summary, "generator": encode(generator), "verdict": {"passed": True}, "run": run_section(),
+            "stages": _stages(120, 1.0, {})}
+
+
+def _stages(joined: int, fraction: float, by_stage: dict[str, StageStats]) -> dict:
+    """A whole ``stages`` section: ``joined`` requests (``fraction`` of the successful ones) with
+    ``by_stage``; every request sent for tracing, no unmapped span names."""
+    return encode(Stages(joined_fraction=fraction, traced_fraction=1.0, joined_requests=joined, by_stage=by_stage,
+                         unmapped_span_names=[]))
 
 
 def test_an_open_loop_summary_names_the_offered_rate_and_the_scheduled_send():
@@ -74,8 +86,7 @@ def _percentiles(base):
 def test_every_number_in_the_summary_tables_carries_its_unit_and_each_percentile_its_metric():
     analysis = _analysis("open", {"loop": "open", "process": "poisson"})
     analysis["summary"]["latency_ms"] = _percentiles(21.31)
-    analysis["stages"] = {"joined_requests": 120, "by_stage": {
-        "inference": {"p50_ms": 12.5, "p99_ms": 40.25, "mean_ms": 15.0, "count": 120}}}
+    analysis["stages"] = _stages(120, 1.0, {"inference": StageStats(p50_ms=12.5, p99_ms=40.25, mean_ms=15.0, count=120)})
     no_stats = {"mean": None, "p50": None, "p99": None}
     analysis["llm"] = {"requests": 120, "completed": 120, "errors": 0, "streamed": 120,
                        "ttft_ms": _percentiles(80.0), "tpot_ms": _percentiles(4.0),
@@ -125,10 +136,10 @@ def test_an_llm_spike_line_quotes_what_it_was_judged_on():
 def test_the_summary_says_how_many_successful_requests_joined_a_server_span():
     analysis = _analysis("open", {"loop": "open", "process": "poisson"})
     analysis["summary"].update(requests=2400, errors=0)
-    analysis["stages"] = {"joined_requests": 2391, "joined_fraction": 2391 / 2400, "by_stage": {}}
+    analysis["stages"] = _stages(2391, 2391 / 2400, {})
     assert "server spans joined: 2,391 of 2,400 successful requests (99.6%)" in _printed(analysis)
 
-    analysis["stages"] = {"joined_requests": 0, "joined_fraction": 0.0, "traced_fraction": 1.0, "by_stage": {}}
+    analysis["stages"] = _stages(0, 0.0, {})
     text = _printed(analysis)
     assert "server spans joined: 0 of 2,400 successful requests (0.0%)" in text
     assert "OTEL_EXPORTER_OTLP_ENDPOINT" in text  # what to check when the spans do not come back
