@@ -14,7 +14,7 @@ import json
 
 from tailscope.analysis_model.codec import decode
 from tailscope.analysis_model.receiver import Receiver
-from tailscope.analysis_model.stages import ClockAlignment, StageRulesInfo, Stages, StageStats
+from tailscope.analysis_model.stages import ClockAlignment, StageRulesInfo, Stages
 from tailscope.reports.findings_view import missing_spans_text
 from tailscope.reports.formatting import fmt_count, fmt_ms, fmt_share
 
@@ -41,14 +41,6 @@ def _share(value: float | None) -> str:
 def stage_section(analysis: dict) -> Stages:
     """The analysis's ``stages`` section, read once (older analyses: the type's defaults)."""
     return decode(Stages, analysis["stages"], "stages")
-
-
-def occurred_stages(by_stage: dict) -> dict:
-    """The ``stages.by_stage`` entries (JSON, for readers outside the report such as the
-    terminal summary) of stages that occurred in at least one request (a preset's stage the
-    target never has stays out of the tables and charts)."""
-    occurred = decode(dict[str, StageStats], by_stage or {}, "stages.by_stage")
-    return {name: by_stage[name] for name, s in occurred.items() if s.count}
 
 
 def stage_data(stages: Stages) -> dict:
