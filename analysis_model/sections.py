@@ -8,6 +8,7 @@ checks each against the schema; a section gains its type by being added here.
 from __future__ import annotations
 
 from tailscope.analysis_model.events import Event, Events
+from tailscope.analysis_model.evidence import LatencySplit, SignalContrast
 from tailscope.analysis_model.findings import Finding
 from tailscope.analysis_model.health import Generator, LimitedBand, Outages, Retention, Soak
 from tailscope.analysis_model.llm import Llm, LlmGoodput, LlmMetrics, TokenStats
@@ -40,6 +41,8 @@ TYPED: dict[str, type] = {
     "$defs/spike": Spike,
     "$defs/finding": CauseFinding,
     "$defs/decomposition": Decomposition,
+    "$defs/signal_contrast": SignalContrast,  # the kit-written parts of a cause's open evidence
+    "$defs/latency_split": LatencySplit,
     "spikes": tuple[Spike, ...],
     "spike_detection": SpikeDetection,
     "$defs/stage_stats": StageStats,

@@ -30,6 +30,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tailscope.analysis_model import evidence as shapes
+from tailscope.analysis_model.codec import encode
 from tailscope.analyzers.causes.protocol import SpikeContext
 from tailscope.analyzers.inputs.run_inputs import margin_ns
 from tailscope.analyzers.inputs.signal_index import Contrast, place_words
@@ -57,9 +59,14 @@ class SignalEvidence:
     material: float
     confidence: float
 
+    def typed(self, **whose) -> shapes.SignalContrast:
+        """This evidence as the analysis states it (``evidence.signals[]``); ``whose``: its
+        ``belongs_to`` and ``counted`` where :func:`owned_strongest` weighed it."""
+        return shapes.SignalContrast(series=self.name, **self.contrast.as_dict(), material_excess=self.material,
+                                     confidence=round(self.confidence, 4), **whose)
+
     def as_dict(self) -> dict:
-        return {"series": self.name, **self.contrast.as_dict(), "material_excess": self.material,
-                "confidence": round(self.confidence, 4)}
+        return encode(self.typed())
 
 
 def signal_evidence(ctx: SpikeContext, name: str, material: float, floor: float = 0.0,
@@ -141,8 +148,8 @@ def owned_strongest(own: list[SignalEvidence | None], host: list[SignalEvidence 
     allowance = host_allowance(own_best) if watched else 1.0
     counted = [min(e.confidence * weights.get(e.name, 1.0), allowance) for e in hosts]
     confidence = combine([e.confidence for e in mine] + counted)
-    evidence = ([{**e.as_dict(), "belongs_to": "target"} for e in mine]
-                + [{**e.as_dict(), "belongs_to": "host", "counted": round(c, 4)} for e, c in zip(hosts, counted)])
+    evidence = ([encode(e.typed(belongs_to="target")) for e in mine]
+                + [encode(e.typed(belongs_to="host", counted=round(c, 4))) for e, c in zip(hosts, counted)])
     return OwnedEvidence(confidence, min(confidence, own_best) if watched else confidence, watched, evidence)
 
 
@@ -169,12 +176,15 @@ class LatencySplit:
             return 0.0
         return float(np.clip(self.lateness_ms / self.latency_ms, 0.0, 1.0))
 
-    def as_dict(self) -> dict:
+    def typed(self) -> shapes.LatencySplit:
+        """The split as the analysis states it (``evidence.latency_split``; ms rounded to 3 decimals)."""
         def r(x):
             return None if x is None else round(float(x), 3)
-        return {"latency_growth_ms": r(self.latency_ms), "server_growth_ms": r(self.server_ms),
-                "outside_server_growth_ms": r(self.outside_server_ms), "lateness_growth_ms": r(self.lateness_ms),
-                "server_share": r(self.server_share)}
+        return shapes.LatencySplit(r(self.latency_ms), r(self.server_ms), r(self.outside_server_ms),
+                                   r(self.lateness_ms), r(self.server_share))
+
+    def as_dict(self) -> dict:
+        return encode(self.typed())
 
 
 def latency_split(ctx: SpikeContext) -> LatencySplit:
@@ -252,7 +262,7 @@ def percent(x: float | None) -> str:
 
 
 #: Where a contrast's level was measured when it lies inside the spike's own window.
-IN_SPIKE = "in the spike"
+IN_SPIKE = shapes.IN_SPIKE
 
 
 def level_words(found: Contrast | dict, shown) -> str:
