@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import re
 
+from tailscope.analysis_model.evidence import IN_SPIKE, LatencySplit, SignalContrast
 from tailscope.analysis_model.spikes import CauseFinding, EvidenceSeries
 from tailscope.reports.formatting import NS_PER_S, fmt_number
+from tailscope.reports.upgrade import contrasts_of, factors_of, latency_split_of, places_of, weak_findings_of
 from tailscope.support.cause_words import cause_title
 
 
@@ -145,46 +147,43 @@ def _value(x: float | None, scale: float) -> str:
     return "—" if x is None else fmt_number(float(x) * scale)
 
 
-def signal_sentence(entry: dict) -> str:
+def signal_sentence(entry: SignalContrast) -> str:
     """``CPU time throttled (CFS quota): 312 ms/s in the spike vs 0 ms/s at baseline (robust z 41);
     it counts fully from +50 ms/s.`` The level quoted "in the spike" is the one measured inside the
     spike's own window (``inside``); when the level the confidence was judged on (``spike``) lay
     outside it (``place``), that peak follows with its place: ``… 40 ms/s in the spike, peak
     312 ms/s in the 2 s after the spike, vs 0 ms/s at baseline (robust z of the peak 41)``."""
-    scale, unit, label = series_display(entry.get("series", "?"), entry.get("unit", ""), entry.get("counter", True))
-    place = entry.get("place") or "in the spike"
-    inside = entry.get("inside")
-    if place == "in the spike":
-        text = f"{label}: {_value(inside if inside is not None else entry.get('spike'), scale)} {unit} in the spike"
+    scale, unit, label = series_display(entry.series, entry.unit or "", True if entry.counter is None else entry.counter)
+    place, inside = entry.place, entry.inside
+    if place == IN_SPIKE:
+        text = f"{label}: {_value(inside if inside is not None else entry.spike, scale)} {unit} in the spike"
     elif inside is None:
-        text = f"{label}: {_value(entry.get('spike'), scale)} {unit} {place} (no reading inside the spike)"
+        text = f"{label}: {_value(entry.spike, scale)} {unit} {place} (no reading inside the spike)"
     else:
-        text = (f"{label}: {_value(inside, scale)} {unit} in the spike, peak {_value(entry.get('spike'), scale)} "
-                f"{unit} {place},")
-    text += f" vs {_value(entry.get('baseline'), scale)} {unit} at baseline"
-    if entry.get("z") is not None:
-        of_peak = " of the peak" if place != "in the spike" and inside is not None else ""
-        text += f" (robust z{of_peak} {fmt_number(entry['z'])})"
-    if entry.get("material_excess") is not None:
-        text += f"; it counts fully from +{_value(entry['material_excess'], abs(scale))} {unit}"
+        text = f"{label}: {_value(inside, scale)} {unit} in the spike, peak {_value(entry.spike, scale)} {unit} {place},"
+    text += f" vs {_value(entry.baseline, scale)} {unit} at baseline"
+    if entry.z is not None:
+        of_peak = " of the peak" if place != IN_SPIKE and inside is not None else ""
+        text += f" (robust z{of_peak} {fmt_number(entry.z)})"
+    if entry.material_excess is not None:
+        text += f"; it counts fully from +{_value(entry.material_excess, abs(scale))} {unit}"
     return text + "."
 
 
-def split_sentence(split: dict) -> str | None:
-    """Where the slow requests' extra latency went, from ``latency_split``."""
-    total = split.get("latency_growth_ms")
-    if total is None:
+def split_sentence(split: LatencySplit | None) -> str | None:
+    """Where the slow requests' extra latency went, from ``latency_split`` (None without one)."""
+    if split is None:
         return None
     parts = [f"{label} {value:+.1f} ms" for label, value in (
-        ("server", split.get("server_growth_ms")), ("outside the server", split.get("outside_server_growth_ms")),
-        ("send lateness", split.get("lateness_growth_ms"))) if value is not None]
-    return f"Extra latency of the slow requests: {total:+.1f} ms on average" + (f" — {', '.join(parts)}." if parts else ".")
+        ("server", split.server_growth_ms), ("outside the server", split.outside_server_growth_ms),
+        ("send lateness", split.lateness_growth_ms)) if value is not None]
+    return (f"Extra latency of the slow requests: {split.latency_growth_ms:+.1f} ms on average"
+            + (f" — {', '.join(parts)}." if parts else "."))
 
 
-def factors_sentence(factors: dict) -> str | None:
+def factors_sentence(factors: dict[str, float]) -> str | None:
     """``Confidence is the product of: overlap lift 100%, server side 47%.``"""
-    shown = [f"{str(k).replace('_', ' ')} {100 * float(v):.0f}%" for k, v in factors.items()
-             if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    shown = [f"{name.replace('_', ' ')} {100 * value:.0f}%" for name, value in factors.items()]
     return f"Confidence is the product of: {', '.join(shown)}." if shown else None
 
 
@@ -212,18 +211,12 @@ def scalar_sentence(key: str, value, place: str | None = None) -> str | None:
     return f"{label[0].upper()}{label[1:]}: {shown}{where}."
 
 
-def _places(evidence: dict) -> dict:
-    """The evidence's ``places``: key → where that figure was measured, for those measured outside the spike."""
-    found = evidence.get("places")
-    return found if isinstance(found, dict) else {}
-
-
 def pair_sentences(evidence: dict) -> list[str]:
     """The LLM causes' levels as sentences: ``KV-cache usage: 99% of the cache in the spike vs 45% of the
     cache at baseline.``, the prompt tokens split into ours and the other traffic's, the long prompts
     that overlapped the slow streams, and the requests waiting on the server."""
     out = []
-    where = _places(evidence)
+    where = places_of(evidence)
     for spike_key, base_key, label, shown in LEVEL_PAIRS:
         spike, base = evidence.get(spike_key), evidence.get(base_key)
         if not isinstance(spike, (int, float)):
@@ -261,29 +254,29 @@ def pair_sentences(evidence: dict) -> list[str]:
 
 def evidence_sentences(cause: CauseFinding) -> list[str]:
     """Every part of a cause's evidence as a sentence with units (bounded), the summary first. The
-    evidence is each detector's own dict (its keys differ per detector), read defensively."""
+    evidence is each detector's own dict (its keys differ per detector): the parts the detector kit
+    writes in one shape (signal contrasts, latency split, factors, places, weak findings) are read
+    through their types (reports/upgrade.py; a part a plug-in wrote in another shape is left out),
+    the rest defensively."""
     evidence = cause.evidence
     sentences = []
     if isinstance(evidence.get("summary"), str):
         sentences.append(evidence["summary"])
-    signals = [e for e in (evidence.get("signals") or []) if isinstance(e, dict)]
-    runqueue = evidence.get("generator_runqueue_wait")
-    if isinstance(runqueue, dict):
-        signals.append(runqueue)
-    sentences += [signal_sentence(e) for e in sorted(signals, key=lambda e: -(e.get("confidence") or 0))]
+    sentences += [signal_sentence(e) for e in sorted(contrasts_of(evidence), key=lambda e: -e.confidence)]
     sentences += pair_sentences(evidence)
     paired = {key for pair in LEVEL_PAIRS for key in pair[:2]}
+    places = places_of(evidence)
     for key, value in evidence.items():
         if key not in SKIPPED and key not in paired:
-            made = scalar_sentence(str(key), value, _places(evidence).get(key))
+            made = scalar_sentence(str(key), value, places.get(key))
             if made:
                 sentences.append(made)
-    weak = [w for w in evidence.get("weak_findings") or [] if isinstance(w, dict)]
+    weak = weak_findings_of(evidence)
     if weak:
-        ranked = sorted(weak, key=lambda w: -(w.get("confidence") or 0))
+        ranked = sorted(weak, key=lambda w: -w.confidence)
         sentences.append("Findings below the threshold: " + "; ".join(
-            f"{cause_title(str(w.get('kind')))} {100 * float(w.get('confidence') or 0):.0f}%" for w in ranked) + ".")
-    for made in (split_sentence(evidence.get("latency_split") or {}), factors_sentence(evidence.get("factors") or {})):
+            f"{cause_title(w.kind)} {100 * w.confidence:.0f}%" for w in ranked) + ".")
+    for made in (split_sentence(latency_split_of(evidence)), factors_sentence(factors_of(evidence))):
         if made:
             sentences.append(made)
     return sentences[:MAX_SENTENCES]

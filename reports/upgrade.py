@@ -20,14 +20,15 @@ from __future__ import annotations
 import dataclasses
 import re
 
-from tailscope.analysis_model.codec import decode
+from tailscope.analysis_model.codec import AnalysisShapeError, decode
 from tailscope.analysis_model.comparison import Comparison
+from tailscope.analysis_model.evidence import LatencySplit, SignalContrast
 from tailscope.analysis_model.findings import Finding
 from tailscope.analysis_model.health import Generator, LimitedBand, Outages, Retention, Soak
 from tailscope.analysis_model.llm import Llm, TokenSpike
 from tailscope.analysis_model.records import Distribution, RollingLines, SlowRequests, TailLine, Window
 from tailscope.analysis_model.run import ErrorSamples, Run
-from tailscope.analysis_model.spikes import Spike, SpikeDetection
+from tailscope.analysis_model.spikes import CauseFinding, Spike, SpikeDetection
 from tailscope.analysis_model.streaming import Streaming
 from tailscope.analysis_model.sweep import AnalysisSweep, Sweep
 from tailscope.analysis_model.verdict import DEFAULT_UNCLAIMED, Verdict
@@ -259,3 +260,58 @@ def token_spikes_of(analysis: dict) -> dict[str, list[TokenSpike]]:
     cards read nothing else of the section); none without an ``llm`` section."""
     llm = analysis.get("llm")
     return {} if llm is None else decode(dict[str, list[TokenSpike]], llm["spikes"], "llm.spikes")
+
+# -- The kit-written parts of a cause's evidence (analysis_model/evidence.py) ----------------------
+# A cause's evidence is open: a plug-in detector may write these keys in a shape of its own. Each
+# reader below decodes what has the kit's shape and leaves out, entry by entry, what does not, so a
+# card shows the rest of the evidence rather than failing.
+
+
+def _tolerant(cls, data, where: str):
+    try:
+        return decode(cls, data, where)
+    except AnalysisShapeError:
+        return None
+
+
+def contrasts_of(evidence: dict) -> list[SignalContrast]:
+    """A cause's signal contrasts as written: its ``signals[]``, then the generator's
+    ``generator_runqueue_wait``; an entry in another shape (missing a field, a field of another
+    JSON type) is left out."""
+    signals = evidence.get("signals")
+    listed = [*(signals if isinstance(signals, list) else ()), evidence.get("generator_runqueue_wait")]
+    found = (_tolerant(SignalContrast, entry, "evidence.signals") for entry in listed if entry is not None)
+    return [contrast for contrast in found if contrast is not None]
+
+
+def latency_split_of(evidence: dict) -> LatencySplit | None:
+    """A cause's ``latency_split``; None where it is absent or in another shape."""
+    split = evidence.get("latency_split")
+    return None if split is None else _tolerant(LatencySplit, split, "evidence.latency_split")
+
+
+def factors_of(evidence: dict) -> dict[str, float]:
+    """A cause's confidence ``factors`` (name -> value in [0, 1]) in the order written; a value that
+    is not a number is left out, as is the whole where ``factors`` is not an object."""
+    factors = evidence.get("factors")
+    if not isinstance(factors, dict):
+        return {}
+    return {str(name): float(value) for name, value in factors.items()
+            if isinstance(value, (int, float)) and not isinstance(value, bool)}
+
+
+def places_of(evidence: dict) -> dict[str, str]:
+    """A cause's ``places``: evidence key -> where that figure was measured (only figures measured
+    outside the spike's own window); a place that is not a string is left out."""
+    places = evidence.get("places")
+    if not isinstance(places, dict):
+        return {}
+    return {str(key): place for key, place in places.items() if isinstance(place, str)}
+
+
+def weak_findings_of(evidence: dict) -> list[CauseFinding]:
+    """The findings below the threshold an ``unexplained`` cause lists (``weak_findings``), in the
+    order written; an entry in another shape is left out."""
+    weak = evidence.get("weak_findings")
+    found = (_tolerant(CauseFinding, entry, "evidence.weak_findings") for entry in (weak if isinstance(weak, list) else ()))
+    return [finding for finding in found if finding is not None]

@@ -31,6 +31,11 @@ def _episode() -> tuple[RunInputs, np.ndarray]:
     return inputs, values
 
 
+def _entry(found):
+    """The contrast as the kit writes it into a cause's evidence (its typed entry)."""
+    return SignalEvidence("others.cpu_cores", found, 0.5, 1.0).typed()
+
+
 def test_two_spikes_of_one_episode_quote_their_own_levels_and_place_the_peak():
     inputs, values = _episode()
     first, second = (inputs.contrast_values(values, lo, hi, floor=0.01) for lo, hi in SPIKES)
@@ -39,7 +44,7 @@ def test_two_spikes_of_one_episode_quote_their_own_levels_and_place_the_peak():
     # ... but each says where it lay, and quotes what was measured inside its own window
     assert first.inside == 1.0 and second.inside == 2.0
     assert first.place == "in the 2 s after the spike" and second.place == "in the 1 s before the spike"
-    one, two = (signal_sentence({"series": "others.cpu_cores", **c.as_dict()}) for c in (first, second))
+    one, two = (signal_sentence(_entry(c)) for c in (first, second))
     assert one != two
     assert one.startswith("CPU used by other processes: 1 cores in the spike, peak 5 cores in the 2 s after the spike, vs")
     assert "robust z of the peak" in one
@@ -52,7 +57,7 @@ def test_a_level_measured_inside_the_spike_is_quoted_without_a_place():
     values[24] = 9.0  # the first spike now holds the episode's peak
     found = inputs.contrast_values(values, *SPIKES[0], floor=0.01)
     assert found.spike == found.inside == 9.0 and found.place == "in the spike"
-    assert signal_sentence({"series": "others.cpu_cores", **found.as_dict()}).startswith(
+    assert signal_sentence(_entry(found)).startswith(
         "CPU used by other processes: 9 cores in the spike vs")
     assert level_words(found, lambda v: f"{v:.1f}") == "9.0" and places(load_ratio=found) == {}
 
@@ -62,7 +67,7 @@ def test_a_spike_without_a_reading_inside_says_where_its_level_was_measured():
     values[24] = np.nan
     found = inputs.contrast_values(values, *SPIKES[0], floor=0.01)
     assert found.inside is None and found.place == "in the 2 s after the spike"
-    text = signal_sentence({"series": "others.cpu_cores", **found.as_dict()})
+    text = signal_sentence(_entry(found))
     assert text.startswith("CPU used by other processes: 5 cores in the 2 s after the spike (no reading inside the spike) vs")
     assert level_words(found, lambda v: f"{v:.0f}") == "5 in the 2 s after the spike"
 

@@ -118,9 +118,10 @@ def test_cards_rank_by_impact_write_evidence_as_sentences_and_cap_the_count():
     assert result["cards"][0]["top_title"] == "GC pauses of the target"
     sentences = evidence_sentences(CauseFinding("cpu_throttling", 0.9, {
         "summary": "CFS throttling of the target's cgroup", "longest_pause_ms": 180.0, "decomposition": {"x": 1},
-        "signals": [{"series": "cgroup.cpu.throttled_ns", "spike": 3.12e8, "baseline": 0.0, "z": 41.0,
-                     "material_excess": 5e7, "confidence": 1.0}],
-        "latency_split": {"latency_growth_ms": 30.0, "server_growth_ms": 28.0, "lateness_growth_ms": 0.5},
+        "signals": [{"series": "cgroup.cpu.throttled_ns", "spike": 3.12e8, "baseline": 0.0, "spread": 1e6, "z": 41.0,
+                     "excess": 3.12e8, "material_excess": 5e7, "confidence": 1.0}],
+        "latency_split": {"latency_growth_ms": 30.0, "server_growth_ms": 28.0, "outside_server_growth_ms": None,
+                          "lateness_growth_ms": 0.5, "server_share": 0.93},
         "factors": {"server_side": 1.0, "throttling": 0.98}}))
     assert sentences == [
         "CFS throttling of the target's cgroup",
