@@ -241,6 +241,19 @@ class SoakPeriod:
 
 
 @dataclass(frozen=True, slots=True)
+class TrendVerdict:
+    """What both shapes of a soak ``drift`` or ``leak`` verdict hold (:class:`Soak`): its
+    ``verdict`` word (drift: ``drift``/``trending``/``stable``/``insufficient data``; leak:
+    ``leak``/``growing``/``flat``/``insufficient data``) and its one-sentence ``summary``. The rest
+    of each shape differs: the diagnosis patterns' verdict is an :class:`~.patterns.Drift` /
+    :class:`~.patterns.Leak`, the soak module's own test adds its per-metric (``metrics``) or
+    per-series (``series``) fits (analyzers/patterns/soak.py)."""
+
+    verdict: str
+    summary: str
+
+
+@dataclass(frozen=True, slots=True)
 class Soak:
     """The soak view (analyzers/patterns/soak.py): ``shown`` for a load period of at least 10 min or a
     run with ``retention:`` (else ``reason`` says why, and the rest is empty: ``period_s`` None,

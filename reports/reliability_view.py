@@ -7,10 +7,9 @@ returns None when its section has nothing to show, so the template can skip it.
 
 from __future__ import annotations
 
-from typing import Any
-
-from tailscope.analysis_model.health import Outages, Retention, Soak
+from tailscope.analysis_model.health import Outages, Retention, Soak, TrendVerdict
 from tailscope.reports.formatting import fmt_count, fmt_ms, fmt_offset, fmt_rate, fmt_share
+from tailscope.reports.upgrade import trend_verdict_of
 
 MB = "MB"
 
@@ -40,13 +39,11 @@ def _mb(value) -> str:
     return "—" if value is None else f"{value:,.0f} {MB}"
 
 
-def _verdict_line(verdict: dict[str, Any] | None) -> dict | None:
-    """A drift or leak verdict (``{verdict, summary, …}``, docs/analysis-schema.md) as text. An open
-    dict by design: the diagnosis patterns' drift/leak or the soak module's own test, two shapes
-    (analysis_model/health.Soak)."""
+def _verdict_line(verdict: TrendVerdict | None) -> dict | None:
+    """A drift or leak verdict as text (None without one)."""
     if verdict is None:
         return None
-    return {"verdict": str(verdict.get("verdict", "—")), "summary": str(verdict.get("summary") or "")}
+    return {"verdict": verdict.verdict, "summary": verdict.summary}
 
 
 def soak_data(section: Soak | None, origin_ns) -> dict | None:
@@ -63,8 +60,8 @@ def soak_data(section: Soak | None, origin_ns) -> dict | None:
         "p50": fmt_ms(p.p50_ms), "p99": fmt_ms(p.p99_ms) + ("" if p.p99_claimed else " *"),
         "target_rss": _mb(p.target_rss_max_mb), "harness_rss": _mb(p.harness_rss_max_mb),
     } for p in section.periods]
-    return {"period": label, "rows": rows, "drift": _verdict_line(section.drift),
-            "leak": _verdict_line(section.leak),
+    return {"period": label, "rows": rows, "drift": _verdict_line(trend_verdict_of(section.drift, "soak.drift")),
+            "leak": _verdict_line(trend_verdict_of(section.leak, "soak.leak")),
             "source": "diagnosis detectors" if section.verdicts_source == "patterns" else "soak analysis"}
 
 

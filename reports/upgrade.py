@@ -24,7 +24,7 @@ from tailscope.analysis_model.codec import AnalysisShapeError, decode
 from tailscope.analysis_model.comparison import Comparison
 from tailscope.analysis_model.evidence import LatencySplit, SignalContrast
 from tailscope.analysis_model.findings import Finding
-from tailscope.analysis_model.health import Generator, LimitedBand, Outages, Retention, Soak
+from tailscope.analysis_model.health import Generator, LimitedBand, Outages, Retention, Soak, TrendVerdict
 from tailscope.analysis_model.llm import Llm, TokenSpike
 from tailscope.analysis_model.records import Distribution, RollingLines, SlowRequests, TailLine, Window
 from tailscope.analysis_model.run import ErrorSamples, Run
@@ -260,6 +260,14 @@ def token_spikes_of(analysis: dict) -> dict[str, list[TokenSpike]]:
     cards read nothing else of the section); none without an ``llm`` section."""
     llm = analysis.get("llm")
     return {} if llm is None else decode(dict[str, list[TokenSpike]], llm["spikes"], "llm.spikes")
+
+def trend_verdict_of(verdict: dict | None, where: str) -> TrendVerdict | None:
+    """A soak ``drift`` or ``leak`` verdict's word and summary (:class:`TrendVerdict`), read alike
+    from either of its two current shapes (the diagnosis patterns' or the soak module's own test:
+    analysis_model/health.Soak); None where the soak view has none. ``where`` names the place in an
+    :class:`AnalysisShapeError`."""
+    return None if verdict is None else decode(TrendVerdict, verdict, where)
+
 
 # -- The kit-written parts of a cause's evidence (analysis_model/evidence.py) ----------------------
 # A cause's evidence is open: a plug-in detector may write these keys in a shape of its own. Each
