@@ -75,6 +75,12 @@ class Run:
     damaged_files: tuple[DamagedFile, ...] = ()
     abort_reasons: tuple[str, ...] = ()
 
+    @property
+    def load_origin_ns(self) -> int | None:
+        """Where the report's times count from (epoch ns): the load start, else the run's start
+        where the load start is unknown; None where neither is known. Charts draw x in s since it."""
+        return self.load_start_ns or self.start_ns
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ErrorSample:

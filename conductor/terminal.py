@@ -22,8 +22,16 @@ from tailscope.analysis_model.stages import Stages
 from tailscope.analysis_model.summary import Summary
 from tailscope.analysis_model.verdict import SloRow
 from tailscope.reports.formatting import fmt_metric
-from tailscope.reports.tracing_view import stage_section
-from tailscope.reports.upgrade import findings_of, generator_of, llm_of, run_of, spikes_of, verdict_of, warnings_of
+from tailscope.reports.upgrade import (
+    findings_of,
+    generator_of,
+    llm_of,
+    run_of,
+    spikes_of,
+    stages_of,
+    verdict_of,
+    warnings_of,
+)
 from tailscope.support.units import percentile_label
 
 PLAIN_PROGRESS_INTERVAL_S = 5.0
@@ -105,7 +113,7 @@ def print_summary(console: Console, analysis: dict, paths: dict) -> None:
     ``analysis`` is the one just computed (analyze_run's dict); its sections are read through their types
     (reports/upgrade.py readers), so a malformed one raises AnalysisShapeError naming the place."""
     summary = decode(Summary, analysis["summary"], "summary")
-    verdict, run, stages = verdict_of(analysis), run_of(analysis), stage_section(analysis)
+    verdict, run, stages = verdict_of(analysis), run_of(analysis), stages_of(analysis)
     console.rule("tailscope")
     if run.incomplete:
         console.print(f"[yellow]{run.incomplete_reason or 'incomplete run'}[/]")

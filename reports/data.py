@@ -1,8 +1,11 @@
 """The report's data: every number the HTML / Markdown shows, pre-formatted.
 
-``build_report_data(analysis)`` reads only the analysis dict. Templates loop
-and branch over this dict and do no arithmetic; chart series go to the page
-as one JSON object (``charts``), with times in seconds since the load start.
+``build_report_data(analysis)`` reads only the analysis dict, and is the one
+function here that takes it: it decodes each section once (reports/upgrade.py
+readers), computes the load origin once (``Run.load_origin_ns``) and hands the
+typed sections on to the views that draw them. Templates loop and branch over
+this dict and do no arithmetic; chart series go to the page as one JSON object
+(``charts``), with times in seconds since the load start.
 """
 
 from __future__ import annotations
@@ -11,7 +14,10 @@ import json
 
 from tailscope.analysis_model.codec import decode
 from tailscope.analysis_model.events import Events
+from tailscope.analysis_model.llm import Llm
+from tailscope.analysis_model.records import Distribution, Window
 from tailscope.analysis_model.run import Environment, Run
+from tailscope.analysis_model.server import OtherTraffic, ServerLoad
 from tailscope.analysis_model.signals import Signals
 from tailscope.analysis_model.stages import Stages
 from tailscope.analysis_model.summary import Summary
@@ -35,23 +41,32 @@ from tailscope.reports.formatting import (  # noqa: F401
 from tailscope.reports.overview_view import detection_text, signals_text, slo_chips, tail_text
 from tailscope.reports.signal_view import summarise_panels
 from tailscope.reports.timeline import fault_label, timeline_charts
-from tailscope.reports.tracing_view import receiver_rows, stage_data, stage_section
+from tailscope.reports.tracing_view import receiver_rows, stage_data
 from tailscope.reports.upgrade import (
     analysis_sweep_of,
     distribution_of,
     error_samples_of,
     findings_of,
     generator_of,
+    limited_bands_of,
+    llm_of,
+    other_traffic_of,
     outages_of,
     retention_of,
+    rolling_lines_of,
     run_of,
+    server_load_of,
     slow_requests_of,
     soak_of,
     spike_detection_of,
     spikes_of,
+    stages_of,
     streaming_of,
+    tail_line_of,
+    token_spikes_of,
     upgrade_analysis,
     warnings_of,
+    windows_of,
 )
 from tailscope.support.units import percentile_label
 
@@ -139,8 +154,10 @@ def environment_items(env: Environment | None) -> list[dict]:
             {"key": "scenario SHA-256", "value": sha[:12] if sha else "not recorded"}]
 
 
-def setup_data(analysis: dict, run: Run, signals: Signals) -> dict:
-    """The setup tab: the run's facts, scenario, host, environment, signal sources and receiver."""
+def setup_data(run: Run, signals: Signals, window_s: float, receiver: dict) -> dict:
+    """The setup tab: the run's facts, scenario, host, environment, signal sources and receiver
+    (``receiver``: the section as written, :func:`~.tracing_view.receiver_rows`); ``window_s`` the
+    analysis's display window (s)."""
     return {
         "run_rows": [
             {"key": "name", "value": run.name}, {"key": "status", "value": run.status},
@@ -149,14 +166,14 @@ def setup_data(analysis: dict, run: Run, signals: Signals) -> dict:
             {"key": "load duration", "value": f"{run.duration_s:.1f} s"},
             {"key": "format", "value": str(run.format_version)},
             {"key": "tailscope", "value": str(run.tailscope_version)},
-            {"key": "window", "value": f"{analysis['window_s']:g} s"},
+            {"key": "window", "value": f"{window_s:g} s"},
         ],
         "scenario_json": json.dumps(run.scenario, indent=2, sort_keys=True, default=str),
         "host_rows": _key_values(run.host),
         "environment": environment_items(run.environment),
         "sources": [{"name": name, "state": "available" if s.available else "unavailable",
                      "reason": s.reason or ""} for name, s in signals.sources.items()],
-        "receiver_rows": receiver_rows(analysis["receiver"]),
+        "receiver_rows": receiver_rows(receiver),
     }
 
 
@@ -173,13 +190,15 @@ def event_data(events: Events, origin_ns) -> dict:
     }
 
 
-def chart_data(analysis: dict, cards: dict, stages: Stages, events: Events,
-               signals: Signals, sweep_chart: dict | None) -> tuple[dict, dict]:
-    """(series for the page's charts (one JSON block; x in seconds since the load start), the
-    :func:`~.signal_view.summarise_panels` of the signal panels, whose drawn panels the charts hold);
-    ``sweep_chart``: the series of the analysis's own sweep (:func:`.extras.sweep`), or None."""
+def chart_data(timeline: dict, cards: dict, stages: Stages, distribution: Distribution | None,
+               sweep_chart: dict | None, llm: Llm | None, windows: list[Window], server_load: ServerLoad | None,
+               other: OtherTraffic | None, origin_ns: int) -> tuple[dict, dict]:
+    """(series for the page's charts (one JSON block; x in seconds since ``origin_ns``, epoch ns, the
+    load start), the :func:`~.signal_view.summarise_panels` of the signal panels, whose drawn panels
+    the charts hold); ``timeline``: :func:`.timeline.timeline_charts`, ``cards``:
+    :func:`.cards.spike_cards`, ``sweep_chart``: the series of the analysis's own sweep
+    (:func:`.extras.sweep`), or None; the rest the sections drawn, as their types."""
     by_stage = stages.occurred()
-    timeline = timeline_charts(analysis, events, signals)
     signals = summarise_panels(timeline["panels"])
     return {
         **timeline,
@@ -187,12 +206,12 @@ def chart_data(analysis: dict, cards: dict, stages: Stages, events: Events,
         "stages": {"names": list(by_stage), "p50": [s.p50_ms for s in by_stage.values()],
                    "p99": [s.p99_ms for s in by_stage.values()]},
         "cards": cards["charts"],
-        "distribution": distribution_charts(distribution_of(analysis)),
+        "distribution": distribution_charts(distribution),
         "sweep": sweep_chart,
-        "llm": llm_view.llm_charts(analysis),
-        "server": server_view.server_panels(analysis),
-        "other": server_view.other_traffic_chart(analysis),
-        "slow_split": server_view.slow_split_chart(analysis),
+        "llm": llm_view.llm_charts(llm, windows, origin_ns),
+        "server": server_view.server_panels(server_load, other, origin_ns),
+        "other": server_view.other_traffic_chart(other, origin_ns),
+        "slow_split": server_view.slow_split_chart(stages.slow_split),
     }, signals
 
 
@@ -201,19 +220,28 @@ def build_report_data(analysis: dict) -> dict:
     with the current names (:func:`upgrade_analysis`)."""
     analysis = upgrade_analysis(analysis)
     summary, run = decode(Summary, analysis["summary"], "summary"), run_of(analysis)
-    origin = run.load_start_ns or run.start_ns
-    cards = spike_cards(spikes_of(analysis), origin)
-    stages, events = stage_section(analysis), decode(Events, analysis["events"], "events")
+    origin = run.load_origin_ns  # epoch ns; None where the run says neither start
+    x_origin = origin or 0  # the charts' x = 0
+    latency_spikes, windows, llm = spikes_of(analysis), windows_of(analysis), llm_of(analysis)
+    cards = spike_cards(latency_spikes, origin)
+    stages, events = stages_of(analysis), decode(Events, analysis["events"], "events")
     signal_section = decode(Signals, analysis["signals"], "signals")
+    other = other_traffic_of(analysis)
+    streaming, slow, distribution = streaming_of(analysis), slow_requests_of(analysis), distribution_of(analysis)
+    detection = spike_detection_of(analysis)
     sweep_table, sweep_chart = extras.sweep(analysis_sweep_of(analysis))
-    charts, signals = chart_data(analysis, cards, stages, events, signal_section, sweep_chart)
+    timeline = timeline_charts(
+        origin_ns=x_origin, duration_s=run.duration_s, windows=windows, rolling=rolling_lines_of(analysis),
+        tail=tail_line_of(analysis), slow=slow, spikes=latency_spikes, detection=detection, events=events,
+        limited=limited_bands_of(analysis), signals=signal_section)
+    charts, signals = chart_data(timeline, cards, stages, distribution, sweep_chart, llm, windows,
+                                 server_load_of(analysis), other, x_origin)
     verdict_section = decode(Verdict, analysis["verdict"], "verdict")
     verdict = verdict_data(verdict_section)
     classes = decode(dict[str, Summary], analysis["classes"], "classes")
     class_slos = loadgen_view.class_slo_cells(list(classes), summary.goodput, verdict_section)
-    tokens = llm_view.token_spike_cards(analysis)  # an LLM run's TTFT/TPOT spikes, carded beside latency's
-    windows = charts["latency"]["windows"]  # how many (the timeline read them)
-    streaming, slow, distribution = streaming_of(analysis), slow_requests_of(analysis), distribution_of(analysis)
+    # an LLM run's TTFT/TPOT spikes, carded beside latency's
+    tokens = llm_view.token_spike_cards(token_spikes_of(analysis), latency_spikes, origin)
     ranked, capped = rank_cards(cards["cards"], tokens["cards"])
     return {
         "title": f"tailscope — {run.name}",
@@ -242,25 +270,25 @@ def build_report_data(analysis: dict) -> dict:
         "minor_spikes": cards["minor"],
         "minor_token_spikes": tokens["minor"],
         "uncarded_spikes": cards["uncarded"] + capped,
-        "detection": detection_text(spike_detection_of(analysis), len(cards["rows"]), len(cards["minor"])),
-        "tail": tail_text(charts["tail"], windows),
+        "detection": detection_text(detection, len(cards["rows"]), len(cards["minor"])),
+        "tail": tail_text(charts["tail"], len(windows)),
         "signals": {"text": signals_text(signals), "constants": signals["constants"],
                     "panels": len(signals["panels"])},
         "events": event_data(events, origin),
         "outages": reliability_view.outage_data(outages_of(analysis), origin),
         "soak": reliability_view.soak_data(soak_of(analysis), origin),
         "retention": reliability_view.retention_data(retention_of(analysis)),
-        "setup": setup_data(analysis, run, signal_section),
+        "setup": setup_data(run, signal_section, analysis["window_s"], analysis["receiver"]),
         "has_windows": bool(windows),
         "goodput": extras.goodput(summary.goodput),
         "loop": extras.loop_label(run.scenario),
         "streaming": extras.streaming(streaming),
-        "llm": llm_view.llm_data(analysis),
-        "llm_headline": llm_view.llm_headline(analysis),
+        "llm": llm_view.llm_data(llm, origin),
+        "llm_headline": llm_view.llm_headline(llm, origin),
         "server": charts["server"],  # the panels' titles; their series travel in charts
-        "other_traffic": server_view.other_traffic_text(analysis),
+        "other_traffic": server_view.other_traffic_text(other, stages.joined_requests),
         "has_other_chart": charts["other"] is not None,
-        "slow_split": server_view.slow_split_data(analysis),
+        "slow_split": server_view.slow_split_data(stages.slow_split),
         "sweep": sweep_table,
         "has_distribution": bool(distribution is not None and distribution.bin_edges_ms),
         "slow_points": {"shown": fmt_count(slow.shown if slow is not None else None),

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 
-from tailscope.analysis_model.verdict import SloRow
+from tailscope.analysis_model.run import Run
+from tailscope.analysis_model.verdict import SloRow, Verdict
 from tailscope.reports.formatting import fmt_metric
 from tailscope.reports.upgrade import comparison_of, run_of, verdict_of
 
@@ -24,9 +25,9 @@ SUITE_NAME = "tailscope.slo"
 COMPARE_SUITE_NAME = "tailscope.compare"
 
 
-def slo_suite(analysis: dict) -> ET.Element:
-    """The SLO verdict as one ``<testsuite>``."""
-    verdict, run = verdict_of(analysis), run_of(analysis)
+def slo_suite(verdict: Verdict, run: Run) -> ET.Element:
+    """The SLO ``verdict`` as one ``<testsuite>`` (its time the ``run``'s load duration, its
+    properties the run's name, path and status)."""
     rows = verdict.slos
     unclaimed_fails = verdict.policy.unclaimed == "fail"
     statuses = [_status(row, unclaimed_fails) for row in rows]
@@ -89,8 +90,9 @@ def comparison_suite(comparison: dict) -> ET.Element:
 
 
 def render_junit(analysis: dict, comparison: dict | None = None) -> str:
-    """The verdict (and the comparison's checks, when given) as JUnit XML text (UTF-8)."""
-    root = slo_suite(analysis)
+    """The verdict (and the comparison's checks, when given) as JUnit XML text (UTF-8): the one door
+    here that takes the analysis dict; its verdict and run are decoded once and handed on."""
+    root = slo_suite(verdict_of(analysis), run_of(analysis))
     if comparison is not None:
         suites = ET.Element("testsuites")
         suites.extend([root, comparison_suite(comparison)])

@@ -1,9 +1,11 @@
 """The report's LLM section: token-level latencies, tokens, goodput and their course over time.
 
-Reads the analysis's ``llm`` section, once per view function, as ``tailscope.analysis_model.llm.Llm``
-(reports/upgrade.py `llm_of`; its defaults are how an older analysis reads), ``windows``, the run's load start and
-(for the token spike cards) the latency spikes (docs/analysis-schema.md); None for a run without
-OpenAI-API requests. :func:`llm_data` is the
+Each view takes the sections it draws as their types, decoded once by the report's door
+(reports/data.py ``build_report_data``): the ``llm`` section as ``tailscope.analysis_model.llm.Llm``
+(reports/upgrade.py `llm_of`; its defaults are how an older analysis reads; None for a run without
+OpenAI-API requests), the ``windows``, the run's ``load_origin_ns`` (epoch ns) and (for the token
+spike cards) the TTFT/TPOT spikes (`token_spikes_of`) and the latency spikes
+(docs/analysis-schema.md). :func:`llm_data` is the
 section's pre-formatted table data, :func:`llm_charts` its chart series (x in
 seconds since ``origin_ns``, the load start): each request's TTFT and TPOT as
 points (the analysis's bounded ``llm.points``), the per-window P50/P99 where
@@ -38,7 +40,6 @@ from tailscope.reports.formatting import (
 from tailscope.reports.kinds_view import kinds_data, kinds_headline
 from tailscope.reports.prefix_cache_view import prefix_cache_data, prefix_cache_headline
 from tailscope.reports.sessions_view import sessions_data, sessions_headline
-from tailscope.reports.upgrade import llm_of, run_of, spikes_of, token_spikes_of, windows_of
 from tailscope.support.cause_words import cause_title
 
 #: The percentile-set metrics of the section, in display order: (key, label).
@@ -54,13 +55,6 @@ TPOT_NOTE = ("TPOT = (last token − first token) ÷ (output tokens − 1). When
              "per-token gaps when chunks carry several tokens (a slow token is averaged with the others of its "
              "chunk, which flattens the tail). The chunk gap is g itself, one sample per content chunk: the "
              "longest waits the client saw between pieces of content.")
-
-
-def load_origin_ns(analysis: dict) -> int | None:
-    """The run's load start (epoch ns; its start where the load start is unknown): the origin of the
-    section's offsets and chart x."""
-    run = run_of(analysis)
-    return run.load_start_ns or run.start_ns
 
 
 def _metric_row(label: str, entry: PercentileSet) -> dict:
@@ -83,12 +77,11 @@ def _spikes(llm: Llm, key: str) -> list[TokenSpike]:
     return llm.spikes.get(key, [])
 
 
-def llm_data(analysis: dict) -> dict | None:
-    """The LLM section's tables (every value a string); None without an ``llm`` section."""
-    llm = llm_of(analysis)
+def llm_data(llm: Llm | None, origin_ns: int | None) -> dict | None:
+    """The LLM section's tables (every value a string; times as s since ``origin_ns``, epoch ns,
+    "—" where it is None); None without an ``llm`` section."""
     if llm is None:
         return None
-    origin = load_origin_ns(analysis)
     rate = llm.output_tokens_per_s
     per_request = rate.per_request
     goodput = llm.goodput
@@ -117,24 +110,24 @@ def llm_data(analysis: dict) -> dict | None:
             "rate": fmt_tokens_per_s(c.output_tokens_per_s.aggregate),
             "goodput": fmt_share(c.goodput.share),
         } for name, c in llm.classes.items()],
-        "spikes": [{"metric": label, "window": f"{fmt_offset(s.start_ns, origin)} – {fmt_offset(s.end_ns, origin)}",
+        "spikes": [{"metric": label, "window": f"{fmt_offset(s.start_ns, origin_ns)} – {fmt_offset(s.end_ns, origin_ns)}",
                     "p99": fmt_ms(s.p99_ms), "baseline": fmt_ms(s.baseline_p99_ms),
                     "requests": fmt_count(s.requests), "slow": fmt_count(s.slow_requests)}
                    for key, label in SERIES for s in _spikes(llm, key)],
         "detection": _detection_text(llm),
         "tpot_note": TPOT_NOTE,
-        "prefix_cache": prefix_cache_data(llm, origin),
+        "prefix_cache": prefix_cache_data(llm, origin_ns),
         "kinds": kinds_data(llm),
         "sessions": sessions_data(llm),
         "has_points": bool(llm.points.scheduled_ns),
     }
 
 
-def llm_headline(analysis: dict) -> list[dict] | None:
+def llm_headline(llm: Llm | None, origin_ns: int | None) -> list[dict] | None:
     """The verdict's LLM figures: TTFT and TPOT P99 with their 95% CIs and whether claimed (each only
     when some request has it: unstreamed requests have no TTFT), and goodput (``{"label", "note"}``,
-    every value a string); None without an ``llm`` section."""
-    llm = llm_of(analysis)
+    every value a string; ``origin_ns``, epoch ns, for the prefix cache's reading times); None
+    without an ``llm`` section."""
     if llm is None:
         return None
     out = []
@@ -143,7 +136,7 @@ def llm_headline(analysis: dict) -> list[dict] | None:
             continue
         cells = percentile_cells(p99)
         out.append({"label": f"{label} P99 {cells['value']}", "note": f"95% CI {cells['ci']} · {cells['claimed']}"})
-    cache = prefix_cache_headline(llm, load_origin_ns(analysis))
+    cache = prefix_cache_headline(llm, origin_ns)
     if cache is not None:  # beside TTFT: a cached prefix is prefill the server skipped
         out.append(cache)
     goodput = llm.goodput
@@ -169,8 +162,9 @@ def _overlap_text(spike: TokenSpike, latency_spikes: list[Spike]) -> str:
     return "no latency spike overlaps it, and a token-level spike is given no cause of its own."
 
 
-def token_spike_cards(analysis: dict) -> dict:
-    """The TTFT/TPOT spikes (``llm.spikes``) as spike cards: ``{"cards": [...], "minor": [...]}``.
+def token_spike_cards(spikes: dict[str, list[TokenSpike]], latency: list[Spike], origin_ns: int | None) -> dict:
+    """The TTFT/TPOT spikes (``llm.spikes``, keyed ``"ttft"``, ``"tpot"``) as spike cards beside the
+    ``latency`` spikes (windows as s since ``origin_ns``, epoch ns): ``{"cards": [...], "minor": [...]}``.
 
     Each card has the keys the report's card template reads (``token`` True, ``key``, ``metric``,
     ``number`` per series, ``window``, ``p99``, ``baseline``, ``ratio``, ``excess``, ``requests``,
@@ -180,15 +174,12 @@ def token_spike_cards(analysis: dict) -> dict:
     token_causes.py; an analysis from before token spikes had causes says which latency spike overlaps
     it instead). It is **minor** by the latency spikes' rule (unexplained with its P99 below twice the
     baseline P99, or its impact under a tenth of the largest spike's, latency spikes included)."""
-    spikes = token_spikes_of(analysis)
-    origin = load_origin_ns(analysis)
-    latency = spikes_of(analysis)
     found = [(key, label, number, s) for key, label in SERIES for number, s in enumerate(spikes.get(key, []), 1)]
     impacts = {id(s): impact_of(s.excess_ms, s.slow_requests, s.requests) for *_, s in found}
     largest = max([impact(s) for s in latency] + list(impacts.values()), default=0.0)
     cards, minor = [], []
     for key, label, number, s in found:
-        window = f"{fmt_offset(s.start_ns, origin)} – {fmt_offset(s.end_ns, origin)}"
+        window = f"{fmt_offset(s.start_ns, origin_ns)} – {fmt_offset(s.end_ns, origin_ns)}"
         ratio = ratio_text(s.p99_ms, s.baseline_p99_ms)
         rose = (f"{label} P99 rose to {fmt_ms(s.p99_ms)} against a {fmt_ms(s.baseline_p99_ms)} "
                 f"baseline ({ratio}) in {window}: {fmt_count(s.slow_requests)} of "
@@ -261,22 +252,20 @@ def rolling_points(x: list, y: list, q: float, need: int) -> dict | None:
 MIN_CLAIMED_WINDOW_SHARE = 0.5
 
 
-def llm_charts(analysis: dict) -> dict | None:
+def llm_charts(llm: Llm | None, windows: list[Window], origin_ns: int) -> dict | None:
     """``{"ttft": {...}, "tpot": {...}, "tokens": line}``: per series its points (``x``, ``y``,
     ``cls``), window ``lines`` (``P50``/``P99`` where claimed) and spike ``bands`` (``x0``, ``x1``);
-    ``tokens`` the output tokens/s per window. None without an ``llm`` section."""
-    llm = llm_of(analysis)
+    ``tokens`` the output tokens/s per window (the analysis's ``windows``); x in s since ``origin_ns``
+    (epoch ns). None without an ``llm`` section."""
     if llm is None:
         return None
-    origin = load_origin_ns(analysis) or 0
-    windows = windows_of(analysis)
     points = llm.points
-    x = _seconds(points.scheduled_ns, origin)
+    x = _seconds(points.scheduled_ns, origin_ns)
     y_of = {"ttft": points.ttft_ms, "tpot": points.tpot_ms}
     out = {}
     held = [w for w in windows if (w.n or 0) > 0]
     for key, _ in SERIES:
-        lines = {label: _line(windows, f"{key}_{p}_ms", origin) for p, label in (("p50", "P50"), ("p99", "P99"))}
+        lines = {label: _line(windows, f"{key}_{p}_ms", origin_ns) for p, label in (("p50", "P50"), ("p99", "P99"))}
         claimed = sum(getattr(w, f"{key}_p50_ms") is not None for w in held)
         if claimed < MIN_CLAIMED_WINDOW_SHARE * len(held):  # too few requests a window: rolling lines instead
             lines = {f"{label} (rolling, ≥ {need} requests)": rolling_points(x, y_of[key], q, need)
@@ -285,8 +274,8 @@ def llm_charts(analysis: dict) -> dict | None:
             "x": x, "y": y_of[key], "cls": points.cls,
             "lines": [{"name": name, "key": name.split(" ")[0], **line} for name, line in lines.items()
                       if line is not None],
-            "bands": [{"x0": (s.start_ns - origin) / NS_PER_S, "x1": (s.end_ns - origin) / NS_PER_S}
+            "bands": [{"x0": (s.start_ns - origin_ns) / NS_PER_S, "x1": (s.end_ns - origin_ns) / NS_PER_S}
                       for s in _spikes(llm, key)],
         }
-    out["tokens"] = _line(windows, "output_tokens_per_s", origin)
+    out["tokens"] = _line(windows, "output_tokens_per_s", origin_ns)
     return out

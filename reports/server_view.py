@@ -14,21 +14,19 @@ Reads only analysis.json (docs/analysis-schema.md):
   for the slow requests (above the run's P99 of TTFT or TPOT; of latency in a run without
   LLM requests) against the normal ones, as a table and grouped bars.
 
-Each function reads its section once as its type (:mod:`tailscope.analysis_model.server`,
-:class:`~tailscope.analysis_model.stages.SlowSplit`); a section an older analysis lacks reads as
-None (nothing drawn).
+Each function takes the section it draws as its type (:mod:`tailscope.analysis_model.server`,
+:class:`~tailscope.analysis_model.stages.SlowSplit`), decoded once by the report's door
+(reports/data.py ``build_report_data`` through reports/upgrade.py ``server_load_of``,
+``other_traffic_of``, ``stages_of``); a section an older analysis lacks is None (nothing drawn).
+Chart x counts from ``origin_ns`` (epoch ns: the run's ``load_origin_ns``, 0 where unknown).
 """
 
 from __future__ import annotations
 
-from typing import TypeVar
-
-from tailscope.analysis_model.codec import decode
 from tailscope.analysis_model.server import OtherTraffic, ServerLoad
 from tailscope.analysis_model.stages import SlowSplit
 from tailscope.reports.downsample import lttb
 from tailscope.reports.formatting import NS_PER_S, fmt_count, fmt_ms, fmt_number
-from tailscope.reports.upgrade import run_of
 
 MAX_LINE_POINTS = 2000
 
@@ -47,43 +45,22 @@ SERVER_PANELS = (
 PRESET_NAMES = {"vllm": "vLLM", "tgi": "TGI", "sglang": "SGLang", "triton": "Triton"}
 
 
-T = TypeVar("T")
-
-
 def _reduced(x: list[float], y: list) -> tuple[list, list]:
     return (x, y) if len(x) <= MAX_LINE_POINTS else lttb(x, y, MAX_LINE_POINTS)
 
 
-def _optional(analysis: dict, key: str, cls: type[T]) -> T | None:
-    """The top-level section ``key`` read as ``cls``; None where it is null or (an analysis
-    written before the section existed) absent."""
-    data = analysis[key] if key in analysis else None
-    return None if data is None else decode(cls, data, key)
-
-
-def _origin_ns(analysis: dict) -> int:
-    """Where the x axes start: the load start (epoch ns), else the run's start, else 0."""
-    run = run_of(analysis)
-    return run.load_start_ns or run.start_ns or 0
-
-
-def _slow_split(analysis: dict) -> SlowSplit | None:
+def _drawn(split: SlowSplit | None) -> SlowSplit | None:
     """``stages.slow_split`` when it has slow requests and stages to compare; else None."""
-    split = analysis["stages"]["slow_split"] if "slow_split" in analysis["stages"] else None
-    if split is None:
-        return None
-    typed = decode(SlowSplit, split, "stages.slow_split")
-    return typed if typed.slow_requests and typed.stages else None
+    return split if split is not None and split.slow_requests and split.stages else None
 
 
-def server_panels(analysis: dict) -> dict | None:
+def server_panels(load: ServerLoad | None, other: OtherTraffic | None, origin_ns: int) -> dict | None:
     """``{"preset", "panels": [{"id", "title", "unit", "series": [{"name", "role", "metric", "x", "y"}]}]}``
-    from ``server_load``; None when the run's preset maps no series it has."""
-    load = _optional(analysis, "server_load", ServerLoad)
+    from ``server_load`` (the prefill panel adds ``other``'s prompt tokens/s where its spans carry
+    them); x in s since ``origin_ns`` (epoch ns); None when the run's preset maps no series it has."""
     if load is None or not load.roles:
         return None
-    origin = _origin_ns(analysis)
-    x = [round((t - origin) / NS_PER_S, 6) for t in load.t_ns]
+    x = [round((t - origin_ns) / NS_PER_S, 6) for t in load.t_ns]
     panels = []
     for panel_id, title, unit, members in SERVER_PANELS:
         series = []
@@ -96,10 +73,10 @@ def server_panels(analysis: dict) -> dict | None:
             series.append({"name": label, "role": role, "metric": entry.metric,
                            "x": [round(v, 6) for v in xs], "y": ys})
         if panel_id == "server-prefill" and series:
-            other = other_traffic_chart(analysis)
-            if other and other["prompt_tokens_per_s"] is not None:
+            other_chart = other_traffic_chart(other, origin_ns)
+            if other_chart and other_chart["prompt_tokens_per_s"] is not None:
                 series.append({"name": "of which other traffic's prompts", "role": "other_traffic", "metric": "other_traffic",
-                               "x": other["x"], "y": other["prompt_tokens_per_s"]})
+                               "x": other_chart["x"], "y": other_chart["prompt_tokens_per_s"]})
         if series:
             panels.append({"id": panel_id, "title": title, "unit": unit, "series": series})
     if not panels:
@@ -109,16 +86,14 @@ def server_panels(analysis: dict) -> dict | None:
             "step_s": load.step_s}
 
 
-def other_traffic_chart(analysis: dict) -> dict | None:
+def other_traffic_chart(other: OtherTraffic | None, origin_ns: int) -> dict | None:
     """The other traffic per window: ``{"x", "requests_per_s", "prompt_tokens_per_s"}`` (x: each
-    window's middle, s since the load start; prompt tokens null when the spans carry none);
+    window's middle, s since ``origin_ns`` (epoch ns); prompt tokens null when the spans carry none);
     None when the server answered no request besides ours."""
-    other = _optional(analysis, "other_traffic", OtherTraffic)
     if other is None or not other.requests or not other.windows:
         return None
-    origin = _origin_ns(analysis)
     width = other.window_s
-    x = [round((w.start_ns - origin) / NS_PER_S + width / 2, 6) for w in other.windows]
+    x = [round((w.start_ns - origin_ns) / NS_PER_S + width / 2, 6) for w in other.windows]
     requests = [w.requests / width for w in other.windows]
     prompt = [None if w.prompt_tokens is None else w.prompt_tokens / width for w in other.windows]
     xs, ys = _reduced(x, requests)
@@ -126,11 +101,10 @@ def other_traffic_chart(analysis: dict) -> dict | None:
             "prompt_tokens_per_s": _reduced(x, prompt)[1] if any(v is not None for v in prompt) else None}
 
 
-def other_traffic_text(analysis: dict) -> str | None:
+def other_traffic_text(other: OtherTraffic | None, joined_requests: int) -> str | None:
     """One sentence on the other traffic (what it is, how much, where it is drawn); None when the
-    run joined no server span (nothing could be told apart)."""
-    other = _optional(analysis, "other_traffic", OtherTraffic)
-    if other is None or not analysis["stages"]["joined_requests"]:
+    run joined no server span (``joined_requests`` 0, ``stages``: nothing could be told apart)."""
+    if other is None or not joined_requests:
         return None
     if not other.requests:
         return ("Other traffic: none — every server span the receiver got belongs to one of our requests, "
@@ -157,10 +131,10 @@ def _growth(slow, normal) -> str:
     return f"×{slow / normal:.1f}" if slow >= normal else f"×{slow / normal:.2f}"
 
 
-def slow_split_data(analysis: dict) -> dict | None:
+def slow_split_data(split: SlowSplit | None) -> dict | None:
     """``stages.slow_split`` as pre-formatted rows and its definition in words; None when absent
     or when no request was slow."""
-    split = _slow_split(analysis)
+    split = _drawn(split)
     if split is None:
         return None
     names = {"ttft": "TTFT", "tpot": "TPOT", "latency": "latency"}
@@ -191,9 +165,10 @@ def slow_split_data(analysis: dict) -> dict | None:
             "rows": rows, "tokens": token_text}
 
 
-def slow_split_chart(analysis: dict) -> dict | None:
-    """``{"names", "normal", "slow"}``: each stage's mean ms per group (null where a group has none)."""
-    split = _slow_split(analysis)
+def slow_split_chart(split: SlowSplit | None) -> dict | None:
+    """``{"names", "normal", "slow"}``: each stage's mean ms per group (null where a group has none);
+    None when ``stages.slow_split`` is absent or no request was slow."""
+    split = _drawn(split)
     if split is None:
         return None
     return {"names": [s.stage for s in split.stages], "normal": [s.normal_mean_ms for s in split.stages],

@@ -25,24 +25,15 @@ before the grouping moved to the report did); a series no panel takes gets its o
 
 from __future__ import annotations
 
-from tailscope.analysis_model.codec import decode
 from tailscope.analysis_model.events import Event, Events
+from tailscope.analysis_model.health import LimitedBand
 from tailscope.analysis_model.records import RollingLine, RollingLines, SlowRequests, TailLine, Window
 from tailscope.analysis_model.signals import Signals, SignalSeries
+from tailscope.analysis_model.spikes import Spike, SpikeDetection
 from tailscope.reports.cards import minor_flags
 from tailscope.reports.downsample import lttb
 from tailscope.reports.formatting import NS_PER_S
 from tailscope.reports.signal_panels import build_panels
-from tailscope.reports.upgrade import (
-    limited_bands_of,
-    rolling_lines_of,
-    run_of,
-    slow_requests_of,
-    spike_detection_of,
-    spikes_of,
-    tail_line_of,
-    windows_of,
-)
 from tailscope.support.units import percentile_label
 
 MAX_LINE_POINTS = 2000
@@ -162,30 +153,30 @@ def signal_panels(signals: Signals, origin_ns: int) -> list[dict]:
     return panels
 
 
-def timeline_charts(analysis: dict, events: Events | None = None, signals: Signals | None = None) -> dict:
-    """Everything drawn against the shared time axis (see the module docstring); ``events`` and
-    ``signals``: those sections when the caller has read them already (else read here)."""
-    run = run_of(analysis)
-    origin = run.load_start_ns or run.start_ns or 0
-    events = events if events is not None else decode(Events, analysis["events"], "events")
+def timeline_charts(*, origin_ns: int, duration_s: float, windows: list[Window], rolling: RollingLines,
+                    tail: TailLine | None, slow: SlowRequests | None, spikes: list[Spike],
+                    detection: SpikeDetection | None, events: Events, limited: list[LimitedBand],
+                    signals: Signals) -> dict:
+    """Everything drawn against the shared time axis (see the module docstring), from the sections
+    it draws as their types: x in s since ``origin_ns`` (epoch ns, the run's ``load_origin_ns``; 0
+    where unknown) up to ``duration_s`` (the load's length, s), the ``windows`` and ``rolling_lines``
+    (latency chart), ``tail_line``, ``slow_requests``, the ``spikes`` and ``spike_detection`` (bands,
+    warm-up), ``events`` (fault bands), ``generator_limited_windows`` and ``signals`` (panels)."""
     faults = [{"start_ns": f.start_ns, "end_ns": f.end_ns, "label": fault_label(f)} for f in events.faults]
-    tail = rolling_tail(tail_line_of(analysis), origin)
-    spikes = spikes_of(analysis)
+    tail_chart = rolling_tail(tail, origin_ns)
     labelled = [{"start_ns": s.start_ns, "end_ns": s.end_ns, "label": f"spike {i}"} for i, s in enumerate(spikes, 1)]
     minor = minor_flags(spikes)
-    detection = spike_detection_of(analysis)
     return {
         "x_title": "seconds since load start",
-        "x_range": [0.0, run.duration_s],
-        "latency": latency_chart(windows_of(analysis), rolling_lines_of(analysis), origin, tail is not None),
-        "tail": tail,
-        "slow": slow_points(slow_requests_of(analysis), origin),
-        "spikes": bands([s for s, m in zip(labelled, minor) if not m], origin, lambda s: s["label"]),
-        "minor_spikes": bands([s for s, m in zip(labelled, minor) if m], origin, lambda s: s["label"] + " (minor)"),
-        "faults": bands(faults, origin, lambda f: f["label"]),
-        "limited": bands([{"start_ns": w.start_ns, "end_ns": w.end_ns} for w in limited_bands_of(analysis)
-                          if w.material], origin, lambda w: "generator-limited"),
-        "panels": signal_panels(signals if signals is not None else decode(Signals, analysis["signals"], "signals"),
-                                origin),
+        "x_range": [0.0, duration_s],
+        "latency": latency_chart(windows, rolling, origin_ns, tail_chart is not None),
+        "tail": tail_chart,
+        "slow": slow_points(slow, origin_ns),
+        "spikes": bands([s for s, m in zip(labelled, minor) if not m], origin_ns, lambda s: s["label"]),
+        "minor_spikes": bands([s for s, m in zip(labelled, minor) if m], origin_ns, lambda s: s["label"] + " (minor)"),
+        "faults": bands(faults, origin_ns, lambda f: f["label"]),
+        "limited": bands([{"start_ns": w.start_ns, "end_ns": w.end_ns} for w in limited
+                          if w.material], origin_ns, lambda w: "generator-limited"),
+        "panels": signal_panels(signals, origin_ns),
         "warmup_s": detection.warmup_s if detection is not None else 0.0,
     }

@@ -1,8 +1,8 @@
 """Pre-formatted report text for the tracing side: the stage table, stage rules, clock alignment,
 receiver counts.
 
-Reads the ``stages`` section once as :class:`~tailscope.analysis_model.stages.Stages`
-(:func:`stage_section`) and the ``receiver`` section as
+Takes the ``stages`` section as :class:`~tailscope.analysis_model.stages.Stages` (decoded once by
+the report's door through reports/upgrade.py ``stages_of``) and reads the ``receiver`` section as
 :class:`~tailscope.analysis_model.receiver.Receiver` (receiver.json as the receiver wrote it; keys
 a newer receiver adds are shown as they are); an older analysis without a part yields empty text /
 no rows (the part's default in the type).
@@ -36,11 +36,6 @@ def _count(value) -> str:
 
 def _share(value: float | None) -> str:
     return "—" if value is None else f"{value:.1%}"
-
-
-def stage_section(analysis: dict) -> Stages:
-    """The analysis's ``stages`` section, read once (older analyses: the type's defaults)."""
-    return decode(Stages, analysis["stages"], "stages")
 
 
 def stage_data(stages: Stages) -> dict:

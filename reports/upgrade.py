@@ -28,7 +28,9 @@ from tailscope.analysis_model.health import Generator, LimitedBand, Outages, Ret
 from tailscope.analysis_model.llm import Llm, TokenSpike
 from tailscope.analysis_model.records import Distribution, RollingLines, SlowRequests, TailLine, Window
 from tailscope.analysis_model.run import ErrorSamples, Run
+from tailscope.analysis_model.server import OtherTraffic, ServerLoad
 from tailscope.analysis_model.spikes import CauseFinding, Spike, SpikeDetection
+from tailscope.analysis_model.stages import Stages
 from tailscope.analysis_model.streaming import Streaming
 from tailscope.analysis_model.sweep import AnalysisSweep, Sweep
 from tailscope.analysis_model.verdict import DEFAULT_UNCLAIMED, Verdict
@@ -260,6 +262,26 @@ def token_spikes_of(analysis: dict) -> dict[str, list[TokenSpike]]:
     cards read nothing else of the section); none without an ``llm`` section."""
     llm = analysis.get("llm")
     return {} if llm is None else decode(dict[str, list[TokenSpike]], llm["spikes"], "llm.spikes")
+
+
+def stages_of(analysis: dict) -> Stages:
+    """The ``stages`` section as its type (older analyses: the type's defaults for what they lack)."""
+    return decode(Stages, analysis["stages"], "stages")
+
+
+def server_load_of(analysis: dict) -> ServerLoad | None:
+    """The server's load series on one grid (``server_load``); None where it is null (no preset, no
+    metrics) or, in an analysis written before the section existed, absent."""
+    load = analysis.get("server_load")
+    return None if load is None else decode(ServerLoad, load, "server_load")
+
+
+def other_traffic_of(analysis: dict) -> OtherTraffic | None:
+    """The requests the server answered besides ours (``other_traffic``); None where it is null or
+    (an analysis written before the section existed) absent."""
+    other = analysis.get("other_traffic")
+    return None if other is None else decode(OtherTraffic, other, "other_traffic")
+
 
 def trend_verdict_of(verdict: dict | None, where: str) -> TrendVerdict | None:
     """A soak ``drift`` or ``leak`` verdict's word and summary (:class:`TrendVerdict`), read alike

@@ -19,6 +19,8 @@ from tailscope.analyzers.inputs.records import request_arrays
 from tailscope.analyzers.spikes.detection import NO_SPANS_JOINED, decompose
 from tailscope.analyzers.stages.decomposition import DEFAULT_STAGE_MAP, stage_matrix
 from tailscope.analyzers.stages.representative_trace import representative_trace
+from tailscope.reports.llm_view import token_spike_cards
+from tailscope.reports.upgrade import run_of, spikes_of, token_spikes_of
 from tailscope.rundir import Appender, load_run, schema
 
 SCRIPT_PAYLOAD = "<script>window.__pwned = 'script'</script>"
@@ -31,6 +33,12 @@ def run_section(**facts) -> dict:
     return {"path": "/r", "name": "r", "status": "complete", "incomplete": False, "incomplete_reason": None,
             "start_ns": None, "end_ns": None, "load_start_ns": None, "load_end_ns": None, "duration_s": 0.0,
             "target": None, "scenario": {}, "host": {}, "truncated_files": [], **facts}
+
+
+def token_cards_of(analysis: dict) -> dict:
+    """An analysis's TTFT/TPOT spike cards, its sections decoded as the report's door does
+    (reports/data.build_report_data)."""
+    return token_spike_cards(token_spikes_of(analysis), spikes_of(analysis), run_of(analysis).load_origin_ns)
 
 
 def add_hostile_spans(run_path: str, count: int = 6) -> None:

@@ -21,6 +21,7 @@ from tailscope.analyzers.stats.llm_prefix_cache import counter_increase, prefix_
 from tailscope.loadgen.mix import RequestMix
 from tailscope.loadgen.trace_files import load_trace, slice_trace
 from tailscope.reports.llm_view import llm_headline
+from tailscope.reports.upgrade import llm_of, run_of
 from tailscope.rundir import load_run
 from tailscope.scenario_model.scenario import ScenarioError, load_scenario
 from tailscope.targets.llm.kv_cache import BlockPool, block_hashes
@@ -251,7 +252,7 @@ def test_a_trace_replay_reports_the_servers_prefix_cache_hit_rate_and_compare_sh
         html = fh.read()
     assert f"server prefix-cache hit rate {100 * cache['hit_rate']:.2f}%" in html
     assert ("the scrapes did not cover the whole load" in html) is (not cache["covers_load"])
-    assert "prefix-cache hit rate" in " ".join(h["label"] for h in llm_headline(analysis))
+    assert "prefix-cache hit rate" in " ".join(h["label"] for h in llm_headline(llm_of(analysis), run_of(analysis).load_origin_ns))
     # the same replay again: the cache is warm, the hit rate higher; compare shows it, unjudged
     warm = _replay(tmp_path, trace_server, "warm", trace)
     assert load_analysis(warm)["llm"]["prefix_cache"]["hit_rate"] > cache["hit_rate"] + 0.2

@@ -30,6 +30,7 @@ from tailscope.reports.data import build_report_data
 from tailscope.reports.evidence_text import evidence_sentences
 from tailscope.reports.markdown import render_comparison_markdown, render_markdown
 from tailscope.reports.server_view import other_traffic_chart, other_traffic_text, server_panels
+from tailscope.reports.upgrade import other_traffic_of, run_of, server_load_of
 from tailscope.reports.writer import write_outputs
 from tailscope.testkit.synthetic import write_synthetic_run
 from tailscope.testkit.synthetic_llm import write_synthetic_llm_run
@@ -62,7 +63,8 @@ def demo_run(tmp_path_factory):
 # -- view data ---------------------------------------------------------------------------------------
 
 def test_server_panels_give_the_kv_cache_in_percent_and_preemptions_per_second(kv_run):
-    panels = server_panels(kv_run["analysis"])
+    analysis = kv_run["analysis"]
+    panels = server_panels(server_load_of(analysis), other_traffic_of(analysis), run_of(analysis).load_origin_ns or 0)
     assert panels["preset"] == "vLLM"
     by_id = {p["id"]: p for p in panels["panels"]}
     assert list(by_id) == ["server-queue", "server-kv", "server-preemptions", "server-prefill"]
@@ -78,19 +80,27 @@ def test_server_panels_give_the_kv_cache_in_percent_and_preemptions_per_second(k
     assert min(v for v in rate["y"] if v is not None) == pytest.approx(0, abs=0.01)
 
 
+def _other_chart(analysis: dict) -> dict | None:
+    return other_traffic_chart(other_traffic_of(analysis), run_of(analysis).load_origin_ns or 0)
+
+
+def _other_text(analysis: dict) -> str | None:
+    return other_traffic_text(other_traffic_of(analysis), analysis["stages"]["joined_requests"])
+
+
 def test_other_traffic_is_a_rate_per_window_and_a_sentence():
     analysis = {"run": run_section(load_start_ns=10 * NS), "stages": {"joined_requests": 40},
                 "other_traffic": {"requests": 12, "prompt_tokens": 6000, "output_tokens": None, "token_attributes": None, "window_s": 2.0,
                                   "windows": [{"start_ns": 10 * NS, "requests": 4, "prompt_tokens": 2000, "output_tokens": None},
                                               {"start_ns": 12 * NS, "requests": 8, "prompt_tokens": 4000, "output_tokens": None}]}}
-    chart = other_traffic_chart(analysis)
+    chart = _other_chart(analysis)
     assert chart == {"x": [1.0, 3.0], "requests_per_s": [2.0, 4.0], "prompt_tokens_per_s": [1000.0, 2000.0]}
-    text = other_traffic_text(analysis)
+    text = _other_text(analysis)
     assert "12 requests that tailscope did not send" in text and "6,000 prompt tokens" in text
     analysis["other_traffic"] = {**analysis["other_traffic"], "requests": 0, "windows": []}
-    assert other_traffic_chart(analysis) is None and other_traffic_text(analysis).startswith("Other traffic: none")
+    assert _other_chart(analysis) is None and _other_text(analysis).startswith("Other traffic: none")
     analysis["stages"]["joined_requests"] = 0  # nothing joined: other traffic cannot be told apart
-    assert other_traffic_text(analysis) is None
+    assert _other_text(analysis) is None
 
 
 def test_slow_split_takes_the_requests_above_p99_of_ttft_or_tpot():

@@ -14,13 +14,13 @@ import jsonschema
 import numpy as np
 import pyarrow as pa
 import pytest
+from report_fixtures import token_cards_of
 
 from tailscope.analysis_model.codec import decode, encode
 from tailscope.analysis_model.llm import Llm
 from tailscope.analyzers.analysis import analyze_run
 from tailscope.reports.data import build_report_data
 from tailscope.reports.html import render_html
-from tailscope.reports.llm_view import token_spike_cards
 from tailscope.testkit.synthetic_llm import write_synthetic_llm_run
 
 SCHEMA_PATH = os.path.join(os.path.dirname(__file__), "..", "analyzers", "analysis.schema.json")
@@ -116,7 +116,7 @@ def test_an_older_llm_analysis_still_builds_the_report_and_renders(analyses, nam
     if name == "kinds":
         assert current["llm"]["kinds"] is not None and current["llm"]["sessions"] is not None
     else:
-        tokens = token_spike_cards(old)
+        tokens = token_cards_of(old)
         titles = {card["top_title"] for card in tokens["cards"] + tokens["minor"]}
         assert titles == {"TTFT spike: no cause attributed"}
     html = render_html(data)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from html.parser import HTMLParser
 
 import pytest
-from report_fixtures import make_spike, run_section
+from report_fixtures import make_spike, run_section, token_cards_of
 
 from tailscope.analysis_model.codec import encode
 from tailscope.analysis_model.comparison import PercentileChange
@@ -31,7 +31,6 @@ from tailscope.cli.commands.sweep import early_stop_note
 from tailscope.reports.cards import minor_flags, rank_cards, spike_cards
 from tailscope.reports.data import build_report_data
 from tailscope.reports.html import render_html
-from tailscope.reports.llm_view import token_spike_cards
 from tailscope.reports.loadgen_view import generator_verdict
 from tailscope.reports.signal_view import summarise_panels
 from tailscope.testkit.synthetic import write_synthetic_run
@@ -176,7 +175,7 @@ def test_ttft_and_tpot_spikes_are_cards_ranked_with_the_latency_spikes_by_impact
                 "llm": {"spikes": {"ttft": [_token_spike(9, 700.0, 100.0, 100, 200),  # impact 600 ms × 98
                                             _token_spike(30, 260.0, 100.0, 12, 200)],  # 160 ms × 10: minor (< 10%)
                                    "tpot": [_token_spike(40, 35.0, 20.0, 40, 200)]}}}  # P99 < 2× baseline: minor
-    tokens = token_spike_cards(analysis)
+    tokens = token_cards_of(analysis)
     assert [(c["metric"], c["number"]) for c in tokens["cards"]] == [("TTFT", 1)]
     assert [(c["metric"], c["number"]) for c in tokens["minor"]] == [("TTFT", 2), ("TPOT", 1)]
     ranked, capped = rank_cards(spike_cards(latency, 0)["cards"], tokens["cards"])
@@ -186,7 +185,7 @@ def test_ttft_and_tpot_spikes_are_cards_ranked_with_the_latency_spikes_by_impact
     assert top["top_sentence"] == ("TTFT P99 rose to 700 ms against a 100 ms baseline (7.0×) in 9.0 s – 12.0 s: "
                                    "100 of 200 requests waited longer than the baseline P99 for their first token; "
                                    "it overlaps latency spike 1, whose top cause is: GC pauses of the target.")
-    alone = token_spike_cards({**analysis, "spikes": []})["cards"][0]["top_sentence"]
+    alone = token_cards_of({**analysis, "spikes": []})["cards"][0]["top_sentence"]
     assert alone.endswith("no latency spike overlaps it, and a token-level spike is given no cause of its own.")
 
 

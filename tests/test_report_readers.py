@@ -9,12 +9,13 @@ import copy
 import json
 
 import pytest
+from report_fixtures import run_section
 
 from tailscope.analysis_model.codec import AnalysisShapeError
 from tailscope.analyzers.analysis import analyze_run
 from tailscope.reports.data import build_report_data
 from tailscope.reports.html import render_html
-from tailscope.reports.upgrade import generator_of, limited_bands_of, outages_of, retention_of, soak_of
+from tailscope.reports.upgrade import generator_of, limited_bands_of, outages_of, retention_of, run_of, soak_of
 from tailscope.reports.writer import FAILED_VARIANT, outputs_variant
 from tailscope.testkit.synthetic import write_synthetic_run
 
@@ -69,3 +70,31 @@ def test_a_damaged_run_keeps_an_earlier_sound_report(analysis, tmp_path):
     for not_an_analysis in ("[1, 2]", '{"run": {"damaged_files": "yes"}}', "{"):  # kept, as a sound one
         earlier.write_text(not_an_analysis)
         assert outputs_variant(tmp_path, damaged) == FAILED_VARIANT
+
+
+def test_an_analysis_written_before_the_server_sections_still_renders(analysis):
+    """``server_load``, ``other_traffic`` and ``stages.slow_split`` are decoded once at the report's
+    door and handed to the views; an analysis from before them draws none of their parts."""
+    current = build_report_data(analysis)
+    assert current["slow_split"] is not None and current["other_traffic"] is not None
+    old = copy.deepcopy(analysis)
+    for key in ("server_load", "other_traffic"):
+        del old[key]
+    del old["stages"]["slow_split"]
+    data = build_report_data(old)
+    assert data["server"] is None and data["other_traffic"] is None and data["slow_split"] is None
+    assert data["charts"]["other"] is None and data["charts"]["slow_split"] is None
+    assert data["percentile_rows"] == current["percentile_rows"]
+    render_html(data)
+
+
+def test_times_count_from_the_run_start_where_the_load_start_is_unknown(analysis):
+    run = analysis["run"]
+    assert run_of(analysis).load_origin_ns == run["load_start_ns"] > run["start_ns"]
+    no_load = {**analysis, "run": {**run, "load_start_ns": None}}
+    assert run_of(no_load).load_origin_ns == run["start_ns"]
+    assert run_of({"run": run_section()}).load_origin_ns is None  # neither known
+    shift = (run["load_start_ns"] - run["start_ns"]) / 1e9
+    at_load, at_start = build_report_data(analysis)["charts"], build_report_data(no_load)["charts"]
+    first = at_load["latency"]["lines"][0]["x"]
+    assert at_start["latency"]["lines"][0]["x"] == pytest.approx([x + shift for x in first], abs=1e-6)

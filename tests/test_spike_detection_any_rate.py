@@ -177,11 +177,11 @@ def test_the_latency_chart_draws_p50_and_p90_at_two_requests_a_second(tmp_path):
     """At LLM rates a 1-s window holds two requests: the chart drew only the max line. The P50 and
     P90 now come from rolling samples that claim them; every line drawn has values."""
     from tailscope.conductor.reporting import analyse_and_write
-    from tailscope.reports.timeline import timeline_charts
+    from tailscope.reports.data import build_report_data
     from tailscope.testkit.synthetic import write_synthetic_run
 
     write_synthetic_run(tmp_path / "slow", duration_s=60, rate=2, seed=1, with_signals=False)
-    charts = timeline_charts(analyse_and_write(str(tmp_path / "slow")).analysis)
+    charts = build_report_data(analyse_and_write(str(tmp_path / "slow")).analysis)["charts"]  # the timeline's
     lines = {line["name"]: line for line in charts["latency"]["lines"]}
     assert set(lines) == {"max", "P50 (rolling, ≥ 7 requests)", "P90 (rolling, ≥ 44 requests)"}
     assert all(sum(v is not None for v in line["y"]) >= 20 for line in lines.values())
@@ -191,10 +191,12 @@ def test_the_latency_chart_draws_p50_and_p90_at_two_requests_a_second(tmp_path):
 def test_the_ttft_and_tpot_charts_draw_rolling_lines_at_two_requests_a_second(tmp_path):
     from tailscope.analyzers.analysis import analyze_run
     from tailscope.reports.llm_view import llm_charts
+    from tailscope.reports.upgrade import llm_of, run_of, windows_of
     from tailscope.testkit.synthetic_llm import write_synthetic_llm_run
 
     write_synthetic_llm_run(tmp_path / "llm", duration_s=60, rate=2, seed=3)
-    charts = llm_charts(analyze_run(tmp_path / "llm"))
+    analysis = analyze_run(tmp_path / "llm")
+    charts = llm_charts(llm_of(analysis), windows_of(analysis), run_of(analysis).load_origin_ns or 0)
     for key in ("ttft", "tpot"):
         names = [line["name"] for line in charts[key]["lines"]]
         assert names == ["P50 (rolling, ≥ 7 requests)", "P90 (rolling, ≥ 44 requests)"], (key, names)

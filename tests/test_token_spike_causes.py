@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from report_fixtures import token_cards_of
 
 from tailscope.analysis_model.spikes import Decomposition
 from tailscope.analyzers.analysis import analyze_run
 from tailscope.analyzers.causes.protocol import OFF_METRIC_CAP, DetectorRegistry, Finding, SpikeContext
-from tailscope.reports.llm_view import token_spike_cards
 from tailscope.testkit.synthetic import write_synthetic_run
 
 
@@ -45,12 +45,12 @@ def test_the_metric_that_rose_is_explained_by_the_cause_that_raises_it(runs, kin
 
 
 def test_the_card_names_the_metric_how_far_it_rose_and_why(runs):
-    card = token_spike_cards(runs["kv_cache"])["cards"][0]
+    card = token_cards_of(runs["kv_cache"])["cards"][0]
     assert card["top_title"] == "TTFT spike: KV-cache pressure (LLM server)"
     assert card["top_sentence"].startswith("TTFT P99 rose to ")
     assert "baseline (" in card["top_sentence"] and "×) in " in card["top_sentence"]
     assert "why: KV cache 99% in use" in card["top_sentence"]
-    card = token_spike_cards(runs["prefill"])["cards"][0]
+    card = token_cards_of(runs["prefill"])["cards"][0]
     assert card["top_title"] == "TPOT spike: prefill interference (long prompts, LLM server)"
     assert "why: the slow streams' time per output token" in card["top_sentence"]
 
