@@ -379,6 +379,40 @@ def _server_error(message: str) -> str:
     return f"server error: {message[:200]}"
 
 
+class ArrivedWithHead:
+    """A body consumer's front for the body bytes that arrived in the response head's read.
+
+    Those bytes are stamped in user space once the head has been parsed (``head_ns``), which is
+    late by however long the requesting greenlet waited for the loop after the read; the reads
+    after them carry the kernel's receive stamps. TCP delivers in order, so the head's bytes
+    arrived no later than the next read: they are fed just before it, stamped
+    ``min(head_ns, that read's stamp)``, and a stream's chunk times never run backwards (a tool
+    call complete before its first byte, as a loaded host once recorded). With no later read,
+    :meth:`finish` feeds them at ``head_ns``. Only ``feed`` and ``finish`` are forwarded: the
+    readers use nothing else."""
+
+    __slots__ = ("consumer", "_head", "_head_ns")
+
+    def __init__(self, consumer: ChunkTimer | OpenAIReply, head: bytes, head_ns: int) -> None:
+        self.consumer = consumer
+        self._head: bytes | None = head
+        self._head_ns = head_ns
+
+    def feed(self, data: bytes, t_ns: int) -> None:
+        """Body bytes of one read received at ``t_ns`` (epoch ns), after the head's."""
+        if self._head is not None:
+            self.consumer.feed(self._head, min(self._head_ns, t_ns))
+            self._head = None
+        self.consumer.feed(data, t_ns)
+
+    def finish(self, t_ns: int) -> None:
+        """The body ended at ``t_ns``: the head's bytes first if no read followed them."""
+        if self._head is not None:
+            self.consumer.feed(self._head, self._head_ns)
+            self._head = None
+        self.consumer.finish(t_ns)
+
+
 def read_stream(response, chunks: ChunkTimer | OpenAIReply, clock: RunClock, reader: StreamReader | None = None) -> None:
     """Read a response body read by read until it is complete, timing each read.
 
@@ -401,8 +435,11 @@ def read_stream(response, chunks: ChunkTimer | OpenAIReply, clock: RunClock, rea
     recorded as the server's; else with the clock after the read.
     """
     buffer = response._body_buffer
-    if buffer:
-        chunks.feed(bytes(buffer), clock.now_ns())
+    if buffer:  # body bytes that came in the head's read, stamped now, after it
+        if response.message_complete:
+            chunks.feed(bytes(buffer), clock.now_ns())
+        else:
+            chunks = ArrivedWithHead(chunks, bytes(buffer), clock.now_ns())
         del buffer[:]
     if not response.message_complete and reader is not None and not isinstance(response._sock, gevent.ssl.SSLSocket):
         reader.read(response, chunks)

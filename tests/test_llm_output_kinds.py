@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 from test_llm_loopback import MS, _run
 from test_llm_reference_client import _Server
 
+from tailscope.loadgen.exchange import ArrivedWithHead
 from tailscope.loadgen.llm_fields import openai_class_fields
 from tailscope.loadgen.llm_requests import LLMRequestMaker
 from tailscope.loadgen.openai_stream import OpenAIReply
@@ -121,6 +122,29 @@ def test_hidden_reasoning_and_a_non_streamed_tool_call():
     reply.finish(8)
     assert reply.tool_call_ns == 8 and len(reply.tool_calls) == 1 and reply.tool_calls[0].arguments == '{"a": 1}'
     assert reply.first_reasoning_ns == 8 and reply.output_tokens == 9 and reply.finish_reason == "tool_calls"
+
+
+def test_body_bytes_read_with_the_head_are_never_stamped_after_a_later_read():
+    """A tool-call stream (vLLM's, recorded): its first event came in the response head's read (stamped in
+    user space, here 10.7 ms late: the greenlet waited for a loaded loop), the rest in a later
+    read with the kernel's receive stamp. TCP delivers in order, so the first arrived no later than
+    the rest: its stamp is the earlier of the two, and the call is complete no earlier than the
+    first byte (a loaded CI host once recorded tool_call_ns 10.7 ms before first_byte_ns)."""
+    body = _body("vllm_tool_calls.sse")
+    split = body.find(b"\n\n") + 2  # the first whole event rode with the head
+    head_ns, kernel_ns = 1_796_561_637_307_344_120, 1_796_561_637_296_622_127
+    reply = OpenAIReply("text/event-stream")
+    front = ArrivedWithHead(reply, body[:split], head_ns)
+    front.feed(body[split:], kernel_ns)
+    front.finish(kernel_ns + MS)
+    assert reply.times and reply.times == sorted(reply.times) and reply.times[0] == kernel_ns
+    assert reply.first_token_ns <= reply.tool_call_ns == reply.last_token_ns == kernel_ns
+    alone = OpenAIReply("text/event-stream")  # the whole body came with the head: stamped at its read
+    whole = ArrivedWithHead(alone, body, head_ns)
+    whole.finish(head_ns + MS)
+    assert set(alone.times) == {head_ns} and alone.tool_call_ns == head_ns
+    assert [c.arguments for c in alone.tool_calls] == [c.arguments for c in reply.tool_calls]
+    assert alone.tokens == reply.tokens
 
 
 def _fail(path, message):
