@@ -24,6 +24,7 @@ import pytest
 
 from tailscope.analyzers.analysis import analyze_run
 from tailscope.analyzers.causes.baro import SERIES_KINDS, derived_series, kind_of
+from tailscope.analyzers.causes.detect_cpu_contention import neighbour_at_baseline
 from tailscope.analyzers.causes.kit import HOST_ONLY_CAP, SignalEvidence, host_allowance, owned_strongest
 from tailscope.analyzers.causes.protocol import Detector, DetectorRegistry, SpikeContext, available_inputs
 from tailscope.analyzers.causes.registry import (
@@ -146,6 +147,22 @@ def _clean_context(path, start_s: float, length_s: float) -> SpikeContext:
     inputs = RunInputs(run, req, matrix, origin, int(req.end_ns.max()), threshold, [(lo, hi)])
     return SpikeContext(run, lo, hi, (lo + hi) // 2, slow, normal, decompose(slow, normal, matrix, req.n),
                         available_inputs(run), inputs, threshold)
+
+
+def test_contention_by_displacement_needs_a_neighbour_running_at_baseline(tmp_path):
+    """The saturated-host branch of cpu_contention (the target waited without doing more work)
+    counts only where other processes held CPU at baseline: with others at 0.05 cores throughout
+    (the real vLLM CPU build alone on 2 cores) nobody could have displaced the target; from 0.3
+    cores (OTHERS_CORES_MATERIAL) a neighbour was there. Without the host's CPU series it cannot
+    tell, and the branch counts as before."""
+    path = tmp_path / "clean"
+    write_synthetic_run(path, duration_s=40, rate=50, seed=3)
+    ctx = _clean_context(path, 18.0, 3.0)
+    bins = len(ctx.inputs.binned("host.cpu.user_s"))
+    alone, half, neighbour = (np.full(bins, cores) for cores in (0.05, 0.225, 0.4))
+    assert neighbour_at_baseline(ctx, alone) == 0.0
+    assert neighbour_at_baseline(ctx, half) == pytest.approx(0.5, abs=0.01)
+    assert neighbour_at_baseline(ctx, neighbour) == 1.0 and neighbour_at_baseline(ctx, None) == 1.0
 
 
 @pytest.mark.parametrize("seed", [1, 2])

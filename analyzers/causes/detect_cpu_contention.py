@@ -15,12 +15,18 @@ target or the generator — so there is no server-side factor here.
 The target's own overload also makes it wait, so waiting must come with
 *others* taking the CPU: either other processes' CPU rose (host busy CPU −
 the target's − the generator's, in cores; material 0.3) while the target's
-own load did not surge, or — on a host that was already saturated, where a
-newcomer only displaces — the target waited more without doing more work
-(its CPU use did not rise):
+own load did not surge, or — on a host that was already saturated by other
+work, where a neighbour's growth only displaces — the target waited more
+without doing more work (its CPU use did not rise) while other processes held
+CPU at baseline (``neighbour`` = ramp(their baseline cores, 0.15, 0.3); 1 where
+the host's CPU is not sampled). Without that neighbour there is nobody to be
+displaced by: a target whose own work filled the host's CPUs waits on itself
+(measured on the real vLLM CPU build, 2 cores, no other work: the target's CPU
+1.18× its baseline, other processes 0.06 → 0.08 cores, and this branch alone
+named contention in 1 of 16 control runs):
 
-confidence = waiting × max(others × not self-loaded, 0.7 × (1 − ramp(target CPU ratio, 1.1, 1.5)),
-                           co-tenants)
+confidence = waiting × max(others × not self-loaded,
+                           0.7 × (1 − ramp(target CPU ratio, 1.1, 1.5)) × neighbour, co-tenants)
            × (1 − throttling confidence) × (1 − blocked-on-I/O confidence owned by the target)
 self-loaded = ramp(target CPU ratio, 1.5, 3) × ramp(offered-load ratio, 1.5, 3)
 
@@ -124,6 +130,18 @@ def other_processes_cores(ctx: SpikeContext) -> np.ndarray | None:
     return others
 
 
+def neighbour_at_baseline(ctx: SpikeContext, others: np.ndarray | None) -> float:
+    """0 → 1 as other processes' baseline CPU rises from half of :data:`OTHERS_CORES_MATERIAL`
+    to all of it: a neighbour already running that a saturated host's target can be displaced
+    by (module docstring); 1 without the host's CPU series (no way to tell)."""
+    if others is None:
+        return 1.0
+    contrast = ctx.inputs.contrast_values(others, ctx.start_ns, ctx.end_ns, floor=0.02)
+    if contrast is None:
+        return 1.0
+    return ramp(contrast.baseline, OTHERS_CORES_MATERIAL / 2, OTHERS_CORES_MATERIAL)
+
+
 @dataclass(frozen=True)
 class Cotenants:
     """Co-tenant evidence: their cores' contrast, cgroup CPU / target CPU in the spike, and the factor."""
@@ -196,11 +214,13 @@ class CpuContentionDetector(CauseDetector):
                    "others_took_cpu": others.confidence if others is not None else 0.0,
                    "not_self_loaded": 1.0 - self_loaded,
                    "target_not_busier": 0.0 if own_ratio is None else 1.0 - ramp(own_ratio, 1.1, 1.5),
+                   "neighbour_at_baseline": neighbour_at_baseline(ctx, others_values),
                    "cotenants_in_cgroup": cotenants.confidence if cotenants is not None else 0.0,
                    "not_throttled": 1.0 - throttled,
                    "not_blocked_on_io": 1.0 - blocked_on_io}
         confidence = (factors["waiting"]
-                      * max(factors["others_took_cpu"] * factors["not_self_loaded"], 0.7 * factors["target_not_busier"],
+                      * max(factors["others_took_cpu"] * factors["not_self_loaded"],
+                            0.7 * factors["target_not_busier"] * factors["neighbour_at_baseline"],
                             factors["cotenants_in_cgroup"])
                       * factors["not_throttled"] * factors["not_blocked_on_io"])
         evidence = (([others.as_dict()] if others is not None else [])
