@@ -10,8 +10,9 @@ reports the run exactly as ``tailscope report`` does. The lab
 experiment gets a fresh Locust, target and receiver. Against the real vLLM
 (``target`` ``vllm``) the lab has started the server already and passes it in
 (``--target-url``, ``--target-pid``, ``--receiver-grpc-port``: the port its spans
-go to, where this run's receiver listens); the run then loads it like
-``tailscope run --target``, waiting for its late spans.
+go to, where this run's receiver listens; ``--target-cpus``: the CPU it is pinned to, when the lab
+pinned it, and then the lab started this process on the other CPUs, :mod:`tailscope.lab.placement`);
+the run then loads it like ``tailscope run --target``, waiting for its late spans.
 
 Last line on stdout: ``RUN_DIR <path>`` (exit 0), or ``ERROR <reason>``
 (exit 2) when the experiment could not start.
@@ -34,21 +35,13 @@ from tailscope.conductor.fault_companion import FaultInjection
 from tailscope.conductor.reference_service import reference_target_env
 from tailscope.faults.injector import FaultError, FaultSetupError
 from tailscope.faults.own_cgroup import create_own_cgroups, remove_own_cgroups
+from tailscope.lab.placement import target_cpus
 from tailscope.lab.plan import LLM, Experiment
 from tailscope.lab.vllm_target import RunningTarget
 from tailscope.scenario_model.scenario import ScenarioError, load_scenario
 from tailscope.support.python_child import python_module
 
 EXIT_SETUP = 2
-
-
-def target_cpus() -> str | None:
-    """The CPU the lab pins its target to: the last one we may use, when there are at least two.
-
-    Like a container with a cpuset: the target's CPU is where cpu_contention
-    burns, while the generator keeps the other CPUs."""
-    cpus = sorted(os.sched_getaffinity(0))
-    return str(cpus[-1]) if len(cpus) >= 2 else None
 
 
 #: The server module and child name of each lab target (lab/plan.py ``TARGETS``).
@@ -72,6 +65,11 @@ def lab_target_launcher(target_args: tuple[str, ...], cgroup_dirs: list[str], cp
         return child, f"http://127.0.0.1:{child.port}"
 
     return launch
+
+
+def _own_cpus() -> str:
+    """The CPUs this process (the harness) may run on, as a list (``"0"``)."""
+    return ",".join(str(cpu) for cpu in sorted(os.sched_getaffinity(0)))
 
 
 def run_experiment(experiment: Experiment, scenario_path: str, out_dir: str,
@@ -98,7 +96,8 @@ def run_experiment(experiment: Experiment, scenario_path: str, out_dir: str,
             extra_manifest={"lab": {**experiment.as_dict(),
                                     "target_cgroups": [c.path for c in cgroups],
                                     "target_cgroup_note": placement_note,
-                                    "target_cpus": None if running else target_cpus()}},
+                                    "target_cpus": running.cpus if running else target_cpus(),
+                                    "harness_cpus": _own_cpus() if running and running.cpus else None}},
         )
         if running is None:
             launcher = lab_target_launcher(experiment.target_args, [c.path for c in cgroups], target_cpus(),
@@ -131,13 +130,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--target-pid", type=int, default=None, help="that server's PID")
     parser.add_argument("--receiver-grpc-port", type=int, default=None, help="the port that server sends its "
                                                                              "spans to over OTLP/gRPC")
+    parser.add_argument("--target-cpus", default=None, help="the CPUs that server is pinned to (recorded)")
     args = parser.parse_args(argv)
     experiment = Experiment.from_dict(json.loads(args.experiment))
     running = None
     if args.target_url:
         if args.target_pid is None or args.receiver_grpc_port is None:
             parser.error("--target-url needs --target-pid and --receiver-grpc-port")
-        running = RunningTarget(args.target_url, args.target_pid, args.receiver_grpc_port)
+        running = RunningTarget(args.target_url, args.target_pid, args.receiver_grpc_port, args.target_cpus)
     try:
         run_dir = run_experiment(experiment, args.scenario, args.out, running)
     except (SetupError, ChildError, FaultError, ScenarioError) as exc:

@@ -16,8 +16,10 @@ lab starts it (:class:`~.vllm_target.VllmServer`, from ``vllm=`` the install
 :func:`~.vllm_target.find_vllm` found) before the first of them, keeps it for
 the next ones with the same server flags (``target_args``; their faults are
 traffic), and restarts it only when the flags change or it stopped answering
-``/health``; it is stopped at the end. ``lab.json`` lists each server start
-under ``servers`` (flags, PID, seconds to ready, log).
+``/health``; it is stopped at the end. With two or more CPUs it runs pinned to
+the last one and those experiments' processes to the others (:mod:`~.placement`).
+``lab.json`` lists each server start under ``servers`` (flags, CPUs, PID, seconds
+to ready, log).
 
 Layout of ``--out``::
 
@@ -40,6 +42,7 @@ from tailscope.faults.injector import FaultCleanupError
 from tailscope.faults.own_cgroup import remove_leftover_cgroups
 from tailscope.faults.processes import stop_process
 from tailscope.lab.outputs import lab_page_data, markdown_table
+from tailscope.lab.placement import harness_cpus, pin_before_exec, target_cpus
 from tailscope.lab.plan import CONTROL, VLLM, Experiment
 from tailscope.lab.scoring import aggregate, score_control_run, score_fault_run
 from tailscope.lab.vllm_target import RunningTarget, VllmInstall, VllmServer
@@ -99,10 +102,10 @@ class SharedVllm:
             self.stop()
         if self.server is None:
             log = os.path.join(self.logs_dir, f"vllm-{len(self.starts) + 1}.log")
-            entry = {"target_args": list(target_args), "pid": None, "ready_s": None, "log": log, "error": None}
+            entry = {"target_args": list(target_args), "cpus": target_cpus(), "pid": None, "ready_s": None, "log": log, "error": None}
             self.starts.append(entry)
             server = VllmServer(self.install.python, self.install.model_dir, _free_port(), _free_port(), log,
-                                extra_args=target_args)
+                                extra_args=target_args, cpus=target_cpus())
             try:
                 server.start()
             except RuntimeError as exc:
@@ -203,9 +206,14 @@ def _run_process(experiment: Experiment, scenario_path: str, runs_dir: str, log_
     if running is not None:
         argv += ["--target-url", running.url, "--target-pid", str(running.pid),
                  "--receiver-grpc-port", str(running.grpc_port)]
+        if running.cpus:
+            argv += ["--target-cpus", running.cpus]
+    # beside a pinned server, the harness keeps to the other CPUs (lab/placement.py)
+    harness = harness_cpus() if running is not None and running.cpus else None
     interrupted = False
     with open(log_path, "wb") as log:
-        process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                   preexec_fn=pin_before_exec(harness))
         try:
             process.wait(timeout=experiment.duration_s + EXPERIMENT_OVERHEAD_S)
         except subprocess.TimeoutExpired:

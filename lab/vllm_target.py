@@ -15,9 +15,11 @@
   SIGTERM to it and the engine processes it started (their PIDs taken first), SIGKILL after
   :data:`STOP_GRACE_S`.
 
-Threads: ``OMP_NUM_THREADS=1`` and no core binding, so the server leaves the machine's other
-cores to the harness. The KV cache is ``VLLM_CPU_KVCACHE_SPACE`` GiB (1 by default) unless
-``--num-gpu-blocks-override`` in ``extra_args`` sets its size in blocks. Runs only on loopback.
+Threads: ``OMP_NUM_THREADS=1`` and no binding by vLLM itself; with ``cpus`` the server and every
+process it starts are pinned to those CPUs before it runs (the lab pins it to the last CPU and its
+harness to the others, :mod:`tailscope.lab.placement`), else it shares the machine's cores. The
+KV cache is ``VLLM_CPU_KVCACHE_SPACE`` GiB (1 by default) unless ``--num-gpu-blocks-override`` in
+``extra_args`` sets its size in blocks. Runs only on loopback.
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
+
+from tailscope.lab.placement import pin_before_exec
 
 CACHE_ENV = "TAILSCOPE_REAL_SERVERS_CACHE"
 #: The folder-name prefix of the lab's model in the cache.
@@ -101,6 +105,8 @@ class RunningTarget:
     url: str
     pid: int
     grpc_port: int
+    #: The CPUs the server is pinned to (``"1"``), None where it is not.
+    cpus: str | None = None
 
 
 @dataclass
@@ -116,6 +122,8 @@ class VllmServer:
     log_path: str
     extra_args: tuple[str, ...] = ()
     kv_cache_gib: int = 1
+    #: CPU list the server and its engine processes are pinned to (``"1"``); None: not pinned.
+    cpus: str | None = None
     process: subprocess.Popen | None = None
     ready_s: float | None = None
     #: Where a test kept what the server sent while it started (tests/real_servers/test_vllm.py).
@@ -145,13 +153,14 @@ class VllmServer:
 
     def running(self) -> RunningTarget:
         """What an experiment needs to load this (started) server."""
-        return RunningTarget(self.url, self.pid, self.grpc_port)
+        return RunningTarget(self.url, self.pid, self.grpc_port, self.cpus)
 
     def start(self) -> VllmServer:
         started = time.monotonic()
         with open(self.log_path, "ab") as log:
             self.process = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT,
-                                            env=self.environment(), start_new_session=True)
+                                            env=self.environment(), start_new_session=True,
+                                            preexec_fn=pin_before_exec(self.cpus))
         try:
             while time.monotonic() - started < READY_TIMEOUT_S:
                 if self.process.poll() is not None:

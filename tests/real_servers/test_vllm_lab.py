@@ -65,6 +65,10 @@ def test_vllm_lab_names_kv_cache_exhaustion(tmp_path):
     assert server["pid"] and server["error"] is None and not _pid_alive(server["pid"])
     run = load_run(result["run_dir"])
     assert run.manifest["lab"]["target"] == VLLM
+    usable = sorted(os.sched_getaffinity(0))
+    if len(usable) >= 2:  # the server on the last CPU, the experiment's harness on the others
+        assert server["cpus"] == run.manifest["lab"]["target_cpus"] == str(usable[-1]), server
+        assert run.manifest["lab"]["harness_cpus"] == ",".join(map(str, usable[:-1])), run.manifest["lab"]
     assert any(s["name"] == "llm_request" for s in run.spans.to_pylist())  # vLLM's own spans joined the run
     score = result["score"]
     window = score["fault_window_ns"]
