@@ -179,13 +179,18 @@ class GcDetector(CauseDetector):
 
 def _backlog_drained(ctx: SpikeContext, ends_ns: np.ndarray) -> np.ndarray:
     """Each interval end (epoch ns) moved on to the send of the first request after it that was not
-    slow again (latency at most the spike's threshold): a pause leaves a backlog the service works
-    off after it, and the requests queued in it are the pause's too. At most the spike's end."""
+    slow again (its value of the spike's metric — latency, TTFT or TPOT — at most the spike's
+    threshold): a pause leaves a backlog the service works off after it, and the requests queued in
+    it are the pause's too. At most the spike's end; the spike's end where no request after it was
+    calm."""
     req = ctx.inputs.req
     if ctx.threshold_ms is None or len(ends_ns) == 0:
         return ends_ns
     sent = np.where(req.has_sent, req.sent_ns, req.scheduled_ns)
-    calm = np.sort(sent[np.isfinite(req.latency_ms) & (req.latency_ms <= ctx.threshold_ms)])
+    values = ctx.values_ms
+    calm = np.sort(sent[np.isfinite(values) & (values <= ctx.threshold_ms)])
     after = np.searchsorted(calm, ends_ns, side="left")
-    drained = np.where(after < len(calm), calm[np.minimum(after, max(len(calm) - 1, 0))], ctx.end_ns)
+    drained = np.full(len(ends_ns), ctx.end_ns, dtype=np.int64)
+    found = after < len(calm)
+    drained[found] = calm[after[found]]
     return np.clip(drained, ends_ns, max(int(ctx.end_ns), int(ends_ns.max())))

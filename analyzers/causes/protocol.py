@@ -88,7 +88,9 @@ class SpikeContext:
     :class:`~.run_inputs.RunInputs`) holds what detectors share for the run;
     ``threshold_ms`` is the baseline P99 that made a request slow; ``metric`` is what rose:
     ``"latency"`` (a latency spike), ``"ttft"`` or ``"tpot"`` (an LLM's token-level spike: the slow
-    requests are those above that metric's baseline P99).
+    requests are those above that metric's baseline P99); ``metric_ms``: each request's value of
+    that metric in ms, the one ``threshold_ms`` is compared with (NaN where a request has none;
+    None for a latency spike: the requests' latency, :attr:`values_ms`).
     """
 
     run: Run
@@ -102,6 +104,13 @@ class SpikeContext:
     inputs: object = None
     threshold_ms: float | None = None
     metric: str = "latency"
+    metric_ms: np.ndarray | None = None
+
+    @property
+    def values_ms(self) -> np.ndarray:
+        """Per request (rows of the run's requests), the value ``threshold_ms`` applies to, in ms:
+        ``metric_ms``, or the requests' latency for a latency spike."""
+        return self.inputs.req.latency_ms if self.metric_ms is None else self.metric_ms
 
 
 @runtime_checkable

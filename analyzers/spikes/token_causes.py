@@ -60,7 +60,7 @@ def token_spike_causes(spikes: dict[str, list[dict]], values: dict[str, np.ndarr
             slow_index = np.flatnonzero(inside & has & (np.nan_to_num(metric_values, nan=-np.inf) > tau))
             decomposition = decompose(slow_index, normal_index, matrix, req.n, row_of, normal)
             ctx = SpikeContext(run, lo, hi, (lo + hi) // 2, slow_index, normal_index, decomposition, available,
-                               inputs, tau, metric=metric)
+                               inputs, tau, metric=metric, metric_ms=metric_values)
             if method == "baro":
                 from tailscope.analyzers.causes.baro import baro_causes
                 causes = baro_causes(ctx)
