@@ -62,7 +62,7 @@ def new_run_dir(parent: str | os.PathLike, name: str) -> str:
 
 def host_info() -> dict:
     """Facts about the machine the harness runs on (docs/run-format.md, ``host``): names,
-    kernel, CPU model and count, memory (bytes), and the GPUs with their driver through NVML
+    kernel, CPU model and count, the CPUs the harness may run on, memory (bytes), and the GPUs with their driver through NVML
     (``gpu``: :func:`tailscope.support.host_inventory.gpu_inventory`; absent GPUs are stated
     with NVML's reason, never guessed)."""
     return {
@@ -72,6 +72,7 @@ def host_info() -> dict:
         "python": platform.python_version(),
         "cpu_model": cpu_model(),
         "cpus": os.cpu_count(),
+        "harness_cpus": sorted(os.sched_getaffinity(0)),
         "memory_bytes": psutil.virtual_memory().total,
         "gpu": gpu_inventory(),
     }

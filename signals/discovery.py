@@ -68,7 +68,8 @@ def describe_process(pid: int) -> dict:
     """Facts about ``pid`` for the run manifest.
 
     Returns ``{"pid", "name", "cmdline", "cgroups": {hierarchy: path},
-    "cgroup_dirs": {controller: directory}, "cgroup_version": "v1"|"v2"|"hybrid"|"none"}``.
+    "cgroup_dirs": {controller: directory}, "cgroup_version": "v1"|"v2"|"hybrid"|"none",
+    "cpus": [CPU numbers it may run on] or None}``.
     Raises :class:`psutil.NoSuchProcess` if the process does not exist.
     """
     process = psutil.Process(pid)
@@ -80,6 +81,10 @@ def describe_process(pid: int) -> dict:
         cgroups, dirs, version = location.paths, location.dirs, location.version
     except OSError:
         cgroups, dirs, version = {}, {}, "none"
+    try:
+        cpus = sorted(os.sched_getaffinity(pid))
+    except OSError:
+        cpus = None
     return {
         "pid": pid,
         "name": name,
@@ -87,6 +92,7 @@ def describe_process(pid: int) -> dict:
         "cgroups": cgroups,
         "cgroup_dirs": dirs,
         "cgroup_version": version,
+        "cpus": cpus,
     }
 
 

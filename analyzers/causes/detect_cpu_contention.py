@@ -117,16 +117,53 @@ def host_cores(ctx: SpikeContext) -> np.ndarray | None:
     return sum(inputs.binned(n) for n in HOST_CPU)
 
 
+def target_cpu_list(ctx: SpikeContext) -> list[int] | None:
+    """The CPUs the target may run on (its affinity, ``manifest.target_process.cpus``) when they
+    are fewer than the host's and each has its own series (``host.cpu<N>.busy_s``); else None."""
+    manifest = getattr(ctx.run, "manifest", None) or {}
+    cpus = (manifest.get("target_process") or {}).get("cpus")
+    host_cpus = (manifest.get("host") or {}).get("cpus")
+    if not cpus or not host_cpus or len(cpus) >= host_cpus:
+        return None
+    if not all(ctx.inputs.signals.has(f"host.cpu{cpu}.busy_s") for cpu in cpus):
+        return None
+    return [int(cpu) for cpu in cpus]
+
+
+def generator_share_on(ctx: SpikeContext, cpus: list[int]) -> float:
+    """The part of the generator's CPU time that can have been spent on ``cpus``: the share of the
+    harness's CPUs (``manifest.host.harness_cpus``) among them — 1 where that is not recorded."""
+    manifest = getattr(ctx.run, "manifest", None) or {}
+    harness = (manifest.get("host") or {}).get("harness_cpus")
+    if not harness:
+        return 1.0
+    return len(set(harness) & set(cpus)) / len(harness)
+
+
 def other_processes_cores(ctx: SpikeContext) -> np.ndarray | None:
-    """Per-bin CPU cores used by everything but the target and the generator; None without the series."""
+    """Per-bin CPU cores used by everything but the target and the generator; None without the series.
+
+    Where the target may run on only some of the host's CPUs (a cpuset, a pinned server:
+    :func:`target_cpu_list`), only those CPUs count: work elsewhere cannot take the target's CPU
+    (measured on the real vLLM CPU build pinned to one of 2 cores: a fault's client on the other
+    core went from 0.07 to 0.37 cores while the target's own core stayed full of the target's work,
+    and the host-wide count named contention)."""
     inputs = ctx.inputs
     own = target_cores(ctx)
-    host = host_cores(ctx)
-    if own is None or host is None:
+    if own is None:
         return None
-    others = host - own
-    if inputs.signals.has("generator.cpu_percent"):
-        others = others - np.nan_to_num(inputs.binned("generator.cpu_percent")) / 100.0
+    cpus = target_cpu_list(ctx)
+    if cpus is not None:
+        busy = sum(inputs.binned(f"host.cpu{cpu}.busy_s") for cpu in cpus)
+        generator_share = generator_share_on(ctx, cpus)
+    else:
+        busy = host_cores(ctx)
+        generator_share = 1.0
+    if busy is None:
+        return None
+    others = busy - own
+    if inputs.signals.has("generator.cpu_percent") and generator_share > 0:
+        others = others - generator_share * np.nan_to_num(inputs.binned("generator.cpu_percent")) / 100.0
     return others
 
 
