@@ -14,7 +14,8 @@ target or the generator — so there is no server-side factor here.
 
 The target's own overload also makes it wait, so waiting must come with
 *others* taking the CPU: either other processes' CPU rose (host busy CPU −
-the target's − the generator's, in cores; material 0.3) while the target's
+the target's − the generator's, in cores; material 0.3; on a target pinned to
+some of the host's CPUs, the busy CPU of those only: :func:`other_processes_cores`) while the target's
 own load did not surge, or — on a host that was already saturated by other
 work, where a neighbour's growth only displaces — the target waited more
 without doing more work (its CPU use did not rise) while other processes held
