@@ -4,7 +4,11 @@ Per experiment with a fault (ground truth: the window ``[start, end]`` of the
 ``fault`` event whose ``role`` is ``cause`` — a fault without a role is the
 cause — in ``analysis.json``), the *matching spike* is the detected
 P99 spike overlapping ``[start, end + LAG_S]`` the most (effects such as a
-queue draining outlast the fault a little). Then:
+queue draining outlast the fault a little): a latency spike or, in an LLM run,
+a TTFT or TPOT spike (``spike_metric`` says which; on equal overlap latency
+first, then TTFT, then TPOT) — a prompt storm on the real vLLM raised TTFT 2.6×
+and made no latency spike, since an LLM's end-to-end latency is set by its
+answer's length. Then:
 
 * detected — a matching spike exists;
 * AC@1 — the matching spike's top-ranked cause names the fault's kind;
@@ -41,6 +45,7 @@ import statistics
 
 from tailscope.analysis_model.codec import decode
 from tailscope.analysis_model.events import Event, Events
+from tailscope.analysis_model.llm import TokenSpike
 from tailscope.analysis_model.records import Window
 from tailscope.analysis_model.spikes import Spike
 from tailscope.analyzers.causes.registry import cause_names_by_fault
@@ -80,8 +85,9 @@ def _overlap_ns(spike: Spike, start_ns: int, end_ns: int) -> int:
     return max(0, min(spike.end_ns, end_ns) - max(spike.start_ns, start_ns))
 
 
-def matching_spike(spikes: list[Spike], start_ns: int, end_ns: int) -> Spike | None:
-    """The spike overlapping ``[start_ns, end_ns + LAG_S]`` most (ties: the earlier), or None."""
+def matching_spike(spikes: list[Spike | TokenSpike], start_ns: int, end_ns: int) -> Spike | TokenSpike | None:
+    """The spike overlapping ``[start_ns, end_ns + LAG_S]`` most (ties: the earlier, then the one
+    listed first), or None."""
     horizon = end_ns + int(LAG_S * NS_PER_S)
     best, best_overlap = None, 0
     for spike in sorted(spikes, key=lambda s: s.start_ns):
@@ -107,9 +113,20 @@ def impact(windows: list[Window], start_ns: int, end_ns: int) -> float | None:
     return max(inside) / statistics.median(outside)
 
 
-def _cause_kinds(spike: Spike | None) -> list[str]:
-    """A spike's cause kinds, highest ranked first (none without a spike)."""
-    return [] if spike is None else [c.kind for c in spike.causes]
+def _cause_kinds(spike: Spike | TokenSpike | None) -> list[str]:
+    """A spike's cause kinds, highest ranked first (none without a spike or causes)."""
+    return [] if spike is None else [c.kind for c in spike.causes or ()]
+
+
+#: The metrics a fault's matching spike is looked for in, in the order that breaks ties.
+SPIKE_METRICS = ("latency", "ttft", "tpot")
+
+
+def spikes_by_metric(analysis: dict) -> list[tuple[str, Spike | TokenSpike]]:
+    """(metric, spike) of every latency, TTFT and TPOT spike, in :data:`SPIKE_METRICS` order."""
+    tokens = token_spikes_of(analysis)
+    return ([("latency", s) for s in spikes_of(analysis)]
+            + [(metric, s) for metric in SPIKE_METRICS[1:] for s in tokens.get(metric, [])])
 
 
 def score_fault_run(analysis: dict) -> dict:
@@ -123,8 +140,9 @@ def score_fault_run(analysis: dict) -> dict:
     fault = faults[0]
     kind = fault_kind_of(fault)
     distractions = [f for f in events if role_of(f) == "distraction"]
-    spikes = spikes_of(analysis)
-    spike = matching_spike(spikes, fault.start_ns, fault.end_ns)
+    candidates = spikes_by_metric(analysis)
+    spike = matching_spike([s for _, s in candidates], fault.start_ns, fault.end_ns)
+    metric = next((m for m, s in candidates if s is spike), None)
     causes = _cause_kinds(spike)
     return {
         "ground_truth": True,
@@ -133,12 +151,14 @@ def score_fault_run(analysis: dict) -> dict:
         "fault_error": fault.attributes.get("error"),
         "fault_attributes": fault.attributes,
         "detected": spike is not None,
+        "spike_metric": metric,
         "ac1": bool(causes) and names_fault(causes[0], kind),
         "ac3": any(names_fault(c, kind) for c in causes[:3]),
         "time_to_detect_s": (max(0.0, (spike.start_ns - fault.start_ns) / NS_PER_S) if spike else None),
         "impact": impact(windows_of(analysis), fault.start_ns, fault.end_ns),
         "top_causes": causes[:3],
-        "spikes": len(spikes),
+        "spikes": sum(1 for m, _ in candidates if m == "latency"),
+        "token_spikes": sum(1 for m, _ in candidates if m != "latency"),
         "distractions": [fault_kind_of(f) for f in distractions],
         "distracted": bool(causes) and any(names_fault(causes[0], fault_kind_of(d)) for d in distractions),
         "distraction_errors": [f.attributes["error"] for f in distractions if f.attributes.get("error")],
@@ -150,9 +170,10 @@ def score_control_run(analysis: dict) -> dict:
     and the same among an LLM run's TTFT and TPOT spikes (``token_false_alarms``; ``token_spikes``
     counts them, 0 for a run without them); ``false_alarm_causes`` lists every named top cause,
     the latency spikes' first."""
-    spikes = spikes_of(analysis)
+    candidates = spikes_by_metric(analysis)
+    spikes = [s for m, s in candidates if m == "latency"]
+    tokens = [s for m, s in candidates if m != "latency"]
     named = [s for s in spikes if not s.unexplained]
-    tokens = [s for metric_spikes in token_spikes_of(analysis).values() for s in metric_spikes]
     named_tokens = [s for s in tokens if not s.unexplained]
     return {"spikes": len(spikes), "false_alarms": len(named),
             "token_spikes": len(tokens), "token_false_alarms": len(named_tokens),

@@ -152,6 +152,23 @@ def test_an_llm_control_that_names_a_cause_for_a_tpot_spike_is_a_false_alarm():
     assert aggregate([{"kind": CONTROL, "status": "ok", "score": older}])["control"]["false_alarm_rate"] == 0.0
 
 
+def test_an_llm_faults_matching_spike_may_be_a_ttft_or_tpot_spike():
+    """A prompt storm on the real vLLM raised TTFT 2.6× and made no latency spike: the fault is
+    detected, and named, on the token spike that overlaps it most; on equal overlap the latency
+    spike comes first, then TTFT, then TPOT."""
+    storm = _analysis(("llm_prompt_storm", 20 * S, 35 * S), spikes=[_spike(50, 52, "unexplained")])
+    storm["llm"] = {"spikes": encode({"ttft": [_token_spike(21, 30, "prefill_interference")],
+                                      "tpot": [_token_spike(22, 24, "unexplained")]})}
+    score = score_fault_run(storm)
+    assert score["detected"] and score["ac1"] and score["spike_metric"] == "ttft"
+    assert (score["spikes"], score["token_spikes"]) == (1, 2) and score["top_causes"] == ["prefill_interference"]
+    storm["spikes"] = encode([_spike(21, 30, "unexplained")])
+    tie = score_fault_run(storm)
+    assert tie["spike_metric"] == "latency" and not tie["ac1"]  # the latency spike first: no choosing by cause
+    storm["spikes"], storm["llm"] = encode([]), {"spikes": encode({"ttft": [], "tpot": []})}
+    assert not score_fault_run(storm)["detected"]
+
+
 def test_baro_baseline_is_scored_beside_ours_on_the_same_runs():
     ours = _analysis(("io_stall", 10 * S, 15 * S), spikes=[_spike(10, 12, "io_stall", "swap")])
     baro = _analysis(("io_stall", 10 * S, 15 * S), spikes=[_spike(10, 12, "cpu_contention", "io_stall")])

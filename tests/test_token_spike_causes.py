@@ -2,8 +2,9 @@
 
 Seeded synthetic LLM runs that stream (``testkit/synthetic.py`` ``stream=True``: the first token as
 decode starts, the rest at its end): KV-cache pressure and a queue burst raise TTFT (queue wait),
-other prompts' prefill raises TPOT (decode), a stopped process raises TTFT. Before, each such card
-read "TTFT spike: no cause attributed".
+other prompts' prefill raises TPOT (decode) and, where it slows the new requests' own way to their
+first token (``prefill_ttft``: the time before decode), TTFT; a stopped process raises TTFT. Before,
+each such card read "TTFT spike: no cause attributed".
 """
 
 from __future__ import annotations
@@ -21,18 +22,21 @@ from tailscope.testkit.synthetic import write_synthetic_run
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     out = {}
-    for kind in ("kv_cache", "prefill", "queue", "stall"):
-        path = tmp_path_factory.mktemp("token") / kind
+    for name in ("kv_cache", "prefill", "prefill_ttft", "queue", "stall"):
+        path = tmp_path_factory.mktemp("token") / name
+        kind, *stage = name.split("_ttft")
+        spike = {"kind": kind, "at_s": 18, "duration_s": 6, "extra_ms": 300, **({"stage": "preprocess"} if stage else {})}
         write_synthetic_run(path, duration_s=40, rate=20, seed=4, llm=True, stream=True, gc_events=kind != "stall",
-                            spikes=[{"kind": kind, "at_s": 18, "duration_s": 6, "extra_ms": 300}])
-        out[kind] = analyze_run(path)
+                            spikes=[spike])
+        out[name] = analyze_run(path)
     return out
 
 
 @pytest.mark.parametrize("kind, metric, cause", [("kv_cache", "ttft", "kv_cache_pressure"),
                                                  ("queue", "ttft", "queue_saturation"),
                                                  ("stall", "ttft", "process_stall"),
-                                                 ("prefill", "tpot", "prefill_interference")])
+                                                 ("prefill", "tpot", "prefill_interference"),
+                                                 ("prefill_ttft", "ttft", "prefill_interference")])
 def test_the_metric_that_rose_is_explained_by_the_cause_that_raises_it(runs, kind, metric, cause):
     spikes = runs[kind]["llm"]["spikes"]
     other = "tpot" if metric == "ttft" else "ttft"
@@ -53,6 +57,10 @@ def test_the_card_names_the_metric_how_far_it_rose_and_why(runs):
     card = token_cards_of(runs["prefill"])["cards"][0]
     assert card["top_title"] == "TPOT spike: prefill interference (long prompts, LLM server)"
     assert "why: the slow streams' time per output token" in card["top_sentence"]
+    card = token_cards_of(runs["prefill_ttft"])["cards"][0]
+    assert card["top_title"] == "TTFT spike: prefill interference (long prompts, LLM server)"
+    assert "why: the slow requests' time to first token" in card["top_sentence"]
+    assert "prompt tokens being prefilled" in card["top_sentence"]
 
 
 class _Fixed:

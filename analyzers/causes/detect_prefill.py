@@ -1,11 +1,19 @@
-"""``prefill_interference``: long prompts being prefilled slowed the streams already decoding.
+"""``prefill_interference``: long prompts being prefilled slowed the streams already decoding,
+and the first tokens of the requests that arrived among them.
 
 A continuous-batching LLM engine runs the prefill of new prompts in the same steps as the decode
 of running streams; a surge of prompt tokens (a storm of long prompts, ours or another client's)
-makes every step longer, so the running streams' time per output token grows. Evidence:
+makes every step longer, so the running streams' time per output token grows, and a new request's
+own prefill shares those steps (chunked prefill) and its API server's CPU, so its first token comes
+later too: on the real vLLM CPU build, a storm of 900-token prompts at 5/s raised TTFT P99 2.6× (the
+slow requests' prefill stage 10 → 31 ms on average, their API server's time 7 → 31 ms, queue
++13 ms) and TPOT 1.6×. Evidence:
 
-- the slow requests' time per output token against the normal requests': the ``decode`` stage
-  (vLLM's ``gen_ai.latency.time_in_model_decode``) ÷ (output tokens − 1), the server's TPOT;
+- how much the metric that rose rose (``slowed``): on a TPOT or latency spike, the slow requests'
+  time per output token against the normal requests' — the ``decode`` stage (vLLM's
+  ``gen_ai.latency.time_in_model_decode``) ÷ (output tokens − 1), the server's TPOT; on a TTFT
+  spike, the slow requests' median TTFT against the normal requests' (with the growth of the
+  ``prefill`` stage where the spans give one);
 - prompt tokens per second (1-s bins) — the harness's own requests' prompts at their send
   (``requests.arrow`` ``prompt_tokens``) plus the other traffic's (``gen_ai.usage.prompt_tokens``
   of spans of traces the harness did not send, :mod:`~..inputs.other_traffic`) — in the spike
@@ -24,7 +32,7 @@ makes every step longer, so the running streams' time per output token grows. Ev
 - neither KV pressure (:func:`~.kit.kv_pressure`) nor queue growth (the queue stage's share of
   the slow requests' server growth) explains it.
 
-confidence = ramp(TPOT ratio, 1.2, 2) × ramp(prompt surge ratio, 1.5, 3) × ramp(its robust z, 2, 6)
+confidence = ramp(slowed ratio, 1.2, 2) × ramp(prompt surge ratio, 1.5, 3) × ramp(its robust z, 2, 6)
 × surge_not_chance × (1 − KV pressure) × (1 − ramp(queue share, 0.3, 0.7)) × target side.
 The server's own prompt-token rate (the preset's ``prompt_tokens`` role: vLLM's
 ``prompt_tokens_by_source_total{source="local_compute"}``, the tokens actually prefilled with
@@ -102,17 +110,23 @@ class PrefillInterferenceDetector(CauseDetector):
     reads = server_role_prefixes("prompt_tokens")
     aliases = ("prefill", "long_prompts")
     needs = ("spans", "prom.*")
-    raises = ("latency", "tpot")  # the metrics it raises (CauseDetector.raises)
+    raises = ("latency", "ttft", "tpot")  # the metrics it raises (CauseDetector.raises)
 
     def score(self, ctx: SpikeContext) -> Finding | None:
         inputs = ctx.inputs
         if inputs.llm is None or DECODE_STAGE not in inputs.matrix.stages:
             return None
+        normal_index = inputs.normal_sample(ctx.normal_request_index)
         slow_tpot = _tpot_ms(ctx, ctx.slow_request_index)
-        normal_tpot = _tpot_ms(ctx, inputs.normal_sample(ctx.normal_request_index))
-        if not len(slow_tpot) or not len(normal_tpot):
+        normal_tpot = _tpot_ms(ctx, normal_index)
+        if ctx.metric == "ttft":
+            slowed = _first_tokens_slowed(ctx, normal_index)
+        elif len(slow_tpot) and len(normal_tpot):
+            slowed = _streams_slowed(slow_tpot, normal_tpot)
+        else:
+            slowed = None
+        if slowed is None:
             return None
-        tpot_ratio = float(np.median(slow_tpot) / max(np.median(normal_tpot), 1e-9))
         own, other = inputs.prompt_tokens_per_second
         surge = inputs.contrast_values(own + other, ctx.start_ns, ctx.end_ns)
         surge_ratio = surge.spike / surge.baseline if surge is not None and surge.baseline > 0 else None
@@ -129,7 +143,7 @@ class PrefillInterferenceDetector(CauseDetector):
         other_excess = other_surge.spike - other_surge.baseline if other_surge is not None else 0.0
         other_share = other_excess / excess if excess > 0 else 0.0
         factors = {
-            "streams_slowed": ramp(tpot_ratio, 1.2, 2.0),
+            slowed["factor"]: ramp(slowed["ratio"], 1.2, 2.0),
             "prompt_surge": ramp(surge_ratio, 1.5, 3.0) * ramp(surge.z if surge is not None else None, Z_LOW, Z_HIGH),
             "surge_not_chance": max(ramp(other_share, OTHER_SHARE_LOW, OTHER_SHARE_HIGH),
                                     improbability(long_prompts["chance"])),
@@ -138,8 +152,7 @@ class PrefillInterferenceDetector(CauseDetector):
             "target_side": server_side_factor(split),
         }
         confidence = float(np.prod(list(factors.values())))
-        parts = [f"the slow streams' time per output token {np.median(slow_tpot):.1f} ms vs "
-                 f"{np.median(normal_tpot):.1f} ms normal ({tpot_ratio:.2f}×)"]
+        parts = [slowed["words"]]
         if surge is not None:
             parts.append("prompt tokens being prefilled " + level_words(surge, lambda v: f"{v:,.0f}/s")
                          + f" vs baseline {surge.baseline:,.0f}/s"
@@ -153,8 +166,14 @@ class PrefillInterferenceDetector(CauseDetector):
         parts.append(f"queue {percent(max(queue_share, 0.0))} of the extra server time")
         return Finding(self.name, round(confidence, 4), {
             "summary": "; ".join(parts),
-            "tpot_slow_ms": float(np.median(slow_tpot)), "tpot_normal_ms": float(np.median(normal_tpot)),
-            "tpot_ratio": tpot_ratio,
+            "metric": ctx.metric,
+            "tpot_slow_ms": float(np.median(slow_tpot)) if len(slow_tpot) else None,
+            "tpot_normal_ms": float(np.median(normal_tpot)) if len(normal_tpot) else None,
+            "tpot_ratio": slowed["ratio"] if ctx.metric != "ttft" else None,
+            "ttft_slow_ms": slowed.get("slow_ms") if ctx.metric == "ttft" else None,
+            "ttft_normal_ms": slowed.get("normal_ms") if ctx.metric == "ttft" else None,
+            "ttft_ratio": slowed["ratio"] if ctx.metric == "ttft" else None,
+            "prefill_growth_ms": slowed.get("prefill_growth_ms"),
             "prompt_tokens_per_s": surge.spike if surge is not None else None,
             "prompt_tokens_per_s_baseline": surge.baseline if surge is not None else None,
             "own_prompt_tokens_per_s": own_surge.spike if own_surge is not None else None,
@@ -197,6 +216,34 @@ class PrefillInterferenceDetector(CauseDetector):
                 "chance": chance_of_long_prompts(len(long), requests, share),
                 "sent": place_words(ctx.start_ns - margin, ctx.end_ns + margin, ctx.start_ns, ctx.end_ns),
                 "largest": [{"sent_ns": int(sent[i]), "prompt_tokens": float(prompts[i])} for i in largest]}
+
+
+def _streams_slowed(slow_tpot: np.ndarray, normal_tpot: np.ndarray) -> dict:
+    """A TPOT or latency spike: the slow streams' median server TPOT over the normal ones'."""
+    slow_ms, normal_ms = float(np.median(slow_tpot)), float(np.median(normal_tpot))
+    ratio = slow_ms / max(normal_ms, 1e-9)
+    return {"factor": "streams_slowed", "ratio": ratio,
+            "words": f"the slow streams' time per output token {slow_ms:.1f} ms vs {normal_ms:.1f} ms normal ({ratio:.2f}×)"}
+
+
+def _first_tokens_slowed(ctx: SpikeContext, normal_index: np.ndarray) -> dict | None:
+    """A TTFT spike: the slow requests' median TTFT over the normal requests' (ms, the metric the
+    spike was found in), with the ``prefill`` stage's growth where the spans give one; None
+    without TTFTs on either side."""
+    values = ctx.values_ms
+    slow, normal = values[ctx.slow_request_index], values[normal_index]
+    slow, normal = slow[np.isfinite(slow)], normal[np.isfinite(normal)]
+    if not len(slow) or not len(normal):
+        return None
+    slow_ms, normal_ms = float(np.median(slow)), float(np.median(normal))
+    ratio = slow_ms / max(normal_ms, 1e-9)
+    prefill = ctx.decomposition.stages.get("prefill")
+    growth = prefill.growth_ms if prefill is not None else None
+    words = f"the slow requests' time to first token {slow_ms:.1f} ms vs {normal_ms:.1f} ms normal ({ratio:.2f}×)"
+    if growth is not None and prefill.slow is not None and prefill.normal is not None:
+        words += f", their prefill {prefill.normal.mean_ms:.1f} → {prefill.slow.mean_ms:.1f} ms"
+    return {"factor": "first_tokens_slowed", "ratio": ratio, "slow_ms": slow_ms, "normal_ms": normal_ms,
+            "prefill_growth_ms": growth, "words": words}
 
 
 def _chance_words(p_value: float) -> str:
