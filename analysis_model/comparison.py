@@ -86,11 +86,19 @@ class Method:
 
 @dataclass(frozen=True, slots=True)
 class ComparisonVerdict:
-    """Whether any check failed (exit code 1), and one sentence: what regressed and where, or why
-    each significant change of all requests' latency is none."""
+    """Whether any check failed, and one sentence: what regressed and where, or why each significant
+    change of all requests' latency is none. ``inconclusive``: a check failed, but the current runs'
+    host was busier than the baseline's (``host_load``), so the regression may be the host's — exit
+    code 3, not 1 (False in comparisons before it)."""
 
     regressed: bool
     summary: str
+    inconclusive: bool = False
+
+    @property
+    def label(self) -> str:
+        """The banner's word: ``INCONCLUSIVE``, ``REGRESSION`` or ``NO REGRESSION``."""
+        return "INCONCLUSIVE" if self.inconclusive else "REGRESSION" if self.regressed else "NO REGRESSION"
 
 
 @dataclass(frozen=True, slots=True)
@@ -257,6 +265,23 @@ class EnvironmentComparison:
     differences: tuple[EnvironmentDifference, ...]
 
 
+@dataclass(frozen=True, slots=True)
+class HostLoad:
+    """How busy each side's host was with other processes while its runs ran: CPU cores used by
+    everything but the target and the generator (analyzers/inputs/cpu_accounting.py), each run's
+    mean over its load (``*_runs``, None where a run has no CPU series) and the side's mean over
+    those (None: no run has them). ``busier``: ``current`` or ``baseline`` when that side's mean is
+    at least ``material_cores`` above the other's, else None; ``message`` says so in words."""
+
+    baseline_cores: float | None
+    current_cores: float | None
+    baseline_runs: tuple[float | None, ...]
+    current_runs: tuple[float | None, ...]
+    material_cores: float
+    busier: str | None
+    message: str | None
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Comparison:
     """``comparison.json``: the new side (``current``) against the ``baseline`` side.
@@ -268,7 +293,8 @@ class Comparison:
     others. ``title`` names the sides (None before format 1.1: reports/upgrade.py
     ``comparison_of`` names them by their runs). ``llm`` is None unless every run of both sides
     holds OpenAI-API requests (and in a comparison before LLM figures); ``environment`` None in a
-    comparison before environments were recorded."""
+    comparison before environments were recorded; ``host_load`` how busy each side's host was with
+    other processes (None, and left out of the JSON, in comparisons before it)."""
 
     format_version: str
     title: str | None = None
@@ -291,3 +317,4 @@ class Comparison:
     classes_only_in_one: tuple[str, ...]
     distributions: Distributions
     environment: EnvironmentComparison | None = None
+    host_load: HostLoad | None = written_when_set()

@@ -193,8 +193,8 @@ def print_comparison(console, c: Comparison, paths: dict) -> None:
     if c.method is not None and c.method.note:
         console.print(f"intervals: {c.method.name}, {c.method.baseline_runs} baseline run(s) and "
                       f"{c.method.current_runs} new run(s); {escape(c.method.note)}", highlight=False, soft_wrap=True)
-    console.print(("[bold red]REGRESSION[/] " if c.verdict.regressed else "[bold green]NO REGRESSION[/] ")
-                  + escape(c.verdict.summary), highlight=False, soft_wrap=True)
+    style = "bold yellow" if c.verdict.inconclusive else "bold red" if c.verdict.regressed else "bold green"
+    console.print(f"[{style}]{c.verdict.label}[/] " + escape(c.verdict.summary), highlight=False, soft_wrap=True)
     for difference in c.environment.differences if c.environment else ():
         console.print(f"[yellow]warning: {escape(difference.message)}[/]", highlight=False, soft_wrap=True)
     for name, path in paths.items():

@@ -21,6 +21,7 @@ from tailscope.analysis_model.comparison import (
     METRIC_NAMES,
     Check,
     EnvironmentComparison,
+    HostLoad,
     Interval,
     LlmChange,
     LlmComparison,
@@ -199,6 +200,22 @@ def environment_rows(environment: EnvironmentComparison | None) -> dict | None:
             "warnings": [d.message for d in environment.differences]}
 
 
+def host_load_row(host: HostLoad | None) -> dict | None:
+    """The environment table's row of other processes' CPU on each side's host (mean cores over
+    the side's runs, each run's after it when there are several); None in comparisons before it."""
+    if host is None:
+        return None
+
+    def text(mean: float | None, runs: tuple[float | None, ...]) -> str:
+        if mean is None:
+            return "not recorded"
+        each = f" ({', '.join('—' if v is None else f'{v:.2f}' for v in runs)})" if len(runs) > 1 else ""
+        return f"{mean:.2f} cores{each}"
+
+    return {"fact": "other processes' CPU", "baseline": text(host.baseline_cores, host.baseline_runs),
+            "current": text(host.current_cores, host.current_runs), "differs": host.busier is not None}
+
+
 def build_comparison_data(comparison: dict) -> dict:
     """The presentation dict of a comparison (pre-formatted text + chart series) from its JSON
     (read through reports/upgrade.py ``comparison_of``: AnalysisShapeError when malformed)."""
@@ -210,7 +227,8 @@ def build_comparison_data(comparison: dict) -> dict:
     return {
         "title": f"tailscope comparison — {c.title}",
         "method": method_text(c.method),
-        "verdict": {"label": "REGRESSION" if regressed else "NO REGRESSION", "css": "fail" if regressed else "pass",
+        "verdict": {"label": c.verdict.label,
+                    "css": "inconclusive" if c.verdict.inconclusive else "fail" if regressed else "pass",
                     "summary": c.verdict.summary},
         "baseline": run_facts(c.baseline),
         "current": run_facts(c.current),
@@ -223,8 +241,16 @@ def build_comparison_data(comparison: dict) -> dict:
         "stages": stage_rows(c.stages, changed.stage if changed else None),
         "has_distributions": bool(charts["sets"]),
         "charts": charts,
-        "environment": environment_rows(c.environment),
+        "environment": _with_host_load(environment_rows(c.environment), host_load_row(c.host_load)),
     }
+
+
+def _with_host_load(environment: dict | None, host: dict | None) -> dict | None:
+    """The environment table with the host-load row last (where the comparison has one)."""
+    if host is None:
+        return environment
+    environment = environment or {"rows": [], "warnings": []}
+    return {**environment, "rows": [*environment["rows"], host]}
 
 
 def _overlay(distribution: Distribution, suffix: str, dash: str) -> dict | None:

@@ -11,7 +11,8 @@ from __future__ import annotations
 EXIT_OK = 0  # passed: every SLO held (and no regression)
 EXIT_SLO_FAILED = 1  # an SLO or a regression gate failed
 EXIT_USAGE = 2  # usage or setup error: bad scenario, unreachable target, unreadable run
-EXIT_INCONCLUSIVE = 3  # inconclusive or incomplete: run cut short, or an SLO's percentile not claimed
+# inconclusive or incomplete: run cut short, an SLO's percentile not claimed, a regression on a busier host
+EXIT_INCONCLUSIVE = 3
 EXIT_INTERNAL = 4  # tailscope itself failed (a traceback is a bug)
 
 
@@ -20,7 +21,8 @@ OUTCOME_EXIT_CODES = {"passed": EXIT_OK, "failed": EXIT_SLO_FAILED,
                       "inconclusive": EXIT_INCONCLUSIVE, "incomplete": EXIT_INCONCLUSIVE}
 #: The exit-code table every command's --help ends with (README "Exit codes").
 EXIT_CODES_HELP = ("exit codes: 0 passed; 1 an SLO or a regression gate failed; 2 usage or setup error; "
-                   "3 inconclusive (an SLO's percentile not claimed) or incomplete (the run was cut short); "
+                   "3 inconclusive (an SLO's percentile not claimed, a regression on a busier host) or incomplete "
+                   "(the run was cut short); "
                    "4 tailscope itself failed (a bug: please report the traceback)")
 
 

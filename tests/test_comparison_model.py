@@ -59,11 +59,12 @@ def test_compare_runs_writes_the_encoded_comparison(compared):
 
 def _as_format_1_0(data: dict) -> dict:
     """``data`` as tailscope wrote comparisons before format 1.1: no title, gate, method, LLM
-    figures or environment; each side one run without its start; rows without a gate interval."""
+    figures, environment or host load; each side one run without its start; rows without a gate interval."""
     old = copy.deepcopy(data)
     old["format_version"] = "1.0"
-    for key in ("title", "gate_confidence", "checks_judged_together", "method", "llm", "environment"):
-        del old[key]
+    for key in ("title", "gate_confidence", "checks_judged_together", "method", "llm", "environment", "host_load"):
+        old.pop(key, None)
+    del old["verdict"]["inconclusive"]
     for role in ("baseline", "current"):
         for key in ("started", "run_count", "runs"):
             del old[role][key]

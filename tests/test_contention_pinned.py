@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 from test_analyzers_detectors import _clean_context
 
-from tailscope.analyzers.causes.detect_cpu_contention import (
+from tailscope.analyzers.inputs.cpu_accounting import (
     host_cores,
     other_processes_cores,
     target_cores,
@@ -50,24 +50,24 @@ def _pinned_run(path, target_cpus, harness_cpus=(0,), host_cpus=2):
 
 def test_a_pinned_target_counts_only_its_own_cpus(tmp_path):
     ctx = _pinned_run(tmp_path / "run", target_cpus=[1])
-    assert target_cpu_list(ctx) == [1]
-    others = other_processes_cores(ctx)
+    assert target_cpu_list(ctx.inputs) == [1]
+    others = other_processes_cores(ctx.inputs)
     # the harness is on CPU 0 only: the generator's CPU is not taken from CPU 1's busy time
-    expected = ctx.inputs.binned("host.cpu1.busy_s") - target_cores(ctx)
+    expected = ctx.inputs.binned("host.cpu1.busy_s") - target_cores(ctx.inputs)
     assert np.allclose(others, expected, equal_nan=True)
     # CPU 0's burst is not in it (it is in the host-wide count)
-    assert not np.allclose(others, host_cores(ctx) - target_cores(ctx), equal_nan=True)
+    assert not np.allclose(others, host_cores(ctx.inputs) - target_cores(ctx.inputs), equal_nan=True)
 
 
 def test_a_target_free_to_use_every_cpu_is_judged_host_wide(tmp_path):
     ctx = _pinned_run(tmp_path / "run", target_cpus=[0, 1])
-    assert target_cpu_list(ctx) is None
+    assert target_cpu_list(ctx.inputs) is None
     generator = np.nan_to_num(ctx.inputs.binned("generator.cpu_percent")) / 100.0
-    assert np.allclose(other_processes_cores(ctx), host_cores(ctx) - target_cores(ctx) - generator, equal_nan=True)
+    assert np.allclose(other_processes_cores(ctx.inputs), host_cores(ctx.inputs) - target_cores(ctx.inputs) - generator, equal_nan=True)
 
 
 def test_a_harness_sharing_the_targets_cpu_has_its_share_taken_off(tmp_path):
     ctx = _pinned_run(tmp_path / "run", target_cpus=[1], harness_cpus=(0, 1))
     generator = np.nan_to_num(ctx.inputs.binned("generator.cpu_percent")) / 100.0
-    expected = ctx.inputs.binned("host.cpu1.busy_s") - target_cores(ctx) - 0.5 * generator
-    assert np.allclose(other_processes_cores(ctx), expected, equal_nan=True)
+    expected = ctx.inputs.binned("host.cpu1.busy_s") - target_cores(ctx.inputs) - 0.5 * generator
+    assert np.allclose(other_processes_cores(ctx.inputs), expected, equal_nan=True)

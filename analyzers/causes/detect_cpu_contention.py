@@ -87,85 +87,23 @@ from tailscope.analyzers.causes.kit import (
     throttling_confidence,
 )
 from tailscope.analyzers.causes.protocol import CauseDetector, Finding, SpikeContext
+from tailscope.analyzers.inputs.cpu_accounting import (
+    OTHERS_CORES_MATERIAL,
+    host_cores,
+    other_processes_cores,
+    target_cores,
+)
 
-OTHERS_CORES_MATERIAL = 0.3
 RUNQUEUE_NS_MATERIAL = 100e6
 GENERATOR_WAIT_MS_MATERIAL = 100.0
 PSI_US_MATERIAL = 100e3
 NONVOLUNTARY_MATERIAL = 200.0
-TARGET_CPU = ("proc.cpu.user_s", "proc.cpu.system_s")
-HOST_CPU = ("host.cpu.user_s", "host.cpu.system_s")
 #: Co-tenants in the target's cgroup: material excess of their CPU (cores), the ramp of the cgroup's
 #: CPU over the target's own during the spike, and the largest baseline share of the host's busy CPU
 #: the cgroup may have and still count as the target's own (not the whole host: a root cgroup).
 COTENANT_CORES_MATERIAL = 0.3
 COTENANT_RATIO_LOW, COTENANT_RATIO_HIGH = 1.5, 3.0
 COTENANT_HOST_SHARE_MAX = 0.9
-
-
-def target_cores(ctx: SpikeContext) -> np.ndarray | None:
-    inputs = ctx.inputs
-    if not all(inputs.signals.has(n) for n in TARGET_CPU):
-        return None
-    return sum(inputs.binned(n) for n in TARGET_CPU)
-
-
-def host_cores(ctx: SpikeContext) -> np.ndarray | None:
-    """Per-bin busy CPU cores of the whole host (user + system); None without the series."""
-    inputs = ctx.inputs
-    if not all(inputs.signals.has(n) for n in HOST_CPU):
-        return None
-    return sum(inputs.binned(n) for n in HOST_CPU)
-
-
-def target_cpu_list(ctx: SpikeContext) -> list[int] | None:
-    """The CPUs the target may run on (its affinity, ``manifest.target_process.cpus``) when they
-    are fewer than the host's and each has its own series (``host.cpu<N>.busy_s``); else None."""
-    manifest = getattr(ctx.run, "manifest", None) or {}
-    cpus = (manifest.get("target_process") or {}).get("cpus")
-    host_cpus = (manifest.get("host") or {}).get("cpus")
-    if not cpus or not host_cpus or len(cpus) >= host_cpus:
-        return None
-    if not all(ctx.inputs.signals.has(f"host.cpu{cpu}.busy_s") for cpu in cpus):
-        return None
-    return [int(cpu) for cpu in cpus]
-
-
-def generator_share_on(ctx: SpikeContext, cpus: list[int]) -> float:
-    """The part of the generator's CPU time that can have been spent on ``cpus``: the share of the
-    harness's CPUs (``manifest.host.harness_cpus``) among them — 1 where that is not recorded."""
-    manifest = getattr(ctx.run, "manifest", None) or {}
-    harness = (manifest.get("host") or {}).get("harness_cpus")
-    if not harness:
-        return 1.0
-    return len(set(harness) & set(cpus)) / len(harness)
-
-
-def other_processes_cores(ctx: SpikeContext) -> np.ndarray | None:
-    """Per-bin CPU cores used by everything but the target and the generator; None without the series.
-
-    Where the target may run on only some of the host's CPUs (a cpuset, a pinned server:
-    :func:`target_cpu_list`), only those CPUs count: work elsewhere cannot take the target's CPU
-    (measured on the real vLLM CPU build pinned to one of 2 cores: a fault's client on the other
-    core went from 0.07 to 0.37 cores while the target's own core stayed full of the target's work,
-    and the host-wide count named contention)."""
-    inputs = ctx.inputs
-    own = target_cores(ctx)
-    if own is None:
-        return None
-    cpus = target_cpu_list(ctx)
-    if cpus is not None:
-        busy = sum(inputs.binned(f"host.cpu{cpu}.busy_s") for cpu in cpus)
-        generator_share = generator_share_on(ctx, cpus)
-    else:
-        busy = host_cores(ctx)
-        generator_share = 1.0
-    if busy is None:
-        return None
-    others = busy - own
-    if inputs.signals.has("generator.cpu_percent") and generator_share > 0:
-        others = others - generator_share * np.nan_to_num(inputs.binned("generator.cpu_percent")) / 100.0
-    return others
 
 
 def neighbour_at_baseline(ctx: SpikeContext, others: np.ndarray | None) -> float:
@@ -196,7 +134,7 @@ def cotenants_in_cgroup(ctx: SpikeContext, own: np.ndarray | None, own_contrast,
     if own is None or own_contrast is None or not inputs.signals.has("cgroup.cpu.usage_ns"):
         return None
     group = inputs.binned("cgroup.cpu.usage_ns") / 1e9
-    host = host_cores(ctx)
+    host = host_cores(ctx.inputs)
     if host is not None:
         group_base = inputs.contrast_values(group, ctx.start_ns, ctx.end_ns, floor=0.01)
         host_base = inputs.contrast_values(host, ctx.start_ns, ctx.end_ns, floor=0.01)
@@ -232,12 +170,12 @@ class CpuContentionDetector(CauseDetector):
             signal_evidence(ctx, "cgroup.psi.cpu.some_us", PSI_US_MATERIAL, floor=1e3),
         ], [signal_evidence(ctx, "psi.cpu.some_us", PSI_US_MATERIAL, floor=1e3)])
         waiting, waits = waited.confidence, waited.evidence
-        others_values = other_processes_cores(ctx)
+        others_values = other_processes_cores(ctx.inputs)
         others = (signal_evidence(ctx, "others.cpu_cores", OTHERS_CORES_MATERIAL, floor=0.02, values=others_values)
                   if others_values is not None else None)
         if not waits and others is None:
             return None
-        own = target_cores(ctx)
+        own = target_cores(ctx.inputs)
         own_contrast = ctx.inputs.contrast_values(own, ctx.start_ns, ctx.end_ns, floor=0.01) if own is not None else None
         own_ratio = (own_contrast.spike / own_contrast.baseline
                      if own_contrast is not None and own_contrast.baseline > 0 else None)

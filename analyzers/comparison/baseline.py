@@ -54,6 +54,7 @@ from tailscope.analysis_model.comparison import (
 )
 from tailscope.analysis_model.records import ClassCounts, Distribution
 from tailscope.analysis_model.run import Environment
+from tailscope.analyzers.comparison.host_load import host_load, run_other_cores
 from tailscope.analyzers.comparison.judge import (  # noqa: F401
     CompareRules,
     Figure,
@@ -329,6 +330,10 @@ def compare(current, baseline, rules: CompareRules = CompareRules()) -> Comparis
         summary = f"{summary}; {llm_summary(llm)}" if latency_regressed else f"{llm_summary(llm)}; latency: {summary}"
     if method.run_to_run_noise == "unknown":
         summary += " (one run per side: run-to-run noise unknown, judged by a time-block bootstrap)"
+    host = host_load(*(tuple(run_other_cores(r.run, r.req, r.matrix) for r in side.runs) for side in (before, now)))
+    inconclusive = regressed and host.busier == "current"
+    if host.message and (inconclusive or host.busier == "baseline"):
+        summary += f"; but {host.message}"
     # the first run of each side: server, model, GPUs (analyzers/inputs/environment.py)
     env_before, env_now = (environment_facts(side.runs[0].run.manifest) for side in (before, now))
     return Comparison(
@@ -338,7 +343,7 @@ def compare(current, baseline, rules: CompareRules = CompareRules()) -> Comparis
         threshold=rules.threshold, confidence=rules.confidence, resamples=rules.resamples,
         gate_confidence=gate_confidence(rules.confidence, family, runs), checks_judged_together=family,
         method=method,
-        verdict=ComparisonVerdict(regressed, summary),
+        verdict=ComparisonVerdict(regressed, summary, inconclusive),
         checks=tuple(checks), percentiles=tuple(rows), stages=tuple(stages), changed_stage=changed, llm=llm,
         error_rate=error_rate_change(before, now),
         classes_compared=tuple(c for c in scopes if c is not None),
@@ -347,6 +352,7 @@ def compare(current, baseline, rules: CompareRules = CompareRules()) -> Comparis
         environment=EnvironmentComparison(
             Environment(**env_before), Environment(**env_now),
             tuple(EnvironmentDifference(**d) for d in environment_differences(env_before, env_now))),
+        host_load=host,
     )
 
 

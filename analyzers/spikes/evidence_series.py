@@ -44,6 +44,7 @@ import numpy as np
 
 from tailscope.analysis_model.spikes import CauseFinding, EvidenceMark, EvidenceSeries
 from tailscope.analyzers.causes.protocol import SpikeContext
+from tailscope.analyzers.inputs.cpu_accounting import other_processes_cores
 from tailscope.analyzers.inputs.records import NS_PER_S
 from tailscope.analyzers.inputs.signal_index import Contrast
 from tailscope.analyzers.inputs.signal_series import downsample_minmax
@@ -109,8 +110,7 @@ def signal_entries(ctx: SpikeContext, evidence: dict, cache: dict) -> list[Evide
     for entry in listed:
         name = entry["series"]
         if name == OTHERS_CORES:
-            from tailscope.analyzers.causes.detect_cpu_contention import other_processes_cores
-            values = _cached(cache, name, lambda: other_processes_cores(ctx))
+            values = _cached(cache, name, lambda: other_processes_cores(ctx.inputs))
             unit, counter = "cores", False
         elif signals.has(name):
             values = _cached(cache, name, lambda name=name: ctx.inputs.binned(name))

@@ -306,7 +306,7 @@ def damaged_line(report) -> str:
 
 def compare_with_baseline(report, baseline: dict, console) -> int:
     """Compare an analysed run (a conductor RunReport) with the baseline, print the comparison;
-    exit code 1 on a regression, 2 when a run cannot be read."""
+    exit code 1 on a regression, 3 when it may be the host's, 2 when a run cannot be read."""
     from tailscope.conductor import reporting
     from tailscope.conductor.terminal import print_comparison
     from tailscope.rundir import RunDirError
@@ -318,4 +318,12 @@ def compare_with_baseline(report, baseline: dict, console) -> int:
     except RunDirError as exc:
         return error(f"baseline: {exc}")
     print_comparison(console, compared.comparison, compared.paths)
-    return EXIT_SLO_FAILED if compared.regressed else EXIT_OK
+    return comparison_exit_code(compared.comparison.verdict)
+
+
+def comparison_exit_code(verdict) -> int:
+    """A comparison's exit code: 1 on a regression, 3 when it is inconclusive (a regression on a
+    busier host: analyzers/comparison/host_load.py), else 0."""
+    if verdict.inconclusive:
+        return EXIT_INCONCLUSIVE
+    return EXIT_SLO_FAILED if verdict.regressed else EXIT_OK

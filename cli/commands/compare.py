@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import argparse
 
-from tailscope.cli.commands.common import EXIT_CODES_HELP, EXIT_OK, EXIT_SLO_FAILED, error
+from tailscope.cli.commands.common import EXIT_CODES_HELP, comparison_exit_code, error
 
 
 def threshold_arg(text: str) -> float:
@@ -72,7 +72,8 @@ def register(sub) -> None:
                     "run per side the run-to-run noise is unknown and the verdict says so), flagged as a "
                     "regression only when above --threshold and significant; the stage that changed. Writes "
                     "comparison.json/.html/.md and junit-compare.xml. Exit 0 when nothing regressed, "
-                    "1 on a regression, 2 when a run cannot be read.",
+                    "1 on a regression, 3 when it is inconclusive (a regression measured while the new "
+                    "runs' host was busier with other processes), 2 when a run cannot be read.",
         epilog=EXIT_CODES_HELP)
     p.add_argument("runs", nargs="+", metavar="RUN",
                    help="the new run directory (or folder of runs), then the baseline; or the new runs, then "
@@ -97,8 +98,8 @@ def sides_from(args) -> tuple[list[str], list[str]] | str:
 
 def compare_and_print(new, baseline, console, *, threshold: float, confidence: float, out_dir: str | None = None) -> int:
     """Compare ``new`` with ``baseline`` (each a path or a list of paths: conductor/reporting.py),
-    write the files, print the comparison; the exit code (0, 1 on a regression, 2 when a run
-    cannot be read or the files cannot be written)."""
+    write the files, print the comparison; the exit code (0, 1 on a regression, 3 when it may be
+    the host's, 2 when a run cannot be read or the files cannot be written)."""
     from tailscope.conductor.reporting import compare_and_write
     from tailscope.conductor.terminal import print_comparison
     from tailscope.rundir import RunDirError
@@ -110,7 +111,7 @@ def compare_and_print(new, baseline, console, *, threshold: float, confidence: f
     except OSError as exc:
         return error(f"cannot write the comparison files: {exc}")
     print_comparison(console, compared.comparison, compared.paths)
-    return EXIT_SLO_FAILED if compared.regressed else EXIT_OK
+    return comparison_exit_code(compared.comparison.verdict)
 
 
 def handle(args) -> int:
