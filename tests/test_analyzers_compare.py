@@ -284,5 +284,9 @@ def test_three_vs_three_aa_runs_of_the_reference_target_are_no_regression(refere
         assert proc.stdout.rstrip().endswith(f"exit {proc.returncode} ({word})")
         folders.append(folder)
     compared = run_tailscope("compare", str(folders[1]), str(folders[0]), timeout=120)
-    assert compared.returncode == 0, compared.stdout[-3000:]
-    assert "NO REGRESSION" in compared.stdout and "3 runs of demo from" in compared.stdout
+    assert "3 runs of demo from" in compared.stdout
+    if compared.returncode == 3:  # other processes took more CPU while the new side ran: said, not a REGRESSION
+        assert "INCONCLUSIVE" in compared.stdout and "the current runs' host was busier" in compared.stdout
+    else:
+        assert compared.returncode == 0, compared.stdout[-3000:]
+        assert "NO REGRESSION" in compared.stdout
