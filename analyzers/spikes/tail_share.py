@@ -65,6 +65,18 @@ samples above τ) + 1, b = N − (above); a window's count above τ then follows
 the beta-binomial, and the p-value is its tail (:func:`_sf`) — the exact
 predictive test at any N, the binomial as N grows.
 
+Each group against the quiet samples outside it: up to ``LEAVE_OUT_MAX_SAMPLES`` (200,000) quiet
+samples, every group of every scale and shift is tested against τ_g, the same quantile of the quiet
+samples *outside that group*, with its own Beta (:func:`_leave_out`) — so the requests of the group
+being tested never set the threshold they are compared with (under a steady run the group's
+samples are then independent of τ_g: the beta-binomial tail is exact). Before, an incident that the
+outlier screen did not set aside lifted τ into itself: on the real vLLM pinned to one core, a 15-s
+prompt storm at 8 req/s held 21 of its 137 TTFTs above the P99 of the TTFTs outside it (66 ms), but
+its own slowest requests made the baseline's P99 101 ms and nothing was flagged (3-s windows of 24
+requests: their medians and P90s too noisy for the screen). Above 200,000 quiet samples one group's
+share of the baseline is too small to lift τ and the screen's per-window figures are steady: every
+group is tested against all of them, as are weighted (retained) samples.
+
 Episodes: flagged windows at most ``merge_gap`` apart are one spike, and so are
 flagged runs whose gap's median (the gap's samples pooled) stays raised — at
 least (1 + ``min_relative_excess``) × the quiet median (``raised`` counts,
@@ -84,8 +96,9 @@ samples expanded (but for the outlier screen's subsample above 500,000 samples;
 :mod:`tailscope.analyzers.spikes.detection`).
 
 Cost: O(n) per iteration for the counts plus O(k log k) for the k slow
-requests' medians; memory O(n) booleans and int64 window indices (n: elements;
-weighted quantiles sort the elements, O(n log n)).
+requests' medians, and, up to 200,000 quiet samples, one O(n log n) sort per iteration and
+O(m log² n) per grouping (m windows) for the leave-out baselines; memory O(n) booleans and int64 window indices (n: elements; weighted quantiles sort the
+elements, O(n log n)).
 """
 
 from __future__ import annotations
@@ -339,42 +352,140 @@ def _groupings(rules: TailTestRules) -> list[tuple[int, int]]:
     return [(scale, offset) for scale in rules.scales for offset in ((0,) if scale == 1 else (0, scale // 2))]
 
 
+#: Up to this many quiet samples each group is tested against the quiet samples *outside* it
+#: (:func:`_leave_out`); above it, against all of them (one group's share of the baseline is then
+#: too small to lift τ, and the outlier screen's per-window medians are steady).
+LEAVE_OUT_MAX_SAMPLES = 200_000
+
+
+@dataclass(frozen=True)
+class GroupBaselines:
+    """Per group of one grouping: τ, its quantile's Beta(a, b) (module docstring) and the floor
+    its slow samples' ``material_quantile`` must clear (ms)."""
+
+    tau: np.ndarray
+    a: np.ndarray
+    b: np.ndarray
+    floor_ms: np.ndarray
+
+
+def _floor_ms(tau, rules: TailTestRules):
+    return np.maximum(tau * (1.0 + rules.min_relative_excess), tau + rules.min_excess_ms)
+
+
+@dataclass(frozen=True)
+class QuietOrder:
+    """The quiet samples ordered once per pass, for every grouping's leave-out baselines: ``ordered``
+    their values sorted; per window, its quiet samples' ranks R(x) = #{quiet ≤ x}, sorted, as
+    ``keys`` (window · (N + 1) + R) with each window's first position in ``starts`` (m + 1)."""
+
+    ordered: np.ndarray
+    keys: np.ndarray
+    starts: np.ndarray
+
+    @classmethod
+    def of(cls, index: np.ndarray, latency_ms: np.ndarray, clean: np.ndarray, m: int) -> QuietOrder:
+        values = latency_ms[clean]
+        ordered = np.sort(values)
+        stride = len(ordered) + 1
+        keys = np.sort(index[clean].astype(np.int64) * stride + np.searchsorted(ordered, values, side="right"))
+        starts = np.searchsorted(keys, np.arange(m + 1, dtype=np.int64) * stride, side="left")
+        return cls(ordered, keys, starts)
+
+    def in_windows_at_or_below(self, rank: np.ndarray) -> np.ndarray:
+        """Per window w, its quiet samples with R(x) ≤ ``rank[w]``."""
+        windows = np.arange(len(self.starts) - 1, dtype=np.int64)
+        return np.searchsorted(self.keys, windows * (len(self.ordered) + 1) + rank, side="right") - self.starts[:-1]
+
+
+def _leave_out(order: QuietOrder, scale: int, offset: int, groups: int, q: float, needed: int, tau: float,
+               beta: tuple[float, float], rules: TailTestRules) -> GroupBaselines:
+    """Each group's baseline from the quiet samples outside it: τ_g is their nearest-rank
+    ``q``-quantile, a_g − 1 of them lie above it, b_g = the rest. A group whose quiet samples
+    leave fewer than ``needed`` outside it keeps the shared ``tau`` and ``beta``. Window ``w`` is in
+    group ``(w + offset) // scale``.
+
+    Exact and vectorised: with S the quiet samples sorted and R(x) = #{s ∈ S: s ≤ x}, the count
+    outside group g at or below S[i] is R(S[i]) − #{x ∈ g: R(x) ≤ R(S[i])} — the second term summed
+    over g's windows from :class:`QuietOrder` — non-decreasing in i; a bisection over i for all
+    groups at once finds the smallest i where it reaches the rank. O(m log² n) per grouping (m
+    windows), after the one O(n log n) sort of :class:`QuietOrder`."""
+    ordered, total = order.ordered, len(order.ordered)
+    m = len(order.starts) - 1
+    group_of = (np.arange(m) + offset) // scale
+    inside = np.bincount(group_of, weights=np.diff(order.starts), minlength=groups).astype(np.int64)
+    outside = total - inside
+    rank = np.ceil(outside * q - 1e-9).astype(np.int64).clip(1, None)
+
+    def below(i: np.ndarray) -> np.ndarray:  # quiet samples outside each group at or below S[i]
+        r_all = np.searchsorted(ordered, ordered[i], side="right")
+        mine = np.bincount(group_of, weights=order.in_windows_at_or_below(r_all[group_of]), minlength=groups)
+        return r_all - mine.astype(np.int64)
+
+    lo, hi = np.zeros(groups, np.int64), np.full(groups, total - 1, np.int64)
+    while np.any(lo < hi):
+        open_ = lo < hi
+        mid = (lo + hi) // 2
+        reached = below(mid) >= rank
+        hi = np.where(open_ & reached, mid, hi)
+        lo = np.where(open_ & ~reached, mid + 1, lo)
+    tau_g = ordered[lo]
+    above = outside - below(lo)
+    own = outside >= needed
+    tau_g = np.where(own, tau_g, tau)
+    a = np.where(own, above + 1.0, beta[0])
+    b = np.where(own, np.maximum(outside - above, 1).astype(float), beta[1])
+    return GroupBaselines(tau_g, a, b, _floor_ms(tau_g, rules))
+
+
+def _shared(groups: int, tau: float, beta: tuple[float, float], rules: TailTestRules) -> GroupBaselines:
+    """Every group against the one baseline (many quiet samples, or weighted ones)."""
+    tau_g = np.full(groups, tau)
+    return GroupBaselines(tau_g, np.full(groups, beta[0]), np.full(groups, beta[1]), _floor_ms(tau_g, rules))
+
+
 def _flag_once(index: np.ndarray, latency_ms: np.ndarray, m: int, tau: float, q: float, beta: tuple[float, float],
-               rules: TailTestRules, weights: np.ndarray | None = None
-               ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
+               rules: TailTestRules, weights: np.ndarray | None = None, clean: np.ndarray | None = None,
+               needed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
+    """One pass of the test at every scale and shift (module docstring). ``clean``: the quiet
+    samples τ came from; with it (and no weights, at most :data:`LEAVE_OUT_MAX_SAMPLES` of them)
+    each group is tested against the quiet samples outside it (:func:`_leave_out`), so an
+    incident's own requests never set the τ it is tested against."""
     p0 = 1.0 - q
     is_slow = latency_ms > tau
-    slow_weights = weights[is_slow] if weights is not None else None
     n = _count(index, m, weights)
-    k = _count(index[is_slow], m, slow_weights)
-    slow_index, slow_latency = index[is_slow], latency_ms[is_slow]
-    floor_ms = max(tau * (1.0 + rules.min_relative_excess), tau + rules.min_excess_ms)
+    k = _count(index[is_slow], m, weights[is_slow] if weights is not None else None)
+    leave_out = clean is not None and weights is None and 0 < int(clean.sum()) <= LEAVE_OUT_MAX_SAMPLES
+    order = QuietOrder.of(index, latency_ms, clean, m) if leave_out else None
     tests = int(sum(np.count_nonzero(_scaled(n, s, o)) for s, o in _groupings(rules)))
     cutoff = rules.alpha / max(tests, 1)
     flagged = np.zeros(m, dtype=bool)
-    p_unit = np.ones(m)
+    p_unit, unit_share, unit_material = np.ones(m), np.zeros(m), np.zeros(m, dtype=bool)
     q_m = rules.material_quantile
-    unit_material = np.nan_to_num(_window_quantiles(slow_index, slow_latency, m, (q_m,), slow_weights)[q_m],
-                                  nan=-np.inf) >= floor_ms
     for scale, offset in _groupings(rules):
-        n_s, k_s = _scaled(n, scale, offset), _scaled(k, scale, offset)
-        p_s = _sf(k_s, n_s, beta)
-        if scale == 1:
-            p_unit = p_s
-        medians = _window_quantiles((slow_index + offset) // scale, slow_latency, len(n_s), (q_m,),
-                                    slow_weights)[q_m]
+        group = (index + offset) // scale
+        n_s = _scaled(n, scale, offset)
+        base = (_leave_out(order, scale, offset, len(n_s), q, needed, tau, beta, rules) if order is not None
+                else _shared(len(n_s), tau, beta, rules))
+        slow = latency_ms > base.tau[group]
+        slow_weights = weights[slow] if weights is not None else None
+        k_s = _count(group[slow], len(n_s), slow_weights)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            p_s = stats.betabinom.sf(k_s - 1, np.maximum(n_s, 1), base.a, base.b)
+        p_s = np.where(n_s > 0, np.clip(np.nan_to_num(p_s, nan=1.0), 0.0, 1.0), 1.0)
+        tail = _window_quantiles(group[slow], latency_ms[slow], len(n_s), (q_m,), slow_weights)[q_m]
+        material = np.nan_to_num(tail, nan=-np.inf) >= base.floor_ms
         with np.errstate(invalid="ignore", divide="ignore"):
             share = np.where(n_s > 0, k_s / np.maximum(n_s, 1), 0.0)
-        passed = ((p_s < cutoff) & (share >= rules.min_tail_ratio * p0) & (k_s >= rules.min_slow_requests)
-                  & (np.nan_to_num(medians, nan=-np.inf) >= floor_ms))
+        if scale == 1:
+            p_unit, unit_share, unit_material = p_s, share, material
+        passed = (p_s < cutoff) & (share >= rules.min_tail_ratio * p0) & (k_s >= rules.min_slow_requests) & material
         if not passed.any():
             continue
         member = np.repeat(passed, scale)[offset:offset + m]
         if scale == 1:
             flagged |= member
         else:  # only the elevated windows of a flagged group, so its quiet edges do not widen the spike
-            with np.errstate(invalid="ignore", divide="ignore"):
-                unit_share = np.where(n > 0, k / np.maximum(n, 1), 0.0)
             flagged |= (member & (unit_share >= rules.min_tail_ratio * p0)
                         & (p_unit < rules.member_alpha) & unit_material)
     return flagged, n, k, p_unit, tests
@@ -406,8 +517,10 @@ def tail_test(scheduled_ns: np.ndarray, latency_ms: np.ndarray, origin_ns: int, 
     iterations = 0
     while True:
         iterations += 1
-        tau, q, quiet, beta = _baseline(latency_ms, ~excluded[index], rules, weights)
-        flagged, n, k, p_unit, tests = _flag_once(index, latency_ms, m, tau, q, beta, rules, weights)
+        clean = ~excluded[index]
+        tau, q, quiet, beta = _baseline(latency_ms, clean, rules, weights)
+        needed = dict(rules.ladder())[q]
+        flagged, n, k, p_unit, tests = _flag_once(index, latency_ms, m, tau, q, beta, rules, weights, clean, needed)
         # a window once outlying or flagged stays out of τ, so τ only falls and the iteration settles
         grown = excluded | flagged
         if (np.array_equal(grown, excluded) or iterations >= rules.max_iterations
