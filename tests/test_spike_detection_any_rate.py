@@ -262,7 +262,8 @@ def test_each_group_is_tested_against_the_quiet_samples_outside_it(monkeypatch):
 
 def test_leave_out_baselines_equal_the_quantiles_of_the_samples_outside_each_group():
     """:func:`_leave_out` (a bisection over all groups at once) against the direct computation, with
-    ties, scales and shifts, groups without quiet samples and groups that leave too few outside them."""
+    ties, scales and shifts, weighted elements (a retained run's histogram buckets, counted as the
+    samples they stand for), groups without quiet samples and groups that leave too few outside them."""
     from tailscope.analyzers.spikes.tail_share import QuietOrder, TailTestRules, _leave_out, _scaled
     from tailscope.analyzers.stats.percentiles import nearest_rank_value
 
@@ -277,12 +278,14 @@ def test_leave_out_baselines_equal_the_quantiles_of_the_samples_outside_each_gro
         if not clean.any():
             continue
         q = (0.99, 0.95, 0.9)[trial % 3]
+        weights = rng.integers(1, 5, n) if trial % 2 else np.ones(n, np.int64)
         groups = len(_scaled(np.zeros(m), scale, offset))
-        base = _leave_out(QuietOrder.of(window, values, clean, m), scale, offset, groups, q, 10, -1.0, (1.0, 2.0),
-                          TailTestRules())
+        base = _leave_out(QuietOrder.of(window, values, clean, m, weights if trial % 2 else None), scale, offset,
+                          groups, q, 10, -1.0, (1.0, 2.0), TailTestRules())
         group = (window + offset) // scale
         for g in range(groups):
-            outside = values[clean & (group != g)]
+            chosen = clean & (group != g)
+            outside = np.repeat(values[chosen], weights[chosen])
             if len(outside) < 10:
                 assert (base.tau[g], base.a[g], base.b[g]) == (-1.0, 1.0, 2.0)
                 continue

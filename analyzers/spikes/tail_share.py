@@ -75,7 +75,7 @@ prompt storm at 8 req/s held 21 of its 137 TTFTs above the P99 of the TTFTs outs
 its own slowest requests made the baseline's P99 101 ms and nothing was flagged (3-s windows of 24
 requests: their medians and P90s too noisy for the screen). Above 200,000 quiet samples one group's
 share of the baseline is too small to lift τ and the screen's per-window figures are steady: every
-group is tested against all of them, as are weighted (retained) samples.
+group is tested against all of them. Weighted elements count as the samples they stand for.
 
 Episodes: flagged windows at most ``merge_gap`` apart are one spike, and so are
 flagged runs whose gap's median (the gap's samples pooled) stays raised — at
@@ -97,8 +97,8 @@ samples expanded (but for the outlier screen's subsample above 500,000 samples;
 
 Cost: O(n) per iteration for the counts plus O(k log k) for the k slow
 requests' medians, and, up to 200,000 quiet samples, one O(n log n) sort per iteration and
-O(m log² n) per grouping (m windows) for the leave-out baselines; memory O(n) booleans and int64 window indices (n: elements; weighted quantiles sort the
-elements, O(n log n)).
+O(m log² n) per grouping (m windows) for the leave-out baselines; memory O(n) booleans and int64
+window indices (n: elements; weighted quantiles sort the elements, O(n log n)).
 """
 
 from __future__ import annotations
@@ -375,27 +375,51 @@ def _floor_ms(tau, rules: TailTestRules):
 
 @dataclass(frozen=True)
 class QuietOrder:
-    """The quiet samples ordered once per pass, for every grouping's leave-out baselines: ``ordered``
-    their values sorted; per window, its quiet samples' ranks R(x) = #{quiet ≤ x}, sorted, as
-    ``keys`` (window · (N + 1) + R) with each window's first position in ``starts`` (m + 1)."""
+    """The quiet samples ordered once per pass, for every grouping's leave-out baselines (weighted
+    elements count as the samples they stand for). ``ordered``: their values sorted, ``cum[i]`` the
+    samples at or below ``ordered[i]`` (R(x) for x the last of its value); per window, its elements'
+    R(x) sorted as ``keys`` (window · (N + 1) + R), ``starts`` each window's first position (m + 1)
+    and ``key_cum`` the samples before each position (len(keys) + 1)."""
 
     ordered: np.ndarray
+    cum: np.ndarray
     keys: np.ndarray
     starts: np.ndarray
+    key_cum: np.ndarray
+
+    @property
+    def total(self) -> int:
+        return int(self.cum[-1])
 
     @classmethod
-    def of(cls, index: np.ndarray, latency_ms: np.ndarray, clean: np.ndarray, m: int) -> QuietOrder:
+    def of(cls, index: np.ndarray, latency_ms: np.ndarray, clean: np.ndarray, m: int,
+           weights: np.ndarray | None = None) -> QuietOrder:
         values = latency_ms[clean]
-        ordered = np.sort(values)
-        stride = len(ordered) + 1
-        keys = np.sort(index[clean].astype(np.int64) * stride + np.searchsorted(ordered, values, side="right"))
+        counts = np.ones(len(values), np.int64) if weights is None else weights[clean].astype(np.int64)
+        by_value = np.argsort(values, kind="stable")
+        ordered = values[by_value]
+        cum = np.cumsum(counts[by_value])
+        stride = int(cum[-1]) + 1
+        key = index[clean].astype(np.int64) * stride + cum[np.searchsorted(ordered, values, side="right") - 1]
+        by_key = np.argsort(key, kind="stable")
+        keys = key[by_key]
+        key_cum = np.concatenate(([0], np.cumsum(counts[by_key])))
         starts = np.searchsorted(keys, np.arange(m + 1, dtype=np.int64) * stride, side="left")
-        return cls(ordered, keys, starts)
+        return cls(ordered, cum, keys, starts, key_cum)
+
+    def at_or_below(self, i: np.ndarray) -> np.ndarray:
+        """R(ordered[i]): the quiet samples at or below each value."""
+        return self.cum[np.searchsorted(self.ordered, self.ordered[i], side="right") - 1]
+
+    def per_window(self) -> np.ndarray:
+        """The quiet samples of each window."""
+        return self.key_cum[self.starts[1:]] - self.key_cum[self.starts[:-1]]
 
     def in_windows_at_or_below(self, rank: np.ndarray) -> np.ndarray:
         """Per window w, its quiet samples with R(x) ≤ ``rank[w]``."""
         windows = np.arange(len(self.starts) - 1, dtype=np.int64)
-        return np.searchsorted(self.keys, windows * (len(self.ordered) + 1) + rank, side="right") - self.starts[:-1]
+        ends = np.searchsorted(self.keys, windows * (self.total + 1) + rank, side="right")
+        return self.key_cum[ends] - self.key_cum[self.starts[:-1]]
 
 
 def _leave_out(order: QuietOrder, scale: int, offset: int, groups: int, q: float, needed: int, tau: float,
@@ -410,26 +434,25 @@ def _leave_out(order: QuietOrder, scale: int, offset: int, groups: int, q: float
     over g's windows from :class:`QuietOrder` — non-decreasing in i; a bisection over i for all
     groups at once finds the smallest i where it reaches the rank. O(m log² n) per grouping (m
     windows), after the one O(n log n) sort of :class:`QuietOrder`."""
-    ordered, total = order.ordered, len(order.ordered)
+    total = order.total
     m = len(order.starts) - 1
     group_of = (np.arange(m) + offset) // scale
-    inside = np.bincount(group_of, weights=np.diff(order.starts), minlength=groups).astype(np.int64)
-    outside = total - inside
+    outside = total - np.bincount(group_of, weights=order.per_window(), minlength=groups).astype(np.int64)
     rank = np.ceil(outside * q - 1e-9).astype(np.int64).clip(1, None)
 
-    def below(i: np.ndarray) -> np.ndarray:  # quiet samples outside each group at or below S[i]
-        r_all = np.searchsorted(ordered, ordered[i], side="right")
+    def below(i: np.ndarray) -> np.ndarray:  # quiet samples outside each group at or below ordered[i]
+        r_all = order.at_or_below(i)
         mine = np.bincount(group_of, weights=order.in_windows_at_or_below(r_all[group_of]), minlength=groups)
         return r_all - mine.astype(np.int64)
 
-    lo, hi = np.zeros(groups, np.int64), np.full(groups, total - 1, np.int64)
+    lo, hi = np.zeros(groups, np.int64), np.full(groups, len(order.ordered) - 1, np.int64)
     while np.any(lo < hi):
         open_ = lo < hi
         mid = (lo + hi) // 2
         reached = below(mid) >= rank
         hi = np.where(open_ & reached, mid, hi)
         lo = np.where(open_ & ~reached, mid + 1, lo)
-    tau_g = ordered[lo]
+    tau_g = order.ordered[lo]
     above = outside - below(lo)
     own = outside >= needed
     tau_g = np.where(own, tau_g, tau)
@@ -448,15 +471,15 @@ def _flag_once(index: np.ndarray, latency_ms: np.ndarray, m: int, tau: float, q:
                rules: TailTestRules, weights: np.ndarray | None = None, clean: np.ndarray | None = None,
                needed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
     """One pass of the test at every scale and shift (module docstring). ``clean``: the quiet
-    samples τ came from; with it (and no weights, at most :data:`LEAVE_OUT_MAX_SAMPLES` of them)
+    samples τ came from; with it (at most :data:`LEAVE_OUT_MAX_SAMPLES` of them)
     each group is tested against the quiet samples outside it (:func:`_leave_out`), so an
     incident's own requests never set the τ it is tested against."""
     p0 = 1.0 - q
     is_slow = latency_ms > tau
     n = _count(index, m, weights)
     k = _count(index[is_slow], m, weights[is_slow] if weights is not None else None)
-    leave_out = clean is not None and weights is None and 0 < int(clean.sum()) <= LEAVE_OUT_MAX_SAMPLES
-    order = QuietOrder.of(index, latency_ms, clean, m) if leave_out else None
+    leave_out = clean is not None and 0 < _total(clean, weights) <= LEAVE_OUT_MAX_SAMPLES
+    order = QuietOrder.of(index, latency_ms, clean, m, weights) if leave_out else None
     tests = int(sum(np.count_nonzero(_scaled(n, s, o)) for s, o in _groupings(rules)))
     cutoff = rules.alpha / max(tests, 1)
     flagged = np.zeros(m, dtype=bool)
