@@ -332,7 +332,9 @@ def compare(current, baseline, rules: CompareRules = CompareRules()) -> Comparis
         summary += " (one run per side: run-to-run noise unknown, judged by a time-block bootstrap)"
     host = host_load(*(tuple(run_other_cores(r.run, r.req, r.matrix) for r in side.runs) for side in (before, now)))
     inconclusive = regressed and host.busier == "current"
-    if host.message and (inconclusive or host.busier == "baseline"):
+    if inconclusive:  # the reason first: the figures below may be the host's
+        summary = f"{host.message}; measured: {summary}"
+    elif host.busier == "baseline":
         summary += f"; but {host.message}"
     # the first run of each side: server, model, GPUs (analyzers/inputs/environment.py)
     env_before, env_now = (environment_facts(side.runs[0].run.manifest) for side in (before, now))
