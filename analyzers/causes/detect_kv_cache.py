@@ -53,7 +53,7 @@ class KvCacheDetector(CauseDetector):
     reads = server_role_prefixes("kv_usage", "preemptions")
     aliases = ("kv_cache", "preemption")
     needs = ("spans", "prom.*")
-    raises = ("latency", "ttft")  # the metrics it raises (CauseDetector.raises)
+    raises = ("latency", "ttft", "tpot")  # the metrics it raises (CauseDetector.raises): preempted streams stall
 
     def score(self, ctx: SpikeContext) -> Finding | None:
         pressure = kv_pressure(ctx)
