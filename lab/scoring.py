@@ -4,11 +4,13 @@ Per experiment with a fault (ground truth: the window ``[start, end]`` of the
 ``fault`` event whose ``role`` is ``cause`` — a fault without a role is the
 cause — in ``analysis.json``), the *matching spike* is the detected
 P99 spike overlapping ``[start, end + LAG_S]`` the most (effects such as a
-queue draining outlast the fault a little): a latency spike or, in an LLM run,
-a TTFT or TPOT spike (``spike_metric`` says which; on equal overlap latency
-first, then TTFT, then TPOT) — a prompt storm on the real vLLM raised TTFT 2.6×
-and made no latency spike, since an LLM's end-to-end latency is set by its
-answer's length. Then:
+queue draining outlast the fault a little) among the latency spikes or, where
+none overlaps it, in an LLM run among the TTFT spikes, then the TPOT spikes
+(``spike_metric`` says which) — the order a report puts them in. A prompt storm
+on the real vLLM raised TTFT 2.6× and made no latency spike, since an LLM's
+end-to-end latency is set by its answer's length; and where a latency spike
+exists, a longer TPOT spike beside it (a queue's or a preempting cache's
+streams slowed a while after) does not replace it. Then:
 
 * detected — a matching spike exists;
 * AC@1 — the matching spike's top-ranked cause names the fault's kind;
@@ -141,8 +143,12 @@ def score_fault_run(analysis: dict) -> dict:
     kind = fault_kind_of(fault)
     distractions = [f for f in events if role_of(f) == "distraction"]
     candidates = spikes_by_metric(analysis)
-    spike = matching_spike([s for _, s in candidates], fault.start_ns, fault.end_ns)
-    metric = next((m for m, s in candidates if s is spike), None)
+    metric, spike = None, None
+    for metric in SPIKE_METRICS:
+        spike = matching_spike([s for m, s in candidates if m == metric], fault.start_ns, fault.end_ns)
+        if spike is not None:
+            break
+    metric = metric if spike is not None else None
     causes = _cause_kinds(spike)
     return {
         "ground_truth": True,
