@@ -120,7 +120,7 @@ def _cause_kinds(spike: Spike | TokenSpike | None) -> list[str]:
     return [] if spike is None else [c.kind for c in spike.causes or ()]
 
 
-#: The metrics a fault's matching spike is looked for in, in the order that breaks ties.
+#: The metrics a fault's matching spike is looked for in, in turn (the report's order).
 SPIKE_METRICS = ("latency", "ttft", "tpot")
 
 
@@ -129,6 +129,17 @@ def spikes_by_metric(analysis: dict) -> list[tuple[str, Spike | TokenSpike]]:
     tokens = token_spikes_of(analysis)
     return ([("latency", s) for s in spikes_of(analysis)]
             + [(metric, s) for metric in SPIKE_METRICS[1:] for s in tokens.get(metric, [])])
+
+
+def first_matching_spike(candidates: list[tuple[str, Spike | TokenSpike]], start_ns: int, end_ns: int
+                         ) -> tuple[str | None, Spike | TokenSpike | None]:
+    """(metric, spike): the :func:`matching_spike` among the first of :data:`SPIKE_METRICS` whose
+    spikes overlap the fault; (None, None) when none does."""
+    for metric in SPIKE_METRICS:
+        spike = matching_spike([s for m, s in candidates if m == metric], start_ns, end_ns)
+        if spike is not None:
+            return metric, spike
+    return None, None
 
 
 def score_fault_run(analysis: dict) -> dict:
@@ -143,12 +154,7 @@ def score_fault_run(analysis: dict) -> dict:
     kind = fault_kind_of(fault)
     distractions = [f for f in events if role_of(f) == "distraction"]
     candidates = spikes_by_metric(analysis)
-    metric, spike = None, None
-    for metric in SPIKE_METRICS:
-        spike = matching_spike([s for m, s in candidates if m == metric], fault.start_ns, fault.end_ns)
-        if spike is not None:
-            break
-    metric = metric if spike is not None else None
+    metric, spike = first_matching_spike(candidates, fault.start_ns, fault.end_ns)
     causes = _cause_kinds(spike)
     return {
         "ground_truth": True,

@@ -326,8 +326,9 @@ def _baseline(latency_ms: np.ndarray, clean: np.ndarray, rules: TailTestRules,
     return None
 
 
-def _sf(k: np.ndarray, n: np.ndarray, beta: tuple[float, float]) -> np.ndarray:
-    """P(K >= k), K ~ BetaBinomial(n, a, b): slow samples among n when the share above τ is Beta(a, b); 1 where n = 0."""
+def _sf(k: np.ndarray, n: np.ndarray, beta: tuple) -> np.ndarray:
+    """P(K >= k), K ~ BetaBinomial(n, a, b): slow samples among n when the share above τ is Beta(a, b)
+    (scalars, or one per element of ``k``); 1 where n = 0."""
     a, b = beta
     with np.errstate(invalid="ignore", divide="ignore"):
         p = stats.betabinom.sf(k - 1, np.maximum(n, 1), a, b)
@@ -462,7 +463,7 @@ def _leave_out(order: QuietOrder, scale: int, offset: int, groups: int, q: float
 
 
 def _shared(groups: int, tau: float, beta: tuple[float, float], rules: TailTestRules) -> GroupBaselines:
-    """Every group against the one baseline (many quiet samples, or weighted ones)."""
+    """Every group against the one baseline (more than :data:`LEAVE_OUT_MAX_SAMPLES` quiet samples)."""
     tau_g = np.full(groups, tau)
     return GroupBaselines(tau_g, np.full(groups, beta[0]), np.full(groups, beta[1]), _floor_ms(tau_g, rules))
 
@@ -493,9 +494,7 @@ def _flag_once(index: np.ndarray, latency_ms: np.ndarray, m: int, tau: float, q:
         slow = latency_ms > base.tau[group]
         slow_weights = weights[slow] if weights is not None else None
         k_s = _count(group[slow], len(n_s), slow_weights)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            p_s = stats.betabinom.sf(k_s - 1, np.maximum(n_s, 1), base.a, base.b)
-        p_s = np.where(n_s > 0, np.clip(np.nan_to_num(p_s, nan=1.0), 0.0, 1.0), 1.0)
+        p_s = _sf(k_s, n_s, (base.a, base.b))
         tail = _window_quantiles(group[slow], latency_ms[slow], len(n_s), (q_m,), slow_weights)[q_m]
         material = np.nan_to_num(tail, nan=-np.inf) >= base.floor_ms
         with np.errstate(invalid="ignore", divide="ignore"):

@@ -12,6 +12,7 @@ import argparse
 import os
 import sys
 
+from tailscope.analysis_model.comparison import ComparisonVerdict
 from tailscope.faults.injector import FaultSetupError, FaultSpecError
 from tailscope.faults.undo_journal import JOURNAL_NAME
 from tailscope.reports.upgrade import verdict_of
@@ -321,7 +322,7 @@ def compare_with_baseline(report, baseline: dict, console) -> int:
     return comparison_exit_code(compared.comparison.verdict)
 
 
-def comparison_exit_code(verdict) -> int:
+def comparison_exit_code(verdict: ComparisonVerdict) -> int:
     """A comparison's exit code: 1 on a regression, 3 when it is inconclusive (a regression on a
     busier host: analyzers/comparison/host_load.py), else 0."""
     if verdict.inconclusive:
