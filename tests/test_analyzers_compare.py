@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 
@@ -244,9 +245,9 @@ def test_compare_cli_takes_runs_on_each_side_and_folders(repeated, tmp_path):
     assert three.returncode == 2 and "without `--`" in three.stderr
 
 
-@pytest.fixture
-def reference_target():
-    """The reference target (no tracing) on a free loopback port; stopped by PID."""
+@contextlib.contextmanager
+def started_reference_target():
+    """A fresh reference target (no tracing) on a free loopback port, stopped by PID on exit."""
     import subprocess
     import sys
 
@@ -266,14 +267,19 @@ def reference_target():
 
 
 @pytest.mark.timeout(240)
-def test_three_vs_three_aa_runs_of_the_reference_target_are_no_regression(reference_target, tmp_path):
-    """Real runs: `tailscope run --repeat 3` twice against one reference target (7 s each, the demo
-    scenario), then `tailscope compare NEWDIR BASEDIR`: no regression, judged against the runs' spread."""
+def test_three_vs_three_aa_runs_of_the_reference_target_are_no_regression(tmp_path):
+    """Real runs: `tailscope run --repeat 3` twice, each side against a freshly started reference
+    target (7 s each, the demo scenario), then `tailscope compare NEWDIR BASEDIR`: no regression,
+    judged against the runs' spread. One target for both sides is no A/A: in a quiet CI run its P95
+    went 12.4, 12.0, 12.0 → 13.2, 13.4, 13.7 ms over the six runs (P50 8.2–8.5 → 8.6–8.7 ms), the
+    target itself slower by the second side, and compare rightly called that a regression."""
     scenario = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scenarios", "demo.yaml")
     folders = []
     for side in ("base", "new"):
-        proc = run_tailscope("run", scenario, "--target", reference_target, "--duration", "7s", "--repeat", "3",
-                             "--out", str(tmp_path / side), "--receiver-port", "0", "--late-span-wait", "1s", timeout=150)
+        with started_reference_target() as target:
+            proc = run_tailscope("run", scenario, "--target", target, "--duration", "7s", "--repeat", "3",
+                                 "--out", str(tmp_path / side), "--receiver-port", "0", "--late-span-wait", "1s",
+                                 timeout=150)
         assert proc.returncode in (0, 1, 3), proc.stderr[-2000:]  # the demo's SLOs may fail on a busy host
         [folder] = list((tmp_path / side).iterdir())
         assert folder.name.startswith("demo-") and folder.name.endswith("-x3")
