@@ -16,7 +16,9 @@ from test_target_service import TargetProcess
 
 @pytest.fixture(scope="module")
 def target():
-    process = TargetProcess([], otlp_url=None)
+    # 3 ms per decode step: without it the reference decoder makes 12 tokens in well under a
+    # millisecond, a loaded host delivers them in one read, and the decode rate is rightly unmeasurable
+    process = TargetProcess(["--decode-extra-delay-ms", "3"], otlp_url=None)
     try:
         yield f"http://127.0.0.1:{process.port}"
     finally:
