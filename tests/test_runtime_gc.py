@@ -19,6 +19,7 @@ import shutil
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 from cli_helpers import free_port, load_analysis, only_run_dir, run_tailscope
 from google.protobuf import json_format
@@ -226,6 +227,32 @@ def test_gc_checked_from_runtime_metrics_is_said_so_and_without_them_it_is_not_c
                                  spikes=[{"kind": "postprocess", "at_s": 20, "duration_s": 4, "extra_ms": 120}])
     (spike,) = analyze_run(events["path"])["spikes"]
     assert "Checked: GC pauses of the target (from its GC pause events)" in spike["causes"][0]["evidence"]["summary"]
+
+
+def test_a_collection_counted_in_one_interval_does_not_explain_seconds_of_queueing(tmp_path):
+    """Counts say a collection ended in an export interval, not how long it paused: at most that
+    interval and the one before. On the real vLLM overloaded (requests waiting 10 s), two gen-2
+    collections of its API server in one 0.3-s interval were ranked above the queue, because the
+    slow requests, running for seconds, overlapped everything. Here a queue spike (6 s extra) holds
+    four gen-2 collections in one 1-s interval: a pause of at most 2 s is not named."""
+    truth = write_synthetic_run(tmp_path / "run", duration_s=40, rate=20, seed=3, gc_events=False,
+                                spikes=[{"kind": "queue", "at_s": 20, "duration_s": 6, "extra_ms": 6000}])
+    (spike,) = truth["spikes"]
+    collected = spike["start_ns"] + 2 * NS
+    request = runtime_payload("cpython", truth["start_ns"] - NS, 42, collected, collected)
+    received = tmp_path / "received"
+    received.mkdir()
+    with running_receiver(received, port=0, grpc_port=None) as rx:
+        assert post(rx.port, "/v1/metrics", request.SerializeToString(), "application/x-protobuf")[0] == 200
+    for name in (schema.SIGNALS_RECEIVER_META, "signals.receiver.arrow"):
+        shutil.copy(received / name, os.path.join(truth["path"], name))
+    analysis = analyze_run(truth["path"])
+    (found,) = [s for s in analysis["spikes"] if s["end_ns"] > spike["start_ns"]]
+    assert [c["kind"] for c in found["causes"] if c["kind"] == "gc" and c["confidence"] >= 0.1] == [], found["causes"]
+    assert "cpython.gc.collections (OTLP)" in found["causes"][0]["evidence"]["summary"]  # checked, not the cause
+    from tailscope.analyzers.causes.detect_gc import _pause_bound_ms
+    t0 = np.array([10, 11, 30]) * NS  # [10, 11), [11, 12), [30, 31) s, each with the one before: 9-12 and 29-31 s
+    assert _pause_bound_ms(t0, t0 + NS) == 3_000 + 2_000
 
 
 STALLING_SERVICE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "stalling_otel_service.py")

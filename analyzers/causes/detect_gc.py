@@ -34,6 +34,14 @@ confidence = ramp(slow share − normal share of requests running in those inter
            × ramp(GC ms in them / median extra latency, 0.15, 0.5)
              × (1 − share of the run's intervals with at least that much GC time)     [GC time]
            or × (1 − share of the run's intervals with an old-generation collection)  [counts only]
+              × ramp(pause bound / median extra latency, 0.15, 0.5)
+
+where the pause bound is the length of those intervals and the ones before them (a collection
+counted in one may have begun in the previous): counts do not say how long a pause lasted, only
+that it fits there, and a pause of P ms delays a request by at most P, its backlog included. On the
+real vLLM overloaded (16× its capacity, requests waiting 10 s), two old-generation collections of
+its API server in one 0.3-s interval had been ranked above the queue: the slow requests, running
+for seconds, overlapped everything in the spike.
 
 The evidence quotes the metric, where it was measured (OTLP or Prometheus) and its figures;
 its ``checked_with`` says which input was read (the unexplained card names it).
@@ -166,7 +174,11 @@ class GcDetector(CauseDetector):
                       "intervals")
         else:
             factors["old_generation_rare"] = round(1.0 - float(seen["major_share"] or 0.0), 4)
-            rarity = f"such a collection in {percent(seen['major_share'])} of the run's export intervals"
+            bound_ms = _pause_bound_ms(runtime.t0_ns[major], runtime.t1_ns[major])
+            factors["pause_could_explain_latency"] = ramp(bound_ms / extra if extra > 0 else 0.0, 0.15, 0.5)
+            rarity = (f"such a collection in {percent(seen['major_share'])} of the run's export intervals; "
+                      f"a pause there lasted at most {bound_ms:,.0f} ms")
+            evidence["pause_bound_ms"] = bound_ms
         summary = (f"{backing_words(seen)} around the spike ({rarity}); {percent(overlap.share_slow)} of "
                    f"{len(slow):,} requests above P99 ran during those intervals (vs "
                    f"{percent(overlap.share_normal)} of normal requests), {extra:.1f} ms median extra latency; "
@@ -175,6 +187,16 @@ class GcDetector(CauseDetector):
                          "slow_overlapping_share": overlap.share_slow,
                          "normal_overlapping_share": overlap.share_normal, "factors": factors})
         return Finding(self.name, round(float(np.prod(list(factors.values()))), 4), evidence)
+
+
+def _pause_bound_ms(t0_ns: np.ndarray, t1_ns: np.ndarray) -> float:
+    """The longest a pause can have lasted, ms, where counts say only that collections ended in the
+    export intervals [t0, t1): each interval and the one before it (a collection counted in one may
+    have begun in the previous), their union. A pause of P ms delays any request by at most P, its
+    backlog included (the work it held back is P ms of service), so a pause bound far under the slow
+    requests' extra latency cannot be what made them slow."""
+    pauses = union_pauses([{"start_ns": int(2 * a - b), "end_ns": int(b)} for a, b in zip(t0_ns, t1_ns)])
+    return float((pauses.end_ns - pauses.start_ns).sum()) / 1e6
 
 
 def _backlog_drained(ctx: SpikeContext, ends_ns: np.ndarray) -> np.ndarray:
