@@ -263,12 +263,22 @@ def test_each_group_is_tested_against_the_quiet_samples_outside_it(monkeypatch):
 def test_leave_out_baselines_equal_the_quantiles_of_the_samples_outside_each_group():
     """:func:`_leave_out` (a bisection over all groups at once) against the direct computation, with
     ties, scales and shifts, weighted elements (a retained run's histogram buckets, counted as the
-    samples they stand for), groups without quiet samples and groups that leave too few outside them."""
-    from tailscope.analyzers.spikes.tail_share import QuietOrder, TailTestRules, _leave_out, _scaled
+    samples they stand for), groups without quiet samples, guards cut off at the run's ends, and
+    each step down: the group and its guard left out, the group alone, the shared baseline; each at
+    the highest quantile of the ladder what is left suffices for."""
+    from tailscope.analyzers.spikes.tail_share import (
+        LEAVE_OUT_GUARD_GROUPS,
+        QuietOrder,
+        TailTestRules,
+        _leave_out,
+        _scaled,
+    )
     from tailscope.analyzers.stats.percentiles import nearest_rank_value
 
+    rules = TailTestRules()
     rng = np.random.default_rng(1)
-    for trial in range(200):
+    steps = {"guard": 0, "alone": 0, "shared": 0}
+    for trial in range(300):
         n, m = int(rng.integers(5, 300)), int(rng.integers(1, 20))
         scale = int(rng.choice([1, 2, 4, 8]))
         offset = 0 if scale == 1 else int(rng.choice([0, scale // 2]))
@@ -277,18 +287,51 @@ def test_leave_out_baselines_equal_the_quantiles_of_the_samples_outside_each_gro
         clean = rng.random(n) > 0.2
         if not clean.any():
             continue
-        q = (0.99, 0.95, 0.9)[trial % 3]
         weights = rng.integers(1, 5, n) if trial % 2 else np.ones(n, np.int64)
         groups = len(_scaled(np.zeros(m), scale, offset))
         base = _leave_out(QuietOrder.of(window, values, clean, m, weights if trial % 2 else None), scale, offset,
-                          groups, q, 10, -1.0, (1.0, 2.0), TailTestRules())
+                          groups, -1.0, (1.0, 2.0), 0.5, rules)
         group = (window + offset) // scale
         for g in range(groups):
-            chosen = clean & (group != g)
-            outside = np.repeat(values[chosen], weights[chosen])
-            if len(outside) < 10:
-                assert (base.tau[g], base.a[g], base.b[g]) == (-1.0, 1.0, 2.0)
+            for step, reach in (("guard", LEAVE_OUT_GUARD_GROUPS), ("alone", 0)):
+                chosen = clean & (np.abs(group - g) > reach)
+                outside = np.repeat(values[chosen], weights[chosen])
+                level = next((q for q, needed in rules.ladder() if len(outside) >= needed), None)
+                if level is not None:
+                    break
+            else:
+                steps["shared"] += 1
+                assert (base.tau[g], base.a[g], base.b[g], base.q[g]) == (-1.0, 1.0, 2.0, 0.5)
                 continue
-            tau = nearest_rank_value(outside, q)
+            steps[step] += 1
+            tau = nearest_rank_value(outside, level)
             above = int((outside > tau).sum())
-            assert (base.tau[g], base.a[g], base.b[g]) == (tau, above + 1, max(len(outside) - above, 1)), (trial, g)
+            expected = (tau, above + 1, max(len(outside) - above, 1), level)
+            assert (base.tau[g], base.a[g], base.b[g], base.q[g]) == expected, (trial, g, step)
+    assert min(steps.values()) > 20, steps  # every step down was exercised
+
+
+def test_a_group_is_tested_against_the_quiet_samples_beyond_its_neighbours(monkeypatch):
+    """The real vLLM pinned to one core at 2 req/s, a 15-s prompt storm (tests/fixtures): a 6-s
+    window in it held none of its 17 TPOTs above the P99 of the 110 outside it (11.3 ms: the storm's
+    other slow streams) and nothing was flagged. Its baseline now leaves out its neighbours too, and
+    the 82 left make a P95 (7.4 ms, the ladder): 10 of the 17 lie above it, and the storm is flagged."""
+    import json
+    import os
+
+    from tailscope.analyzers.spikes import tail_share
+
+    with open(os.path.join(os.path.dirname(__file__), "fixtures", "vllm_prompt_storm_tpot_2rps_pinned.json")) as fh:
+        recorded = json.load(fh)
+    t = (np.array(recorded["scheduled_ms"]) * 1e6).astype(np.int64)
+    tpot = np.array(recorded["tpot_ms"])
+    end = recorded["duration_ms"] * 1_000_000
+    storm = (20.6 - 3.0, 35.7 - 3.0)  # s after the warm-up (the fixture's origin)
+    result = tail_test(t, tpot, 0, end, NS)
+    assert result.window_ns == 6 * NS
+    flagged = np.flatnonzero(result.flagged)
+    assert len(flagged) and storm[0] <= flagged[0] * 6 and (flagged[-1] + 1) * 6 <= storm[1] + 3
+    monkeypatch.setattr(tail_share, "LEAVE_OUT_GUARD_GROUPS", 0)
+    monkeypatch.setattr(tail_share, "_ladder_quantile",  # as it was: a P99 of the rest, else the shared τ
+                        lambda outside, rules: np.where(outside >= rules.min_samples, rules.tail_p, np.nan))
+    assert not tail_test(t, tpot, 0, end, NS).flagged.any()
