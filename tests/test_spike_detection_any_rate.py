@@ -293,11 +293,12 @@ def test_leave_out_baselines_equal_the_quantiles_of_the_samples_outside_each_gro
                           groups, -1.0, (1.0, 2.0), 0.5, rules)
         group = (window + offset) // scale
         for g in range(groups):
-            for step, reach in (("guard", LEAVE_OUT_GUARD_GROUPS), ("alone", 0)):
+            for name, reach in (("guard", LEAVE_OUT_GUARD_GROUPS), ("alone", 0)):
                 chosen = clean & (np.abs(group - g) > reach)
                 outside = np.repeat(values[chosen], weights[chosen])
                 level = next((q for q, needed in rules.ladder() if len(outside) >= needed), None)
                 if level is not None:
+                    step = name
                     break
             else:
                 steps["shared"] += 1
