@@ -244,7 +244,9 @@ def test_a_trace_replay_reports_the_servers_prefix_cache_hit_rate_and_compare_sh
     # every replayed prompt after the lead-in, counted by the server (the 1-token row too when the
     # first reading came before it)
     assert cache["query_tokens"] in (prompt_tokens, prompt_tokens + 1)
-    assert cache["covers_load"] is (cache["query_tokens"] == prompt_tokens + 1)
+    # readings that bracket the load counted every row; the converse does not hold: a busy host's last
+    # scrape may come before the load's end after the last prompt was already counted (one CI run)
+    assert not cache["covers_load"] or cache["query_tokens"] == prompt_tokens + 1
     # the server found the trace's shared blocks (fewer when a sharer was still in prefill at admission)
     assert 0.6 * most_cached <= cache["hit_tokens"] <= most_cached
     assert cache["hit_rate"] == pytest.approx(cache["hit_tokens"] / cache["query_tokens"])

@@ -147,6 +147,10 @@ def test_any_retained_run_is_reported_with_finite_spike_percentiles(tmp_path_fac
     for key in ("p50", "p99"):
         value = analysis["summary"]["latency_ms"][key]["value_ms"]
         assert value is None or math.isfinite(value)
+    for finding in (f for f in analysis["findings"] if f["kind"] == "p99_set_by"):
+        # a P99 above every kept record is said so, not "the 0 requests above it are spread …"
+        evidence = finding["evidence"]
+        assert (evidence["above_p99"] == 0) == (evidence["by"] == "not_kept"), finding["summary"]
     _validator().validate(analysis)
 
 

@@ -2,7 +2,9 @@
 
 The requests **above** the run's latency P99 (``summary.latency_ms.p99``, the claimed or
 unclaimed value; latency from the scheduled send, ms) are compared with the **others**, and
-the first of these that accounts for them is named (the evidence keeps every measure):
+the first of these that accounts for them is named (the evidence keeps every measure) —
+``not_kept`` where none of the kept records lies at or above P99 (a retained run's P99 comes
+from its histograms; its records are a sample):
 
 1. ``spikes`` — at least half of them were sent inside the run's latency spikes: the spike
    cards say why;
@@ -102,6 +104,11 @@ def check_p99_set_by(inputs: FindingInputs) -> Finding | None:
     n_above = int(above.sum())
     head = f"P99 latency ({tau:.1f} ms) is set by"
     evidence: dict = {"p99_ms": float(tau), "above_p99": n_above, "others": int(len(counted) - n_above)}
+    if n_above == 0:  # a retained run's P99 (from its histograms) above every record it kept
+        summary = (f"{head} requests whose records were not kept: none of the {len(counted):,} kept request "
+                   "records lies at or above it (a retained run keeps a sample of them), so which requests set "
+                   "it cannot be read here; the latency chart and the spike cards read the histograms.")
+        return Finding("p99_set_by", "low", summary, {**evidence, "by": "not_kept"})
 
     # 1. the spikes
     spikes = inputs.spikes
