@@ -21,6 +21,18 @@ def _run(rate: float, duration_s: float, seed: int, sigma: float = 0.3, median_m
     return t, median_ms * np.exp(sigma * rng.standard_normal(n))
 
 
+def _recorded(name: str, metric: str) -> tuple[np.ndarray, np.ndarray, int]:
+    """A recorded run from tests/fixtures: scheduled times (ns from the warm-up), ``metric``'s
+    values (ms) and the run's end (ns)."""
+    import json
+    import os
+
+    with open(os.path.join(os.path.dirname(__file__), "fixtures", name)) as fh:
+        recorded = json.load(fh)
+    return ((np.array(recorded["scheduled_ms"]) * 1e6).astype(np.int64), np.array(recorded[metric]),
+            recorded["duration_ms"] * 1_000_000)
+
+
 def _episodes_overlapping(result, lo_s: float, hi_s: float) -> list[tuple[float, float]]:
     spans = [tuple(b / NS for b in result.window_bounds(a, z)) for a, z in result.episodes(1)]
     return [s for s in spans if s[0] < hi_s and s[1] > lo_s]
@@ -242,16 +254,9 @@ def test_each_group_is_tested_against_the_quiet_samples_outside_it(monkeypatch):
     requests were part of the baseline — the outlier screen's 3-s windows of 24 requests are too
     noisy to set them aside — and lifted its P99 to 101 ms, above all but a few of them: nothing was
     flagged. Tested against the quiet samples outside each group, the storm's windows are flagged."""
-    import json
-    import os
-
     from tailscope.analyzers.spikes import tail_share
 
-    with open(os.path.join(os.path.dirname(__file__), "fixtures", "vllm_prompt_storm_ttft_8rps_pinned.json")) as fh:
-        recorded = json.load(fh)
-    t = (np.array(recorded["scheduled_ms"]) * 1e6).astype(np.int64)
-    ttft = np.array(recorded["ttft_ms"])
-    end = recorded["duration_ms"] * 1_000_000
+    t, ttft, end = _recorded("vllm_prompt_storm_ttft_8rps_pinned.json", "ttft_ms")
     storm = (20.8 - 3.0, 35.9 - 3.0)  # s after the warm-up (the fixture's origin)
     result = tail_test(t, ttft, 0, end, NS)
     first, last = np.flatnonzero(result.flagged)[[0, -1]]
@@ -317,16 +322,9 @@ def test_a_group_is_tested_against_the_quiet_samples_beyond_its_neighbours(monke
     window in it held none of its 17 TPOTs above the P99 of the 110 outside it (11.3 ms: the storm's
     other slow streams) and nothing was flagged. Its baseline now leaves out its neighbours too, and
     the 82 left make a P95 (7.4 ms, the ladder): 10 of the 17 lie above it, and the storm is flagged."""
-    import json
-    import os
-
     from tailscope.analyzers.spikes import tail_share
 
-    with open(os.path.join(os.path.dirname(__file__), "fixtures", "vllm_prompt_storm_tpot_2rps_pinned.json")) as fh:
-        recorded = json.load(fh)
-    t = (np.array(recorded["scheduled_ms"]) * 1e6).astype(np.int64)
-    tpot = np.array(recorded["tpot_ms"])
-    end = recorded["duration_ms"] * 1_000_000
+    t, tpot, end = _recorded("vllm_prompt_storm_tpot_2rps_pinned.json", "tpot_ms")
     storm = (20.6 - 3.0, 35.7 - 3.0)  # s after the warm-up (the fixture's origin)
     result = tail_test(t, tpot, 0, end, NS)
     assert result.window_ns == 6 * NS
