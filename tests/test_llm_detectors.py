@@ -264,6 +264,50 @@ def test_a_few_long_prompts_that_chance_explains_are_no_surge(tmp_path):
     assert "chance" in few.evidence["summary"]
 
 
+def _add_other_traffic(run, lo: int, hi: int, count: int, prompt_tokens: int) -> None:
+    """``count`` SERVER spans of traces the harness did not send, spread over [lo, hi), each with a
+    ``prompt_tokens`` prompt (other traffic, as another client's requests leave it)."""
+    server = run.spans.filter(pc.equal(run.spans.column("kind"), 2)).take([0] * count)
+    starts = np.linspace(lo, hi, count, endpoint=False).astype(np.int64)
+    foreign = server.set_column(server.schema.get_field_index("trace_id"), "trace_id",
+                                pa.array([f"{i + 1:032x}" for i in range(count)]))
+    for name, values in (("name", pa.array(["llm_request"] * count)),
+                         ("span_id", pa.array([f"{i + 1:016x}" for i in range(count)])),
+                         ("parent_span_id", pa.array([None] * count, pa.string())),
+                         ("attributes", pa.array([f'{{"gen_ai.usage.prompt_tokens": {prompt_tokens}}}'] * count)),
+                         ("start_ns", pa.array(starts, pa.int64())), ("end_ns", pa.array(starts + 10**8, pa.int64()))):
+        index = foreign.schema.get_field_index(name)
+        foreign = foreign.set_column(index, foreign.schema.field(index), values.cast(foreign.schema.field(index).type))
+    run.spans = pa.concat_tables([run.spans, foreign])
+
+
+def test_a_surge_of_other_traffics_short_prompts_is_no_prefill_interference(tmp_path):
+    """Other traffic's prompt tokens make a surge when its prompts are long (the storm's 3,000
+    tokens). The same tokens/s as many short prompts (50 chat requests/s of 64 tokens beside 3 of
+    ours on the LLM reference server: the running batch 1 → 21 of 24) are more requests, not longer
+    prefills; their TTFT spike had been named prefill_interference (0.60)."""
+    path = tmp_path / "run"
+    truth = write_synthetic_run(path, duration_s=60, rate=4, seed=41,
+                                spikes=[{"kind": "prefill", "at_s": 30, "duration_s": 4, "extra_ms": 80}])
+    lo, hi = truth["spikes"][0]["start_ns"], truth["spikes"][0]["end_ns"]
+
+    def other(count: int, tokens: int):
+        def edit(run):
+            _keep_long_prompts(run, lo, hi, 0, 7)  # our prompts as the baseline's
+            _add_other_traffic(run, lo, hi, count, tokens)
+        return PrefillInterferenceDetector().score(_spike_context(path, truth, edit))
+
+    long = other(40, 3000)
+    assert long.evidence["other_traffic_prompts"]["long"] == 1.0
+    assert long.evidence["factors"]["surge_not_chance"] == 1.0 and long.confidence >= 0.5
+    short = other(1875, 64)  # the same 120,000 prompt tokens
+    prompts = short.evidence["other_traffic_prompts"]
+    assert prompts["requests"] == 1875 and prompts["mean_tokens"] == 64 and prompts["long"] == 0.0
+    assert short.evidence["other_traffic_share_of_surge"] > 0.9
+    assert short.evidence["factors"]["surge_not_chance"] == 0.0 and short.confidence == 0.0
+    assert "other traffic's 1,875 prompts there averaged 64 tokens" in short.evidence["summary"]
+
+
 def test_the_chance_of_long_prompts_is_the_binomial_tail():
     """P(X >= k), X ~ Binomial(n, q): 3 of 5 at q 0.1 is 0.00856; none is certain."""
     assert chance_of_long_prompts(3, 5, 0.1) == pytest.approx(10 * 0.001 * 0.81 + 5 * 0.0001 * 0.9 + 1e-5)

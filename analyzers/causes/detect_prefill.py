@@ -27,8 +27,11 @@ slow requests' prefill stage 10 → 31 ms on average, their API server's time 7 
   counts fully when p ≤ 0.001 and not at all when p ≥ 0.01 (log-linear between); three long prompts
   among five requests (p = 0.0086) are no surge, five of ten (p = 0.0016) nearly one. Other
   traffic's prompt tokens are load from elsewhere, not the baseline's mix: a surge counts fully
-  when at least half of its extra prompt tokens/s were other traffic's (not at all below a quarter);
-  ``surge_not_chance`` = max(other traffic's share factor, own-prompt improbability);
+  when at least half of its extra prompt tokens/s were other traffic's (not at all below a quarter)
+  and its prompts were long — their mean over the widened spike at least the baseline's P90 of ours
+  (not at all at half of it): a surge of other traffic's short prompts is more requests, a full batch
+  or a queue, not longer prefills; ``surge_not_chance`` = max(other traffic's share factor × its
+  prompts long, own-prompt improbability);
 - neither KV pressure (:func:`~.kit.kv_pressure`) nor queue growth (the queue stage's share of
   the slow requests' server growth) explains it.
 
@@ -142,10 +145,11 @@ class PrefillInterferenceDetector(CauseDetector):
         excess = surge.spike - surge.baseline if surge is not None else 0.0
         other_excess = other_surge.spike - other_surge.baseline if other_surge is not None else 0.0
         other_share = other_excess / excess if excess > 0 else 0.0
+        other_prompts = self._other_prompts(ctx, long_prompts["threshold_tokens"])
         factors = {
             slowed["factor"]: ramp(slowed["ratio"], 1.2, 2.0),
             "prompt_surge": ramp(surge_ratio, 1.5, 3.0) * ramp(surge.z if surge is not None else None, Z_LOW, Z_HIGH),
-            "surge_not_chance": max(ramp(other_share, OTHER_SHARE_LOW, OTHER_SHARE_HIGH),
+            "surge_not_chance": max(ramp(other_share, OTHER_SHARE_LOW, OTHER_SHARE_HIGH) * other_prompts["long"],
                                     improbability(long_prompts["chance"])),
             "kv_cache_not_full": 1.0 - kv.confidence,
             "queue_not_grown": 1.0 - ramp(queue_share, 0.3, 0.7),
@@ -158,6 +162,11 @@ class PrefillInterferenceDetector(CauseDetector):
                          + f" vs baseline {surge.baseline:,.0f}/s"
                          + (f" (other traffic {level_words(other_surge, lambda v: f'{v:,.0f}/s')})"
                             if other_surge is not None else ""))
+        if other_prompts["requests"]:
+            parts.append(f"other traffic's {other_prompts['requests']:,} prompts there averaged "
+                         f"{other_prompts['mean_tokens']:,.0f} tokens"
+                         + (f" (our long ones: > {long_prompts['threshold_tokens']:.0f})"
+                            if long_prompts["threshold_tokens"] is not None else ""))
         if long_prompts["count"]:
             parts.append(f"{long_prompts['count']} long prompts (> {long_prompts['threshold_tokens']:.0f} tokens, "
                          f"largest {long_prompts['largest'][0]['prompt_tokens']:.0f}, sent {long_prompts['sent']}) "
@@ -180,6 +189,7 @@ class PrefillInterferenceDetector(CauseDetector):
             "other_traffic_prompt_tokens_per_s": other_surge.spike if other_surge is not None else None,
             "long_prompts": long_prompts,
             "other_traffic_share_of_surge": other_share,
+            "other_traffic_prompts": other_prompts,
             "queue_share_of_server_growth": queue_share,
             "kv_pressure": kv.confidence,
             "latency_split": split.as_dict(),
@@ -187,6 +197,22 @@ class PrefillInterferenceDetector(CauseDetector):
             "places": places(prompt_tokens_per_s=surge, own_prompt_tokens_per_s=own_surge,
                              other_traffic_prompt_tokens_per_s=other_surge),
         })
+
+    @staticmethod
+    def _other_prompts(ctx: SpikeContext, long_tokens: float | None) -> dict:
+        """Other traffic's prompts that started in the spike widened by its margin: ``requests``
+        (spans with a prompt count), ``mean_tokens``, and ``long`` — 0 → 1 as their mean rises from
+        half of ``long_tokens`` (the baseline's P90 of our prompts) to all of it; 1 without that
+        threshold. A surge of other traffic's *short* prompts is more requests, not longer prefills:
+        50 chat requests/s of 64 tokens beside 3 of ours filled the running batch and slowed every
+        step, and had been named prefill interference on its TTFT spike."""
+        other = ctx.inputs.other_traffic
+        margin = margin_ns(ctx.start_ns, ctx.end_ns)
+        inside = (other.prompt_at_ns >= ctx.start_ns - margin) & (other.prompt_at_ns < ctx.end_ns + margin)
+        requests = int(inside.sum())
+        mean = float(other.prompt_tokens[inside].mean()) if requests else None
+        long = (ramp(mean / long_tokens, 0.5, 1.0) if mean is not None and long_tokens else 1.0)
+        return {"requests": requests, "mean_tokens": mean, "long": long}
 
     @staticmethod
     def _long_prompts(ctx: SpikeContext) -> dict:
