@@ -11,6 +11,8 @@ eight times as long (prompt tokens/s ×8) and slows the running streams' decode.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -19,7 +21,7 @@ import pytest
 from tailscope.analyzers.analysis import analyze_run
 from tailscope.analyzers.causes.detect_kv_cache import KvCacheDetector
 from tailscope.analyzers.causes.detect_prefill import PrefillInterferenceDetector, chance_of_long_prompts
-from tailscope.analyzers.causes.detect_queue import QueueSaturationDetector
+from tailscope.analyzers.causes.detect_queue import QueueSaturationDetector, own_surge_chance
 from tailscope.analyzers.causes.protocol import SpikeContext, available_inputs
 from tailscope.analyzers.inputs.records import request_arrays
 from tailscope.analyzers.inputs.run_inputs import RunInputs
@@ -134,17 +136,9 @@ def test_other_traffics_prompts_count_as_prompt_tokens_being_prefilled(tmp_path)
     path = tmp_path / "run"
     write_synthetic_run(path, duration_s=40, rate=50, seed=35, llm=True)
     run = load_run(path)
-    server = run.spans.filter(pc.equal(run.spans.column("kind"), 2)).slice(0, 10)
     origin = int(request_arrays(run.requests).scheduled_ns.min())
     at = origin + 20 * 10**9 + 10**8  # 20.1 s into the load
-    foreign = server.set_column(server.schema.get_field_index("trace_id"), "trace_id",
-                                pa.array([f"{i:032x}" for i in range(10)]))
-    for name, values in (("name", pa.array(["llm_request"] * 10)),
-                         ("attributes", pa.array(['{"gen_ai.usage.prompt_tokens": 3000}'] * 10)),
-                         ("start_ns", pa.array([at] * 10, pa.int64())), ("end_ns", pa.array([at + 10**8] * 10, pa.int64()))):
-        index = foreign.schema.get_field_index(name)
-        foreign = foreign.set_column(index, foreign.schema.field(index), values.cast(foreign.schema.field(index).type))
-    run.spans = pa.concat_tables([run.spans, foreign])
+    _add_other_traffic(run, at, at + 1, 10, 3000)  # ten at once
     req = request_arrays(run.requests)
     matrix = stage_matrix(req, run.spans, rules_for_scenario(run.manifest["scenario"]).rules)
     inputs = RunInputs(run, req, matrix, origin, int(req.end_ns.max()), 100.0, [])
@@ -313,3 +307,70 @@ def test_the_chance_of_long_prompts_is_the_binomial_tail():
     assert chance_of_long_prompts(3, 5, 0.1) == pytest.approx(10 * 0.001 * 0.81 + 5 * 0.0001 * 0.9 + 1e-5)
     assert chance_of_long_prompts(0, 5, 0.1) == 1.0
     assert chance_of_long_prompts(5, 10, 0.1) == pytest.approx(0.00163, rel=0.01)
+
+
+def _set_running(run, lo: int, hi: int, inside: float) -> None:
+    """The running batch (``vllm:num_requests_running``) read as ``inside`` from ``lo`` to ``hi``."""
+    series, t_ns = run.signals.column("series").to_pylist(), run.signals.column("t_ns").to_numpy()
+    values = run.signals.column("value").to_numpy().copy()
+    hit = np.array(["num_requests_running" in name for name in series]) & (t_ns >= lo) & (t_ns < hi)
+    values[hit] = inside
+    run.signals = run.signals.set_column(run.signals.schema.get_field_index("value"), "value",
+                                         pa.array(values, run.signals.schema.field("value").type))
+
+
+def test_a_surge_of_short_requests_absorbed_by_the_running_batch_is_queue_saturation(tmp_path):
+    """The LLM reference server at 1 and 3/s beside 50 chat requests/s of 64 tokens from elsewhere:
+    it ran them (running 1 → 21–24), queued little (queue 41–45 % of the slow requests' extra server
+    time), and every step slowed. Here: our streams' decode grows 80 ms, other traffic sends 1,875
+    prompts of 64 tokens in 4 s, the running batch 8 → 30, the KV cache at 45 %: the batch path
+    names ``queue_saturation`` on the latency and the TPOT spike. The same prompts long are
+    prefill interference; the batch flat, or no surge, is neither."""
+    path = tmp_path / "run"
+    truth = write_synthetic_run(path, duration_s=60, rate=4, seed=41,
+                                spikes=[{"kind": "prefill", "at_s": 30, "duration_s": 4, "extra_ms": 80}])
+    lo, hi = truth["spikes"][0]["start_ns"], truth["spikes"][0]["end_ns"]
+
+    def context(count: int, tokens: int, running: float, metric: str = "latency") -> SpikeContext:
+        def edit(run):
+            _keep_long_prompts(run, lo, hi, 0, 7)  # our prompts as the baseline's: no surge of ours
+            if count:
+                _add_other_traffic(run, lo, hi, count, tokens)
+            _set_running(run, lo, hi, running)
+        ctx = _spike_context(path, truth, edit)
+        return ctx if metric == "latency" else dataclasses.replace(ctx, metric=metric)
+
+    absorbed = QueueSaturationDetector().score(context(1875, 64, 30.0))
+    batch = absorbed.evidence["batch_absorbed"]
+    assert absorbed.evidence["queue_share_of_server_growth"] < 0.3  # the queue path cannot name it
+    assert batch["factors"] == {"engine_holds_growth": 1.0, "batch_grew": 1.0, "load_surge": 1.0,
+                                "surge_not_chance": 1.0, "surge_prompts_short": 1.0}
+    assert batch["running"]["spike"] == pytest.approx(30, abs=0.5) and batch["running"]["baseline"] == pytest.approx(8, abs=0.5)
+    assert batch["other_traffic_share_of_surge"] > 0.9 and batch["other_traffic_prompts"]["mean_tokens"] == 64
+    assert absorbed.confidence == 1.0
+    assert "the engine took the surge into its running batch: 30 requests running (baseline 8)" in absorbed.evidence["summary"]
+    assert "of 64-token prompts" in absorbed.evidence["summary"]
+    tpot = QueueSaturationDetector().score(context(1875, 64, 30.0, metric="tpot"))
+    assert tpot.confidence == 1.0  # the batch slows every step: it raises TPOT, as a queue does not
+    assert "tpot" in QueueSaturationDetector.raises
+
+    storm = context(40, 3000, 30.0)
+    assert QueueSaturationDetector().score(storm).evidence["batch_absorbed"]["factors"]["surge_prompts_short"] == 0.0
+    assert QueueSaturationDetector().score(storm).confidence < 0.5
+    assert PrefillInterferenceDetector().score(storm).confidence >= 0.5
+    flat = QueueSaturationDetector().score(context(1875, 64, 8.0))
+    assert flat.evidence["batch_absorbed"]["factors"]["batch_grew"] == 0.0 and flat.confidence < 0.5
+    alone = QueueSaturationDetector().score(context(0, 0, 30.0))  # the batch grew, with no surge to fill it
+    assert alone.evidence["batch_absorbed"]["factors"]["surge_not_chance"] == 0.0 and alone.confidence < 0.5
+
+
+def test_our_own_surge_counts_for_the_batch_only_when_poisson_cannot_explain_it(tmp_path):
+    """A rate step of our own (twice the rate for 4 s at 50/s: about 400 sends where 200 were due)
+    is no chance; the spike's own Poisson arrivals are."""
+    path = tmp_path / "run"
+    truth = write_synthetic_run(path, duration_s=40, rate=50, seed=32, llm=True, spikes=[{"kind": "queue", **SPIKE}])
+    surge = _spike_context(path, truth)
+    assert own_surge_chance(surge) < 1e-10
+    steady = write_synthetic_run(tmp_path / "steady", duration_s=40, rate=50, seed=32, llm=True,
+                                 spikes=[{"kind": "queue", "surge": 0.0, **SPIKE}])
+    assert own_surge_chance(_spike_context(tmp_path / "steady", steady)) > 1e-3

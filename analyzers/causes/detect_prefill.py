@@ -50,19 +50,24 @@ import numpy as np
 from scipy import stats
 
 from tailscope.analyzers.causes.kit import (
+    OTHER_SHARE_HIGH,
+    OTHER_SHARE_LOW,
     Z_HIGH,
     Z_LOW,
+    baseline_prompt_tokens,
     kv_pressure,
     latency_split,
     level_words,
+    other_traffic_prompts,
     percent,
     places,
     ramp,
     server_role_prefixes,
     server_side_factor,
+    unlikely,
 )
 from tailscope.analyzers.causes.protocol import CauseDetector, Finding, SpikeContext
-from tailscope.analyzers.inputs.run_inputs import GRID_NS, margin_ns
+from tailscope.analyzers.inputs.run_inputs import margin_ns
 from tailscope.analyzers.inputs.signal_index import place_words
 
 QUEUE_STAGES = ("queue", "batch_wait")
@@ -73,8 +78,6 @@ MAX_LONG_PROMPTS = 5
 #: (binomial tail): a surge of our own prompts counts fully at or below SURGE_P_FULL, not at all at or
 #: above SURGE_P_NONE (module docstring).
 SURGE_P_FULL, SURGE_P_NONE = 0.001, 0.01
-#: Share of the surge's extra prompt tokens/s from other traffic: counts from the first, fully at the second.
-OTHER_SHARE_LOW, OTHER_SHARE_HIGH = 0.25, 0.5
 
 
 def chance_of_long_prompts(count: int, sent: int, share: float) -> float:
@@ -88,7 +91,7 @@ def chance_of_long_prompts(count: int, sent: int, share: float) -> float:
 
 def improbability(p_value: float) -> float:
     """0 → 1 as ``p_value`` falls from :data:`SURGE_P_NONE` to :data:`SURGE_P_FULL` (log-linear)."""
-    return ramp(-np.log10(max(p_value, 1e-300)), -np.log10(SURGE_P_NONE), -np.log10(SURGE_P_FULL))
+    return unlikely(p_value, SURGE_P_NONE, SURGE_P_FULL)
 
 
 def _tpot_ms(ctx: SpikeContext, index: np.ndarray) -> np.ndarray:
@@ -145,7 +148,7 @@ class PrefillInterferenceDetector(CauseDetector):
         excess = surge.spike - surge.baseline if surge is not None else 0.0
         other_excess = other_surge.spike - other_surge.baseline if other_surge is not None else 0.0
         other_share = other_excess / excess if excess > 0 else 0.0
-        other_prompts = self._other_prompts(ctx, long_prompts["threshold_tokens"])
+        other_prompts = other_traffic_prompts(ctx, long_prompts["threshold_tokens"])
         factors = {
             slowed["factor"]: ramp(slowed["ratio"], 1.2, 2.0),
             "prompt_surge": ramp(surge_ratio, 1.5, 3.0) * ramp(surge.z if surge is not None else None, Z_LOW, Z_HIGH),
@@ -199,22 +202,6 @@ class PrefillInterferenceDetector(CauseDetector):
         })
 
     @staticmethod
-    def _other_prompts(ctx: SpikeContext, long_tokens: float | None) -> dict:
-        """Other traffic's prompts that started in the spike widened by its margin: ``requests``
-        (spans with a prompt count), ``mean_tokens``, and ``long`` — 0 → 1 as their mean rises from
-        half of ``long_tokens`` (the baseline's P90 of our prompts) to all of it; 1 without that
-        threshold. A surge of other traffic's *short* prompts is more requests, not longer prefills:
-        50 chat requests/s of 64 tokens beside 3 of ours filled the running batch and slowed every
-        step, and had been named prefill interference on its TTFT spike."""
-        other = ctx.inputs.other_traffic
-        margin = margin_ns(ctx.start_ns, ctx.end_ns)
-        inside = (other.prompt_at_ns >= ctx.start_ns - margin) & (other.prompt_at_ns < ctx.end_ns + margin)
-        requests = int(inside.sum())
-        mean = float(other.prompt_tokens[inside].mean()) if requests else None
-        long = (ramp(mean / long_tokens, 0.5, 1.0) if mean is not None and long_tokens else 1.0)
-        return {"requests": requests, "mean_tokens": mean, "long": long}
-
-    @staticmethod
     def _long_prompts(ctx: SpikeContext) -> dict:
         """The harness's requests sent in the widened spike with a prompt above the baseline's P90:
         ``count`` of ``requests`` sent there, the threshold, the largest, and ``chance``, the
@@ -225,11 +212,7 @@ class PrefillInterferenceDetector(CauseDetector):
         sent = inputs.req.sent_ns
         margin = margin_ns(ctx.start_ns, ctx.end_ns)
         inside = (sent >= ctx.start_ns - margin) & (sent < ctx.end_ns + margin) & np.isfinite(prompts)
-        bins = np.floor_divide(sent - inputs.origin_ns, GRID_NS)
-        on_grid = (bins >= 0) & (bins < len(inputs.baseline_bins)) & np.isfinite(prompts)
-        in_baseline = np.zeros(len(sent), dtype=bool)
-        in_baseline[on_grid] = inputs.baseline_bins[bins[on_grid]]
-        baseline = prompts[in_baseline]
+        baseline = baseline_prompt_tokens(ctx)
         if not len(baseline):
             return {"count": 0, "requests": int(inside.sum()), "threshold_tokens": None, "baseline_share": None,
                     "chance": 1.0, "largest": [], "sent": None}

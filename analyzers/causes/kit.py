@@ -33,12 +33,15 @@ import numpy as np
 from tailscope.analysis_model import evidence as shapes
 from tailscope.analysis_model.codec import encode
 from tailscope.analyzers.causes.protocol import SpikeContext
-from tailscope.analyzers.inputs.run_inputs import margin_ns
+from tailscope.analyzers.inputs.run_inputs import GRID_NS, margin_ns
 from tailscope.analyzers.inputs.signal_index import Contrast, place_words
 from tailscope.analyzers.stages.presets import STAGE_PRESETS, split_selector
 
 #: Robust z at which a signal's change starts / fully counts.
 Z_LOW, Z_HIGH = 2.0, 6.0
+#: Other traffic's share of a surge's excess (prompt tokens/s, requests/s) at which it starts / fully
+#: counts as load from elsewhere rather than the run's own variation.
+OTHER_SHARE_LOW, OTHER_SHARE_HIGH = 0.25, 0.5
 
 
 def ramp(x: float | None, low: float, high: float) -> float:
@@ -48,6 +51,12 @@ def ramp(x: float | None, low: float, high: float) -> float:
     if high <= low:
         return 1.0 if x >= high else 0.0
     return float(min(1.0, max(0.0, (x - low) / (high - low))))
+
+
+def unlikely(p_value: float, p_none: float, p_full: float) -> float:
+    """0 → 1 as a chance ``p_value`` falls from ``p_none`` to ``p_full`` (log-linear): how far a
+    surge is from the run's own variation."""
+    return ramp(-np.log10(max(p_value, 1e-300)), -np.log10(p_none), -np.log10(p_full))
 
 
 @dataclass(frozen=True)
@@ -490,3 +499,34 @@ def server_role_prefixes(*roles: str) -> tuple[str, ...]:
             source = preset.metrics.get(role)
             names += [f"prom.{split_selector(name)[0]}" for name in (source.names if source is not None else ())]
     return tuple(dict.fromkeys(names))
+
+
+def baseline_prompt_tokens(ctx: SpikeContext) -> np.ndarray:
+    """Prompt tokens of the harness's requests sent in the baseline's bins (the run's quiet time,
+    :attr:`~.run_inputs.RunInputs.baseline_bins`); empty in a run without token counts."""
+    inputs = ctx.inputs
+    if inputs.llm is None:
+        return np.zeros(0)
+    prompts = inputs.llm.prompt_tokens
+    bins = np.floor_divide(inputs.req.sent_ns - inputs.origin_ns, GRID_NS)
+    on_grid = (bins >= 0) & (bins < len(inputs.baseline_bins)) & np.isfinite(prompts)
+    in_baseline = np.zeros(len(prompts), dtype=bool)
+    in_baseline[on_grid] = inputs.baseline_bins[bins[on_grid]]
+    return prompts[in_baseline]
+
+
+def other_traffic_prompts(ctx: SpikeContext, long_tokens: float | None) -> dict:
+    """Other traffic's prompts that started in the spike widened by its margin: ``requests`` (spans
+    with a prompt count), ``mean_tokens``, and ``long`` — 0 → 1 as their mean rises from half of
+    ``long_tokens`` (the baseline's P90 of our prompts) to all of it; 1 without that threshold or
+    without counts. A surge of other traffic's *short* prompts is more requests, not longer
+    prefills: 50 chat requests/s of 64 tokens beside 3 of ours filled the running batch and slowed
+    every step (``queue_saturation``'s batch path), and had been named ``prefill_interference`` on
+    its TTFT spike."""
+    other = ctx.inputs.other_traffic
+    margin = margin_ns(ctx.start_ns, ctx.end_ns)
+    inside = (other.prompt_at_ns >= ctx.start_ns - margin) & (other.prompt_at_ns < ctx.end_ns + margin)
+    requests = int(inside.sum())
+    mean = float(other.prompt_tokens[inside].mean()) if requests else None
+    long = ramp(mean / long_tokens, 0.5, 1.0) if mean is not None and long_tokens else 1.0
+    return {"requests": requests, "mean_tokens": mean, "long": long}
