@@ -1,14 +1,27 @@
-"""JSON over HTTP to the reference target's admin endpoints (loopback only, standard library)."""
+"""JSON over HTTP to the reference target's admin endpoints (loopback only, standard library).
+
+Every call asks not to be traced: it carries a W3C ``traceparent`` of a fresh trace with the
+*sampled* flag off (``…-00``). A target that follows its parent's sampling decision — the
+OpenTelemetry SDK's default ``ParentBased(ALWAYS_ON)`` sampler, the target kit — records no span
+for it, so the harness's own fault switches never show as other clients' traffic (the demo's
+latency chart had drawn an "other traffic" band at its GC fault's start and end).
+"""
 
 from __future__ import annotations
 
 import http.client
 import json
+import os
 from urllib.parse import urlparse
 
 from tailscope.faults.injector import FaultSetupError
 
 TIMEOUT_S = 30.0
+
+
+def untraced_parent() -> str:
+    """A version-00 ``traceparent`` of a new random trace whose sampled flag is off."""
+    return f"00-{os.urandom(16).hex()}-{os.urandom(8).hex()}-00"
 
 
 def call(base_url: str, method: str, path: str, document: dict | None = None, timeout_s: float = TIMEOUT_S) -> dict:
@@ -21,7 +34,8 @@ def call(base_url: str, method: str, path: str, document: dict | None = None, ti
     connection = http.client.HTTPConnection(parsed.hostname, parsed.port or 80, timeout=timeout_s)
     body = json.dumps(document).encode() if document is not None else None
     try:
-        connection.request(method, path, body=body, headers={"content-type": "application/json"})
+        connection.request(method, path, body=body, headers={"content-type": "application/json",
+                                                             "traceparent": untraced_parent()})
         response = connection.getresponse()
         payload = response.read()
     except OSError as exc:

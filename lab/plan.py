@@ -166,7 +166,7 @@ VLLM_KINDS = ("llm_long_generations", "llm_prompt_storm", "llm_overload")
 #: token, 8/s also queue them; a request's prompt and output must fit the 1,024-token context).
 VLLM_PARAMS: dict[str, dict] = {
     "llm_long_generations": {"streams": 4, "prompt_tokens": 400, "max_tokens": 600},
-    "llm_prompt_storm": {"rate": 5.0, "prompt_tokens": 900, "max_tokens": 2},
+    "llm_prompt_storm": {"rate": 10.0, "prompt_tokens": 900, "max_tokens": 2},
     "llm_overload": {"rate": 50.0, "prompt_tokens": 64, "max_tokens": 64},
 }
 

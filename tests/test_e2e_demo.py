@@ -50,6 +50,8 @@ def test_every_request_joins_its_server_spans(demo_run):
     analysis = load_analysis(run_dir)
     assert analysis["summary"]["requests"] > 200
     assert analysis["stages"]["joined_fraction"] >= 0.99
+    # the fault's switches (POST /admin/gc_pressure, GET /admin/state) asked not to be traced: no other traffic
+    assert analysis["other_traffic"]["requests"] == 0
     for stage in ("preprocess", "queue", "inference", "postprocess"):
         assert stage in analysis["stages"]["by_stage"], stage
         assert analysis["stages"]["by_stage"][stage]["p99_ms"] >= analysis["stages"]["by_stage"][stage]["p50_ms"]
