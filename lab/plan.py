@@ -162,8 +162,9 @@ VLLM_TARGET_ARGS = ("--max-num-seqs", "8", "--block-size", "32", "--num-gpu-bloc
 VLLM_KINDS = ("llm_long_generations", "llm_prompt_storm", "llm_overload")
 
 #: Fault parameters of the vLLM suite (sized for :data:`VLLM_TARGET_ARGS` and the lab's 256-wide model,
-#: where a 900-token prefill takes tens of ms: 5 storm prompts/s double the streams' time per output
-#: token, 8/s also queue them; a request's prompt and output must fit the 1,024-token context).
+#: where a 900-token prefill takes tens of ms — about 50 on the development container in December 2026,
+#: where 5 storm prompts/s slowed the streams only 1.1–1.4× and 10/s hold half the engine; a
+#: request's prompt and output must fit the 1,024-token context).
 VLLM_PARAMS: dict[str, dict] = {
     "llm_long_generations": {"streams": 4, "prompt_tokens": 400, "max_tokens": 600},
     "llm_prompt_storm": {"rate": 10.0, "prompt_tokens": 900, "max_tokens": 2},
