@@ -195,7 +195,8 @@ def token_spike_cards(spikes: dict[str, list[TokenSpike]], latency: list[Spike],
             "top_sentence": rose + (f"why: {top.evidence.get('summary') or cause_title(top.kind)}"
                                     if top is not None else _overlap_text(s, latency)),
         }
-        (minor if is_minor(s) or card["impact"] < MINOR_IMPACT_SHARE * largest else cards).append(card)
+        small = s.unexplained and card["impact"] < MINOR_IMPACT_SHARE * largest  # a named cause is never minor
+        (minor if is_minor(s) or small else cards).append(card)
     return {"cards": cards, "minor": minor}
 
 

@@ -189,6 +189,20 @@ def test_ttft_and_tpot_spikes_are_cards_ranked_with_the_latency_spikes_by_impact
     assert alone.endswith("no latency spike overlaps it, and a token-level spike is given no cause of its own.")
 
 
+def test_a_token_spike_with_a_named_cause_is_a_card_however_small_its_impact():
+    """The minor list says "no cause attributed": an explained TPOT spike of a twentieth of the
+    largest impact (the LLM lab's overload: TPOT 1.6× beside a 24× TTFT spike, both named
+    queue_saturation) had been listed there."""
+    named = {**_token_spike(30, 260.0, 100.0, 12, 200),
+             "causes": [{"kind": "queue_saturation", "confidence": 1.0, "evidence": {"summary": "the batch"}}]}
+    analysis = {"run": run_section(load_start_ns=0, start_ns=0), "spikes": [],
+                "llm": {"spikes": {"ttft": [_token_spike(9, 700.0, 100.0, 100, 200)], "tpot": [named]}}}
+    tokens = token_cards_of(analysis)
+    assert [(c["metric"], c["number"]) for c in tokens["cards"]] == [("TTFT", 1), ("TPOT", 1)]
+    assert tokens["minor"] == []
+    assert tokens["cards"][1]["top_title"] == "TPOT spike: queue saturation"
+
+
 def test_an_unexplained_spike_says_what_was_checked_and_what_grew():
     decomposition = Decomposition(5, 5, 2228, 2228, {}, "batch_wait", "batch_wait grew most: mean 0.3 ms → 8.5 ms "
                                   "(+8.2 ms) in 5 slow requests vs 2228 normal requests", True, None)
