@@ -96,6 +96,7 @@ from tailscope.analyzers.causes.kit import (
     unlikely,
 )
 from tailscope.analyzers.causes.protocol import CauseDetector, Finding, SpikeContext
+from tailscope.analyzers.inputs.records import NS_PER_S
 from tailscope.analyzers.inputs.run_inputs import margin_ns
 
 QUEUE_STAGES = ("queue", "batch_wait")
@@ -242,7 +243,7 @@ def own_surge_chance(ctx: SpikeContext) -> float:
     scheduled = inputs.req.scheduled_ns
     sent = int(((scheduled >= ctx.start_ns - margin) & (scheduled < ctx.end_ns + margin)).sum())
     rates = inputs.per_second(scheduled)[inputs.baseline_bins]
-    expected = float(rates.mean()) * (ctx.end_ns - ctx.start_ns + 2 * margin) / 1e9 if len(rates) else 0.0
+    expected = float(rates.mean()) * (ctx.end_ns - ctx.start_ns + 2 * margin) / NS_PER_S if len(rates) else 0.0
     if expected <= 0 or sent <= 0:
         return 1.0
     return float(stats.poisson.sf(sent - 1, expected))
