@@ -1,7 +1,8 @@
 """JSON over HTTP to the reference target's admin endpoints (loopback only, standard library).
 
 Every call asks not to be traced: it carries a W3C ``traceparent`` of a fresh trace with the
-*sampled* flag off (``…-00``). A target that follows its parent's sampling decision — the
+*sampled* flag off (``…-00``: the generator's :func:`~tailscope.loadgen.tracecontext.new_traceparent`
+at sample rate 0). A target that follows its parent's sampling decision — the
 OpenTelemetry SDK's default ``ParentBased(ALWAYS_ON)`` sampler, the target kit — records no span
 for it, so the harness's own fault switches never show as other clients' traffic (the demo's
 latency chart had drawn an "other traffic" band at its GC fault's start and end).
@@ -11,17 +12,13 @@ from __future__ import annotations
 
 import http.client
 import json
-import os
+import random
 from urllib.parse import urlparse
 
 from tailscope.faults.injector import FaultSetupError
+from tailscope.loadgen.tracecontext import TRACEPARENT_HEADER, new_traceparent
 
 TIMEOUT_S = 30.0
-
-
-def untraced_parent() -> str:
-    """A version-00 ``traceparent`` of a new random trace whose sampled flag is off."""
-    return f"00-{os.urandom(16).hex()}-{os.urandom(8).hex()}-00"
 
 
 def call(base_url: str, method: str, path: str, document: dict | None = None, timeout_s: float = TIMEOUT_S) -> dict:
@@ -35,7 +32,7 @@ def call(base_url: str, method: str, path: str, document: dict | None = None, ti
     body = json.dumps(document).encode() if document is not None else None
     try:
         connection.request(method, path, body=body, headers={"content-type": "application/json",
-                                                             "traceparent": untraced_parent()})
+                                                             TRACEPARENT_HEADER: new_traceparent(random.SystemRandom(), 0.0)[0]})
         response = connection.getresponse()
         payload = response.read()
     except OSError as exc:

@@ -98,6 +98,7 @@ from tailscope.analyzers.causes.kit import (
 from tailscope.analyzers.causes.protocol import CauseDetector, Finding, SpikeContext
 from tailscope.analyzers.inputs.records import NS_PER_S
 from tailscope.analyzers.inputs.run_inputs import margin_ns
+from tailscope.analyzers.inputs.signal_index import Contrast
 
 QUEUE_STAGES = ("queue", "batch_wait")
 COMPUTE_STAGES = ("preprocess", "inference", "postprocess")
@@ -192,7 +193,7 @@ class QueueSaturationDetector(CauseDetector):
                       * max(factors["load_surge"], factors["deep_queue"], factors["rejections"],
                             factors.get("waiting_grew", 0.0))
                       * factors.get("kv_cache_not_full", 1.0))
-        batch = _batch_absorbed(ctx, queue_growth, server_growth, ratio)
+        batch = _batch_absorbed(ctx, queue_growth, server_growth, offered, ratio)
         if batch is not None:
             factors["batch_path"] = batch["confidence"]
         confidence = max(queue_path, batch["confidence"] * factors.get("kv_cache_not_full", 1.0)
@@ -250,11 +251,12 @@ def own_surge_chance(ctx: SpikeContext) -> float:
 
 
 def _batch_absorbed(ctx: SpikeContext, queue_growth: float, server_growth: float,
-                    load_ratio: float | None) -> dict | None:
+                    offered: Contrast | None, load_ratio: float | None) -> dict | None:
     """The batch path (module docstring): the running batch grew through a surge of short requests
     that was no chance, and the queue and the engine's stages hold the slow requests' growth.
     ``confidence`` (without the KV factor), its factors, the figures and ``words``; None on a server
-    without a ``running`` series."""
+    without a ``running`` series. ``offered``: the offered load's contrast
+    (:func:`~.kit.load_contrast`), ``load_ratio`` its spike over its baseline."""
     inputs = ctx.inputs
     running = inputs.server_role("running")
     if running is None:
@@ -269,7 +271,6 @@ def _batch_absorbed(ctx: SpikeContext, queue_growth: float, server_growth: float
     held_share = (queue_growth + engine_growth) / server_growth if server_growth > 0 else 0.0
     external = inputs.per_second(inputs.external_arrivals_ns)
     other = inputs.contrast_values(external, ctx.start_ns, ctx.end_ns) if external.any() else None
-    offered, _ = load_contrast(ctx)
     excess = offered.spike - offered.baseline if offered is not None else 0.0
     other_share = (other.spike - other.baseline) / excess if other is not None and excess > 0 else 0.0
     chance = own_surge_chance(ctx)
